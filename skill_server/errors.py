@@ -1,0 +1,24 @@
+"""Exceptions shared by every tool, free of any front-end framework.
+
+Both front ends turn these into the same one-line message: the CLI prints it to stderr and exits 1,
+the MCP adapter raises it as a ``ToolError`` so the client sees the text instead of a generic failure.
+"""
+
+from __future__ import annotations
+
+
+class SkillError(Exception):
+    """Base class: a tool could not do what was asked, for a reason the caller can act on."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+class ToolInputError(SkillError):
+    """An argument is invalid; ``field`` names it (dotted for nested values)."""
+
+
+class ToolFailure(SkillError):
+    """The arguments were fine but the operation failed (a file exists, a session is gone, ...)."""

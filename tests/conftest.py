@@ -1,0 +1,51 @@
+"""Shared fixtures: a private environment per test, helpers to run the CLI and a real MCP client."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared"
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """No test sees the developer's AgentJet, tmux or state directory."""
+    monkeypatch.delenv("AJET_ROOT", raising=False)
+    monkeypatch.delenv("TMUX", raising=False)
+    monkeypatch.setenv("SKILL_SERVER_STATE_DIR", str(tmp_path / "state"))
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("AJET_ROOT", "TMUX")}
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+            timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m skill_server ARGS`` in a subprocess, as an assistant's shell would."""
+    return subprocess.run(
+        [sys.executable, "-m", "skill_server", *args],
+        capture_output=True, text=True, env=env or cli_env(), cwd=cwd or REPO, timeout=timeout,
+    )
+
+
+def call_cli(tool: str, arguments: dict[str, Any], **kw: Any) -> tuple[int, Any, str]:
+    """``call TOOL --json ...``: (exit code, parsed stdout or None, stderr)."""
+    proc = run_cli("call", tool, "--json", json.dumps(arguments), **kw)
+    out = json.loads(proc.stdout) if proc.returncode == 0 else None
+    return proc.returncode, out, proc.stderr

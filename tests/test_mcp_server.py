@@ -1,0 +1,74 @@
+"""The MCP front end: a real client over a real stdio subprocess, and in-process."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from mcp import Client, StdioServerParameters
+
+from skill_server.mcp_app import build_server
+from skill_server.tools import TOOLS
+from tests.conftest import REPO, cli_env
+
+pytestmark = pytest.mark.anyio
+
+
+def stdio_params() -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, args=["-m", "skill_server"], cwd=str(REPO), env=cli_env())
+
+
+async def test_stdio_lists_tools_with_schemas_and_annotations():
+    async with Client(stdio_params()) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) == {spec.name for spec in TOOLS}
+    for spec in TOOLS:
+        tool = tools[spec.name]
+        assert tool.output_schema and tool.output_schema.get("type") == "object"
+        # flat top-level arguments, exactly the input model's fields
+        assert set(tool.input_schema["properties"]) == set(spec.input_model.model_fields)
+        ann = tool.annotations
+        assert (ann.read_only_hint, ann.destructive_hint, ann.idempotent_hint, ann.open_world_hint) == (
+            spec.read_only, spec.destructive, spec.idempotent, spec.open_world)
+    cap_schema = tools["episode_cap"].input_schema
+    assert cap_schema["required"] == ["max_env_worker"]
+    assert cap_schema["properties"]["max_env_worker"]["minimum"] == 1
+
+
+async def test_stdio_episode_cap_golden_cases():
+    async with Client(stdio_params()) as client:
+        r = await client.call_tool("episode_cap", {"max_env_worker": 128, "num_repeat": 6, "train_batch_size": 32})
+        assert not r.is_error
+        assert (r.structured_content["episode_cap"], r.structured_content["worker_loops"]) == (128, 132)
+        assert r.structured_content["divisible"] is False
+        r = await client.call_tool("episode_cap", {"max_env_worker": 512, "grpo_n": 8, "train_batch_size": 32})
+        assert r.structured_content["episode_cap"] == 256 and r.structured_content["binding"] == ["train_batch_size"]
+        r = await client.call_tool(
+            "episode_cap", {"max_env_worker": 128, "num_repeat": 6, "train_batch_size": 32, "thread_rule": "floor"})
+        assert r.structured_content["episode_cap"] == 126
+
+
+async def test_errors_are_clear_tool_errors_in_process():
+    async with Client(build_server()) as client:
+        r = await client.call_tool("episode_cap", {"max_env_worker": 0, "num_repeat": 4})
+        assert r.is_error
+        text = r.content[0].text
+        assert "max_env_worker: Input should be greater than or equal to 1" in text and "\n" not in text
+        r = await client.call_tool("episode_cap", {"max_env_worker": 8})
+        assert r.is_error and "num_repeat (or its alias grpo_n) is required" in r.content[0].text
+        r = await client.call_tool("episode_cap", {"num_repeat": 8})
+        assert r.is_error and "max_env_worker" in r.content[0].text
+
+
+def test_cli_path_never_imports_mcp():
+    import subprocess
+
+    code = (
+        "import sys; from skill_server import cli\n"
+        "rc = cli.main(['call', 'episode_cap', 'max_env_worker=128', 'num_repeat=6'])\n"
+        "rc2 = cli.main(['tools'])\n"
+        "bad = sorted(m for m in sys.modules if m == 'mcp' or m.startswith(('mcp.', 'mcp_types')))\n"
+        "sys.stderr.write(repr((rc, rc2, bad)))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env())
+    assert proc.stderr.strip() == "(0, 0, [])", proc.stderr
