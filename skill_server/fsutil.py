@@ -1,0 +1,47 @@
+"""Atomic file writes: a temp file in the target's directory, fsync, then rename (or link, to never clobber)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from skill_server.errors import ToolFailure
+
+
+def write_text_atomic(path: str | Path, text: str, overwrite: bool = False, *, field: str | None = None) -> Path:
+    """Write ``text`` to ``path`` so readers see either nothing/the old file or the whole new file.
+
+    With ``overwrite=False`` an existing file is never replaced, even by a concurrent writer (the
+    final step is a hard link, which fails if the name exists). Parent directories are created.
+    """
+    target = Path(path).expanduser().absolute()
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ToolFailure(f"cannot create directory {target.parent}: {exc.strerror or exc}", field=field) from None
+    if not overwrite and target.exists():
+        raise ToolFailure(f"{target} exists; pass overwrite=true to replace it", field=field)
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        if overwrite:
+            os.replace(tmp, target)
+        else:
+            try:
+                os.link(tmp, target)
+            except FileExistsError:
+                raise ToolFailure(f"{target} exists; pass overwrite=true to replace it", field=field) from None
+            except OSError:  # filesystems without hard links: best effort no-clobber
+                if target.exists():
+                    raise ToolFailure(f"{target} exists; pass overwrite=true to replace it", field=field) from None
+                os.replace(tmp, target)
+    except OSError as exc:
+        raise ToolFailure(f"cannot write {target}: {exc.strerror or exc}", field=field) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return target
