@@ -37,6 +37,9 @@ def _build_parser() -> argparse.ArgumentParser:
     tools = sub.add_parser("tools", help="list the tools")
     tools.add_argument("--json", action="store_true", help="print a JSON list")
 
+    schemas = sub.add_parser("schemas", help="check (default) or rewrite the tool schema manifest")
+    schemas.add_argument("--write", action="store_true", help="regenerate skill_server/tool_schemas.json")
+
     call = sub.add_parser("call", help="run one tool and print its result as JSON")
     call.add_argument("tool")
     call.add_argument("--json", dest="json_args", default=None, help="arguments as one JSON object")
@@ -87,9 +90,10 @@ def _one_line(text: str) -> str:
 
 
 def _list_tools(as_json: bool) -> int:
-    from skill_server.tools import TOOLS
+    from skill_server.tools import TOOLS, schema_manifest
 
     if as_json:
+        manifest = schema_manifest()
         listing = [
             {
                 "name": t.name,
@@ -99,7 +103,8 @@ def _list_tools(as_json: bool) -> int:
                 "destructive": t.destructive,
                 "idempotent": t.idempotent,
                 "open_world": t.open_world,
-                "input_schema": t.input_model.model_json_schema(),
+                "input_schema": manifest[t.name]["input"],
+                "output_schema": manifest[t.name]["output"],
             }
             for t in TOOLS
         ]
@@ -108,6 +113,21 @@ def _list_tools(as_json: bool) -> int:
         width = max(len(t.name) for t in TOOLS)
         for t in TOOLS:
             sys.stdout.write(f"{t.name.ljust(width)}  {t.title}\n")
+    return EXIT_OK
+
+
+def _schemas(write: bool) -> int:
+    """Developer command: the manifest the MCP server publishes must equal the models' schemas."""
+    from skill_server.tools import build_schema_manifest, schema_manifest, write_schema_manifest
+
+    if write:
+        sys.stdout.write(f"wrote {write_schema_manifest()}\n")
+        return EXIT_OK
+    stale = sorted(name for name, schemas in build_schema_manifest().items() if schema_manifest().get(name) != schemas)
+    if stale:
+        sys.stderr.write(f"tool_schemas.json is stale for: {', '.join(stale)}; run python -m skill_server schemas --write\n")
+        return EXIT_TOOL_ERROR
+    sys.stdout.write("tool_schemas.json is up to date\n")
     return EXIT_OK
 
 
@@ -127,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
                           getattr(args, "port", 8765))
         if args.command == "tools":
             return _list_tools(args.json)
+        if args.command == "schemas":
+            return _schemas(args.write)
         return _call(args.tool, args.json_args, args.pairs)
     except _UsageError as exc:
         sys.stderr.write(f"usage error: {_one_line(str(exc))} (see python -m skill_server --help)\n")

@@ -8,6 +8,8 @@ from pathlib import Path
 
 from skill_server.errors import ToolFailure
 
+DEFAULT_MODE = 0o644
+
 
 def write_text_atomic(path: str | Path, text: str, overwrite: bool = False, *, field: str | None = None) -> Path:
     """Write ``text`` to ``path`` so readers see either nothing/the old file or the whole new file.
@@ -25,6 +27,8 @@ def write_text_atomic(path: str | Path, text: str, overwrite: bool = False, *, f
     fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     tmp = Path(tmp_name)
     try:
+        # mkstemp creates 0600; give the file the mode it would have had (or keep the replaced file's)
+        os.chmod(tmp, target.stat().st_mode & 0o7777 if target.exists() else DEFAULT_MODE)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-from typing import Annotated, Any
+from typing import Any
 
 import anyio
 import anyio.from_thread
@@ -20,11 +20,10 @@ import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.types import ToolAnnotations
-from pydantic import WithJsonSchema
 
 from skill_server import __version__
 from skill_server.errors import SkillError
-from skill_server.tools import TOOLS, ToolSpec
+from skill_server.tools import TOOLS, ToolSpec, schema_manifest
 
 log = logging.getLogger("skill_server.mcp")
 
@@ -36,43 +35,23 @@ INSTRUCTIONS = (
 )
 
 
-def _inline_refs(node: Any, defs: dict[str, Any]) -> Any:
-    """Replace ``$ref`` pointers into ``$defs`` so each property schema stands alone."""
-    if isinstance(node, dict):
-        ref = node.get("$ref")
-        if isinstance(ref, str) and ref.startswith("#/$defs/"):
-            target = dict(defs[ref.rsplit("/", 1)[1]])
-            target.update({k: v for k, v in node.items() if k != "$ref"})
-            return _inline_refs(target, defs)
-        return {k: _inline_refs(v, defs) for k, v in node.items()}
-    if isinstance(node, list):
-        return [_inline_refs(v, defs) for v in node]
-    return node
+def _flat_parameters(spec: ToolSpec, input_schema: dict[str, Any]) -> list[inspect.Parameter]:
+    """One keyword parameter per input property, accepting anything at the SDK layer.
 
-
-def _flat_parameters(spec: ToolSpec) -> list[inspect.Parameter]:
-    """One keyword parameter per input field, publishing the field's own JSON schema.
-
-    The parameters accept any value at the SDK layer (``Any`` with the schema attached), so that
-    validation happens once, in the tool's input model, with the same one-line messages as the CLI.
-    Optional parameters default to None, which the handler treats as "not given".
+    Validation happens once, in the tool's input model, with the same one-line messages as the CLI;
+    the published schema is the model's own (from the manifest). Absent arguments arrive as None,
+    which the handler treats as "not given".
     """
-    schema = spec.input_model.model_json_schema()
-    defs = schema.get("$defs", {})
-    properties = schema.get("properties", {})
-    parameters = []
-    for name, field in spec.input_model.model_fields.items():
-        prop = _inline_refs(properties.get(name, {}), defs)
-        annotation: Any = Annotated[Any, WithJsonSchema(prop)]
-        default = inspect.Parameter.empty if field.is_required() else None
-        parameters.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation))
-    return parameters
+    return [
+        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Any)
+        for name in input_schema.get("properties", {})
+    ]
 
 
-def _handler_for(spec: ToolSpec) -> Any:
-    """Build ``async def <tool>(*, <flat fields>, ctx: Context) -> Output`` for one table entry."""
+def _handler_for(spec: ToolSpec, input_schema: dict[str, Any]) -> Any:
+    """Build ``async def <tool>(*, <flat fields>, ctx: Context) -> dict`` for one table entry."""
 
-    async def handler(ctx: Context, **arguments: Any) -> Any:
+    async def handler(ctx: Context, **arguments: Any) -> dict[str, Any]:
         progress = None
         if spec.reports_progress:
 
@@ -84,17 +63,18 @@ def _handler_for(spec: ToolSpec) -> Any:
 
         given = {name: value for name, value in arguments.items() if value is not None}
         try:
-            return await anyio.to_thread.run_sync(functools.partial(spec.invoke, given, progress))
+            result = await anyio.to_thread.run_sync(functools.partial(spec.invoke, given, progress))
         except SkillError as exc:
             raise ToolError(str(exc)) from None
         except Exception as exc:  # an unexpected bug: say what it was instead of a generic failure
             log.exception("tool %s failed", spec.name)
             raise ToolError(f"internal error: {type(exc).__name__}: {exc}") from None
+        return result.model_dump(mode="json")
 
-    parameters = _flat_parameters(spec)
+    parameters = _flat_parameters(spec, input_schema)
     parameters.append(inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context))
-    handler.__signature__ = inspect.Signature(parameters, return_annotation=spec.output_model)  # type: ignore[attr-defined]
-    handler.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": spec.output_model}
+    handler.__signature__ = inspect.Signature(parameters, return_annotation=dict[str, Any])  # type: ignore[attr-defined]
+    handler.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": dict[str, Any]}
     handler.__name__ = spec.name
     handler.__qualname__ = spec.name
     handler.__doc__ = spec.description
@@ -104,9 +84,11 @@ def _handler_for(spec: ToolSpec) -> Any:
 def build_server() -> MCPServer:
     """The MCP server with every tool of the table registered."""
     server = MCPServer(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS)
+    manifest = schema_manifest()
     for spec in TOOLS:
+        schemas = manifest[spec.name]
         server.add_tool(
-            _handler_for(spec),
+            _handler_for(spec, schemas["input"]),
             name=spec.name,
             title=spec.title,
             description=spec.description,
@@ -119,7 +101,21 @@ def build_server() -> MCPServer:
             ),
             structured_output=True,
         )
+        _publish_schemas(server, spec.name, schemas)
     return server
+
+
+def _publish_schemas(server: MCPServer, name: str, schemas: dict[str, Any]) -> None:
+    """Advertise the models' own schemas (from the manifest) instead of the permissive SDK-side ones.
+
+    The handler returns ``model.model_dump(mode="json")``, validated by the SDK as a plain mapping,
+    while clients see the output model's schema. ``FuncMetadata`` reads these fields live.
+    """
+    tool = server._tool_manager.get_tool(name)  # the SDK has no public setter for a tool's schemas
+    if tool is None:  # pragma: no cover - registered just above
+        raise RuntimeError(f"tool {name} was not registered")
+    tool.parameters = schemas["input"]
+    tool.fn_metadata.output_schema = schemas["output"]
 
 
 def serve(transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765) -> int:

@@ -2,20 +2,42 @@
 
 A tool is a plain function ``run(input_model, progress=None) -> output_model``. Its input model
 validates arguments (and names bad fields), its output model is the MCP output schema, and its hints
-are what the MCP annotations advertise. Adding a tool means adding one ``ToolSpec`` here.
+are what the MCP annotations advertise. Adding a tool means adding one ``ToolSpec`` here, then
+refreshing the schema manifest (``python -m skill_server schemas --write``).
+
+Models and functions are named as ``"module:attribute"`` and imported on first use, so listing the
+tools or calling one imports only that tool's module: the CLI answers fast and the MCP server starts
+about as fast as an empty one (its schemas come from ``tool_schemas.json``, checked by a test).
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from skill_server import cap, overlay
 from skill_server.errors import ToolInputError
 from skill_server.models import Progress, describe_validation_error
+
+SCHEMA_MANIFEST = Path(__file__).with_name("tool_schemas.json")
+
+Ref = Any  # "module:attribute", or the object itself
+
+
+@functools.lru_cache(maxsize=None)
+def _import_ref(ref: str) -> Any:
+    module, _, attribute = ref.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def _resolve(ref: Ref) -> Any:
+    return _import_ref(ref) if isinstance(ref, str) else ref
 
 
 @dataclass(frozen=True)
@@ -23,21 +45,36 @@ class ToolSpec:
     name: str
     title: str
     description: str
-    input_model: type[BaseModel]
-    output_model: type[BaseModel]
-    run: Callable[..., BaseModel]
+    input_model: Ref
+    output_model: Ref
+    run: Ref
     read_only: bool
     destructive: bool = False
     idempotent: bool = True
     open_world: bool = False
     reports_progress: bool = False
 
+    @property
+    def input_type(self) -> type[BaseModel]:
+        """The input model class (imported on first use)."""
+        return _resolve(self.input_model)
+
+    @property
+    def output_type(self) -> type[BaseModel]:
+        """The output model class (imported on first use)."""
+        return _resolve(self.output_model)
+
+    @property
+    def function(self) -> Callable[..., BaseModel]:
+        """The tool function (imported on first use)."""
+        return _resolve(self.run)
+
     def validate(self, arguments: dict[str, Any]) -> BaseModel:
         """Validate raw arguments into the input model, or raise ``ToolInputError`` naming the field."""
         if not isinstance(arguments, dict):
             raise ToolInputError(f"arguments must be a JSON object, got {type(arguments).__name__}")
         try:
-            return self.input_model.model_validate(arguments)
+            return self.input_type.model_validate(arguments)
         except ValidationError as exc:
             raise describe_validation_error(exc) from None
 
@@ -45,8 +82,8 @@ class ToolSpec:
         """Validate and run; the single code path shared by both front ends."""
         model = self.validate(arguments)
         if self.reports_progress:
-            return self.run(model, progress=progress)
-        return self.run(model)
+            return self.function(model, progress=progress)
+        return self.function(model)
 
 
 TOOLS: tuple[ToolSpec, ...] = (
@@ -59,10 +96,29 @@ TOOLS: tuple[ToolSpec, ...] = (
             "further bounded by what the clients together run. Says which bound binds and which knob lifts it. "
             "Adding clients never raises it."
         ),
-        input_model=cap.EpisodeCapInput,
-        output_model=cap.EpisodeCapResult,
-        run=cap.compute_episode_cap,
+        input_model="skill_server.cap:EpisodeCapInput",
+        output_model="skill_server.cap:EpisodeCapResult",
+        run="skill_server.cap:compute_episode_cap",
         read_only=True,
+    ),
+    ToolSpec(
+        name="swarm_status",
+        title="Live AgentJet swarm server status",
+        description=(
+            "Read one or more live AgentJet swarm servers (GET /get_engine_status and "
+            "/get_current_batch_rollout_pool_information) and explain overwatch's 'Running Episodes' gauge: "
+            "engine state, step, claimed episodes (what the gauge counts), completed episodes/tasks against their "
+            "targets, the stalest episodes against their discard timeout, the episode cap (from cap arguments or a "
+            "dumped config yaml) and plain-sentence diagnosis. watch_s samples the gauge for up to 50 s. "
+            "An unreachable or non-AgentJet server is reported as reachable=false with the reason."
+        ),
+        input_model="skill_server.swarm:SwarmStatusInput",
+        output_model="skill_server.swarm:SwarmStatusResult",
+        run="skill_server.swarm:swarm_status",
+        read_only=True,
+        idempotent=True,
+        open_world=True,
+        reports_progress=True,
     ),
     ToolSpec(
         name="build_config",
@@ -73,9 +129,9 @@ TOOLS: tuple[ToolSpec, ...] = (
             "YAML the engine runs, provenance for every value, AgentJet-style validation errors and warnings. "
             "Writes the YAML atomically when output_path is given (replaces a file only with overwrite=true)."
         ),
-        input_model=overlay.BuildConfigInput,
-        output_model=overlay.BuildConfigResult,
-        run=overlay.build_config,
+        input_model="skill_server.overlay:BuildConfigInput",
+        output_model="skill_server.overlay:BuildConfigResult",
+        run="skill_server.overlay:build_config",
         read_only=False,
         destructive=True,
         idempotent=True,
@@ -87,3 +143,25 @@ TOOLS_BY_NAME: dict[str, ToolSpec] = {spec.name: spec for spec in TOOLS}
 
 def get_tool(name: str) -> ToolSpec | None:
     return TOOLS_BY_NAME.get(name)
+
+
+def build_schema_manifest() -> dict[str, Any]:
+    """Input and output JSON schemas of every tool, computed from the models (imports them all)."""
+    return {
+        spec.name: {"input": spec.input_type.model_json_schema(), "output": spec.output_type.model_json_schema()}
+        for spec in TOOLS
+    }
+
+
+@functools.lru_cache(maxsize=1)
+def schema_manifest() -> dict[str, Any]:
+    """The committed manifest (fast to read); ``tests/test_tool_table.py`` keeps it equal to the models."""
+    with SCHEMA_MANIFEST.open(encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def write_schema_manifest() -> Path:
+    from skill_server.fsutil import write_text_atomic
+
+    text = json.dumps(build_schema_manifest(), indent=1, sort_keys=True) + "\n"
+    return write_text_atomic(SCHEMA_MANIFEST, text, overwrite=True)

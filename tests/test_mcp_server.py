@@ -26,7 +26,8 @@ async def test_stdio_lists_tools_with_schemas_and_annotations():
         tool = tools[spec.name]
         assert tool.output_schema and tool.output_schema.get("type") == "object"
         # flat top-level arguments, exactly the input model's fields
-        assert set(tool.input_schema["properties"]) == set(spec.input_model.model_fields)
+        assert set(tool.input_schema["properties"]) == set(spec.input_type.model_fields)
+        assert tool.output_schema == spec.output_type.model_json_schema()
         ann = tool.annotations
         assert (ann.read_only_hint, ann.destructive_hint, ann.idempotent_hint, ann.open_world_hint) == (
             spec.read_only, spec.destructive, spec.idempotent, spec.open_world)
