@@ -596,8 +596,8 @@ def diagnose(s: ServerStatus, cfg: CapConfig | None) -> list[str]:
         count = f"{running} running episodes" if running is not None else "no running episodes"
         zero = "zero is expected" if state != "ENGINE.ROLLING_POST" else "the gauge falls toward zero"
         out.append(f"The engine is {state}, not ROLLING: {_NOT_ROLLING_WHY[state]}. {count.capitalize()}; {zero}.")
-        if state == "ENGINE.OFFLINE" and s.global_step == 0 and s.engine_status_detail:
-            out.append(f"Engine detail: {s.engine_status_detail}")
+        if s.engine_status_detail:
+            out.append(f"The server's status detail: {s.engine_status_detail}")
     if running is None:
         if s.reachable and ROUTE_POOL in s.field_errors:
             out.append("The running-episode count is unknown because the rollout pool information could not be read.")
@@ -630,8 +630,8 @@ def diagnose(s: ServerStatus, cfg: CapConfig | None) -> list[str]:
     elif running is not None and rolling and cap is None:
         out.append(f"{running} episodes are claimed (overwatch's gauge). Give max_env_worker (with num_repeat and "
                    "train_batch_size) or yaml to relate it to the episode cap.")
-    if cap is not None and cfg is not None:
-        out.extend(_config_mismatch(s, cfg))
+    if cfg is not None:
+        out.extend(_config_mismatch(s, cfg, cap is not None))
     if s.episodes_near_timeout:
         stale = s.stalest_episodes[0] if s.stalest_episodes else None
         example = ""
@@ -662,7 +662,7 @@ def _lifting_advice(cap: EpisodeCapResult, binding: list[str]) -> list[str]:
     return picked
 
 
-def _config_mismatch(s: ServerStatus, cfg: CapConfig) -> list[str]:
+def _config_mismatch(s: ServerStatus, cfg: CapConfig, have_cap: bool) -> list[str]:
     out = []
     if cfg.num_repeat and s.task_expected_num_repeat and cfg.num_repeat != s.task_expected_num_repeat:
         out.append(f"num_repeat is {cfg.num_repeat} in the given config but the engine expects "
@@ -677,7 +677,7 @@ def _config_mismatch(s: ServerStatus, cfg: CapConfig) -> list[str]:
     filled = [name for name, mine, theirs in (
         ("num_repeat", cfg.num_repeat, s.task_expected_num_repeat),
         ("train_batch_size", cfg.train_batch_size, s.completed_task_target)) if not mine and theirs]
-    if filled:
+    if filled and have_cap:
         out.append(f"{' and '.join(filled)} for the cap came from the server's published targets.")
     return out
 

@@ -84,10 +84,12 @@ def test_far_below_cap_blames_the_clients(standin):
 
 def test_engine_not_rolling_expects_zero(standin):
     standin.state.engine_status = "ENGINE.WEIGHT_SYNCING"
+    standin.state.engine_status_detail = "syncing step 3 weights"
     r = status(url=standin.url, max_env_worker=128, num_repeat=4)
     assert r.running_episodes == 0
     assert any("ENGINE.WEIGHT_SYNCING, not ROLLING" in d and "zero is expected" in d for d in r.diagnosis)
     assert not any("far below" in d for d in r.diagnosis)
+    assert "The server's status detail: syncing step 3 weights" in r.diagnosis
 
 
 def test_episodes_near_discard_timeout(standin):
@@ -224,6 +226,9 @@ def test_yaml_without_max_env_worker_reports_why_no_cap(standin, tmp_path):
     path.write_text("ajet: {rollout: {num_repeat: 4}}\n")
     r = status(url=standin.url, yaml=str(path))
     assert r.episode_cap is None and "max_env_worker" in r.field_errors["episode_cap"]
+    path.write_text("ajet: {swarm_mode_sample_collection_method: rollout_until_any_client_agree_sync_weight}\n")
+    r = status(url=standin.url, yaml=str(path))
+    assert any("config says rollout_until_any_client_agree_sync_weight" in d for d in r.diagnosis)
 
 
 # --------------------------------------------------------------------------- failure modes
