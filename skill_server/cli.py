@@ -33,6 +33,8 @@ def _build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     serve.add_argument("--host", default="127.0.0.1")
     serve.add_argument("--port", type=int, default=8765)
+    serve.add_argument("--allowed-host", action="append", default=[], metavar="HOST",
+                       help="extra Host header value accepted over HTTP (DNS-rebinding protection); repeatable")
 
     tools = sub.add_parser("tools", help="list the tools")
     tools.add_argument("--json", action="store_true", help="print a JSON list")
@@ -131,11 +133,11 @@ def _schemas(write: bool) -> int:
     return EXIT_OK
 
 
-def _serve(transport: str, host: str, port: int) -> int:
+def _serve(transport: str, host: str, port: int, allowed_hosts: list[str]) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from skill_server.mcp_app import serve  # the only path that imports the MCP SDK
 
-    return serve(transport=transport, host=host, port=port)
+    return serve(transport=transport, host=host, port=port, allowed_hosts=allowed_hosts)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -144,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
         args = _build_parser().parse_args(args_list)
         if args.command in (None, "serve"):
             return _serve(getattr(args, "transport", "stdio"), getattr(args, "host", "127.0.0.1"),
-                          getattr(args, "port", 8765))
+                          getattr(args, "port", 8765), getattr(args, "allowed_host", []))
         if args.command == "tools":
             return _list_tools(args.json)
         if args.command == "schemas":

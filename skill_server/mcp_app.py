@@ -10,8 +10,15 @@ notifications. This module is the only one that imports the MCP SDK.
 from __future__ import annotations
 
 import functools
+import hmac
 import inspect
+import json
 import logging
+import os
+import re
+import secrets
+import sys
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -102,6 +109,7 @@ def build_server() -> MCPServer:
             structured_output=True,
         )
         _publish_schemas(server, spec.name, schemas)
+    _register_resources_and_prompts(server)
     return server
 
 
@@ -118,10 +126,161 @@ def _publish_schemas(server: MCPServer, name: str, schemas: dict[str, Any]) -> N
     tool.fn_metadata.output_schema = schemas["output"]
 
 
-def serve(transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765) -> int:
-    """Run the server until the client disconnects."""
+# --- resources and prompts ---------------------------------------------------------------------
+
+REFERENCE_DIRS = (
+    Path(__file__).resolve().parent / "references",  # a symlink in a checkout; real files in an installed wheel
+    Path(__file__).resolve().parents[1] / "references",  # the skill folder / checkout
+)
+_REFERENCE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+
+
+def reference_dir() -> Path | None:
+    return next((d for d in REFERENCE_DIRS if d.is_dir()), None)
+
+
+def list_references() -> list[str]:
+    directory = reference_dir()
+    return sorted(p.stem for p in directory.glob("*.md")) if directory else []
+
+
+def read_reference(name: str) -> str:
+    """One reference page by name (``episode-cap``, ``overlay-config``, ...)."""
+    name = name.removesuffix(".md")
+    directory = reference_dir()
+    if not _REFERENCE_NAME.match(name) or directory is None or not (directory / f"{name}.md").is_file():
+        raise ValueError(f"no reference page {name!r}; available: {', '.join(list_references()) or 'none'}")
+    return (directory / f"{name}.md").read_text(encoding="utf-8")
+
+
+def overrides_json() -> str:
+    """AgentJetJob's kwarg -> YAML key table (the detected install's, else the bundled one) as JSON."""
+    from skill_server.agentjet.knowledge import overrides_for
+    from skill_server.agentjet.locate import locate_agentjet
+
+    try:
+        install = locate_agentjet(None)
+    except SkillError:
+        install = None
+    table, warnings = overrides_for(install)
+    return json.dumps({
+        "source": table.source,
+        "agentjet_root": str(install.root) if install else None,
+        "control_kwargs": list(table.control_kwargs),
+        "rows": [{"kwarg": kwarg, "key": key} for kwarg, key in table.rows],
+        "warnings": warnings,
+    }, indent=1)
+
+
+RUN_BLUEPRINT = """Run the AgentJet experiment described by the blueprint {blueprint}.
+1. blueprint(action="validate", path=...) and fix every problem it reports before launching.
+2. check_config on the client script / YAML it names; fix errors (warnings: say why you keep them).
+3. launch_experiment(blueprint=...) returns at once with an id, the log path and the attach command.
+4. wait_experiment(id, until="first_step"): the first step (a kl_loss value) must appear within the
+   blueprint's first-step deadline (20 min by default). Then wait_experiment(id) repeatedly, sleeping as
+   long as each result's next_wait_s says (30 s, 1, 2, 4, 8, 16 min); never poll in a tight loop.
+5. On an error signature, read its hint, fix the cause, record the attempt in the result directory, relaunch.
+6. When the run ends (or plateaus late in training), collect_results(id): it writes results.md and finish.flag.
+"""
+
+EXPLAIN_GAUGE = """Explain why overwatch's "Running Episodes" gauge sits where it does for the swarm server at {url}.
+1. swarm_status(url=..., yaml=<the dumped config the engine runs, if known>) for the live numbers; add
+   watch_s=30 to see the gauge move.
+2. episode_cap with the ENGINE's max_env_worker, num_repeat and train_batch_size (and each client's
+   concurrency as client_parallelism) for the exact ceiling and the bound that binds.
+3. Say which knob lifts it. More clients or a larger client-side max_env_worker never raise the engine cap;
+   the engine's config changes only after a restart of the engine.
+"""
+
+
+def _register_resources_and_prompts(server: MCPServer) -> None:
+    @server.resource("agentjet://reference/{name}", name="reference", mime_type="text/markdown",
+                     description="A reference page of this skill: " + ", ".join(list_references()))
+    def reference(name: str) -> str:
+        return read_reference(name)
+
+    @server.resource("agentjet://overrides", name="overrides", mime_type="application/json",
+                     description="AgentJetJob kwarg -> YAML key overrides table (detected install or bundled).")
+    def overrides() -> str:
+        return overrides_json()
+
+    @server.prompt(name="run-blueprint", description="Run an AgentJet experiment blueprint end to end.")
+    def run_blueprint(blueprint: str) -> str:
+        return RUN_BLUEPRINT.format(blueprint=blueprint)
+
+    @server.prompt(name="explain-gauge", description="Explain the overwatch Running Episodes gauge of a swarm server.")
+    def explain_gauge(url: str = "http://localhost:10086") -> str:
+        return EXPLAIN_GAUGE.format(url=url)
+
+
+# --- transports ---------------------------------------------------------------------------------
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request must carry ``Authorization: Bearer <token>``, else 401."""
+
+    def __init__(self, app: Any, token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope.get("type") == "http":
+            given = dict(scope.get("headers") or []).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.expected):
+                body = b'{"error": "unauthorized: send Authorization: Bearer <SKILL_SERVER_TOKEN>"}'
+                await send({"type": "http.response.start", "status": 401, "headers": [
+                    (b"content-type", b"application/json"), (b"www-authenticate", b'Bearer realm="skill_server"'),
+                    (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def http_app(server: MCPServer, *, host: str, token: str, allowed_hosts: list[str] | None = None) -> Any:
+    """The streamable-HTTP app behind bearer auth, with DNS-rebinding protection on."""
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+    if host not in LOOPBACK:
+        hosts.append(f"{host}:*")
+    hosts.extend(f"{h}:*" if ":" not in h else h for h in (allowed_hosts or []))
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=True,
+        allowed_hosts=hosts,
+        allowed_origins=[f"http://{h}" for h in hosts] + [f"https://{h}" for h in hosts],
+    )
+    return BearerAuth(server.streamable_http_app(transport_security=security, host=host), token)
+
+
+def resolve_token(host: str) -> tuple[str, bool]:
+    """The bearer token from ``SKILL_SERVER_TOKEN``, else a generated one (loopback binds only)."""
+    token = os.environ.get("SKILL_SERVER_TOKEN", "").strip()
+    if token:
+        return token, False
+    if host not in LOOPBACK:
+        raise SystemExit(
+            f"refusing to bind {host} without a token: set SKILL_SERVER_TOKEN (a generated token is only "
+            "allowed on a loopback address)"
+        )
+    return secrets.token_urlsafe(32), True
+
+
+def serve(transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
+          allowed_hosts: list[str] | None = None) -> int:
+    """Run the server until the client disconnects (stdio) or the process is interrupted (http)."""
     server = build_server()
     if transport == "stdio":
         server.run()
         return 0
-    raise SystemExit(f"transport {transport!r} is not available yet")
+    import uvicorn
+
+    token, generated = resolve_token(host)
+    if generated:
+        sys.stderr.write(f"skill_server: bearer token for this run (set SKILL_SERVER_TOKEN to choose one): {token}\n")
+    sys.stderr.write(f"skill_server: streamable HTTP on http://{host}:{port}/mcp\n")
+    sys.stderr.flush()
+    app = http_app(server, host=host, token=token, allowed_hosts=allowed_hosts)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+    return 0

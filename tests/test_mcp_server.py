@@ -73,3 +73,28 @@ def test_cli_path_never_imports_mcp():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env())
     assert proc.stderr.strip() == "(0, 0, [])", proc.stderr
+
+
+async def test_resources_and_prompts():
+    async with Client(build_server()) as client:
+        templates = [t.uri_template for t in (await client.list_resource_templates()).resource_templates]
+        assert "agentjet://reference/{name}" in templates
+        page = await client.read_resource("agentjet://reference/episode-cap")
+        assert "ceil(max_env_worker / num_repeat)" in page.contents[0].text
+        table = await client.read_resource("agentjet://overrides")
+        import json
+
+        data = json.loads(table.contents[0].text)
+        assert len(data["rows"]) == 39 and data["source"] == "bundled"
+        prompts = {p.name for p in (await client.list_prompts()).prompts}
+        assert {"run-blueprint", "explain-gauge"} <= prompts
+        got = await client.get_prompt("explain-gauge", {"url": "http://gpu-head:10086"})
+        assert "http://gpu-head:10086" in got.messages[0].content.text
+
+
+def test_reference_pages_document_the_real_table():
+    from skill_server.agentjet.knowledge import bundled_overrides
+
+    text = (REPO / "references" / "overlay-config.md").read_text()
+    for kwarg, key in bundled_overrides().rows:
+        assert f"| {kwarg} | {key} |" in text
