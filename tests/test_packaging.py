@@ -190,3 +190,31 @@ async def test_committed_mcp_json_starts_the_server():
     params = StdioServerParameters(command=sys.executable, args=config["args"], env=env, cwd=str(REPO))
     async with Client(params) as client:
         assert "episode_cap" in {t.name for t in (await client.list_tools()).tools}
+
+
+def test_wheel_carries_data_and_works_outside_the_checkout(tmp_path):
+    """`pip install .` users get the snapshot, the schema manifest and the reference pages."""
+    import zipfile
+
+    wheels = tmp_path / "wheels"
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
+                           "-w", str(wheels), str(export_checkout(tmp_path / "src"))],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (wheel,) = wheels.glob("*.whl")
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        archive.extractall(site)
+    for rel in ("skill_server/agentjet/snapshot.json", "skill_server/tool_schemas.json",
+                "skill_server/references/episode-cap.md", "skill_server/references/overlay-config.md"):
+        assert rel in names, rel
+    assert not any(n.startswith("tests/") for n in names)
+    env = {k: v for k, v in cli_env().items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(site)}
+    code = ("from skill_server.mcp_app import read_reference, list_references; "
+            "import skill_server; print(skill_server.__file__); print(len(read_reference('episode-cap'))); "
+            "print(','.join(list_references()))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    origin, size, pages = out.stdout.split()
+    assert origin.startswith(str(site)) and int(size) > 1000 and "overlay-config" in pages.split(",")
