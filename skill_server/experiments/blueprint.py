@@ -1,0 +1,279 @@
+"""Blueprint markdown: parse (tolerant of formatting), validate, and render from fields.
+
+A blueprint is the experiment card AgentJet's research skills write before running anything: sections
+``[exp_purpose]``, ``[exp_codebase_dir]``, ``[exp_venv_exe]``, ``[exp_yaml_path]``,
+``[exp_launch_command]``, ``[exp_result_dir]``, ``[exp_max_time]`` plus free notes. A section header may
+be ``[exp_x]``, ``## [exp_x]``, ``**[exp_x]**``, ``- [exp_x]: value`` or ``exp_x:``; its value is a
+``content:`` bullet when there is one, else the text that is not a ``description:``/``hint:``/
+``warning:`` bullet. Validation only reads text and checks paths; it never runs anything.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from skill_server.errors import ToolInputError
+
+MAX_BLUEPRINT_BYTES = 256 * 1024
+
+SECTIONS = (
+    "exp_purpose", "exp_codebase_dir", "exp_venv_exe", "exp_yaml_path", "exp_launch_command", "exp_result_dir",
+    "exp_max_time",
+)
+PATH_SECTIONS = ("exp_codebase_dir", "exp_venv_exe", "exp_yaml_path", "exp_result_dir")
+DEFAULT_MAX_TIME = "24 hours"
+DEFAULT_FIRST_STEP = "20 min"
+DEFAULT_RESULT_DIR = "./auto_agent/exp_results/"
+DEFAULT_MAX_TIME_S = 24 * 3600
+DEFAULT_FIRST_STEP_S = 20 * 60
+
+_HEADER = re.compile(
+    r"^\s*(?:#{1,6}\s*)?(?:[-*+]\s+)?(?:\*\*|__)?\s*\[?\s*(exp_[a-z_]+)\s*\]?\s*(?:\*\*|__)?\s*[:：]?\s*(.*?)\s*$",
+    re.IGNORECASE,
+)
+_LABELLED = re.compile(r"^\s*(?:[-*+]\s+)?(?:\*\*|__)?(description|hint|content|warning|note|value)(?:\*\*|__)?"
+                       r"\s*[:：]\s*(.*)$", re.IGNORECASE)
+_FENCE = re.compile(r"^\s*(```|~~~)")
+_OTHER_HEADING = re.compile(r"^\s*(?:#{1,6}\s|\[[^\]]+\]\s*$|(?:\*\*|__)\[[^\]]+\](?:\*\*|__)\s*$)")
+
+_UNITS = {
+    "s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1,
+    "m": 60, "min": 60, "mins": 60, "minute": 60, "minutes": 60,
+    "h": 3600, "hr": 3600, "hrs": 3600, "hour": 3600, "hours": 3600,
+    "d": 86400, "day": 86400, "days": 86400,
+    "小时": 3600, "分钟": 60, "秒": 1, "天": 86400,
+}
+_DURATION = re.compile(
+    r"(\d+(?:\.\d+)?)\s*(seconds?|secs?|s|minutes?|mins?|m|hours?|hrs?|hr|h|days?|d|小时|分钟|秒|天)(?![A-Za-z])",
+    re.IGNORECASE,
+)
+
+
+def parse_duration(text: str) -> float | None:
+    """Seconds in '24 hours', '90 min', '1.5h', '2h30m', '1 day'; None when no unit-bearing number is found."""
+    matches = list(_DURATION.finditer(text))
+    if not matches:
+        return None
+    total = 0.0
+    # Adjacent parts such as "2h30m" or "1 h 30 min" add up; stop at the first gap with other words.
+    prev_end = None
+    for match in matches:
+        if prev_end is not None and text[prev_end:match.start()].strip(" ,and") != "":
+            break
+        total += float(match.group(1)) * _UNITS[match.group(2).lower()]
+        prev_end = match.end()
+    return total if total > 0 else None
+
+
+def parse_max_time(text: str) -> tuple[float | None, float | None]:
+    """(max_time_s, first_step_s) from the [exp_max_time] text: a clause mentioning 'first' sets the second."""
+    max_time = first_step = None
+    clauses = re.split(r"[;\n。；]|,(?!\d)", text)
+    for clause in clauses:
+        seconds = parse_duration(clause)
+        if seconds is None:
+            continue
+        if re.search(r"first|首", clause, re.IGNORECASE):
+            if first_step is None:
+                first_step = seconds
+        elif max_time is None:
+            max_time = seconds
+    return max_time, first_step
+
+
+@dataclass
+class Problem:
+    field: str
+    severity: str  # "error" | "warning"
+    message: str
+
+
+@dataclass
+class Parsed:
+    values: dict[str, str]
+    notes: str
+    problems: list[Problem] = field(default_factory=list)
+
+
+def _strip_inline(text: str) -> str:
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "`'\"":
+        text = text[1:-1].strip()
+    return text.strip("`").strip()
+
+
+def _section_value(lines: list[str], name: str) -> str:
+    content: list[str] = []
+    plain: list[str] = []
+    in_content = False
+    for raw in lines:
+        if _FENCE.match(raw):
+            continue
+        labelled = _LABELLED.match(raw)
+        if labelled:
+            label = labelled.group(1).lower()
+            in_content = label in ("content", "value")
+            if in_content and labelled.group(2).strip():
+                content.append(labelled.group(2))
+            continue
+        stripped = raw.strip()
+        if not stripped:
+            continue
+        (content if in_content else plain).append(re.sub(r"^[-*+]\s+", "", stripped))
+    chosen = content or plain
+    if not chosen:
+        return ""
+    if name in ("exp_purpose",):
+        return "\n".join(_strip_inline(x) for x in chosen).strip()
+    if name == "exp_launch_command":
+        parts = [_strip_inline(x).removesuffix("\\").strip() for x in chosen]
+        return " ".join(p for p in parts if p)
+    if name == "exp_max_time":
+        return "; ".join(_strip_inline(x) for x in chosen)
+    return _strip_inline(chosen[0])
+
+
+def parse(text: str) -> Parsed:
+    """Split blueprint text into known sections (values) and everything else (notes)."""
+    bodies: dict[str, list[str]] = {}
+    notes: list[str] = []
+    current: str | None = None
+    in_fence = False
+    for line in text.splitlines():
+        if _FENCE.match(line):
+            in_fence = not in_fence
+            if current:
+                bodies[current].append(line)
+            else:
+                notes.append(line)
+            continue
+        header = None if in_fence else _HEADER.match(line)
+        if header and header.group(1).lower() in SECTIONS:
+            current = header.group(1).lower()
+            bodies.setdefault(current, [])
+            if header.group(2):
+                bodies[current].append(header.group(2))
+            continue
+        if not in_fence and _OTHER_HEADING.match(line):
+            current = None  # another heading or an unknown [section] starts the free notes
+        if current:
+            bodies[current].append(line)
+        else:
+            notes.append(line)
+    values = {name: _section_value(body, name) for name, body in bodies.items()}
+    return Parsed(values=values, notes="\n".join(notes).strip())
+
+
+@dataclass
+class Validated:
+    values: dict[str, str]
+    resolved: dict[str, str]
+    max_time_s: float | None
+    first_step_timeout_s: float | None
+    notes: str
+    problems: list[Problem]
+
+    @property
+    def ok(self) -> bool:
+        return not any(p.severity == "error" for p in self.problems)
+
+
+def validate_text(text: str, base_dir: Path) -> Validated:
+    parsed = parse(text)
+    values = parsed.values
+    problems: list[Problem] = []
+    for name in SECTIONS:
+        if name not in values:
+            problems.append(Problem(name, "error", f"section [{name}] is missing"))
+        elif not values[name]:
+            problems.append(Problem(name, "error", f"section [{name}] is empty"))
+        elif values[name].upper().startswith("TODO"):
+            problems.append(Problem(name, "error", f"section [{name}] is not filled in ({values[name]!r})"))
+            values[name] = ""
+    resolved: dict[str, str] = {}
+    codebase = values.get("exp_codebase_dir") or ""
+    code_dir = Path(codebase).expanduser() if codebase else base_dir
+    if codebase and not code_dir.is_absolute():
+        problems.append(Problem("exp_codebase_dir", "warning",
+                                f"relative path {codebase!r}; resolved against the blueprint's directory"))
+        code_dir = base_dir / code_dir
+    code_dir = Path(_normalise(code_dir))
+    for name in PATH_SECTIONS:
+        raw = values.get(name) or ""
+        if not raw:
+            continue
+        if name == "exp_codebase_dir":
+            path = code_dir
+        else:
+            path = Path(raw).expanduser()
+            if not path.is_absolute():
+                problems.append(Problem(name, "warning", f"relative path {raw!r}; resolved against exp_codebase_dir"))
+                path = Path(_normalise(code_dir / path))
+        resolved[name] = str(path)
+        if name == "exp_codebase_dir" and not path.is_dir():
+            problems.append(Problem(name, "error", f"directory does not exist: {path}"))
+        elif name == "exp_venv_exe" and not path.is_file():
+            problems.append(Problem(name, "error", f"interpreter does not exist: {path}"))
+        elif name == "exp_yaml_path" and not path.is_file():
+            problems.append(Problem(name, "error", f"YAML file does not exist (write it before launching): {path}"))
+        elif name == "exp_result_dir" and path.exists() and not path.is_dir():
+            problems.append(Problem(name, "error", f"exists but is not a directory: {path}"))
+    max_time_s = first_step_s = None
+    if values.get("exp_max_time"):
+        max_time_s, first_step_s = parse_max_time(values["exp_max_time"])
+        if max_time_s is None:
+            problems.append(Problem("exp_max_time", "error",
+                                    f"cannot read a duration from {values['exp_max_time']!r} "
+                                    "(write it like '24 hours', '90 min' or '1.5h')"))
+    return Validated(values, resolved, max_time_s, first_step_s, parsed.notes, problems)
+
+
+def _normalise(path: Path) -> str:
+    return os.path.normpath(str(path))
+
+
+def read_blueprint(path_text: str, field_name: str = "path") -> tuple[str, Path]:
+    path = Path(path_text).expanduser()
+    if not path.is_absolute():
+        raise ToolInputError(f"give an absolute path (got {path_text!r})", field=field_name)
+    try:
+        if not path.is_file():
+            raise ToolInputError(f"blueprint not found: {path}", field=field_name)
+        size = path.stat().st_size
+        if size > MAX_BLUEPRINT_BYTES:
+            raise ToolInputError(f"{path} is {size} bytes, over the {MAX_BLUEPRINT_BYTES // 1024} KiB limit",
+                                 field=field_name)
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise ToolInputError(f"cannot read {path}: {exc.strerror or exc}", field=field_name) from None
+    return text, path.parent
+
+
+def render(fields: dict[str, str | None]) -> str:
+    """A complete blueprint; missing values become TODO markers that ``validate`` reports."""
+
+    def value(name: str, default: str | None = None) -> str:
+        given = fields.get(name)
+        return given if given else (default if default is not None else f"TODO: fill in {name}")
+
+    max_time = value("exp_max_time", DEFAULT_MAX_TIME)
+    first_step = fields.get("first_step_timeout") or DEFAULT_FIRST_STEP
+    notes = fields.get("notes") or "- (free notes, todo list and a log of fix attempts go here)"
+    sections = [
+        ("exp_purpose", "What this experiment tries to find out, in one or two sentences.", value("exp_purpose")),
+        ("exp_codebase_dir", "Absolute path of the code base the command runs in.", value("exp_codebase_dir")),
+        ("exp_venv_exe", "Python interpreter of the virtual environment.", value("exp_venv_exe")),
+        ("exp_yaml_path", "Training YAML (written next to this blueprint before launching).", value("exp_yaml_path")),
+        ("exp_launch_command", "Command typed into the tmux session (one line).", value("exp_launch_command")),
+        ("exp_result_dir", "Where logs, results.md and finish.flag go.", value("exp_result_dir", DEFAULT_RESULT_DIR)),
+        ("exp_max_time", "Wall-clock budget per run, and the deadline for the first training step (a KL-loss "
+         "value in the log).", f"{max_time}; first step within {first_step}"),
+    ]
+    out = ["# Experiment blueprint", ""]
+    for name, description, content in sections:
+        out += [f"## [{name}]", f"- description: {description}", f"- content: {content}", ""]
+    out += ["## Notes", "", notes, ""]
+    return "\n".join(out)

@@ -1,0 +1,240 @@
+"""The one table of error signatures found in experiment logs, each with a one-line fix.
+
+Every row is data: a name, a regular expression (applied per line, multi-line mode, after ANSI colour
+codes are removed), a severity and a hint. ``severity="error"`` rows wake ``wait_experiment``;
+``"warning"`` rows are only counted. ``example`` is a realistic line the pattern must match (the tests
+check it) and ``source`` says where such a line comes from. ``references/error-signatures.md`` embeds
+``render_table()`` verbatim (a test keeps the two in sync); regenerate it with
+``python -m skill_server.experiments.signatures``.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from functools import cached_property
+
+
+@dataclass(frozen=True)
+class Signature:
+    name: str
+    title: str
+    pattern: str
+    severity: str  # "error" | "warning"
+    hint: str
+    example: str
+    source: str
+    flags: int = re.MULTILINE
+    #: Cheap pre-filter: the regex only runs on text that contains one of these substrings (empty: always).
+    needles: tuple[str, ...] = ()
+
+    @cached_property
+    def regex(self) -> re.Pattern[str]:
+        return re.compile(self.pattern, self.flags)
+
+
+# A Ray actor prefix such as "(TaskRunner pid=4821) " or "(TaskRunner pid=4821, ip=10.0.0.2) ".
+RAY_PREFIX = r"(?:\([^()\n]*\)\s*)?"
+
+SIGNATURES: tuple[Signature, ...] = (
+    Signature(
+        name="cuda_oom",
+        title="CUDA out of memory",
+        pattern=r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError",
+        severity="error",
+        hint="Training ran out of GPU memory: lower ajet.rollout.ppo_max_token_len_per_gpu or the response "
+        "lengths, raise ulysses/tensor parallelism, or lower gpu_memory_utilization to leave the actor room.",
+        example="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.3 GiB total)",
+        source="PyTorch",
+    ),
+    Signature(
+        name="vllm_wake_oom",
+        title="vLLM wake-up OOM (cumem_allocator)",
+        pattern=r"cumem_allocator(?:\.cpp)?",
+        severity="error",
+        hint="vLLM could not re-map its memory after a weight sync: lower ajet.rollout.gpu_memory_utilization "
+        "(for example 0.8 -> 0.6) and restart.",
+        example="RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:163",
+        source="vLLM sleep/wake-up",
+    ),
+    Signature(
+        name="nccl_error",
+        title="NCCL error or collective timeout",
+        pattern=r"NCCL error|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclRemoteError"
+        r"|Watchdog caught collective operation timeout|NCCL (?:communicator|operation).*[Tt]imed? ?out",
+        severity="error",
+        hint="A collective failed or timed out: first look for another rank's earlier error; then check that all "
+        "GPUs/nodes see each other (NCCL_SOCKET_IFNAME, firewall) and rerun with NCCL_DEBUG=INFO.",
+        example="[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE) ran "
+        "for 600000 milliseconds before timing out.",
+        source="torch.distributed / NCCL",
+    ),
+    Signature(
+        name="ray_start_failure",
+        title="Ray failed to start",
+        pattern=r"Failed to (?:start|connect to) (?:the )?(?:Ray|GCS)|RaySystemError|Could not (?:start|connect to) Ray"
+        r"|ray\.exceptions\.(?:RaySystemError|GetTimeoutError)|Failed to get the system config from raylet",
+        severity="error",
+        hint="Ray could not start or join: clear a stale cluster with `ray stop --force` (or launch with "
+        "--autokill), free ports 6379/8265, and check /tmp has space.",
+        example="RuntimeError: Failed to start the Ray head node: port 6379 is already in use",
+        source="Ray",
+    ),
+    Signature(
+        name="host_oom_killed",
+        title="Killed (host out of memory)",
+        pattern=r"^\s*Killed\s*$|line \d+:\s+\d+ Killed\b|Out of memory: Killed process|\boom-kill(?:er)?\b",
+        severity="error",
+        hint="The kernel OOM killer ended a process (host RAM, not GPU): lower max_env_worker, "
+        "num_fastapi_process or dataloader workers, or add RAM; `dmesg | tail` shows the victim.",
+        example="bash: line 1: 48213 Killed                  python -m ajet.launcher --conf exp.yaml",
+        source="shell / kernel",
+        needles=("Killed", "oom-kill"),
+    ),
+    Signature(
+        name="nan_loss",
+        title="NaN or inf loss",
+        pattern=r"\b(?:[\w/@.-]*loss[\w/@.-]*|[\w/]*grad_norm):\s*[-+]?(?:nan|inf)\b",
+        severity="error",
+        hint="A loss or gradient norm became NaN/inf: lower the learning rate, keep gradient clipping on, check "
+        "rewards for NaN, and resume from the last good checkpoint.",
+        example="(TaskRunner pid=4821) step:7 - actor/pg_loss:nan - actor/kl_loss:nan - actor/grad_norm:inf",
+        source="verl console metrics",
+        flags=re.MULTILINE | re.IGNORECASE,
+        needles=("nan", "NaN", "NAN", "inf", "Inf", "INF"),
+    ),
+    Signature(
+        name="python_exception",
+        title="Python traceback (uncaught exception)",
+        pattern=r"^" + RAY_PREFIX + r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::.*)?$",
+        severity="error",
+        hint="A Python exception ended (part of) the run: read the traceback just above this line in the log "
+        "and fix the code or config it names.",
+        example="(TaskRunner pid=4821) ValueError: train_batch_size must be positive",
+        source="Python",
+        needles=("Error", "Exception"),
+    ),
+    Signature(
+        name="rollout_thread_exception",
+        title="Rollout worker thread crashed",
+        pattern=r"One of the rollout threads has encountered an exception|encounter exception in env_worker_loop",
+        severity="error",
+        hint="An env worker loop raised: the traceback after this line names the workflow code; fix it and restart.",
+        example="One of the rollout threads has encountered an exception.",
+        source="AgentJet trainer rollout",
+    ),
+    Signature(
+        name="swarm_server_unreachable",
+        title="Swarm server unreachable",
+        pattern=r"Unable to connect to swarm server|Error getting engine status in poll loop|ENGINE\.CANNOT_CONNECT",
+        severity="warning",
+        hint="The client cannot reach the swarm server: start it (`ajet-swarm start --swarm-port 10086`), fix "
+        "AJET_SWARM_URL or the SSH port forward; start clients only after the server answers (wait_for_url).",
+        example="Unable to connect to swarm server.",
+        source="AgentJet swarm client",
+    ),
+    Signature(
+        name="engine_offline",
+        title="Engine went OFFLINE while a client waited",
+        pattern=r"Engine status is OFFLINE while waiting",
+        severity="error",
+        hint="The training engine died during boot or training: read the swarm server's log for its first error.",
+        example="SwarmServerOfflineError: Engine status is OFFLINE while waiting for ENGINE.ROLLING",
+        source="AgentJet swarm client",
+    ),
+    Signature(
+        name="episode_expired",
+        title="Expired episodes (discard_episode_timeout)",
+        pattern=r"has expired \(expired .*seconds ago\)|larger `?discard_episode_timeout`?",
+        severity="warning",
+        hint="Episodes outlived discard_episode_timeout and were dropped: raise it, or make episodes shorter "
+        "(LLM calls are also limited by the ~300 s relay budget).",
+        example="Episode 3f2a has expired (expired 42.0 seconds ago). Please use a larger `discard_episode_timeout`",
+        source="AgentJet swarm client",
+    ),
+    Signature(
+        name="batch_not_divisible",
+        title="real_train_batch_size not divisible",
+        pattern=r"real_train_batch_size \(.*\) must be divisible by",
+        severity="error",
+        hint="train_batch_size x num_repeat must be a multiple of n_gpus_per_node x nnodes; change one of them.",
+        example="AssertionError: real_train_batch_size (132) must be divisible by minimal possible batch size (8)",
+        source="AgentJet trainer _validate_config",
+    ),
+    Signature(
+        name="illegal_token_length",
+        title="illegal token length",
+        pattern=r"illegal token length",
+        severity="error",
+        hint="max_prompt_length + max_response_length exceeds max_model_len: raise max_model_len or shorten one.",
+        example="AssertionError: illegal token length",
+        source="AgentJetJob",
+    ),
+    Signature(
+        name="gpu_memory_check_failed",
+        title="GPU memory check failed",
+        pattern=r"GPU memory check failed",
+        severity="error",
+        hint="Another process holds GPU memory: free the GPUs (nvidia-smi, `ray stop --force`) or launch with "
+        "--autokill; --skip-check-avail-gpu only if you know the memory is yours.",
+        example="GPU memory check failed: all GPUs must have >= 95% free memory",
+        source="AgentJet launcher",
+    ),
+    Signature(
+        name="swanlab_api_key_missing",
+        title="SWANLAB_API_KEY missing",
+        pattern=r"SWANLAB_API_KEY is not set",
+        severity="error",
+        hint="The logger is swanlab: pass SWANLAB_API_KEY in launch_experiment's env, or set "
+        "ajet.trainer_common.logger to tensorboard.",
+        example="SWANLAB_API_KEY is not set in the environment.",
+        source="AgentJet launch environment check",
+    ),
+    Signature(
+        name="config_conflict",
+        title="AgentJet/verl configuration conflict",
+        pattern=r"configuration conflict between AgentJet and Verl",
+        severity="error",
+        hint="A hand-set verl key disagrees with the ajet.* key it is derived from: set the value through ajet.* only.",
+        example="We found a configuration conflict between AgentJet and Verl!",
+        source="AgentJet config preparation",
+    ),
+    Signature(
+        name="backbone_env_mismatch",
+        title="Python environment does not match the backbone",
+        pattern=r"Python environment does not match current backbone",
+        severity="error",
+        hint="The interpreter lacks the backbone's packages: pass the venv interpreter as `python` "
+        "(or [exp_venv_exe]) and install AgentJet with its verl extra there.",
+        example="Python environment does not match current backbone 'verl'.",
+        source="AgentJet launcher",
+    ),
+    Signature(
+        name="wait_for_url_gave_up",
+        title="wait_for_url gave up (this tool)",
+        pattern=r"\[agentjet-swarm-skill\] wait_for_url gave up",
+        severity="error",
+        hint="The URL this process waited for never answered: read the log of the process that should serve it.",
+        example="[agentjet-swarm-skill] wait_for_url gave up after 300 s: http://127.0.0.1:10086/get_engine_status",
+        source="launch_experiment process wrapper",
+    ),
+)
+
+SIGNATURES_BY_NAME: dict[str, Signature] = {s.name: s for s in SIGNATURES}
+
+
+def render_table() -> str:
+    """The markdown table embedded in ``references/error-signatures.md``."""
+    rows = [
+        "| signature | severity | matches (regex) | fix |",
+        "| --- | --- | --- | --- |",
+    ]
+    for sig in SIGNATURES:
+        pattern = sig.pattern.replace("|", "\\|")
+        rows.append(f"| `{sig.name}`: {sig.title} | {sig.severity} | `` {pattern} `` | {sig.hint} |")
+    return "\n".join(rows) + "\n"
+
+
+if __name__ == "__main__":  # pragma: no cover - documentation helper
+    sys.stdout.write(render_table())

@@ -1,0 +1,257 @@
+"""Experiment lifecycle pieces that need no tmux: signatures, log reading, metrics, blueprints, results parsing."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+import pytest
+
+from skill_server.errors import ToolInputError
+from skill_server.experiments import api, blueprint, logs, results
+from skill_server.experiments.signatures import SIGNATURES, SIGNATURES_BY_NAME, render_table
+from skill_server.tools import TOOLS_BY_NAME
+from tests.conftest import REPO
+
+ISSUE_LIST = (
+    "cuda_oom", "vllm_wake_oom", "nccl_error", "ray_start_failure", "host_oom_killed", "nan_loss", "python_exception",
+    "swarm_server_unreachable", "engine_offline", "episode_expired", "batch_not_divisible", "illegal_token_length",
+    "gpu_memory_check_failed", "swanlab_api_key_missing", "config_conflict",
+)
+
+
+# ---- signatures
+
+
+def test_signature_table_covers_the_issue_and_examples_match():
+    assert set(ISSUE_LIST) <= set(SIGNATURES_BY_NAME)
+    assert len(SIGNATURES_BY_NAME) == len(SIGNATURES)
+    for sig in SIGNATURES:
+        assert sig.severity in ("error", "warning")
+        assert sig.hint and "\n" not in sig.hint
+        assert sig.regex.search(sig.example), sig.name
+        if sig.needles:
+            assert any(n in sig.example for n in sig.needles), sig.name
+
+
+def test_signatures_do_not_fire_on_healthy_lines():
+    healthy = "\n".join([
+        "(TaskRunner pid=4821) step:1 - critic/real_reward:0.25 - actor/kl_loss:0.0 - training/global_step:1",
+        "Killed episode budget is 12",  # not the shell's 'Killed' line
+        "Received workflow output for episode 3f2a (Reward: 0.5)",
+        "Rollout progress (812.5 tokens/s): [0-5]:3 threads  //  [finished]:12 threads",
+        "[validate_config] All configuration checks passed successfully!",
+        "no errors here; ErrorHandler configured",
+    ])
+    state = logs.ScanState(offsets=[0])
+    logs.scan_text(healthy, state, re.compile(logs.DEFAULT_FIRST_STEP_PATTERN), role="main", now=1.0)
+    assert state.errors == {}
+    assert state.first_step_seen and state.global_step == 1
+
+
+def test_error_signatures_page_is_in_sync_with_the_table():
+    page = (REPO / "references" / "error-signatures.md").read_text()
+    assert render_table() in page, "regenerate the table: python -m skill_server.experiments.signatures"
+    for sig in SIGNATURES:
+        assert f"`{sig.name}`" in page and sig.hint in page
+
+
+# ---- metric lines
+
+
+def test_metric_line_with_ray_prefix_and_value_forms():
+    line = ("\x1b[36m(TaskRunner pid=48213, ip=10.0.0.2)\x1b[0m step:12 - critic/llm_call_cnt:4.0 - "
+            "actor/pg_loss:-0.0041 - actor/lr:1e-06 - training/global_step:12 - perf/mfu/actor:np.float64(0.31) - "
+            "actor/kl_loss:nan - note:abc")
+    step, metrics = logs.parse_metric_line(line)
+    assert step == 12
+    assert metrics["actor/pg_loss"] == -0.0041 and metrics["actor/lr"] == 1e-06
+    assert metrics["training/global_step"] == 12 and isinstance(metrics["training/global_step"], int)
+    assert metrics["perf/mfu/actor"] == 0.31 and math.isnan(metrics["actor/kl_loss"])
+    assert "note" not in metrics
+    assert logs.parse_metric_line("step:3 - a:1")[0] == 3
+    assert logs.parse_metric_line("rollout step begin") is None
+    assert logs.parse_metric_line("Training Progress: step:3 - a:1") is None
+
+
+def test_scan_keeps_last_metrics_and_counts_errors(tmp_path: Path):
+    state = logs.ScanState(offsets=[0])
+    text = ("step:1 - actor/kl_loss:0.0 - training/global_step:1\nValueError: x\n"
+            "step:2 - actor/kl_loss:nan - training/global_step:2\nValueError: y\n")
+    logs.scan_text(text, state, re.compile(logs.DEFAULT_FIRST_STEP_PATTERN), role="server", now=5.0)
+    assert state.global_step == 2 and state.last_metrics["actor/kl_loss"] is None  # NaN is reported as null
+    assert state.errors["python_exception"]["count"] == 2 and state.errors["python_exception"]["line"] == "ValueError: y"
+    assert state.errors["nan_loss"]["count"] == 1 and state.errors["nan_loss"]["role"] == "server"
+    assert state.first_step_seen and state.first_step_at == 5.0
+
+
+# ---- appended-byte reading
+
+
+def test_read_appended_only_new_complete_lines(tmp_path: Path):
+    log = tmp_path / "x.log"
+    log.write_text("a\nb\npart")
+    chunk = logs.read_appended(str(log), 0, 1024, final=False)
+    assert chunk.text == "a\nb\n" and chunk.end == 4
+    with log.open("a") as fh:
+        fh.write("ial\nc\n")
+    chunk = logs.read_appended(str(log), chunk.end, 1024, final=False)
+    assert chunk.text == "partial\nc\n" and chunk.skipped == 0
+    assert logs.read_appended(str(log), chunk.end, 1024, final=False).text == ""
+    log.write_text("tail without newline")
+    assert logs.read_appended(str(log), 0, 1024, final=True).text == "tail without newline"
+    # a file that shrank (rotated) restarts at 0
+    assert logs.read_appended(str(log), 10_000, 1024, final=True).reset
+
+
+def test_read_appended_budget_keeps_newest_whole_lines(tmp_path: Path):
+    log = tmp_path / "big.log"
+    log.write_text("".join(f"line {i}\n" for i in range(10_000)))
+    chunk = logs.read_appended(str(log), 0, 1000, final=False)
+    lines = chunk.text.splitlines()
+    assert lines[-1] == "line 9999" and lines[0].startswith("line ") and len(chunk.text) <= 1000
+    assert chunk.skipped + len(chunk.text.encode()) == log.stat().st_size
+    assert logs.read_appended(str(log), 0, 10, final=False).text == ""  # no whole line fits: wait
+
+
+# ---- blueprints
+
+
+@pytest.mark.parametrize("text,seconds", [
+    ("24 hours", 86400), ("90 min", 5400), ("1.5h", 5400), ("2h30m", 9000), ("1 day", 86400), ("45s", 45),
+    ("12 小时", 43200),
+])
+def test_parse_duration(text, seconds):
+    assert blueprint.parse_duration(text) == seconds
+
+
+def test_parse_max_time_with_first_step_clause():
+    assert blueprint.parse_max_time("24 hours per run; first step within 20 min") == (86400, 1200)
+    assert blueprint.parse_max_time("about a day") == (None, None)
+    assert blueprint.parse_max_time("24") == (None, None)
+
+
+def test_validate_tolerates_formatting_and_reports_problems(tmp_path: Path):
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "exp.yaml").write_text("ajet: {}\n")
+    text = f"""Blueprint for the top-k ablation.
+
+## [exp_purpose]
+- description: what we test
+- content: Ablate top-k sampling on math
+
+**[exp_codebase_dir]**: `{code}`
+- [exp_venv_exe]: ./venv/bin/python
+exp_yaml_path: exp.yaml
+
+### [exp_launch_command]
+```bash
+python -m ajet.launcher --conf exp.yaml \\
+    --autokill
+```
+[exp_max_time]
+ninety minutes or so
+
+[todo]
+- tune lr
+"""
+    v = blueprint.validate_text(text, tmp_path)
+    assert v.values["exp_purpose"] == "Ablate top-k sampling on math"
+    assert v.values["exp_launch_command"] == "python -m ajet.launcher --conf exp.yaml --autokill"
+    assert v.resolved["exp_yaml_path"] == str(code / "exp.yaml")
+    by_field = {(p.field, p.severity) for p in v.problems}
+    assert ("exp_result_dir", "error") in by_field  # missing section
+    assert ("exp_venv_exe", "warning") in by_field and ("exp_venv_exe", "error") in by_field  # relative + missing
+    assert ("exp_max_time", "error") in by_field  # unparsable
+    assert "tune lr" in v.notes and not v.ok
+
+
+def test_template_round_trips_through_validate(tmp_path: Path):
+    text = blueprint.render({"exp_purpose": "p", "exp_codebase_dir": str(tmp_path), "exp_launch_command": "echo"})
+    v = blueprint.validate_text(text, tmp_path)
+    assert v.max_time_s == 86400 and v.first_step_timeout_s == 1200
+    assert v.values["exp_result_dir"] == "./auto_agent/exp_results/"
+    assert {p.field for p in v.problems if p.severity == "error"} == {"exp_venv_exe", "exp_yaml_path"}
+
+
+def test_blueprint_tool_validate_and_template(tmp_path: Path):
+    spec = TOOLS_BY_NAME["blueprint"]
+    path = tmp_path / "blueprint.md"
+    out = spec.invoke({"action": "template", "path": str(path), "purpose": "math ablation",
+                       "codebase_dir": str(tmp_path), "launch_command": "python train.py", "max_time": "2h"})
+    assert out.path == str(path) and path.read_text() == out.text and out.max_time_s == 7200
+    with pytest.raises(Exception, match="exists"):
+        spec.invoke({"action": "template", "path": str(path), "purpose": "x"})
+    out = spec.invoke({"action": "validate", "path": str(path)})
+    assert out.fields["exp_launch_command"] == "python train.py" and not out.ok
+    with pytest.raises(ToolInputError) as err:
+        spec.invoke({"action": "template", "max_time": "soon"})
+    assert err.value.field == "max_time"
+    with pytest.raises(ToolInputError) as err:
+        spec.invoke({"action": "validate", "path": str(path), "purpose": "x"})
+    assert err.value.field == "purpose"
+
+
+# ---- names
+
+
+@pytest.mark.parametrize("name,expected", [("ajet-run1", "ajet-run1"), ("run_1", "ajet_run_1"), ("x_ajet", "x_ajet")])
+def test_session_names(name, expected):
+    assert api.session_name(name, None) == expected
+
+
+@pytest.mark.parametrize("name", ["my exp", "a.b", "a:b", "résumé", "", "x" * 65, "a;rm -rf", "$(x)"])
+def test_session_names_with_odd_characters_are_rejected(name):
+    with pytest.raises(ToolInputError) as err:
+        api.session_name(name, None)
+    assert err.value.field == "name"
+
+
+def test_session_name_from_purpose():
+    assert api.session_name(None, "Math: top-k ablation (v2)!") == "ajet_math_top_k_ablation_v2"
+
+
+# ---- results parsing
+
+
+def test_parse_dict_line_variants():
+    assert results.parse_dict_line("{'mean_reward': 0.5, 'name': 'x', 'n': 3}") == {"mean_reward": 0.5, "n": 3.0}
+    parsed = results.parse_dict_line("step 3: {'a': nan, 'b': -inf, 'c': np.float64(0.25), 'd': True}")
+    assert math.isnan(parsed["a"]) and parsed["b"] == -math.inf and parsed["c"] == 0.25 and parsed["d"] == 1.0
+    assert results.parse_dict_line("{'a': __import__('os').system('true')}") is None
+    assert results.parse_dict_line("| a | b |") is None
+
+
+def test_plateau_and_summary():
+    assert results.plateaued([0.1, 0.3, 0.5, 0.5, 0.5, 0.5]) is True
+    assert results.plateaued([0.1, 0.2, 0.3, 0.4, 0.5, 0.6]) is False
+    assert results.plateaued([0.1, 0.2]) is None
+    rows = [{"mean_reward": v, "actor/pg_loss": 1 - v} for v in (0.1, 0.2, 0.3, 0.3, 0.3, 0.3)]
+    summary = {m.key: m for m in results.summarise(rows)}
+    assert summary["mean_reward"].best == 0.3 and summary["mean_reward"].trend == "up"
+    assert summary["mean_reward"].plateau is True
+    assert summary["actor/pg_loss"].best == 0.7 and summary["actor/pg_loss"].plateau is None
+
+
+def test_tool_annotations_are_honest():
+    t = TOOLS_BY_NAME
+    assert t["experiment_status"].read_only and not t["experiment_status"].destructive
+    assert not t["launch_experiment"].read_only and not t["launch_experiment"].idempotent
+    assert t["stop_experiment"].destructive and not t["stop_experiment"].read_only
+    assert t["wait_experiment"].reports_progress
+    assert not t["collect_results"].read_only and not t["blueprint"].read_only
+
+
+def test_wait_timeout_is_clamped_and_inputs_are_named():
+    spec = TOOLS_BY_NAME["wait_experiment"]
+    with pytest.raises(ToolInputError) as err:
+        spec.invoke({"id": "x", "until": "pattern"})
+    assert err.value.field == "pattern"
+    with pytest.raises(ToolInputError) as err:
+        spec.invoke({"id": "x", "until": "later"})
+    assert err.value.field == "until"
+    with pytest.raises(ToolInputError) as err:
+        spec.invoke({"id": "nope", "timeout_s": 500})
+    assert err.value.field == "id"
