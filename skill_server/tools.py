@@ -136,6 +136,25 @@ TOOLS: tuple[ToolSpec, ...] = (
         destructive=True,
         idempotent=True,
     ),
+    ToolSpec(
+        name="check_config",
+        title="Lint an AgentJet swarm client script and its YAML",
+        description=(
+            "Static linter (ast only; the script is never imported or run) for AgentJet swarm clients: finds every "
+            "AgentJetJob construction, its kwargs, base_yaml_config, post-construction writes and dump/sync calls, "
+            "compares them with the YAML and AgentJet's defaults and reports findings with stable rule ids: "
+            "split-configuration, kwarg-overrides-yaml, redundant-kwarg, escape-hatch-has-kwarg, unknown-key, "
+            "unsupported-kwarg, write-after-dump, kwarg-group-incomplete, length-budget, lora-rules, "
+            "batch-not-divisible-by-gpus, interchange-not-tcp, base-not-swarm, cap-not-divisible, "
+            "cap-limited-by-batch, tracker-threads-below-cap. Each has key, locations (file, line), values and a fix; "
+            "plus summary counts and the effective values the engine would get."
+        ),
+        input_model="skill_server.lint:CheckConfigInput",
+        output_model="skill_server.lint:CheckConfigResult",
+        run="skill_server.lint:check_config",
+        read_only=True,
+        idempotent=True,
+    ),
     # --- experiment lifecycle in tmux (issue 4) ---
     ToolSpec(
         name="blueprint",
