@@ -337,7 +337,7 @@ def test_wait_for_url_gives_up_and_fails_the_experiment(tmux_socket: str, workdi
 # ---- registry shared across processes, concurrency
 
 
-def test_registry_is_shared_with_a_new_process(tmux_socket: str, workdir: Path):
+def test_registry_is_shared_with_a_new_process(tmux_socket: str, workdir: Path, tmp_path: Path):
     out = call("launch_experiment", name="shared", command=trainer("--steps", "2"), workdir=str(workdir))
     rc, res, err = call_cli("wait_experiment", {"id": out["id"], "timeout_s": 20}, env=cli_env())
     assert rc == 0, err
@@ -347,6 +347,9 @@ def test_registry_is_shared_with_a_new_process(tmux_socket: str, workdir: Path):
                                                        "workdir": str(workdir)}, env=cli_env())
     assert rc == 0, err
     assert status("ajet_fromcli")["state"] == "running"
+    # a caller with another TMUX_TMPDIR still finds the server (socket path recorded at launch)
+    rc, res, err = call_cli("experiment_status", {"id": launched["id"]}, env=cli_env(TMUX_TMPDIR=str(tmp_path)))
+    assert rc == 0 and res["experiments"][0]["state"] == "running", err
     rc, res, err = call_cli("stop_experiment", {"id": launched["id"], "grace_s": 2}, env=cli_env())
     assert rc == 0 and res["state"] == "stopped", err
     rc, _, err = call_cli("launch_experiment", {"name": "x y", "command": "true", "workdir": str(workdir)},

@@ -452,6 +452,7 @@ def launch_experiment(inp: LaunchInput) -> LaunchOutput:
         _make_room(reg, socket, session)
         window_id, pane_id = tmux.create_session(socket, session, procs[0].role, procs[0].workdir)
         spec["processes"][0].update(window_id=window_id, pane_id=pane_id)
+        spec["socket_path"] = tmux.socket_path(socket)
         try:
             reg.insert(id=exp_id, session=session, socket=socket, created=created, started_at=_now_iso(created),
                        spec=spec)
@@ -489,10 +490,10 @@ def _make_room(reg: Registry, socket: str, session: str) -> None:
     if view.state == "running":
         raise ToolFailure(f"an experiment named {session!r} is already running (id {previous.id}); "
                           "stop_experiment it or choose another name", field="name")
-    panes = tmux.list_panes(socket) or []
+    panes = tmux.list_panes(_target(previous)) or []
     if any(p.session == session for p in panes):
         _stop_processes(previous, view, grace_s=2.0)
-        tmux.kill_session(socket, session)
+        tmux.kill_session(_target(previous), session)
 
 
 # ==================================================================================================
@@ -530,6 +531,11 @@ def _read_int(path: Path) -> int | None:
         return int(text)
     except ValueError:
         return None
+
+
+def _target(row: Row) -> str:
+    """How tmux is addressed for this experiment: the socket path recorded at launch, else the name."""
+    return row.spec.get("socket_path") or row.socket
 
 
 def _procs_of(row: Row, panes: list[tmux.PaneInfo] | None) -> list[_ProcView]:
@@ -571,9 +577,10 @@ def observe(reg: Registry, rows: list[Row], *, enforce: bool = True, now: float 
     panes_by_socket: dict[str, list[tmux.PaneInfo] | None] = {}
     views = []
     for row in rows:
-        if row.socket not in panes_by_socket:
-            panes_by_socket[row.socket] = tmux.list_panes(row.socket)
-        views.append(_observe_one(reg, row, panes_by_socket[row.socket], enforce=enforce, now=now))
+        target = _target(row)
+        if target not in panes_by_socket:
+            panes_by_socket[target] = tmux.list_panes(target)
+        views.append(_observe_one(reg, row, panes_by_socket[target], enforce=enforce, now=now))
     return views
 
 
@@ -606,7 +613,7 @@ def _observe_one(reg: Registry, row: Row, panes: list[tmux.PaneInfo] | None, *, 
               note=f"stopped after its max time of {int(max_time)} s")
         fresh = reg.get(row.id)
         assert fresh is not None
-        return _observe_one(reg, fresh, tmux.list_panes(row.socket), enforce=False, now=time.time())
+        return _observe_one(reg, fresh, tmux.list_panes(_target(row)), enforce=False, now=time.time())
     return view
 
 
@@ -859,7 +866,7 @@ def _stop(reg: Registry, row: Row, view: View, final_state: str, grace_s: float,
     codes = [_read_int(Path(row.spec["run_dir"]) / f"{p['role']}.exit") for p in row.spec["processes"]]
     if view.state == "running":
         reg.set_exit_code(row.id, next((c for c in codes if c not in (None, 0)), None))
-    removed = tmux.kill_session(row.socket, row.session)
+    removed = tmux.kill_session(_target(row), row.session)
     return interrupted, killed, removed
 
 
@@ -872,7 +879,7 @@ def _stop_processes(row: Row, view: View, grace_s: float) -> tuple[list[str], li
             (rdir / f"{p.role}.stopped").touch()
         except OSError:
             pass
-        if p.pane_id and tmux.interrupt(row.socket, p.pane_id):
+        if p.pane_id and tmux.interrupt(_target(row), p.pane_id):
             interrupted.append(p.role)
     deadline = time.monotonic() + grace_s
     pending = [p for p in live if not (rdir / f"{p.role}.exit").exists()]

@@ -49,7 +49,20 @@ def attach_command(socket: str, session: str) -> str:
 
 
 def server(socket: str) -> libtmux.Server:
+    """``socket`` is a socket name (``-L``) or, when it starts with '/', a socket path (``-S``)."""
+    if socket.startswith("/"):
+        return libtmux.Server(socket_path=socket)
     return libtmux.Server(socket_name=socket)
+
+
+def socket_path(name: str) -> str | None:
+    """Where tmux puts the socket of ``-L name`` (``$TMUX_TMPDIR`` or /tmp, then tmux-<uid>); None if absent.
+
+    Recorded at launch so that later calls made with another ``TMUX_TMPDIR`` still find the server.
+    """
+    base = os.environ.get("TMUX_TMPDIR") or "/tmp"
+    path = os.path.join(os.path.realpath(base), f"tmux-{os.getuid()}", name)
+    return path if os.path.exists(path) else None
 
 
 @dataclass(frozen=True)
