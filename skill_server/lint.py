@@ -915,7 +915,6 @@ class _Linter:
         if r is None:
             return
         mew, n, tbs = r.pool_width, r.num_repeat, self._value(run, K["train_batch_size"])
-        tips = {s.split(":")[0]: s for s in r.suggestions}
         if not r.divisible:
             self._add("cap-not-divisible", K["max_env_worker"],
                       f"max_env_worker={mew} is not a multiple of num_repeat={n}: "
@@ -945,7 +944,6 @@ class _Linter:
                       {"max_inference_tracker_threads": trk, "episode_cap": r.episode_cap, "max_env_worker": mew},
                       f"set ajet.interchange_server.max_inference_tracker_threads to {mew} (= max_env_worker, as "
                       "AgentJet recommends), in the same place as the other settings")
-        del tips
 
     # -- output helpers
 

@@ -33,18 +33,6 @@ FREEZE_CALLS = ("dump_job_as_yaml", "sync_train_config", "auto_sync_train_config
 WRITER_METHODS = {"set_workflow": "ajet.rollout.user_workflow", "set_data": "ajet.task_reader.type"}
 
 
-class Unresolved:
-    """A value that static analysis cannot know; ``text`` is its source."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __repr__(self) -> str:
-        return f"<unresolved {self.text}>"
-
-
 @dataclass(frozen=True)
 class PathRef:
     """A path expression: ``anchor`` is 'absolute', 'script_dir' (built from __file__) or 'cwd' (relative)."""
@@ -222,6 +210,8 @@ class _Scanner:
         self.scope_of: dict[int, Scope] = {}  # id(function node) -> scope
         self._note_seen: set[str] = set()
         self._made: dict[int, int] = {}  # id(call node) -> construction index
+        self._flat_cache: list[tuple[ast.AST, Scope]] | None = None
+        self._line_starts: list[bytes] | None = None
 
     def note(self, text: str) -> None:
         if text not in self._note_seen:
@@ -334,7 +324,7 @@ class _Scanner:
 
     def _collect_sibling_dataclasses(self) -> None:
         """Dataclasses imported from a module next to the script (``from cfg_mod import Cfg``), read statically."""
-        for node in ast.walk(self.tree):
+        for node, _ in self._flat():
             if not isinstance(node, ast.ImportFrom) or not node.module:
                 continue
             wanted = {a.name for a in node.names} - set(self.dataclasses)
@@ -359,23 +349,38 @@ class _Scanner:
     # -- walking in source order, with the scope of each statement
 
     def _walk_body(self, body: list[ast.stmt], scope: Scope, visit: Any) -> None:
+        """Call ``visit(node, scope)`` for every node in source order (the flat list is built once)."""
+        if body is self.tree.body and scope is self.module:
+            for node, node_scope in self._flat():
+                visit(node, node_scope)
+            return
         for stmt in body:
-            self._walk_node(stmt, scope, visit)
+            for node, node_scope in self._flatten(stmt, scope):
+                visit(node, node_scope)
 
-    def _walk_node(self, node: ast.AST, scope: Scope, visit: Any) -> None:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            inner = self.scope_of.get(id(node), scope)
-            for deco in node.decorator_list:
-                self._walk_node(deco, scope, visit)
-            self._walk_body(node.body, inner, visit)
-            return
-        if isinstance(node, ast.ClassDef):
-            for item in node.body:
-                self._walk_node(item, scope, visit)
-            return
-        visit(node, scope)
-        for child in ast.iter_child_nodes(node):
-            self._walk_node(child, scope, visit)
+    def _flat(self) -> list[tuple[ast.AST, Scope]]:
+        if self._flat_cache is None:
+            out: list[tuple[ast.AST, Scope]] = []
+            for stmt in self.tree.body:
+                out.extend(self._flatten(stmt, self.module))
+            self._flat_cache = out
+        return self._flat_cache
+
+    def _flatten(self, root: ast.AST, scope: Scope) -> list[tuple[ast.AST, Scope]]:
+        out: list[tuple[ast.AST, Scope]] = []
+        stack: list[tuple[ast.AST, Scope]] = [(root, scope)]
+        while stack:
+            node, current = stack.pop()
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                inner = self.scope_of.get(id(node), current)
+                pending = [(d, current) for d in node.decorator_list] + [(b, inner) for b in node.body]
+            elif isinstance(node, ast.ClassDef):
+                pending = [(item, current) for item in node.body]
+            else:
+                out.append((node, current))
+                pending = [(child, current) for child in ast.iter_child_nodes(node)]
+            stack.extend(reversed(pending))
+        return out
 
     # -- pass 1: constructions
 
@@ -507,15 +512,8 @@ class _Scanner:
                 fscope.call_nodes.append((scope, call))
 
     def _calls(self) -> list[tuple[Scope, ast.Call]]:
-        out: list[tuple[Scope, ast.Call]] = []
-
-        def visit(node: ast.AST, scope: Scope) -> None:
-            if isinstance(node, ast.Call):
-                out.append((scope, node))
-
         if not hasattr(self, "_call_cache"):
-            self._walk_body(self.tree.body, self.module, visit)
-            self._call_cache = out
+            self._call_cache = [(sc, n) for n, sc in self._flat() if isinstance(n, ast.Call)]
         return self._call_cache
 
     def _construction(self, call: ast.Call, callee: str, scope: Scope) -> Construction:
@@ -718,7 +716,20 @@ class _Scanner:
     # -- values
 
     def text(self, node: ast.AST) -> str:
-        segment = ast.get_source_segment(self.source, node)
+        """Source text of a node (offsets are UTF-8 byte columns), whitespace collapsed, at most 200 chars."""
+        segment = None
+        lineno, end_lineno = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        col, end_col = getattr(node, "col_offset", None), getattr(node, "end_col_offset", None)
+        if None not in (lineno, end_lineno, col, end_col):
+            if self._line_starts is None:
+                self._line_starts = [line.encode("utf-8") for line in self.source.splitlines(keepends=True)]
+            lines = self._line_starts[lineno - 1:end_lineno]
+            if lines:
+                if len(lines) == 1:
+                    raw = lines[0][col:end_col]
+                else:
+                    raw = lines[0][col:] + b"".join(lines[1:-1]) + lines[-1][:end_col]
+                segment = raw.decode("utf-8", errors="replace")
         if segment is None:
             try:
                 segment = ast.unparse(node)
