@@ -237,6 +237,28 @@ def test_import_styles_writes_via_helpers_and_order_across_functions(tmp_path):
     assert rules(r) == {"write-after-dump"}
 
 
+@pytest.mark.parametrize("imports, callee", [
+    ("from ajet.copilot.job import AgentJetJob", "AgentJetJob"),
+    ("from ajet.copilot.job import AgentJetJob as Job", "Job"),
+    ("from ajet.copilot import job as j", "j.AgentJetJob"),
+    ("from ajet.copilot import job", "job.AgentJetJob"),
+    ("import ajet.copilot.job as m", "m.AgentJetJob"),
+    ("import ajet.copilot.job", "ajet.copilot.job.AgentJetJob"),
+])
+def test_every_import_style_is_recognised(tmp_path, imports, callee):
+    script = write(tmp_path, "client.py", f"{imports}\nx = {callee}(**{{'num_repeat': 8}}, max_env_worker=64)\n"
+                   "x.config.ajet.rollout.temperature = 0.5\n")
+    r = lint(script)
+    assert [c.callee for c in r.constructions] == [callee] and r.effective.num_repeat == 8
+    assert [w.key for w in r.constructions[0].writes] == ["ajet.rollout.temperature"] and r.findings == []
+
+
+def test_unrelated_class_of_the_same_name_is_ignored(tmp_path):
+    script = write(tmp_path, "client.py", "import mylib\njob = mylib.AgentJetJob(num_repeat=3)\n")
+    r = lint(script)
+    assert r.constructions == [] and any("no AgentJetJob" in n for n in r.notes)
+
+
 def test_unsupported_kwarg_for_an_older_install(tmp_path):
     old_job = textwrap.dedent('''
         class AgentJetJob:
