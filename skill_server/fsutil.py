@@ -6,7 +6,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from skill_server.errors import ToolFailure
+from skill_server.errors import ToolFailure, ToolInputError
 
 DEFAULT_MODE = 0o644
 
@@ -49,3 +49,26 @@ def write_text_atomic(path: str | Path, text: str, overwrite: bool = False, *, f
     finally:
         tmp.unlink(missing_ok=True)
     return target
+
+
+def read_text_bounded(path: str | Path, *, field: str, max_bytes: int, what: str = "",
+                      encoding: str = "utf-8") -> tuple[Path, str]:
+    """Read a user-named text file; missing, non-regular, oversized, unreadable or non-UTF-8 is a clear
+    ``ToolInputError`` naming ``field``. Returns the expanded path and the text."""
+    p = Path(path).expanduser()
+    try:
+        if not p.exists():
+            raise ToolInputError(f"file not found: {p}", field=field)
+        if not p.is_file():
+            raise ToolInputError(f"not a regular file: {p}", field=field)
+        size = p.stat().st_size
+        if size > max_bytes:
+            limit = f"{max_bytes // (1024 * 1024)} MiB limit" + (f" for {what}" if what else "")
+            raise ToolInputError(f"{p} is {size} bytes, over the {limit}", field=field)
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ToolInputError(f"cannot read {p}: {exc.strerror or exc}", field=field) from None
+    try:
+        return p, raw.decode(encoding)
+    except UnicodeDecodeError:
+        raise ToolInputError(f"{p} is not UTF-8 text", field=field) from None

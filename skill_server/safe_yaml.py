@@ -8,6 +8,7 @@ from typing import Any
 import yaml
 
 from skill_server.errors import ToolInputError
+from skill_server.fsutil import read_text_bounded
 
 MAX_YAML_BYTES = 4 * 1024 * 1024
 MAX_ALIASES = 1000
@@ -68,22 +69,7 @@ def parse_yaml_text(text: str, *, field: str, source: str = "YAML") -> Any:
 
 def load_yaml_file(path: str | Path, *, field: str, require_mapping: bool = True) -> Any:
     """Read and parse a YAML file; a missing, unreadable, oversized or non-mapping file is a clear error."""
-    p = Path(path).expanduser()
-    try:
-        if not p.exists():
-            raise ToolInputError(f"file not found: {p}", field=field)
-        if not p.is_file():
-            raise ToolInputError(f"not a regular file: {p}", field=field)
-        size = p.stat().st_size
-        if size > MAX_YAML_BYTES:
-            raise ToolInputError(f"{p} is {size} bytes, over the {MAX_YAML_BYTES // (1024 * 1024)} MiB limit", field=field)
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise ToolInputError(f"cannot read {p}: {exc.strerror or exc}", field=field) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ToolInputError(f"{p} is not UTF-8 text", field=field) from None
+    p, text = read_text_bounded(path, field=field, max_bytes=MAX_YAML_BYTES)
     data = parse_yaml_text(text, field=field, source=str(p))
     if data is None:
         data = {}

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from skill_server.errors import ToolInputError
+from skill_server.fsutil import read_text_bounded
 
 MAX_SCRIPT_BYTES = 2 * 1024 * 1024
 MAX_DEPTH = 24
@@ -157,23 +158,8 @@ class ScriptScan:
 
 
 def read_script(path: str | Path, *, field: str = "script") -> tuple[Path, str, ast.Module]:
-    p = Path(path).expanduser()
-    try:
-        if not p.exists():
-            raise ToolInputError(f"file not found: {p}", field=field)
-        if not p.is_file():
-            raise ToolInputError(f"not a regular file: {p}", field=field)
-        size = p.stat().st_size
-        if size > MAX_SCRIPT_BYTES:
-            raise ToolInputError(f"{p} is {size} bytes, over the {MAX_SCRIPT_BYTES // (1024 * 1024)} MiB limit "
-                                 "for a client script", field=field)
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise ToolInputError(f"cannot read {p}: {exc.strerror or exc}", field=field) from None
-    try:
-        source = raw.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        raise ToolInputError(f"{p} is not UTF-8 text", field=field) from None
+    p, source = read_text_bounded(path, field=field, max_bytes=MAX_SCRIPT_BYTES, what="a client script",
+                                  encoding="utf-8-sig")
     try:
         tree = ast.parse(source, filename=str(p))
     except SyntaxError as exc:
