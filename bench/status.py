@@ -66,6 +66,7 @@ def main() -> int:
     os.environ["TMUX_TMPDIR"] = str(root)
     os.environ["SKILL_SERVER_TMUX_SOCKET"] = f"bench-{uuid.uuid4().hex[:6]}"
     os.environ.pop("TMUX", None)
+    os.environ["SHELL"] = "/bin/sh"  # the tmux sessions' shell: no login start-up hooks in the measurement
 
     import libtmux
 

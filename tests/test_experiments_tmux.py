@@ -11,7 +11,6 @@ import socket as socketlib
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import uuid
 from pathlib import Path
@@ -37,6 +36,10 @@ def tmux_socket(monkeypatch: pytest.MonkeyPatch):
     tmpdir = tempfile.mkdtemp(prefix="ajs", dir="/tmp")
     monkeypatch.setenv("TMUX_TMPDIR", tmpdir)
     monkeypatch.setenv("SKILL_SERVER_TMUX_SOCKET", name)
+    # The tmux server's default shell comes from $SHELL. A login bash may run slow start-up hooks (pyenv
+    # rehash takes a lock file); tests that kill sessions at once could leave such a lock behind and slow
+    # every later shell. A plain sh keeps tests fast and harmless; the tool types a line valid in any shell.
+    monkeypatch.setenv("SHELL", "/bin/sh")
     yield name
     try:
         srv = libtmux.Server(socket_name=name)
@@ -255,7 +258,9 @@ def test_bad_inputs_are_named_and_create_nothing(tmux_socket: str, workdir: Path
     assert call("experiment_status")["experiments"] == []
 
 
-def test_odd_commands_env_and_venv_are_passed_exactly(tmux_socket: str, workdir: Path, tmp_path: Path):
+def test_odd_commands_env_and_venv_are_passed_exactly(tmux_socket: str, workdir: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("SHELL", shutil.which("bash") or "/bin/bash")  # here the line is typed into a login bash
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")

@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, StrictBool, StrictStr, field_validator
+from pydantic import Field, StrictBool, StrictStr
 
 from skill_server.errors import ToolFailure, ToolInputError
 from skill_server.experiments import blueprint as bp
@@ -461,7 +461,7 @@ def launch_experiment(inp: LaunchInput) -> LaunchOutput:
                 window_id, pane_id = tmux.new_window(socket, session, p.role, p.workdir)
                 spec["processes"][i].update(window_id=window_id, pane_id=pane_id)
                 tmux.type_line(socket, pane_id, wrapper.typed_line(bash, rdir / f"{p.role}.sh"))
-            reg.conn.execute("UPDATE experiments SET spec = ? WHERE id = ?", (_json(spec), exp_id))
+            reg.update_spec(exp_id, spec)
         except BaseException:
             tmux.kill_session(socket, session)
             reg.delete(exp_id)
@@ -473,12 +473,6 @@ def launch_experiment(inp: LaunchInput) -> LaunchOutput:
         processes=[ProcessInfo(role=p.role, state="running", exit_code=None, log_path=p.log_path) for p in procs],
         max_time_s=max_time_s, first_step_timeout_s=first_step_s,
     )
-
-
-def _json(value: Any) -> str:
-    import json
-
-    return json.dumps(value)
 
 
 def _make_room(reg: Registry, socket: str, session: str) -> None:

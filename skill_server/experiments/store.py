@@ -92,6 +92,9 @@ class Registry:
             (id, session, socket, created, started_at, json.dumps(spec)),
         )
 
+    def update_spec(self, exp_id: str, spec: dict[str, Any]) -> None:
+        self.conn.execute("UPDATE experiments SET spec = ? WHERE id = ?", (json.dumps(spec), exp_id))
+
     def delete(self, exp_id: str) -> None:
         self.conn.execute("DELETE FROM experiments WHERE id = ?", (exp_id,))
 
