@@ -36,9 +36,12 @@ log = logging.getLogger("skill_server.mcp")
 
 SERVER_NAME = "agentjet-swarm-skill"
 INSTRUCTIONS = (
-    "Tools for operating AgentJet swarm-mode RL training. episode_cap explains the overwatch "
-    "'Running Episodes' ceiling; build_config reproduces the YAML AgentJetJob hands to the engine. "
-    "The same tools run from a shell as `python -m skill_server call TOOL --json '{...}'`."
+    "Tools for operating AgentJet swarm-mode RL training. episode_cap: the exact ceiling of overwatch's "
+    "'Running Episodes' gauge and which knob lifts it. build_config: the YAML AgentJetJob hands to the engine. "
+    "check_config: static lint of a swarm client script and YAML. swarm_status: live swarm servers. "
+    "blueprint, launch_experiment, wait_experiment (bounded, use next_wait_s), experiment_status, "
+    "stop_experiment, collect_results: experiments in tmux. Without MCP, the same tools run as "
+    "`python -m skill_server call TOOL --json '{...}'`."
 )
 
 

@@ -102,25 +102,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         read_only=True,
     ),
     ToolSpec(
-        name="swarm_status",
-        title="Live AgentJet swarm server status",
-        description=(
-            "Read one or more live AgentJet swarm servers (GET /get_engine_status and "
-            "/get_current_batch_rollout_pool_information) and explain overwatch's 'Running Episodes' gauge: "
-            "engine state, step, claimed episodes (what the gauge counts), completed episodes/tasks against their "
-            "targets, the stalest episodes against their discard timeout, the episode cap (from cap arguments or a "
-            "dumped config yaml) and plain-sentence diagnosis. watch_s samples the gauge for up to 50 s. "
-            "An unreachable or non-AgentJet server is reported as reachable=false with the reason."
-        ),
-        input_model="skill_server.swarm:SwarmStatusInput",
-        output_model="skill_server.swarm:SwarmStatusResult",
-        run="skill_server.swarm:swarm_status",
-        read_only=True,
-        idempotent=True,
-        open_world=True,
-        reports_progress=True,
-    ),
-    ToolSpec(
         name="build_config",
         title="Build the config AgentJetJob hands to the engine",
         description=(
@@ -156,6 +137,25 @@ TOOLS: tuple[ToolSpec, ...] = (
         idempotent=True,
     ),
     # --- experiment lifecycle in tmux (issue 4) ---
+    ToolSpec(
+        name="swarm_status",
+        title="Live AgentJet swarm server status",
+        description=(
+            "Read one or more live AgentJet swarm servers (GET /get_engine_status and "
+            "/get_current_batch_rollout_pool_information) and explain overwatch's 'Running Episodes' gauge: "
+            "engine state, step, claimed episodes (what the gauge counts), completed episodes/tasks against their "
+            "targets, the stalest episodes against their discard timeout, the episode cap (from cap arguments or a "
+            "dumped config yaml) and plain-sentence diagnosis. watch_s samples the gauge for up to 50 s. "
+            "An unreachable or non-AgentJet server is reported as reachable=false with the reason."
+        ),
+        input_model="skill_server.swarm:SwarmStatusInput",
+        output_model="skill_server.swarm:SwarmStatusResult",
+        run="skill_server.swarm:swarm_status",
+        read_only=True,
+        idempotent=True,
+        open_world=True,
+        reports_progress=True,
+    ),
     ToolSpec(
         name="blueprint",
         title="Experiment blueprint: template or validate",
