@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, field_validator, model_validator
 
+from skill_server.agentjet.compose import get_path
 from skill_server.cap import EpisodeCapInput, EpisodeCapResult, compute_episode_cap
 from skill_server.errors import ToolInputError
 from skill_server.http_json import FetchError, get_json, run_parallel
@@ -271,11 +272,7 @@ class SwarmStatusResult(ServerStatus):
 # ----------------------------------------------------------------------------------------------- inputs
 
 def _yaml_int(data: dict[str, Any], path: str) -> int | None:
-    node: Any = data
-    for key in path.split("."):
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
+    node = get_path(data, path, None)
     if node is None:
         return None
     if isinstance(node, bool) or not isinstance(node, int) or node < 1:
@@ -284,11 +281,7 @@ def _yaml_int(data: dict[str, Any], path: str) -> int | None:
 
 
 def _yaml_str(data: dict[str, Any], path: str) -> str | None:
-    node: Any = data
-    for key in path.split("."):
-        if not isinstance(node, dict) or key not in node:
-            return None
-        node = node[key]
+    node = get_path(data, path, None)
     if node is None:
         return None
     if not isinstance(node, str):
