@@ -64,6 +64,11 @@ def test_skills_ref_validates_a_copy(tmp_path):
     shutil.copy(REPO / "LICENSE.txt", skill)
     assert validate(skill) == []
     assert read_properties(skill).name == SKILL_NAME
+    # and through the console script users run (skills-ref 0.1.1 names it `agentskills`)
+    cli = Path(sys.executable).with_name("agentskills")
+    proc = subprocess.run([str(cli) if cli.exists() else "agentskills", "validate", str(skill)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and "Valid skill" in proc.stdout, proc.stderr
 
 
 # --- Node 22 and the npm tools ---------------------------------------------------------------------
