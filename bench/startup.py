@@ -52,13 +52,13 @@ def cli_call() -> tuple[float, list[str]]:
         "import sys, time; t=time.perf_counter(); from skill_server import cli; "
         "rc = cli.main(['call','episode_cap','max_env_worker=128','num_repeat=6','train_batch_size=32']); "
         "mods = sorted(m for m in sys.modules if m == 'mcp' or m.startswith(('mcp.', 'mcp_types'))); "
-        "sys.stderr.write(repr(mods))"
+        "import json; sys.stderr.write(json.dumps(mods))"
     )
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env())
     elapsed = time.perf_counter() - start
     assert proc.returncode == 0, proc.stderr
-    return elapsed, eval(proc.stderr.strip() or "[]")  # a repr of a list of strings we produced ourselves
+    return elapsed, json.loads(proc.stderr.strip() or "[]")
 
 
 def main() -> None:

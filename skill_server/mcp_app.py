@@ -21,7 +21,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
 import anyio.from_thread
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
@@ -45,7 +44,7 @@ INSTRUCTIONS = (
 )
 
 
-def _flat_parameters(spec: ToolSpec, input_schema: dict[str, Any]) -> list[inspect.Parameter]:
+def _flat_parameters(input_schema: dict[str, Any]) -> list[inspect.Parameter]:
     """One keyword parameter per input property, accepting anything at the SDK layer.
 
     Validation happens once, in the tool's input model, with the same one-line messages as the CLI;
@@ -81,7 +80,7 @@ def _handler_for(spec: ToolSpec, input_schema: dict[str, Any]) -> Any:
             raise ToolError(f"internal error: {type(exc).__name__}: {exc}") from None
         return result.model_dump(mode="json")
 
-    parameters = _flat_parameters(spec, input_schema)
+    parameters = _flat_parameters(input_schema)
     parameters.append(inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context))
     handler.__signature__ = inspect.Signature(parameters, return_annotation=dict[str, Any])  # type: ignore[attr-defined]
     handler.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": dict[str, Any]}

@@ -14,7 +14,6 @@ from skill_server.errors import ToolInputError
 Progress = Callable[[float, "float | None", "str | None"], None]
 
 # Strict numbers: a JSON string "128" or a boolean is a mistake worth naming, not something to coerce.
-StrictInt = Annotated[int, Strict()]
 PositiveInt = Annotated[int, Strict(), Field(ge=1)]
 NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
 

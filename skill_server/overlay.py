@@ -148,7 +148,7 @@ def check_length_group(kwargs: dict[str, Any]) -> None:
 
 def build_overlay(inp: BuildConfigInput) -> Overlay:
     ov = Overlay()
-    kwargs = {k: v for k, v in inp.kwargs.items()}
+    kwargs = dict(inp.kwargs)
     ov.install = locate_agentjet(inp.agentjet_root)
     ov.table, table_warnings = overrides_for(ov.install)
     ov.warnings.extend(table_warnings)
@@ -208,8 +208,9 @@ def build_overlay(inp: BuildConfigInput) -> Overlay:
             ov.notes[INTERCHANGE_KEY] = "forced to tcp by AgentJetJob: nnodes > 1 in swarm mode"
             ov.warnings.append("nnodes > 1 in swarm mode: interchange_method switched to tcp (as AgentJetJob does)")
 
+    schema_fields = schema.field_paths() if inp.set else set()
     for key, value in (inp.set or {}).items():
-        _apply_write(ov, schema.field_paths(), key, value)
+        _apply_write(ov, schema_fields, key, value)
     _post_write_checks(ov)
     return ov
 
@@ -245,7 +246,8 @@ def _validate_like_agentjet(ov: Overlay, kwargs: dict[str, Any]) -> None:
         return f"kwargs.{kwarg}" if kwargs.get(kwarg) is not None else "base_yaml"
 
     def value(kwarg: str) -> Any:
-        return get_path(ov.tree, ov.table.key_for(kwarg) or "", None) if ov.table.key_for(kwarg) else None
+        key = ov.table.key_for(kwarg)
+        return get_path(ov.tree, key, None) if key else None
 
     prompt, response, model_len, one_turn = (value(k) for k in LENGTH_KWARGS)
     if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (prompt, response, model_len)):
@@ -303,7 +305,7 @@ def _apply_write(ov: Overlay, schema_fields: set[str], key: str, value: Any) -> 
         node = node[part]
     if not isinstance(node, dict):
         raise ToolInputError(f"{'.'.join(parts[:-1])} is not a section (it holds {node!r})", field=field)
-    known = key in flatten(ov.base_tree) or key in schema_fields or get_path(ov.base_tree, key, _ABSENT) is not _ABSENT
+    known = key in schema_fields or get_path(ov.base_tree, key, _ABSENT) is not _ABSENT
     if not known:
         ov.warnings.append(
             f"write {key} creates a new attribute that AgentJet's defaults do not have; nothing may read it"
@@ -372,7 +374,7 @@ def _provenance(ov: Overlay, mode: str) -> list[ProvenanceEntry]:
             value=value,
             source=source,  # type: ignore[arg-type]
             base_value=base.get(key),
-            layer=_layer_of(ov, key),
+            layer=ov.origin.get(key),
             note=ov.notes.get(key),
         ))
     return entries
@@ -386,12 +388,6 @@ def _source_of(ov: Overlay, key: str) -> str:
         if "." not in probe:
             return "base"
         probe = probe.rsplit(".", 1)[0]
-
-
-def _layer_of(ov: Overlay, key: str) -> str | None:
-    if key in ov.origin:
-        return ov.origin[key]
-    return None
 
 
 def build_config(inp: BuildConfigInput) -> BuildConfigResult:

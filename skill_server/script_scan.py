@@ -447,9 +447,8 @@ class _Scanner:
                 before = [e for e in entries if use_line is None or e[0] <= use_line]
                 if before:
                     return (before[-1][1],)
-            if name in current.assigned or name in current.params:
-                if current.assigned.get(name) or name in current.params:
-                    return None
+            if current.assigned.get(name) or name in current.params:
+                return None  # rebound in this scope: not the job
             current = current.parent
             use_line = None
         return None

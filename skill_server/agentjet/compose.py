@@ -259,13 +259,6 @@ def get_path(tree: dict[str, Any], dotted: str, default: Any = _MISSING) -> Any:
     return node
 
 
-def has_path(tree: dict[str, Any], dotted: str) -> bool:
-    return get_path(tree, dotted, _MISSING_SENTINEL) is not _MISSING_SENTINEL
-
-
-_MISSING_SENTINEL = object()
-
-
 def set_path(tree: dict[str, Any], dotted: str, value: Any, *, create_parents: bool = True) -> None:
     parts = dotted.split(".")
     node = tree

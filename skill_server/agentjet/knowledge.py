@@ -37,10 +37,6 @@ def bundled_layer(name: str) -> dict[str, Any] | None:
     return copy.deepcopy(layer) if layer is not None else None
 
 
-def bundled_layer_names() -> list[str]:
-    return list(_snapshot()["layers"])
-
-
 @dataclass(frozen=True)
 class OverridesTable:
     """AgentJetJob's kwarg -> dotted YAML key rows, in source order, plus the constructor's control kwargs."""
