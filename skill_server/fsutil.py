@@ -11,6 +11,19 @@ from skill_server.errors import ToolFailure, ToolInputError
 DEFAULT_MODE = 0o644
 
 
+def resolve_path(value: str, *, field: str, base: str | Path | None = None) -> Path:
+    """The absolute path a user-given path names: ``~`` expanded, a relative path joined to ``base``
+    (a tool's ``cwd`` argument) or, without one, to the server's working directory. Every tool resolves
+    paths through here, so that messages can always name the absolute path that was tried."""
+    if "\x00" in value:
+        raise ToolInputError("contains a NUL character", field=field)
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        anchor = Path(base).expanduser() if base is not None else Path(os.getcwd())
+        path = anchor / path
+    return Path(os.path.normpath(str(path)))
+
+
 def write_text_atomic(path: str | Path, text: str, overwrite: bool = False, *, field: str | None = None) -> Path:
     """Write ``text`` to ``path`` so readers see either nothing/the old file or the whole new file.
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, WithJsonSchema
 
 from skill_server.errors import ToolInputError
 
@@ -13,9 +13,21 @@ from skill_server.errors import ToolInputError
 #: as progress notifications; the CLI ignores it.
 Progress = Callable[[float, "float | None", "str | None"], None]
 
+#: Largest integer a JSON client (JavaScript numbers) holds exactly; the default upper bound of every
+#: integer argument, so arithmetic on inputs stays exact and nothing overflows a float.
+MAX_JSON_INT = 2**53 - 1
+
 # Strict numbers: a JSON string "128" or a boolean is a mistake worth naming, not something to coerce.
-PositiveInt = Annotated[int, Strict(), Field(ge=1)]
-NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
+# Every integer input has an upper bound (tool-specific bounds may be tighter).
+PositiveInt = Annotated[int, Strict(), Field(ge=1, le=MAX_JSON_INT)]
+NonNegativeInt = Annotated[int, Strict(), Field(ge=0, le=MAX_JSON_INT)]
+
+#: Schema of an arbitrary JSON value, spelled so that every MCP client can map it: one ``type`` per
+#: ``anyOf`` branch (a bare ``{}`` or a ``type`` array is flagged by the MCP Inspector's portability check).
+JSON_VALUE_SCHEMA: dict[str, Any] = {"anyOf": [{"type": "string"}, {"type": "number"}, {"type": "boolean"},
+                                               {"type": "null"}, {"type": "array"}, {"type": "object"}]}
+#: Use for any field (input or output) whose value is free-form JSON; never a bare ``Any``.
+JsonValue = Annotated[Any, WithJsonSchema(JSON_VALUE_SCHEMA)]
 
 
 class ToolInput(BaseModel):
