@@ -96,7 +96,8 @@ def free_port() -> int:
 def test_success_run_states_metrics_cursor(tmux_socket: str, workdir: Path):
     out = call("launch_experiment", name="ok", command=trainer("--steps", "3"), workdir=str(workdir), max_time_s=60)
     assert out["session"] == "ajet_ok" and out["socket"] == tmux_socket
-    assert out["attach"].endswith(f"tmux -L {tmux_socket} attach -t ajet_ok")
+    sock = Path(os.environ["TMUX_TMPDIR"]).resolve() / f"tmux-{os.getuid()}" / tmux_socket
+    assert out["attach"] == f"tmux -S {sock} attach -t ajet_ok" and out["host"] == "local"
     assert out["log_path"] == str(workdir / "auto_agent" / "exp_results" / "ajet_ok.log")
     done = wait_exit(out["id"])
     assert done["state"] == "succeeded" and done["exit_code"] == 0 and done["next_wait_s"] == 0
@@ -169,13 +170,11 @@ def test_max_time_stops_run_as_timed_out_and_flags_first_step(tmux_socket: str, 
     time.sleep(1.3)
     mid = status(out["id"])
     assert mid["state"] == "running" and mid["first_step_overdue"] and not mid["first_step_seen"]
-    time.sleep(1.0)
-    t0 = time.monotonic()
-    late = status(out["id"])
+    late = call("wait_experiment", id=out["id"], timeout_s=20)  # the watchdog on the host ends it, not status
     assert late["state"] == "timed_out" and late["first_step_overdue"] and late["time_left_s"] is None
-    assert time.monotonic() - t0 < 8
+    assert late["waited_s"] < 15 and late["exit_code"] == 130
     assert all(p["state"] == "timed_out" for p in late["processes"])
-    assert not libtmux.Server(socket_name=tmux_socket).has_session("ajet_hang")
+    assert any("max time of 2 s reached" in line for line in late["lines"])
     pid = int((Path(os.environ["SKILL_SERVER_STATE_DIR"]) / "runs" / out["id"] / "main.pid").read_text())
     wait_until(lambda: not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2])
     assert status(out["id"])["state"] == "timed_out"  # stays recorded
@@ -214,11 +213,11 @@ def test_removed_session_and_dead_server_are_lost(tmux_socket: str, workdir: Pat
     a = call("launch_experiment", name="gone", command="sleep 60", workdir=str(workdir))
     b = call("launch_experiment", name="other", command="sleep 60", workdir=str(workdir))
     srv = libtmux.Server(socket_name=tmux_socket)
-    srv.kill_session("ajet_gone")
-    assert status(a["id"])["state"] == "lost"
+    srv.kill_session("ajet_gone")  # the pane closes: its wrapper gets SIGHUP and dies without an exit code
+    wait_until(lambda: status(a["id"])["state"] == "lost")
     assert status(b["id"])["state"] == "running"
     srv.kill()
-    assert status(b["id"])["state"] == "lost"
+    wait_until(lambda: status(b["id"])["state"] == "lost")
     everything = call("experiment_status")["experiments"]
     assert {e["id"]: e["state"] for e in everything} == {a["id"]: "lost", b["id"]: "lost"}
 
@@ -260,7 +259,6 @@ def test_bad_inputs_are_named_and_create_nothing(tmux_socket: str, workdir: Path
 
 def test_odd_commands_env_and_venv_are_passed_exactly(tmux_socket: str, workdir: Path, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("SHELL", shutil.which("bash") or "/bin/bash")  # here the line is typed into a login bash
     venv = tmp_path / "venv"
     (venv / "bin").mkdir(parents=True)
     (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
