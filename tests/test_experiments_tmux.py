@@ -5,89 +5,31 @@ from __future__ import annotations
 import http.server
 import json
 import os
-import shlex
 import shutil
-import socket as socketlib
 import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from pathlib import Path
-from typing import Any
 
 import libtmux
 import pytest
 
 from skill_server.errors import SkillError, ToolFailure, ToolInputError
-from skill_server.tools import TOOLS_BY_NAME
 from tests.conftest import REPO, call_cli, cli_env
-
-FAKE = REPO / "tests" / "fixtures" / "fake_trainer.py"
-PY = shlex.quote(sys.executable)
+from tests.experiment_helpers import (  # noqa: F401  (fixtures are used by name)
+    FAKE,
+    PY,
+    call,
+    free_port,
+    status,
+    tmux_socket,
+    trainer,
+    wait_exit,
+    wait_until,
+    workdir,
+)
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
-
-
-@pytest.fixture
-def tmux_socket(monkeypatch: pytest.MonkeyPatch):
-    """A private tmux server: unique socket name in a private TMUX_TMPDIR (short path: sockets max ~100 chars)."""
-    name = f"ajs-{uuid.uuid4().hex[:8]}"
-    tmpdir = tempfile.mkdtemp(prefix="ajs", dir="/tmp")
-    monkeypatch.setenv("TMUX_TMPDIR", tmpdir)
-    monkeypatch.setenv("SKILL_SERVER_TMUX_SOCKET", name)
-    # The tmux server's default shell comes from $SHELL. A login bash may run slow start-up hooks (pyenv
-    # rehash takes a lock file); tests that kill sessions at once could leave such a lock behind and slow
-    # every later shell. A plain sh keeps tests fast and harmless; the tool types a line valid in any shell.
-    monkeypatch.setenv("SHELL", "/bin/sh")
-    yield name
-    try:
-        srv = libtmux.Server(socket_name=name)
-        if srv.is_alive():
-            srv.kill()
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
-
-
-@pytest.fixture
-def workdir(tmp_path: Path) -> Path:
-    d = tmp_path / "work"
-    d.mkdir()
-    return d
-
-
-def call(tool: str, **arguments: Any) -> dict[str, Any]:
-    return TOOLS_BY_NAME[tool].invoke(arguments).model_dump()
-
-
-def trainer(*args: str) -> str:
-    return f"{PY} {shlex.quote(str(FAKE))} " + " ".join(shlex.quote(a) for a in args)
-
-
-def wait_until(predicate, timeout: float = 10.0, interval: float = 0.1):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError("condition not reached in time")
-
-
-def status(exp_id: str, **kw: Any) -> dict[str, Any]:
-    return call("experiment_status", id=exp_id, **kw)["experiments"][0]
-
-
-def wait_exit(exp_id: str, timeout_s: int = 20) -> dict[str, Any]:
-    out = call("wait_experiment", id=exp_id, timeout_s=timeout_s)
-    assert out["reason"] == "exited", out
-    return out
-
-
-def free_port() -> int:
-    with socketlib.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # ---- the basic lifecycle
@@ -130,7 +72,7 @@ def test_crash_and_oom_runs_fail_with_signatures(tmux_socket: str, workdir: Path
 
 
 def test_wait_stops_early_on_a_new_error_signature(tmux_socket: str, workdir: Path):
-    cmd = f"sleep 0.5; echo 'torch.OutOfMemoryError: CUDA out of memory.'; sleep 30"
+    cmd = "sleep 0.5; echo 'torch.OutOfMemoryError: CUDA out of memory.'; sleep 30"
     out = call("launch_experiment", name="errwait", command=cmd, workdir=str(workdir))
     t0 = time.monotonic()
     res = call("wait_experiment", id=out["id"], timeout_s=20)

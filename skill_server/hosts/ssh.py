@@ -43,7 +43,7 @@ _PROGRAM: bytes | None = None
 def _program() -> bytes:
     global _PROGRAM
     if _PROGRAM is None:
-        _PROGRAM = program.compressed_program()
+        _PROGRAM = program.ssh_payload()
     return _PROGRAM
 
 

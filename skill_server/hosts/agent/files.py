@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import stat
-import tempfile
 import time
 
 STATE_DIR_ENV = "SKILL_SERVER_STATE_DIR"
@@ -216,6 +215,8 @@ def write_atomic(path: str, data: bytes, replace: bool, mode: int = 0o644, field
                              kind="not_regular")
         if not replace:
             raise AgentError(target + " exists; this tool never replaces it", field, kind="exists")
+    import tempfile  # imported here: most agent calls never write
+
     _clean_stale_temps(parent, os.path.basename(target))
     try:
         fd, tmp = tempfile.mkstemp(dir=parent, prefix="." + os.path.basename(target) + ".", suffix=TEMP_SUFFIX)

@@ -12,16 +12,15 @@ file), ``list_dir``. Experiment ops: ``launch``, ``discard``, ``observe``, ``sto
 
 from __future__ import annotations
 
-import base64
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 
-from . import PROTOCOL_VERSION, files, procs, tmux, wrapper
+from . import PROTOCOL_VERSION, files, procs, tmux
 from .files import AgentError
+
+# Imported where used (base64, shutil, subprocess, tempfile, wrapper): the agent starts on every call,
+# and status needs none of them.
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 MAX_READ_BYTES = 80 * 1024 * 1024
@@ -57,6 +56,8 @@ def _str_list(req: dict, key: str) -> list[str]:
 
 
 def op_ping(req: dict) -> dict:
+    import shutil
+
     return {"python": sys.executable, "version": list(sys.version_info[:3]), "platform": sys.platform,
             "uid": os.getuid(), "pid": os.getpid(), "state_dir": files.state_dir(), "proc": procs.USE_PROC,
             "tmux": shutil.which("tmux"), "bash": shutil.which("bash")}
@@ -70,6 +71,9 @@ def _read_capped(handle: object, limit: int) -> tuple[str, bool]:
 
 def op_run(req: dict) -> dict:
     """Run argv (no shell) with a time bound; the whole process group is killed at the bound."""
+    import subprocess
+    import tempfile
+
     argv = _str_list(req, "argv")
     timeout = float(_need(req, "timeout_s", (int, float), 30))
     timeout = max(0.1, min(timeout, MAX_RUN_TIMEOUT_S))
@@ -110,6 +114,8 @@ def op_run(req: dict) -> dict:
 
 
 def op_read(req: dict) -> dict:
+    import base64
+
     path = files.expand(_need(req, "path", str))
     offset = _need(req, "offset", int, 0)
     length = max(0, min(_need(req, "length", int), MAX_READ_BYTES))
@@ -128,6 +134,8 @@ def op_read(req: dict) -> dict:
 
 
 def op_write(req: dict) -> dict:
+    import base64
+
     path = _need(req, "path", str)
     if "text" in req:
         data = _need(req, "text", str).encode("utf-8")
@@ -163,6 +171,8 @@ def _directory(raw: str, field: str) -> str:
 
 def _resolve_launch(req: dict) -> dict:
     """Check and resolve a launch on this host without creating anything."""
+    import shutil
+
     for tool in ("tmux", "bash") if req.get("procs") else ():
         if shutil.which(tool) is None:
             raise AgentError("%s is not installed on this host (experiments run in tmux under bash)" % tool,
@@ -229,7 +239,7 @@ def op_launch(req: dict) -> dict:
         raise AgentError("cannot create the run directory %s: %s" % (rdir, exc.strerror or exc)) from None
     started: list[dict] = []
     try:
-        from . import program
+        from . import program, wrapper
 
         files.write_atomic(os.path.join(rdir, "agent.py"), program.program_text().encode("utf-8"), replace=False)
         try:
@@ -263,6 +273,8 @@ def op_launch(req: dict) -> dict:
 
 
 def _discard(exp_id: str, socket: str, session: str | None, rdir: str) -> dict:
+    import shutil
+
     removed = tmux.kill_session(socket, session) if session else False
     report = procs.terminate([], exp_id + "/", 0.0)
     shutil.rmtree(rdir, ignore_errors=True)

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 
 MARKER = "AGENTJET_SKILL_RUN"
@@ -37,6 +36,8 @@ def _proc_stat(pid: int) -> list[str] | None:
 
 
 def _ps(args: list[str]) -> list[str]:
+    import subprocess  # only where there is no /proc
+
     try:
         out = subprocess.run(["ps"] + args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=20)
     except (OSError, subprocess.SubprocessError):
@@ -115,22 +116,34 @@ def marked(prefix: str) -> list[dict]:
             found.append({"pid": int(entry), "pgid": int(fields[2]), "role": value.split("/", 1)[-1],
                           "start": fields[19] if len(fields) > 19 else None, "command": _cmdline(int(entry))[:200]})
         return found
-    needle = MARKER + "=" + prefix
+    # Without /proc: ps prints the environment after the arguments, so the environment of a process is
+    # what its listing with environment adds to its listing without (a marker in an argument, such as
+    # tmux's own command line, must not count).
+    plain = {}
+    for line in _ps(["-A", "-ww", "-o", "pid=", "-o", "pgid=", "-o", "stat=", "-o", "command="]):
+        parts = line.split(None, 3)
+        if len(parts) == 4 and parts[0].isdigit():
+            plain[int(parts[0])] = parts
+    needle = " " + MARKER + "=" + prefix
     for flags in (["-E"], ["e"]):  # BSD/macOS show the environment with -E, procps with e
-        lines = _ps(["-A", "-ww"] + flags + ["-o", "pid=", "-o", "pgid=", "-o", "stat=", "-o", "command="])
+        lines = _ps(["-A", "-ww"] + flags + ["-o", "pid=", "-o", "command="])
         if not lines:
             continue
         for line in lines:
-            parts = line.split(None, 3)
-            if len(parts) < 4 or not parts[0].isdigit() or int(parts[0]) == me or parts[2].startswith("Z"):
+            parts = line.split(None, 1)
+            if len(parts) < 2 or not parts[0].isdigit():
                 continue
-            at = parts[3].find(" " + needle)
+            pid = int(parts[0])
+            known = plain.get(pid)
+            if pid == me or known is None or known[2].startswith("Z") or not parts[1].startswith(known[3]):
+                continue
+            environment = " " + parts[1][len(known[3]):]
+            at = environment.find(needle)
             if at < 0:
                 continue
-            value = parts[3][at + 1 + len(MARKER) + 1:].split(" ", 1)[0]
-            found.append({"pid": int(parts[0]), "pgid": int(parts[1]) if parts[1].isdigit() else 0,
-                          "role": value.split("/", 1)[-1], "start": start_time(int(parts[0])),
-                          "command": parts[3][:at][:200]})
+            value = environment[at + 1 + len(MARKER) + 1:].split(" ", 1)[0]
+            found.append({"pid": pid, "pgid": int(known[1]) if known[1].isdigit() else 0,
+                          "role": value.split("/", 1)[-1], "start": start_time(pid), "command": known[3][:200]})
         return found
     return found
 
