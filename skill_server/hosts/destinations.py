@@ -14,7 +14,7 @@ from skill_server.hosts.base import LOCAL
 
 MAX_DESTINATION = 255
 _SAFE = re.compile(r"^[A-Za-z0-9._@:/\[\]%+~=-]+$")
-_SSH_URI = re.compile(r"^ssh://(?:[^@/]+@)?(?:\[[0-9A-Fa-f:.]+\]|[^@/:\[\]]+)(?::\d{1,5})?/?$")
+_SSH_URI = re.compile(r"^ssh://(?:[^@/-][^@/]*@)?(?:\[[0-9A-Fa-f:.]+\]|[^@/:\[\]-][^@/:\[\]]*)(?::\d{1,5})?/?$")
 
 
 def normalise(value: str | None, *, field: str) -> str:
@@ -34,6 +34,11 @@ def normalise(value: str | None, *, field: str) -> str:
     if not _SAFE.match(value):
         raise ToolInputError(f"{value!r} is not an ssh destination (letters, digits and . _ @ : / [ ] % + ~ = -)",
                              field=field)
-    if value.startswith("ssh://") and not _SSH_URI.match(value):
-        raise ToolInputError(f"{value!r} is not an ssh:// URI (ssh://[user@]host[:port])", field=field)
+    if value.startswith("ssh://"):
+        if not _SSH_URI.match(value):
+            raise ToolInputError(f"{value!r} is not an ssh:// URI (ssh://[user@]host[:port])", field=field)
+    elif value.startswith("@") or value.endswith("@"):
+        raise ToolInputError(f"{value!r} is not a destination (user@host needs both parts)", field=field)
+    elif value.rsplit("@", 1)[-1].startswith("-"):
+        raise ToolInputError(f"{value!r} is not a destination (a host name may not start with '-')", field=field)
     return value
