@@ -9,20 +9,30 @@ host-key prompt into an error, which becomes one line naming the host and ssh's 
 The control socket lives under the state directory when the path fits a Unix socket (about 100 bytes,
 counting the 40-character ``%C`` hash and the 17-character suffix ssh adds while binding), else in a
 private ``/tmp/ajs-ssh-<uid>`` directory; if neither is usable, calls go without multiplexing.
+
+A long-lived process (the MCP server) keeps one *agent session* per host: the same invocation with
+``serve``, answering framed requests over the open channel, so a warm call costs one round trip and no
+process start on either side. A session serves one call at a time; a call that finds it busy, a large
+request, or a session that broke, goes the one-shot way. Sessions end when their host connection
+drops, after the agent's idle time, or with this process.
 """
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import os
+import select
 import shlex
 import shutil
 import stat
 import subprocess
 import tempfile
+import threading
+import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from skill_server.errors import ToolFailure
 from skill_server.hosts.agent import program
@@ -36,6 +46,8 @@ REMOTE_PYTHON_ENV = "SKILL_SERVER_REMOTE_PYTHON"
 CONNECT_TIMEOUT_S = 10
 CONTROL_PERSIST_S = 600
 SOCKET_PATH_LIMIT = 100
+#: Where control sockets go when the state directory's path is too long for a Unix socket.
+FALLBACK_CONTROL_DIR = "/tmp/ajs-ssh-{uid}"
 _CONTROL_NAME_LEN = 40 + 17  # "%C" expands to 40 hex characters; ssh binds "<path>.<16 random>" first
 _PROGRAM: bytes | None = None
 
@@ -63,7 +75,7 @@ def _private_dir(path: str) -> bool:
 
 def control_dir() -> str | None:
     """Where control sockets go (see the module docstring); None disables multiplexing."""
-    for candidate in (os.path.join(state_dir(), "ssh"), f"/tmp/ajs-ssh-{os.getuid()}"):
+    for candidate in (os.path.join(state_dir(), "ssh"), FALLBACK_CONTROL_DIR.format(uid=os.getuid())):
         if len(os.fsencode(candidate)) + 1 + _CONTROL_NAME_LEN > SOCKET_PATH_LIMIT:
             continue
         if _private_dir(candidate):
@@ -124,41 +136,191 @@ def describe_ssh_error(stderr: str) -> str:
     return message
 
 
+#: Requests larger than this go one-shot (a session's pipe is written without a writer thread).
+SESSION_MAX_REQUEST = 48 * 1024
+_SESSIONS: dict[tuple[str, ...], _Session] = {}
+_SESSIONS_LOCK = threading.Lock()
+
+
+def _python() -> str:
+    return os.environ.get(REMOTE_PYTHON_ENV) or "python3"
+
+
+def _remote_command(*args: str) -> str:
+    return " ".join([shlex.quote(_python()), "-I", "-S", "-c", shlex.quote(program.BOOTSTRAP), *args])
+
+
+def _failure(host: str, returncode: int | None, stderr: str) -> HostUnreachable | None:
+    """The error an ssh exit status means, or None when it says nothing about the connection."""
+    if returncode == 255:
+        return HostUnreachable(host, describe_ssh_error(stderr))
+    if returncode == 127:
+        return HostUnreachable(host, f"{_python()} was not found there (the host agent needs Python 3.8 or newer; "
+                               f"set {REMOTE_PYTHON_ENV} to its path): {describe_ssh_error(stderr)}")
+    return None
+
+
+class _Broken(Exception):
+    """The session cannot be used (ended, or never answered ready)."""
+
+
+class _Session:
+    """One serving agent on a host, over the multiplexed connection."""
+
+    def __init__(self, host: str, argv: list[str], timeout_s: float) -> None:
+        self.host = host
+        self.lock = threading.Lock()
+        self.err: IO[bytes] = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
+                                     start_new_session=True)
+        self.buf = b""
+        self.ready = False
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        try:
+            self.proc.stdin.write(_program())
+            self.proc.stdin.flush()
+        except OSError:
+            raise self._broken() from None
+        if self._line(time.monotonic() + timeout_s) != b"ready":
+            raise self._broken()
+        self.ready = True
+
+    def _broken(self) -> Exception:
+        """Close the session. While connecting: the error its ssh exit status means (the host is
+        unreachable). Once it had served: ``_Broken``, so the call is retried one-shot on a new connection
+        (a dropped master ends every session on it; that alone says nothing about the host)."""
+        self.close()
+        if self.ready:
+            return _Broken()
+        self.err.seek(0)
+        failure = _failure(self.host, self.proc.returncode, self.err.read(64 * 1024).decode("utf-8", "replace"))
+        return failure if failure is not None else _Broken()
+
+    def _fill(self, deadline: float) -> None:
+        fd = self.proc.stdout.fileno()  # type: ignore[union-attr]
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            self.close()
+            raise HostUnreachable(self.host, "no answer in time")
+        try:
+            chunk = os.read(fd, 1024 * 1024)
+        except OSError:
+            chunk = b""
+        if not chunk:
+            raise self._broken()
+        self.buf += chunk
+
+    def _line(self, deadline: float) -> bytes:
+        while b"\n" not in self.buf:
+            self._fill(deadline)
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line
+
+    def ask(self, request: bytes, timeout_s: float) -> Any:
+        deadline = time.monotonic() + timeout_s
+        try:
+            self.proc.stdin.write(str(len(request)).encode("ascii") + b"\n" + request)  # type: ignore[union-attr]
+            self.proc.stdin.flush()  # type: ignore[union-attr]
+        except OSError:
+            raise self._broken() from None
+        size = int(self._line(deadline))
+        while len(self.buf) < size:
+            self._fill(deadline)
+        body, self.buf = self.buf[:size], self.buf[size:]
+        return json.loads(body.decode("utf-8"))
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.proc.stdin.close()  # type: ignore[union-attr]
+                self.proc.wait(timeout=2)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+
+
+def close_sessions() -> None:
+    with _SESSIONS_LOCK:
+        sessions = list(_SESSIONS.values())
+        _SESSIONS.clear()
+    for session in sessions:
+        session.close()
+
+
+atexit.register(close_sessions)
+
+
 class SshHost(Host):
     def __init__(self, destination: str) -> None:
         self.name = destination
 
-    def _python(self) -> str:
-        return os.environ.get(REMOTE_PYTHON_ENV) or "python3"
-
-    def call(self, ops: list[dict[str, Any]], *, timeout_s: float = 60.0) -> list[dict[str, Any]]:
-        python = self._python()
-        remote = f"{shlex.quote(python)} -I -S -c {shlex.quote(program.BOOTSTRAP)}"
+    def _argv(self, *args: str) -> list[str]:
         try:
-            argv = ssh_options() + ["-T", "--", self.name, remote]
+            return ssh_options() + ["-T", "--", self.name, _remote_command(*args)]
         except ToolFailure as exc:
             raise HostUnreachable(self.name, exc.message) from None
-        payload = _program() + json.dumps(self._request(ops), separators=(",", ":")).encode("utf-8")
+
+    def call(self, ops: list[dict[str, Any]], *, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+        request = json.dumps(self._request(ops), separators=(",", ":")).encode("utf-8")
+        if len(request) <= SESSION_MAX_REQUEST:
+            reply = self._ask_session(request, timeout_s)
+            if reply is not None:
+                return self._results(reply, len(ops))
+        return self._results(self._one_shot(request, timeout_s), len(ops))
+
+    def _ask_session(self, request: bytes, timeout_s: float) -> Any | None:
+        """The reply through this host's session; None when it is busy or broke (go one-shot)."""
+        argv = self._argv("serve")
+        key = tuple(argv)
+        with _SESSIONS_LOCK:
+            session = _SESSIONS.get(key)
+            if session is not None and not session.alive():
+                session = None
+            if session is None:
+                for old_key in [k for k in _SESSIONS if k[-2] == self.name]:  # settings changed: replace
+                    _SESSIONS.pop(old_key).close()
+        if session is None:
+            try:
+                session = _Session(self.name, argv, timeout_s)
+            except _Broken:
+                return None
+            with _SESSIONS_LOCK:
+                _SESSIONS[key] = session
+        if not session.lock.acquire(blocking=False):
+            return None
+        try:
+            return session.ask(request, timeout_s)
+        except _Broken:
+            return None
+        except (ValueError, OSError):
+            session.close()
+            return None
+        finally:
+            session.lock.release()
+
+    def _one_shot(self, request: bytes, timeout_s: float) -> Any:
+        argv = self._argv()
         with tempfile.TemporaryFile() as err:
             try:
-                done = subprocess.run(argv, input=payload, stdout=subprocess.PIPE, stderr=err, timeout=timeout_s)
+                done = subprocess.run(argv, input=_program() + request, stdout=subprocess.PIPE, stderr=err,
+                                      timeout=timeout_s)
             except subprocess.TimeoutExpired:
                 raise HostUnreachable(self.name, f"no answer within {timeout_s:.0f} s") from None
             except OSError as exc:
                 raise HostUnreachable(self.name, f"cannot run ssh: {exc.strerror or exc}") from None
             err.seek(0)
             stderr = err.read(64 * 1024).decode("utf-8", "replace")
-        if done.returncode == 255:
-            raise HostUnreachable(self.name, describe_ssh_error(stderr))
-        if done.returncode == 127:
-            raise HostUnreachable(self.name, f"{python} was not found there (the host agent needs Python 3.8 or "
-                                  f"newer; set {REMOTE_PYTHON_ENV} to its path): {describe_ssh_error(stderr)}")
+        failure = _failure(self.name, done.returncode, stderr)
+        if failure is not None:
+            raise failure
         try:
-            reply = json.loads(done.stdout.decode("utf-8"))
+            return json.loads(done.stdout.decode("utf-8"))
         except ValueError:
             detail = describe_ssh_error(stderr) if stderr.strip() else f"exit {done.returncode}, no reply"
             raise HostUnreachable(self.name, f"the host agent failed: {detail}") from None
-        return self._results(reply, len(ops))
 
     def attach_command(self, socket_path: str, session: str) -> str:
         argv = ["ssh", "-t"]
@@ -169,7 +331,9 @@ class SshHost(Host):
 
 
 def close_masters() -> int:
-    """Ask every control master under our control directory to exit; returns how many answered."""
+    """End this process's agent sessions and ask every control master under our control directory to
+    exit; returns how many masters answered."""
+    close_sessions()
     directory = control_dir()
     if directory is None or shutil.which("ssh") is None:
         return 0

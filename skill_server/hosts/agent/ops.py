@@ -383,20 +383,72 @@ def handle(request: object) -> dict:
     return {"v": PROTOCOL_VERSION, "results": results}
 
 
+#: A serving agent exits after this long without a request (the caller starts a new one when needed).
+SERVE_IDLE_S = 300.0
+
+
+def _encode(reply: dict) -> bytes:
+    return json.dumps(reply, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _answer(raw: bytes) -> dict:
+    try:
+        return handle(json.loads(raw.decode("utf-8")))
+    except ValueError as exc:
+        return {"v": PROTOCOL_VERSION, "error": "request is not JSON: %s" % exc}
+
+
+def serve() -> int:
+    """Answer framed requests (a length line, then that many bytes of JSON; replies framed alike) until
+    stdin closes or stays idle for ``SERVE_IDLE_S``: the caller keeps
+    one such agent per host, so a call costs a round trip on the open connection, not a new process.
+    ``ready`` is written first, once nothing of the program is left unread on stdin."""
+    import select
+
+    out = sys.stdout.buffer
+    out.write(b"ready\n")
+    out.flush()
+    buf = b""
+    while True:
+        while b"\n" not in buf:
+            if not select.select([0], [], [], SERVE_IDLE_S)[0]:
+                return 0
+            chunk = os.read(0, 65536)
+            if not chunk:
+                return 0
+            buf += chunk
+        head, buf = buf.split(b"\n", 1)
+        try:
+            size = int(head)
+        except ValueError:
+            return 2
+        if size > MAX_REQUEST_BYTES:
+            return 2
+        while len(buf) < size:
+            chunk = os.read(0, max(65536, size - len(buf)))
+            if not chunk:
+                return 0
+            buf += chunk
+        body, buf = buf[:size], buf[size:]
+        reply = _encode(_answer(body))
+        out.write(str(len(reply)).encode("ascii") + b"\n" + reply)
+        out.flush()
+
+
 def main(argv: list[str]) -> int:
-    """Entry point of the shipped program: ``watchdog ...`` or a request on stdin, the reply on stdout."""
+    """Entry point of the shipped program: ``watchdog ...``, ``serve``, or one request on stdin and the
+    reply on stdout."""
     if len(argv) > 1 and argv[1] == "watchdog":
         from . import watchdog
 
         return watchdog.main(argv[2:])
+    if len(argv) > 1 and argv[1] == "serve":
+        return serve()
     raw = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
     if len(raw) > MAX_REQUEST_BYTES:
         reply = {"v": PROTOCOL_VERSION, "error": "request over %d bytes" % MAX_REQUEST_BYTES}
     else:
-        try:
-            reply = handle(json.loads(raw.decode("utf-8")))
-        except ValueError as exc:
-            reply = {"v": PROTOCOL_VERSION, "error": "request is not JSON: %s" % exc}
-    sys.stdout.buffer.write(json.dumps(reply, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+        reply = _answer(raw)
+    sys.stdout.buffer.write(_encode(reply))
     sys.stdout.buffer.flush()
     return 0
