@@ -124,6 +124,12 @@ def test_one_experiment_spans_two_nodes(remote: LoopbackSshd):
          "wait_for_url": f"http://127.0.0.1:{port}/", "wait_for_url_timeout_s": 60},
     ])
     assert [(p["role"], p["host"]) for p in out["processes"]] == [("server", "node1"), ("client", "node2")]
+    with open_registry() as reg:  # what other tools (swarm_status) read about a run
+        row = reg.find(out["id"])
+        assert [(p.role, p.host, p.workdir) for p in row.processes] == [("server", "node1", str(work)),
+                                                                        ("client", "node2", str(work))]
+        assert row.processes[1].command.startswith(NODE_PY) and row.host == "node1"
+        assert row.hosts == ["node1", "node2"]
     assert "node2" in out["processes"][1]["attach"] and "node1" in out["processes"][0]["attach"]
     for node in NODES:
         assert (remote.node_dir(node) / "state" / "runs" / out["id"]).is_dir()

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from skill_server.errors import ToolInputError
 from skill_server.experiments.states import ProcFacts, process_state, run_state
@@ -233,3 +235,53 @@ def test_states_come_from_liveness_exit_codes_and_markers():
     assert run_state(["running", "unreachable"], [None, None])[0] == "unreachable"
     assert run_state(["failed", "running"], [3, None])[:2] == ("failed", 3)
     assert run_state(["timed_out", "stopped"], [130, None])[0] == "timed_out"
+
+
+# ---- any input: a result or a clean error
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_any_text_as_a_host_is_accepted_or_refused_by_name(value: str):
+    try:
+        assert normalise(value, field="host") in (value, LOCAL)
+    except ToolInputError as err:
+        assert err.field == "host" and "\n" not in err.message.replace(repr(value), "")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=60), st.integers(min_value=1, max_value=4))
+def test_any_text_as_a_cursor_is_accepted_or_refused_by_name(text: str, n: int):
+    from skill_server.experiments.status import parse_cursor
+
+    try:
+        offsets = parse_cursor(text, n, "since")
+        assert len(offsets) == n and all(0 <= o <= 2**62 for o in offsets)
+    except ToolInputError as err:
+        assert err.field == "since"
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                      max_size=3), max_leaves=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(["name", "host", "command", "workdir", "max_time_s", "processes", "env",
+                                        "first_step_pattern", "bogus"]), json_values, max_size=5))
+def test_any_launch_arguments_validate_or_name_a_field(arguments: dict):
+    from skill_server.tools import TOOLS_BY_NAME
+
+    try:
+        TOOLS_BY_NAME["launch_experiment"].validate(arguments)
+    except ToolInputError as err:
+        assert err.field or "\n" not in str(err)
+
+
+def test_hosts_answer_an_agent_that_is_not_there():
+    reply = ops.handle({"v": PROTOCOL_VERSION, "ops": [{"op": "observe", "sockets": ["/nonexistent/sock"], "procs": [
+        {"run_dir": "/nonexistent", "role": "main", "pid": 2**22 + 7, "start": "1", "log_path": "/nonexistent/log",
+         "reads": [{"offset": 0, "budget": 100}]}]}]})["results"][0]
+    assert reply["ok"] and reply["panes"] == {"/nonexistent/sock": None}
+    assert reply["procs"][0] == {"alive": False, "exit_code": None, "markers": [], "final": True, "size": None,
+                                 "reads": [{"text": "", "end": 0, "skipped": 0, "reset": False}]}

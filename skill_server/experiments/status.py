@@ -32,7 +32,7 @@ def parse_cursor(text: str, n: int, field: str) -> list[int]:
     if text == "":
         return [0] * n
     parts = text.split(",")
-    if len(parts) != n or not all(p.isdigit() and len(p) <= 19 for p in parts):
+    if len(parts) != n or not all(p.isascii() and p.isdigit() and len(p) <= 19 for p in parts):
         raise ToolInputError(f"{text!r} is not a cursor of this experiment (expected {n} comma-separated offsets)",
                              field=field)
     offsets = [int(p) for p in parts]

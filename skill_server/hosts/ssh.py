@@ -284,11 +284,16 @@ class SshHost(Host):
                     _SESSIONS.pop(old_key).close()
         if session is None:
             try:
-                session = _Session(self.name, argv, timeout_s)
+                fresh = _Session(self.name, argv, timeout_s)
             except _Broken:
                 return None
-            with _SESSIONS_LOCK:
-                _SESSIONS[key] = session
+            with _SESSIONS_LOCK:  # another thread may have opened one meanwhile: keep one per host
+                session = _SESSIONS.get(key)
+                if session is None or not session.alive():
+                    session = _SESSIONS[key] = fresh
+                    fresh = None
+            if fresh is not None:
+                fresh.close()
         if not session.lock.acquire(blocking=False):
             return None
         try:

@@ -110,7 +110,8 @@ def read_int(path: str) -> int | None:
     if text is None:
         return None
     text = text.strip()
-    if not text or not text.lstrip("-").isdigit() or len(text) > 20:
+    digits = text[1:] if text.startswith("-") else text
+    if not digits or not (digits.isascii() and digits.isdigit()) or len(text) > 20:
         return None
     return int(text)
 

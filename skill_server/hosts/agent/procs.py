@@ -98,7 +98,7 @@ def marked(prefix: str) -> list[dict]:
         except OSError:
             entries = []
         for entry in entries:
-            if not entry.isdigit() or int(entry) == me:
+            if not entry.isdecimal() or int(entry) == me:
                 continue
             try:
                 with open("/proc/" + entry + "/environ", "rb") as handle:
@@ -122,7 +122,7 @@ def marked(prefix: str) -> list[dict]:
     plain = {}
     for line in _ps(["-A", "-ww", "-o", "pid=", "-o", "pgid=", "-o", "stat=", "-o", "command="]):
         parts = line.split(None, 3)
-        if len(parts) == 4 and parts[0].isdigit():
+        if len(parts) == 4 and parts[0].isdecimal():
             plain[int(parts[0])] = parts
     needle = " " + MARKER + "=" + prefix
     for flags in (["-E"], ["e"]):  # BSD/macOS show the environment with -E, procps with e
@@ -131,7 +131,7 @@ def marked(prefix: str) -> list[dict]:
             continue
         for line in lines:
             parts = line.split(None, 1)
-            if len(parts) < 2 or not parts[0].isdigit():
+            if len(parts) < 2 or not parts[0].isdecimal():
                 continue
             pid = int(parts[0])
             known = plain.get(pid)
@@ -142,7 +142,7 @@ def marked(prefix: str) -> list[dict]:
             if at < 0:
                 continue
             value = environment[at + 1 + len(MARKER) + 1:].split(" ", 1)[0]
-            found.append({"pid": pid, "pgid": int(known[1]) if known[1].isdigit() else 0,
+            found.append({"pid": pid, "pgid": int(known[1]) if known[1].isdecimal() else 0,
                           "role": value.split("/", 1)[-1], "start": start_time(pid), "command": known[3][:200]})
         return found
     return found

@@ -92,8 +92,8 @@ def list_panes(socket: str) -> list[dict] | None:
         session, window_id, window_name, pane_id, dead, dead_status, pid = parts
         panes.append({"session": session, "window_id": window_id, "window": window_name, "pane_id": pane_id,
                       "dead": dead == "1",
-                      "dead_status": int(dead_status) if dead_status.lstrip("-").isdigit() else None,
-                      "pid": int(pid) if pid.isdigit() else None})
+                      "dead_status": int(dead_status) if dead_status.lstrip("-").isdecimal() else None,
+                      "pid": int(pid) if pid.isdecimal() else None})
     return panes
 
 
