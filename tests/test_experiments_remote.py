@@ -269,3 +269,18 @@ def test_the_cli_drives_remote_runs_and_shares_the_connection(remote: LoopbackSs
     assert rc == 0 and waited["state"] == "succeeded", err
     sockets = [p for p in Path(control_dir()).iterdir() if p.is_socket()]
     assert len(sockets) == 1  # one master for node2, reused by every call
+
+
+def test_a_blueprint_written_here_launches_on_a_node(remote: LoopbackSshd, tmp_path: Path):
+    work = workdir_on(remote)
+    (work / "exp.yaml").write_text("ajet:\n  trainer_common:\n    val_print_to_markdown_file_path: val.md\n")
+    blueprint = tmp_path / "blueprint.md"  # on this machine; its paths are the node's
+    call("blueprint", action="template", path=str(blueprint), purpose="remote blueprint", codebase_dir=str(work),
+         venv_exe="/usr/bin/python3", yaml_path="exp.yaml", max_time="30 min",
+         launch_command=f"python3 {FAKE} --steps 2 --val-md val.md --conf exp.yaml")
+    out = call("launch_experiment", blueprint=str(blueprint), host="node2")
+    assert out["host"] == "node2" and out["session"] == "ajet_remote_blueprint" and out["max_time_s"] == 1800
+    assert call("wait_experiment", id=out["id"], timeout_s=30)["state"] == "succeeded"
+    res = call("collect_results", id=out["id"])
+    assert res["host"] == "node2" and res["val_markdown"] == str(work / "val.md")
+    assert {m["key"]: m["n"] for m in res["val_metrics"]}["mean_reward"] == 2

@@ -208,9 +208,17 @@ def validate_text(text: str, base_dir: Path, *, check_paths: bool = True) -> Val
             problems.append(Problem(name, "error", f"section [{name}] is not filled in ({values[name]!r})"))
             values[name] = ""
     resolved: dict[str, str] = {}
+
+    def as_path(raw: str) -> Path:
+        # On another host "~" means that host's home: keep it for the host to expand.
+        return Path(raw).expanduser() if check_paths else Path(raw)
+
+    def absolute(path: Path) -> bool:
+        return path.is_absolute() or (not check_paths and str(path).startswith("~"))
+
     codebase = values.get("exp_codebase_dir") or ""
-    code_dir = Path(codebase).expanduser() if codebase else base_dir
-    if codebase and not code_dir.is_absolute():
+    code_dir = as_path(codebase) if codebase else base_dir
+    if codebase and not absolute(code_dir):
         problems.append(Problem("exp_codebase_dir", "warning",
                                 f"relative path {codebase!r}; resolved against the blueprint's directory"))
         code_dir = base_dir / code_dir
@@ -222,8 +230,8 @@ def validate_text(text: str, base_dir: Path, *, check_paths: bool = True) -> Val
         if name == "exp_codebase_dir":
             path = code_dir
         else:
-            path = Path(raw).expanduser()
-            if not path.is_absolute():
+            path = as_path(raw)
+            if not absolute(path):
                 problems.append(Problem(name, "warning", f"relative path {raw!r}; resolved against exp_codebase_dir"))
                 path = Path(_normalise(code_dir / path))
         resolved[name] = str(path)

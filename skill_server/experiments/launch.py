@@ -79,7 +79,7 @@ def session_name(name: str | None, purpose: str | None) -> str:
     raise ToolInputError("a session name is required (or a blueprint with [exp_purpose])", field="name")
 
 
-def _host_path(value: str, field: str) -> str:
+def host_path(value: str, field: str) -> str:
     """A path on some host: absolute, or ``~``-relative (expanded there). Nothing is checked here."""
     if "\x00" in value:
         raise ToolInputError("contains a NUL character", field=field)
@@ -175,10 +175,10 @@ def _plan(inp: LaunchInput, main_host: str, defaults: dict[str, Any], session: s
     workdir_value = inp.workdir or defaults.get("workdir")
     if not workdir_value:
         raise ToolInputError("workdir is required (absolute directory the command runs in)", field="workdir")
-    workdir = _host_path(workdir_value, "workdir")
+    workdir = host_path(workdir_value, "workdir")
     python = inp.python or defaults.get("python")
     if python is not None:
-        python = _host_path(python, "python")
+        python = host_path(python, "python")
     result_dir = _relative_ok(inp.result_dir or defaults.get("result_dir") or bp.DEFAULT_RESULT_DIR, "result_dir")
     env = {**DEFAULT_ENV, **check_env(inp.env, "env")}
     procs: list[_Proc] = []
@@ -198,7 +198,7 @@ def _plan(inp: LaunchInput, main_host: str, defaults: dict[str, Any], session: s
             procs.append(_Proc(
                 role=p.role, command=p.command, host=normalise(p.host, field=f"{at}.host") if p.host else main_host,
                 host_field=f"{at}.host" if p.host else "host",
-                workdir=_host_path(p.workdir, f"{at}.workdir") if p.workdir else workdir,
+                workdir=host_path(p.workdir, f"{at}.workdir") if p.workdir else workdir,
                 workdir_field=f"{at}.workdir" if p.workdir else "workdir",
                 env={**env, **check_env(p.env, f"{at}.env")},
                 log_path=_relative_ok(p.log_path, f"{at}.log_path") if p.log_path else f"{session}.{p.role}.log",

@@ -23,7 +23,7 @@ from pydantic import Field, StrictBool, StrictStr
 
 from skill_server.errors import ToolInputError
 from skill_server.experiments import logs
-from skill_server.experiments.launch import _host_path
+from skill_server.experiments.launch import host_path
 from skill_server.experiments.models import HOST_DESCRIPTION, ErrorHit
 from skill_server.experiments.observe import observe
 from skill_server.experiments.signatures import SIGNATURES
@@ -271,15 +271,15 @@ def collect_results(inp: CollectInput) -> CollectOutput:
         errors = status["errors"]
         log_paths = [p.log_path if p.host == host_name else f"{p.host}:{p.log_path}" for p in status["processes"]]
     host = get_host(host_name)
-    result_dir = _host_path(inp.result_dir, "result_dir") if inp.result_dir else spec.get("result_dir")
+    result_dir = host_path(inp.result_dir, "result_dir") if inp.result_dir else spec.get("result_dir")
     assert result_dir is not None
     first = (spec.get("processes") or [{}])[0]
     workdir = first.get("workdir") or spec.get("workdir") or result_dir
 
-    val_md = _host_path(inp.val_markdown, "val_markdown") if inp.val_markdown else None
-    train_md = _host_path(inp.train_markdown, "train_markdown") if inp.train_markdown else None
+    val_md = host_path(inp.val_markdown, "val_markdown") if inp.val_markdown else None
+    train_md = host_path(inp.train_markdown, "train_markdown") if inp.train_markdown else None
     if not (val_md and train_md):
-        candidates = [_host_path(inp.yaml_path, "yaml_path")] if inp.yaml_path else _yaml_candidates(spec)
+        candidates = [host_path(inp.yaml_path, "yaml_path")] if inp.yaml_path else _yaml_candidates(spec)
         v, t = _yaml_markdown_paths(host, candidates, inp.yaml_path is not None, workdir, notes)
         val_md, train_md = val_md or v, train_md or t
 
