@@ -20,6 +20,7 @@ import time
 MARKER = "AGENTJET_SKILL_RUN"
 USE_PROC = os.path.isdir("/proc/self")
 POLL_S = 0.2
+MARKED_POLL_S = 1.0
 TERM_WAIT_S = 3.0
 KILL_WAIT_S = 3.0
 _MARKER_BYTES = MARKER.encode() + b"="
@@ -173,11 +174,18 @@ def _signal_all(wrappers: list[dict], procs: list[dict], sig: int) -> None:
 
 
 def _wait_gone(wrappers: list[dict], prefix: str, seconds: float) -> tuple[list[dict], list[dict]]:
+    """Wait until nothing of the run lives, at most ``seconds``. Wrappers are checked every POLL_S; the
+    marker scan (it reads every process's environment) at most once per MARKED_POLL_S."""
     end = time.monotonic() + seconds
     live_w, live_p = _live(wrappers, prefix)
+    next_scan = time.monotonic() + MARKED_POLL_S
     while (live_w or live_p) and time.monotonic() < end:
         time.sleep(POLL_S)
-        live_w, live_p = _live(wrappers, prefix)
+        had_wrappers = bool(live_w)
+        live_w = [w for w in live_w if alive(w.get("pid"), w.get("start"))]
+        if time.monotonic() >= next_scan or (had_wrappers and not live_w):
+            live_p = marked(prefix)
+            next_scan = time.monotonic() + MARKED_POLL_S
     return live_w, live_p
 
 
