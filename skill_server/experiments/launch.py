@@ -163,8 +163,8 @@ def _seconds(value: float | None, default: int) -> int:
 
 
 def _plan(inp: LaunchInput, main_host: str, defaults: dict[str, Any], session: str
-          ) -> tuple[list[_Proc], str, str | None, dict[str, str]]:
-    """Processes, workdir, python and result_dir (all unresolved host paths), checked for form."""
+          ) -> tuple[list[_Proc], str, str | None, str]:
+    """Processes, workdir, python and result_dir (host paths, resolved later on the host), checked for form."""
     if inp.processes and inp.command:
         raise ToolInputError("give either command or processes, not both", field="processes")
     command = inp.command or (None if inp.processes else defaults.get("command"))
@@ -210,7 +210,7 @@ def _plan(inp: LaunchInput, main_host: str, defaults: dict[str, Any], session: s
             role="main", command=command, host=main_host, host_field="host", workdir=workdir, workdir_field="workdir",
             env=env, log_path=_relative_ok(inp.log_path, "log_path") if inp.log_path else f"{session}.log",
             log_field="log_path", wait_for_url=None, wait_for_url_timeout_s=0))
-    return procs, workdir, python, {"result_dir": result_dir}
+    return procs, workdir, python, result_dir
 
 
 def _check_previous(reg: Registry, socket: str, session: str, hosts: list[str]) -> dict[str, list[int]]:
@@ -243,7 +243,7 @@ def launch_experiment(inp: LaunchInput) -> LaunchOutput:
     main_host = normalise(inp.host, field="host")
     defaults = _blueprint_defaults(inp.blueprint, main_host) if inp.blueprint is not None else {}
     session = session_name(inp.name, defaults.get("purpose"))
-    procs, workdir, python, paths = _plan(inp, main_host, defaults, session)
+    procs, workdir, python, result_dir = _plan(inp, main_host, defaults, session)
     max_time_s = _seconds(inp.max_time_s or defaults.get("max_time_s"), bp.DEFAULT_MAX_TIME_S)
     first_step_s = _seconds(inp.first_step_timeout_s or defaults.get("first_step_timeout_s"), bp.DEFAULT_FIRST_STEP_S)
     first_step_pattern = inp.first_step_pattern or logs.DEFAULT_FIRST_STEP_PATTERN
@@ -255,7 +255,7 @@ def launch_experiment(inp: LaunchInput) -> LaunchOutput:
 
     def request(host: str, dry_run: bool, replace: list[int]) -> list[dict[str, Any]]:
         return [{"op": "launch", "exp_id": exp_id, "session": session, "socket_name": socket, "dry_run": dry_run,
-                 "replace_pids": replace, "python": python, "workdir": workdir, "result_dir": paths["result_dir"],
+                 "replace_pids": replace, "python": python, "workdir": workdir, "result_dir": result_dir,
                  "max_time_s": max_time_s, "deadline_grace_s": DEADLINE_GRACE_S,
                  "procs": [p.request() for p in procs if p.host == host]}]
 
