@@ -162,76 +162,88 @@ TOOLS: tuple[ToolSpec, ...] = (
         description=(
             "action='template' renders a complete blueprint markdown ([exp_purpose], [exp_codebase_dir], "
             "[exp_venv_exe], [exp_yaml_path], [exp_launch_command], [exp_result_dir], [exp_max_time]; defaults 24 h, "
-            "first step within 20 min, ./auto_agent/exp_results/) and writes it atomically when path is given. "
-            "action='validate' parses one (path or text) and returns its fields plus problems: missing sections, "
-            "relative or missing paths, unreadable max time. Never runs anything."
+            "first step within 20 min, ./auto_agent/exp_results/) and, when path is given, writes it to that new "
+            "file (an existing file is never replaced). action='validate' parses one (path or text) and returns its "
+            "fields plus problems: missing sections, relative or missing paths, unreadable or over-long max time. "
+            "Never runs anything."
         ),
-        input_model="skill_server.experiments.api:BlueprintInput",
-        output_model="skill_server.experiments.api:BlueprintOutput",
-        run="skill_server.experiments.api:blueprint_tool",
+        input_model="skill_server.experiments.blueprint_tool:BlueprintInput",
+        output_model="skill_server.experiments.blueprint_tool:BlueprintOutput",
+        run="skill_server.experiments.blueprint_tool:blueprint_tool",
         read_only=False,
-        idempotent=True,
+        destructive=False,
+        idempotent=False,
     ),
     ToolSpec(
         name="launch_experiment",
-        title="Launch an experiment in tmux",
+        title="Launch an experiment in tmux, here or on ssh hosts",
         description=(
             "Start a run (from a blueprint, or name+command+workdir, or several processes such as the swarm server "
-            "and its clients) in a detached session of a dedicated tmux server and return at once with id, session, "
-            "log_path and the attach command. Output goes to a log file, the exit code to a file; env is set "
-            "explicitly; a process with wait_for_url starts once that URL answers. A running name is refused. "
-            "Follow with wait_experiment / experiment_status."
+            "and its clients) in a detached session of a dedicated tmux server, on this machine or on any ssh host "
+            "('host', and per process 'processes[i].host': one experiment may span hosts), and return at once with "
+            "id, session, log_path and the attach command. Output goes to a log file on the process's host, the exit "
+            "code to a file; env is set explicitly; a process with wait_for_url starts once that URL answers; the "
+            "max time is enforced on the host (state timed_out). Runs survive the ssh connection dropping. A running "
+            "name is refused. Follow with wait_experiment / experiment_status."
         ),
-        input_model="skill_server.experiments.api:LaunchInput",
-        output_model="skill_server.experiments.api:LaunchOutput",
-        run="skill_server.experiments.api:launch_experiment",
+        input_model="skill_server.experiments.models:LaunchInput",
+        output_model="skill_server.experiments.models:LaunchOutput",
+        run="skill_server.experiments.launch:launch_experiment",
         read_only=False,
         idempotent=False,
+        open_world=True,
     ),
     ToolSpec(
         name="wait_experiment",
         title="Wait (bounded) for an experiment",
         description=(
-            "Block up to timeout_s (default 30, clamped to 50) until the run exits, its first training step shows "
-            "(until='first_step'), a regex appears (until='pattern') or an error signature appears; reports "
-            "progress while waiting. Returns the status plus reason and next_wait_s (back-off 30 s, 1, 2, 4, 8, "
-            "16 min). Enforces the max time like experiment_status."
+            "Read-only: block up to timeout_s (default 30, clamped to 50) until the run exits, its first training "
+            "step shows (until='first_step'), a regex appears (until='pattern') or an error signature appears; "
+            "reports progress while waiting. Returns the status plus reason and next_wait_s (back-off 30 s, 1, 2, "
+            "4, 8, 16 min). Never acts on the run (the max time is enforced on the run's host); an unreachable host "
+            "gives reason 'unreachable'."
         ),
-        input_model="skill_server.experiments.api:WaitInput",
-        output_model="skill_server.experiments.api:WaitOutput",
-        run="skill_server.experiments.api:wait_experiment",
+        input_model="skill_server.experiments.models:WaitInput",
+        output_model="skill_server.experiments.models:WaitOutput",
+        run="skill_server.experiments.wait:wait_experiment",
         read_only=True,
         idempotent=True,
+        open_world=True,
         reports_progress=True,
     ),
     ToolSpec(
         name="experiment_status",
         title="Experiment status, new log lines, errors and metrics",
         description=(
-            "State (running/succeeded/failed/stopped/timed_out/lost) of one experiment or all, with elapsed and "
-            "remaining time, first-step check, last `step:N - key:value` metrics, error signatures with fixes, and "
-            "only the log lines new since the cursor (at most 200 lines / 16 KB). Reads only appended bytes. "
-            "Its one side effect: a run past the max time given at launch is stopped (state timed_out)."
+            "Read-only. State (running/succeeded/failed/stopped/timed_out/lost, or unreachable when a host cannot "
+            "be asked) of one experiment or all, with elapsed and remaining time, first-step check, last "
+            "`step:N - key:value` metrics, error signatures with fixes, and only the log lines new since the cursor "
+            "(at most 200 lines / 16 KB). Reads only appended bytes; one round trip per host, hosts in parallel."
         ),
-        input_model="skill_server.experiments.api:StatusInput",
-        output_model="skill_server.experiments.api:StatusOutput",
-        run="skill_server.experiments.api:experiment_status",
+        input_model="skill_server.experiments.models:StatusInput",
+        output_model="skill_server.experiments.models:StatusOutput",
+        run="skill_server.experiments.status:experiment_status",
         read_only=True,
         idempotent=True,
+        open_world=True,
     ),
     ToolSpec(
         name="stop_experiment",
         title="Stop an experiment",
         description=(
-            "Ctrl-C every process of an experiment this server launched, wait grace_s (default 10), kill what is "
-            "left, and remove its tmux session. Sessions not in the registry are never touched."
+            "Stop every process of an experiment this server launched, on every host: Ctrl-C (SIGINT to each "
+            "process group), wait grace_s (default 10), then SIGTERM and SIGKILL to whatever still runs, including "
+            "processes that left the group (setsid, double fork), then verify. Lists what had to be killed and what "
+            "survived; the run is never reported stopped while a process of it lives. Removes its tmux sessions. "
+            "Sessions not in the registry are never touched."
         ),
-        input_model="skill_server.experiments.api:StopInput",
-        output_model="skill_server.experiments.api:StopOutput",
-        run="skill_server.experiments.api:stop_experiment",
+        input_model="skill_server.experiments.models:StopInput",
+        output_model="skill_server.experiments.models:StopOutput",
+        run="skill_server.experiments.stop:stop_experiment",
         read_only=False,
         destructive=True,
         idempotent=True,
+        open_world=True,
     ),
     ToolSpec(
         name="collect_results",
@@ -239,14 +251,16 @@ TOOLS: tuple[ToolSpec, ...] = (
         description=(
             "Summarise the validation and training markdown files (dict-like metric lines; paths from the run's "
             "YAML or given) and the log: first/best/last per metric, trend, plateau check for mean_reward and "
-            "task_pass_rate, final state and error summary. Writes <result_dir>/results.md and, once the run has "
-            "ended, an empty finish.flag (both atomically)."
+            "task_pass_rate, final state and error summary. Writes <result_dir>/results.md (replacing the previous "
+            "one) and, once the run has ended, an empty finish.flag, atomically, on the host where the run's result "
+            "directory is (the answer says which). Reads only regular files, bounded."
         ),
         input_model="skill_server.experiments.results:CollectInput",
         output_model="skill_server.experiments.results:CollectOutput",
         run="skill_server.experiments.results:collect_results",
         read_only=False,
         idempotent=True,
+        open_world=True,
     ),
 )
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from skill_server.errors import ToolInputError
-from skill_server.experiments import api, blueprint, logs, results
+from skill_server.experiments import blueprint, launch, logs, results
 from skill_server.experiments.signatures import SIGNATURES, SIGNATURES_BY_NAME, render_table
 from skill_server.tools import TOOLS_BY_NAME
 from tests.conftest import REPO
@@ -199,18 +199,18 @@ def test_blueprint_tool_validate_and_template(tmp_path: Path):
 
 @pytest.mark.parametrize("name,expected", [("ajet-run1", "ajet-run1"), ("run_1", "ajet_run_1"), ("x_ajet", "x_ajet")])
 def test_session_names(name, expected):
-    assert api.session_name(name, None) == expected
+    assert launch.session_name(name, None) == expected
 
 
 @pytest.mark.parametrize("name", ["my exp", "a.b", "a:b", "résumé", "", "x" * 65, "a;rm -rf", "$(x)"])
 def test_session_names_with_odd_characters_are_rejected(name):
     with pytest.raises(ToolInputError) as err:
-        api.session_name(name, None)
+        launch.session_name(name, None)
     assert err.value.field == "name"
 
 
 def test_session_name_from_purpose():
-    assert api.session_name(None, "Math: top-k ablation (v2)!") == "ajet_math_top_k_ablation_v2"
+    assert launch.session_name(None, "Math: top-k ablation (v2)!") == "ajet_math_top_k_ablation_v2"
 
 
 # ---- results parsing

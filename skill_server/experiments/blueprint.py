@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from skill_server.errors import ToolInputError
+from skill_server.hosts.agent import files as host_files
 
 MAX_BLUEPRINT_BYTES = 256 * 1024
 
@@ -29,6 +30,8 @@ DEFAULT_FIRST_STEP = "20 min"
 DEFAULT_RESULT_DIR = "./auto_agent/exp_results/"
 DEFAULT_MAX_TIME_S = 24 * 3600
 DEFAULT_FIRST_STEP_S = 20 * 60
+#: Longest max time or first-step deadline a blueprint may ask for (as ``models.MAX_DURATION_S``).
+MAX_DURATION_S = 366 * 86400
 
 _HEADER = re.compile(
     r"^\s*(?:#{1,6}\s*)?(?:[-*+]\s+)?(?:\*\*|__)?\s*\[?\s*(exp_[a-z_]+)\s*\]?\s*(?:\*\*|__)?\s*[:：]?\s*(.*?)\s*$",
@@ -181,7 +184,18 @@ class Validated:
         return not any(p.severity == "error" for p in self.problems)
 
 
-def validate_text(text: str, base_dir: Path) -> Validated:
+def duration_problem(seconds: float) -> str | None:
+    """Why a parsed duration cannot be used (too long, not finite), or None."""
+    if not seconds < float("inf") or seconds > MAX_DURATION_S:
+        return f"longer than the limit of {MAX_DURATION_S // 86400} days"
+    if seconds < 1:
+        return "shorter than one second"
+    return None
+
+
+def validate_text(text: str, base_dir: Path, *, check_paths: bool = True) -> Validated:
+    """Fields, resolved paths, durations and problems. ``check_paths=False`` skips existence checks
+    (for a run on another host, where the host itself checks its paths at launch)."""
     parsed = parse(text)
     values = parsed.values
     problems: list[Problem] = []
@@ -194,9 +208,17 @@ def validate_text(text: str, base_dir: Path) -> Validated:
             problems.append(Problem(name, "error", f"section [{name}] is not filled in ({values[name]!r})"))
             values[name] = ""
     resolved: dict[str, str] = {}
+
+    def as_path(raw: str) -> Path:
+        # On another host "~" means that host's home: keep it for the host to expand.
+        return Path(raw).expanduser() if check_paths else Path(raw)
+
+    def absolute(path: Path) -> bool:
+        return path.is_absolute() or (not check_paths and str(path).startswith("~"))
+
     codebase = values.get("exp_codebase_dir") or ""
-    code_dir = Path(codebase).expanduser() if codebase else base_dir
-    if codebase and not code_dir.is_absolute():
+    code_dir = as_path(codebase) if codebase else base_dir
+    if codebase and not absolute(code_dir):
         problems.append(Problem("exp_codebase_dir", "warning",
                                 f"relative path {codebase!r}; resolved against the blueprint's directory"))
         code_dir = base_dir / code_dir
@@ -208,11 +230,13 @@ def validate_text(text: str, base_dir: Path) -> Validated:
         if name == "exp_codebase_dir":
             path = code_dir
         else:
-            path = Path(raw).expanduser()
-            if not path.is_absolute():
+            path = as_path(raw)
+            if not absolute(path):
                 problems.append(Problem(name, "warning", f"relative path {raw!r}; resolved against exp_codebase_dir"))
                 path = Path(_normalise(code_dir / path))
         resolved[name] = str(path)
+        if not check_paths:
+            continue
         if name == "exp_codebase_dir" and not path.is_dir():
             problems.append(Problem(name, "error", f"directory does not exist: {path}"))
         elif name == "exp_venv_exe" and not path.is_file():
@@ -228,6 +252,12 @@ def validate_text(text: str, base_dir: Path) -> Validated:
             problems.append(Problem("exp_max_time", "error",
                                     f"cannot read a duration from {values['exp_max_time']!r} "
                                     "(write it like '24 hours', '90 min' or '1.5h')"))
+        for label, seconds in (("max time", max_time_s), ("first-step deadline", first_step_s)):
+            why = duration_problem(seconds) if seconds is not None else None
+            if why:
+                problems.append(Problem("exp_max_time", "error", f"the {label} is {why}"))
+        max_time_s = max_time_s if max_time_s is not None and duration_problem(max_time_s) is None else None
+        first_step_s = first_step_s if first_step_s is not None and duration_problem(first_step_s) is None else None
     return Validated(values, resolved, max_time_s, first_step_s, parsed.notes, problems)
 
 
@@ -236,20 +266,22 @@ def _normalise(path: Path) -> str:
 
 
 def read_blueprint(path_text: str, field_name: str = "path") -> tuple[str, Path]:
+    """The text of a blueprint file on this machine (regular files only, bounded) and its directory."""
     path = Path(path_text).expanduser()
     if not path.is_absolute():
         raise ToolInputError(f"give an absolute path (got {path_text!r})", field=field_name)
     try:
-        if not path.is_file():
-            raise ToolInputError(f"blueprint not found: {path}", field=field_name)
-        size = path.stat().st_size
-        if size > MAX_BLUEPRINT_BYTES:
-            raise ToolInputError(f"{path} is {size} bytes, over the {MAX_BLUEPRINT_BYTES // 1024} KiB limit",
-                                 field=field_name)
-        text = path.read_bytes().decode("utf-8", errors="replace")
-    except OSError as exc:
-        raise ToolInputError(f"cannot read {path}: {exc.strerror or exc}", field=field_name) from None
-    return text, path.parent
+        size, data = host_files.read_range(str(path), 0, MAX_BLUEPRINT_BYTES + 1)
+    except FileNotFoundError:
+        raise ToolInputError(f"blueprint not found: {path}", field=field_name) from None
+    except host_files.AgentError as exc:
+        raise ToolInputError(exc.message, field=field_name) from None
+    except (OSError, ValueError) as exc:
+        raise ToolInputError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}", field=field_name) from None
+    if size > MAX_BLUEPRINT_BYTES:
+        raise ToolInputError(f"{path} is {size} bytes, over the {MAX_BLUEPRINT_BYTES // 1024} KiB limit",
+                             field=field_name)
+    return data.decode("utf-8", errors="replace"), path.parent
 
 
 def render(fields: dict[str, str | None]) -> str:

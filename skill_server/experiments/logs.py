@@ -13,12 +13,12 @@ most recent bytes win and the skipped byte count is reported.
 from __future__ import annotations
 
 import math
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from skill_server.experiments.signatures import RAY_PREFIX, SIGNATURES
+from skill_server.hosts.agent import files as host_files
 
 MAX_LINES = 200
 MAX_BYTES = 16 * 1024
@@ -27,6 +27,8 @@ MAX_LINE_CHARS = 2000
 SCAN_BUDGET = 1024 * 1024
 #: Longest kept error line.
 MAX_ERROR_LINE = 400
+#: Largest integer a JSON client holds exactly (as ``skill_server.models.MAX_JSON_INT``).
+MAX_EXACT_INT = 2**53 - 1
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][0-9A-Za-z]")
 METRIC_LINE_RE = re.compile(r"^" + RAY_PREFIX + r"step:(\d+) - (.*?)\s*$", re.MULTILINE)
@@ -40,15 +42,23 @@ def strip_ansi(text: str) -> str:
 
 
 def parse_number(text: str) -> float | int | None:
-    """A metric value as printed by verl (``0.3125``, ``1e-06``, ``1``, ``nan``); None if not numeric."""
+    """A metric value as printed by verl (``0.3125``, ``1e-06``, ``1``, ``nan``); None if not numeric.
+
+    Integers beyond 2**53 become floats (JSON clients cannot hold them exactly); beyond float range,
+    or longer than Python converts, they are not numbers at all."""
     value = text.strip()
     match = _NUMPY_SCALAR.match(value)
     if match:
         value = match.group(1).strip()
+    if len(value) > 400:
+        return None
     if _INT.match(value):
+        number = int(value)
+        if abs(number) <= MAX_EXACT_INT:
+            return number
         try:
-            return int(value)
-        except ValueError:  # pragma: no cover - regex guarantees digits
+            return float(number)
+        except OverflowError:
             return None
     try:
         return float(value)
@@ -75,6 +85,8 @@ def parse_metric_line(line: str) -> tuple[int, dict[str, float | int]] | None:
     match = METRIC_LINE_RE.match(strip_ansi(line).rstrip("\r\n"))
     if not match:
         return None
+    if len(match.group(1)) > 15:
+        return None
     return int(match.group(1)), parse_metric_pairs(match.group(2))
 
 
@@ -85,25 +97,7 @@ def json_safe_number(value: float | int) -> float | int | None:
 
 
 # --------------------------------------------------------------------------------------------------
-# Byte-range reading
-
-
-def _size(path: str) -> int | None:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return None
-
-
-def _read_range(path: str, start: int, end: int) -> bytes:
-    if end <= start:
-        return b""
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(start)
-            return handle.read(end - start)
-    except OSError:
-        return b""
+# Byte-range reading (the reading itself happens on the log's host: ``hosts.agent.files.read_appended``)
 
 
 @dataclass
@@ -117,35 +111,10 @@ class Chunk:
 
 
 def read_appended(path: str, offset: int, budget: int, *, final: bool) -> Chunk:
-    """Bytes appended after ``offset``, at most ``budget`` of the newest ones, cut at a line end.
-
-    ``final`` (the process has exited) also hands out an unterminated last line.
-    """
-    size = _size(path)
-    if size is None:
-        return Chunk("", offset, 0)
-    reset = False
-    if offset > size:
-        offset, reset = 0, True
-    start = max(offset, size - budget)
-    data = _read_range(path, start, size)
-    skipped = start - offset
-    if start > offset and data:
-        # We jumped into the middle of the log: drop the partial first line.
-        cut = data.find(b"\n")
-        if cut >= 0:
-            skipped += cut + 1
-            data = data[cut + 1:]
-            start += cut + 1
-    end = start + len(data)
-    if not final:
-        last_nl = data.rfind(b"\n")
-        if last_nl >= 0:
-            data = data[: last_nl + 1]
-            end = start + len(data)
-        elif len(data) < budget:  # an unfinished line: wait for its end
-            data, end = b"", start
-    return Chunk(strip_ansi(data.decode("utf-8", errors="replace")), end, skipped, reset)
+    """Bytes appended after ``offset`` to a log on this machine, at most ``budget`` of the newest ones, cut
+    at a line end; ``final`` (the process has exited) also hands out an unterminated last line."""
+    raw = host_files.read_appended(path, offset, budget, final)
+    return Chunk(strip_ansi(raw["text"]), raw["end"], raw["skipped"], raw["reset"])
 
 
 def split_lines(text: str) -> list[str]:
@@ -188,21 +157,33 @@ class ScanState:
 
     @classmethod
     def from_json(cls, data: dict[str, Any], n_logs: int) -> ScanState:
-        offsets = [int(x) for x in data.get("offsets", [])]
-        offsets = (offsets + [0] * n_logs)[:n_logs]
-        return cls(
-            offsets=offsets,
-            unscanned_bytes=int(data.get("unscanned_bytes", 0)),
-            first_step_seen=bool(data.get("first_step_seen", False)),
-            first_step_at=data.get("first_step_at"),
-            global_step=data.get("global_step"),
-            metrics_step=data.get("metrics_step"),
-            last_metrics=dict(data.get("last_metrics", {})),
-            errors={k: dict(v) for k, v in data.get("errors", {}).items()},
-        )
+        """The stored state; anything malformed in it is dropped (the scan then starts over), never raised."""
+        try:
+            offsets = [int(x) for x in data.get("offsets", []) if isinstance(x, int) and 0 <= x < 2**63]
+            offsets = (offsets + [0] * n_logs)[:n_logs]
+            state = cls(
+                offsets=offsets,
+                unscanned_bytes=int(data.get("unscanned_bytes", 0)),
+                first_step_seen=bool(data.get("first_step_seen", False)),
+                first_step_at=_finite_or_none(data.get("first_step_at")),
+                global_step=data.get("global_step") if isinstance(data.get("global_step"), int) else None,
+                metrics_step=data.get("metrics_step") if isinstance(data.get("metrics_step"), int) else None,
+                last_metrics={str(k): v for k, v in dict(data.get("last_metrics", {})).items()
+                              if v is None or isinstance(v, (int, float))},
+                errors={str(k): dict(v) for k, v in dict(data.get("errors", {})).items() if isinstance(v, dict)},
+            )
+        except (TypeError, ValueError, AttributeError):
+            return cls(offsets=[0] * n_logs)
+        return state
 
     def error_counts(self) -> dict[str, int]:
         return {name: int(hit.get("count", 0)) for name, hit in self.errors.items()}
+
+
+def _finite_or_none(value: Any) -> float | None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
 
 
 def _line_at(text: str, pos: int) -> str:
@@ -233,13 +214,16 @@ def scan_text(text: str, state: ScanState, first_step_re: re.Pattern[str], *, ro
         for last_metric in METRIC_LINE_RE.finditer(text):
             pass
         if last_metric is not None:
-            step = int(last_metric.group(1))
+            digits = last_metric.group(1)
+            step = int(digits) if len(digits) <= 15 else None
             metrics = parse_metric_pairs(last_metric.group(2))
             state.metrics_step = step
             state.last_metrics = {k: json_safe_number(v) for k, v in metrics.items()}
             global_step = metrics.get("training/global_step", step)
-            if isinstance(global_step, (int, float)) and not (isinstance(global_step, float) and math.isnan(global_step)):
-                state.global_step = int(global_step)
+            if isinstance(global_step, float) and global_step.is_integer():
+                global_step = int(global_step)
+            if isinstance(global_step, int) and 0 <= global_step <= MAX_EXACT_INT:
+                state.global_step = global_step
     if not state.first_step_seen and first_step_re.search(text):
         state.first_step_seen = True
         state.first_step_at = now

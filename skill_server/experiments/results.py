@@ -3,28 +3,35 @@
 AgentJet appends ``str(metrics)`` (a Python dict repr) to ``val_print_to_markdown_file_path`` once per
 validation and to ``train_print_to_markdown_file_path`` once per step. Each line is parsed with
 ``ast.literal_eval`` after turning ``nan``/``inf`` and ``np.float64(x)`` into literals, never ``eval``.
-Both output files are written atomically; ``finish.flag`` (empty) only once the run has ended.
+
+Everything happens on the experiment's main host, in two round trips: one reads the YAML candidates
+and metric files (regular files only, bounded: a FIFO or a device is refused, never read), one writes
+``results.md`` (its documented job is to replace the previous one) and, once the run has ended, an empty
+``finish.flag``, both atomically and only over regular files.
 """
 
 from __future__ import annotations
 
 import ast
 import math
-import os
+import posixpath
 import re
 import shlex
-from pathlib import Path
 from typing import Any
 
 from pydantic import Field, StrictBool, StrictStr
 
 from skill_server.errors import ToolInputError
-from skill_server.experiments import api, logs
+from skill_server.experiments import logs
+from skill_server.experiments.launch import host_path
+from skill_server.experiments.models import HOST_DESCRIPTION, ErrorHit
+from skill_server.experiments.observe import observe
 from skill_server.experiments.signatures import SIGNATURES
+from skill_server.experiments.status import find, status_fields
 from skill_server.experiments.store import open_registry
-from skill_server.fsutil import write_text_atomic
+from skill_server.hosts import LOCAL, Host, expect, get_host, normalise
 from skill_server.models import ToolInput, ToolOutput
-from skill_server.safe_yaml import load_yaml_file
+from skill_server.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
 
 MAX_MARKDOWN_BYTES = 64 * 1024 * 1024
 MAX_DICT_LINE = 1024 * 1024
@@ -36,13 +43,19 @@ _CONF_ARG = re.compile(r"--conf(?:=|\s+)(\S+)")
 
 
 class CollectInput(ToolInput):
-    id: StrictStr | None = Field(default=None, description="Experiment id or session name.")
-    result_dir: StrictStr | None = Field(default=None, description="Absolute; default: the experiment's result dir.")
-    val_markdown: StrictStr | None = Field(default=None, description="Validation metrics file; default: "
+    id: StrictStr | None = Field(default=None, max_length=200, description="Experiment id or session name.")
+    host: StrictStr | None = Field(default=None, max_length=255,
+                                   description="Without id: where result_dir and the files are. " + HOST_DESCRIPTION)
+    result_dir: StrictStr | None = Field(default=None, max_length=4096,
+                                         description="Absolute, on the host; default: the experiment's result dir.")
+    val_markdown: StrictStr | None = Field(default=None, max_length=4096,
+                                           description="Validation metrics file on the host; default: "
                                            "ajet.trainer_common.val_print_to_markdown_file_path of the run's YAML.")
-    train_markdown: StrictStr | None = Field(default=None, description="Training metrics file; default: "
+    train_markdown: StrictStr | None = Field(default=None, max_length=4096,
+                                             description="Training metrics file on the host; default: "
                                              "ajet.trainer_common.train_print_to_markdown_file_path.")
-    yaml_path: StrictStr | None = Field(default=None, description="Training YAML to read those two paths from.")
+    yaml_path: StrictStr | None = Field(default=None, max_length=4096,
+                                        description="Training YAML on the host to read those two paths from.")
     write_finish_flag: StrictBool | None = Field(default=None, description="Default true; only once the run ended.")
 
 
@@ -57,6 +70,7 @@ class MetricSummary(ToolOutput):
 
 
 class CollectOutput(ToolOutput):
+    host: str = Field(description="Where results.md and finish.flag were written ('local' or the ssh destination).")
     results_path: str
     finish_flag_path: str | None
     state: str | None
@@ -66,7 +80,7 @@ class CollectOutput(ToolOutput):
     val_metrics: list[MetricSummary]
     train_metrics: list[MetricSummary]
     plateau: dict[str, bool]
-    errors: list[api.ErrorHit]
+    errors: list[ErrorHit]
     log_paths: list[str]
     notes: list[str]
 
@@ -106,15 +120,12 @@ def parse_dict_line(line: str) -> dict[str, float] | None:
     return out
 
 
-def read_metric_rows(path: Path) -> list[dict[str, float]]:
-    size = path.stat().st_size
-    with open(path, "rb") as handle:
-        if size > MAX_MARKDOWN_BYTES:
-            handle.seek(size - MAX_MARKDOWN_BYTES)
-            handle.readline()  # drop the partial line
-        raw = handle.read()
+def metric_rows(text: str, truncated: bool) -> list[dict[str, float]]:
+    """The dict lines of a metrics file (``truncated``: the text starts mid-file, drop its first line)."""
+    if truncated:
+        text = text.split("\n", 1)[1] if "\n" in text else ""
     rows = []
-    for line in raw.decode("utf-8", errors="replace").splitlines():
+    for line in text.splitlines():
         if "{" in line:
             parsed = parse_dict_line(line)
             if parsed:
@@ -183,28 +194,54 @@ def _yaml_candidates(spec: dict[str, Any]) -> list[str]:
                 token = shlex.split(match.group(1))[0]
             except (ValueError, IndexError):
                 continue
-            found.append(token if os.path.isabs(token) else os.path.join(proc.get("workdir", ""), token))
-    return found
+            found.append(token if posixpath.isabs(token) else posixpath.join(proc.get("workdir", ""), token))
+    return list(dict.fromkeys(found))
 
 
-def _markdown_paths_from_yaml(path: str, base: str) -> tuple[str | None, str | None]:
-    data = load_yaml_file(path, field="yaml_path")
-    common = ((data.get("ajet") or {}).get("trainer_common") or {}) if isinstance(data.get("ajet"), dict) else {}
-    found = []
+def _markdown_paths(data: Any, base: str) -> tuple[str | None, str | None]:
+    ajet = data.get("ajet") if isinstance(data, dict) else None
+    common = ajet.get("trainer_common") if isinstance(ajet, dict) else None
+    found: list[str | None] = []
     for key in ("val_print_to_markdown_file_path", "train_print_to_markdown_file_path"):
         value = common.get(key) if isinstance(common, dict) else None
-        if isinstance(value, str) and value.strip():
-            found.append(value if os.path.isabs(value) else os.path.normpath(os.path.join(base, value)))
+        if isinstance(value, str) and value.strip() and "\x00" not in value:
+            found.append(value if posixpath.isabs(value) or value.startswith("~")
+                         else posixpath.normpath(posixpath.join(base, value)))
         else:
             found.append(None)
     return found[0], found[1]
 
 
-def _abs(value: str, field: str) -> str:
-    path = Path(value).expanduser()
-    if not path.is_absolute():
-        raise ToolInputError(f"give an absolute path (got {value!r})", field=field)
-    return str(path)
+def _read_ops(paths: list[str], length: int) -> list[dict[str, Any]]:
+    return [{"op": "read", "path": p, "offset": -length, "length": length, "text": True} for p in paths]
+
+
+def _yaml_markdown_paths(host: Host, candidates: list[str], explicit: bool, base: str,
+                         notes: list[str]) -> tuple[str | None, str | None]:
+    """Markdown paths from the first YAML candidates that name them (one round trip for all)."""
+    val_md = train_md = None
+    if not candidates:
+        return None, None
+    for path, result in zip(candidates, host.call(_read_ops(candidates, MAX_YAML_BYTES + 1))):
+        if val_md and train_md:
+            break
+        if not result.get("ok"):
+            if explicit:
+                expect(result, field="yaml_path")
+            continue
+        if int(result["size"]) > MAX_YAML_BYTES:
+            notes.append(f"{path} is over {MAX_YAML_BYTES // (1024 * 1024)} MiB; not read")
+            continue
+        try:
+            data = parse_yaml_text(result["text"], field="yaml_path", source=path)
+        except ToolInputError as exc:
+            if explicit:
+                raise
+            notes.append(f"could not read {path}: {exc.message}")
+            continue
+        v, t = _markdown_paths(data, base)
+        val_md, train_md = val_md or v, train_md or t
+    return val_md, train_md
 
 
 # --------------------------------------------------------------------------------------------------
@@ -214,75 +251,74 @@ def _abs(value: str, field: str) -> str:
 def collect_results(inp: CollectInput) -> CollectOutput:
     notes: list[str] = []
     state = exit_code = None
-    errors: list[api.ErrorHit] = []
+    errors: list[ErrorHit] = []
     log_paths: list[str] = []
     status: dict[str, Any] | None = None
     spec: dict[str, Any] = {}
     if inp.id is None and inp.result_dir is None:
         raise ToolInputError("give id (an experiment) or result_dir", field="id")
+    if inp.id is not None and inp.host is not None:
+        raise ToolInputError("the host is the experiment's own; give host only without id", field="host")
+    host_name = normalise(inp.host, field="host") if inp.host is not None else LOCAL
     if inp.id is not None:
         with open_registry() as reg:
-            row = api._find(reg, inp.id)
-            view = api.observe(reg, [row])[0]
-            status = api._status_model(view, [], [0] * len(view.procs), 0, 0.0)
-        spec = row.spec
+            row = find(reg, inp.id)
+            view = observe(reg, [row])[0]
+            status = status_fields(view, [], [0] * len(view.procs), 0)
+        spec = view.row.spec
+        host_name = view.row.host
         state, exit_code = status["state"], status["exit_code"]
         errors = status["errors"]
-        log_paths = [p.log_path for p in status["processes"]]
-    result_dir = _abs(inp.result_dir, "result_dir") if inp.result_dir else spec.get("result_dir")
+        log_paths = [p.log_path if p.host == host_name else f"{p.host}:{p.log_path}" for p in status["processes"]]
+    host = get_host(host_name)
+    result_dir = host_path(inp.result_dir, "result_dir") if inp.result_dir else spec.get("result_dir")
     assert result_dir is not None
-    workdir = spec.get("workdir") or result_dir
+    first = (spec.get("processes") or [{}])[0]
+    workdir = first.get("workdir") or spec.get("workdir") or result_dir
 
-    val_md = _abs(inp.val_markdown, "val_markdown") if inp.val_markdown else None
-    train_md = _abs(inp.train_markdown, "train_markdown") if inp.train_markdown else None
-    yamls = [_abs(inp.yaml_path, "yaml_path")] if inp.yaml_path else _yaml_candidates(spec)
-    for candidate in yamls:
-        if val_md and train_md:
-            break
-        if not os.path.isfile(candidate):
-            if inp.yaml_path:
-                raise ToolInputError(f"file not found: {candidate}", field="yaml_path")
-            continue
-        try:
-            v, t = _markdown_paths_from_yaml(candidate, workdir)
-        except ToolInputError as exc:
-            notes.append(f"could not read {candidate}: {exc.message}")
-            continue
+    val_md = host_path(inp.val_markdown, "val_markdown") if inp.val_markdown else None
+    train_md = host_path(inp.train_markdown, "train_markdown") if inp.train_markdown else None
+    if not (val_md and train_md):
+        candidates = [host_path(inp.yaml_path, "yaml_path")] if inp.yaml_path else _yaml_candidates(spec)
+        v, t = _yaml_markdown_paths(host, candidates, inp.yaml_path is not None, workdir, notes)
         val_md, train_md = val_md or v, train_md or t
 
-    val_rows: list[dict[str, float]] = []
-    train_rows: list[dict[str, float]] = []
-    for label, path, sink in (("validation", val_md, val_rows), ("training", train_md, train_rows)):
+    sources = [("validation", "val_markdown", val_md), ("training", "train_markdown", train_md)]
+    wanted = [path for _, _, path in sources if path is not None]
+    answers = dict(zip(wanted, host.call(_read_ops(wanted, MAX_MARKDOWN_BYTES)))) if wanted else {}
+    rows: dict[str, list[dict[str, float]]] = {"validation": [], "training": []}
+    for label, arg, path in sources:
         if path is None:
-            arg = "val_markdown" if label == "validation" else "train_markdown"
             notes.append(f"no {label} markdown file known (pass {arg}, or set the YAML's "
                          f"{arg.split('_')[0]}_print_to_markdown_file_path)")
             continue
-        try:
-            sink.extend(read_metric_rows(Path(path)))
-        except OSError as exc:
-            notes.append(f"cannot read the {label} file {path}: {exc.strerror or exc}")
+        answer = answers[path]
+        if not answer.get("ok"):
+            notes.append(f"cannot read the {label} file {path}: {answer.get('error')}")
             continue
-        if not sink:
+        rows[label] = metric_rows(answer["text"], int(answer["size"]) > MAX_MARKDOWN_BYTES)
+        if not rows[label]:
             notes.append(f"the {label} file {path} has no metric lines yet")
 
-    val_metrics, train_metrics = summarise(val_rows), summarise(train_rows)
+    val_metrics, train_metrics = summarise(rows["validation"]), summarise(rows["training"])
     plateau = {m.key: bool(m.plateau) for m in val_metrics + train_metrics if m.plateau is not None}
-    running = state == "running"
-    text = _render(spec, status, result_dir, val_md, train_md, val_metrics, train_metrics, plateau, errors,
-                   log_paths, notes)
-    results_path = write_text_atomic(Path(result_dir) / "results.md", text, overwrite=True, field="result_dir")
-    flag_path = None
+    running = state in ("running", "unreachable")
+    flag_wanted = inp.write_finish_flag is not False and not running
     if inp.write_finish_flag is False:
         notes.append("finish.flag not written (write_finish_flag=false)")
     elif running:
-        notes.append("the experiment is still running: results.md is interim and finish.flag was not written")
-    else:
-        flag_path = str(write_text_atomic(Path(result_dir) / "finish.flag", "", overwrite=True, field="result_dir"))
+        why = "is still running" if state == "running" else "cannot be asked about (host unreachable)"
+        notes.append(f"the experiment {why}: results.md is interim and finish.flag was not written")
+    text = _render(spec, status, host_name, result_dir, val_md, train_md, val_metrics, train_metrics, plateau, errors,
+                   log_paths, notes)
+    writes = [{"op": "write", "path": posixpath.join(result_dir, "results.md"), "text": text, "replace": True}]
+    if flag_wanted:
+        writes.append({"op": "write", "path": posixpath.join(result_dir, "finish.flag"), "text": "", "replace": True})
+    written = [expect(r, field="result_dir")["path"] for r in host.call(writes)]
     return CollectOutput(
-        results_path=str(results_path), finish_flag_path=flag_path, state=state, exit_code=exit_code,
-        val_markdown=val_md, train_markdown=train_md, val_metrics=val_metrics, train_metrics=train_metrics,
-        plateau=plateau, errors=errors, log_paths=log_paths, notes=notes,
+        host=host_name, results_path=written[0], finish_flag_path=written[1] if flag_wanted else None, state=state,
+        exit_code=exit_code, val_markdown=val_md, train_markdown=train_md, val_metrics=val_metrics,
+        train_metrics=train_metrics, plateau=plateau, errors=errors, log_paths=log_paths, notes=notes,
     )
 
 
@@ -304,9 +340,9 @@ def _table(metrics: list[MetricSummary]) -> list[str]:
     return out + [""]
 
 
-def _render(spec: dict[str, Any], status: dict[str, Any] | None, result_dir: str, val_md: str | None,
+def _render(spec: dict[str, Any], status: dict[str, Any] | None, host: str, result_dir: str, val_md: str | None,
             train_md: str | None, val_metrics: list[MetricSummary], train_metrics: list[MetricSummary],
-            plateau: dict[str, bool], errors: list[api.ErrorHit], log_paths: list[str], notes: list[str]) -> str:
+            plateau: dict[str, bool], errors: list[ErrorHit], log_paths: list[str], notes: list[str]) -> str:
     out = ["# Experiment results", ""]
     if status is not None:
         out += [
@@ -318,7 +354,7 @@ def _render(spec: dict[str, Any], status: dict[str, Any] | None, result_dir: str
         ]
         commands = [p.get("command", "") for p in spec.get("processes", [])]
         out += [f"- command: `{c}`" for c in commands]
-    out += [f"- result dir: {result_dir}"]
+    out += [f"- result dir: {result_dir}" + ("" if host == LOCAL else f" (on {host})")]
     out += [f"- log: {p}" for p in log_paths]
     out += [f"- validation file: {val_md or '(none)'}", f"- training file: {train_md or '(none)'}", ""]
     if plateau:

@@ -1,15 +1,20 @@
-"""The experiment registry: one SQLite database (WAL mode) under the state directory.
+"""The experiment registry: one SQLite database (WAL mode) under the state directory of this machine.
 
 Shared by every CLI call and MCP server of the same user at the same time, and it survives restarts.
 Each call opens its own short-lived connection (autocommit, busy timeout), so concurrent processes and
 worker threads never share a handle. Scan state is updated with a compare-and-set on ``scan_version``
-so two status calls racing over the same bytes never count an error twice.
+so two status calls racing over the same bytes never count an error twice; a final state is recorded
+once (compare-and-set on ``final_state IS NULL``).
+
+A row's ``spec`` holds what the launch decided, including, per process, the host it runs on and the
+pid and start time of its wrapper (``Row.processes``). Runs on other hosts keep their run directories
+(wrapper scripts, exit codes, markers) on those hosts; only this registry lives here. A row that cannot
+be read (hand-edited, truncated) is reported as a ``CorruptRow`` for that id only.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,6 +22,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from skill_server.errors import ToolFailure
+from skill_server.hosts.agent.files import state_dir as _host_state_dir
 
 DB_NAME = "experiments.sqlite3"
 
@@ -42,13 +48,37 @@ CREATE INDEX IF NOT EXISTS experiments_by_session ON experiments(session, create
 
 
 def state_dir() -> Path:
-    """``$SKILL_SERVER_STATE_DIR``, else ``$XDG_STATE_HOME/agentjet-swarm-skill``, else ~/.local/state/..."""
-    explicit = os.environ.get("SKILL_SERVER_STATE_DIR")
-    if explicit:
-        return Path(explicit).expanduser().absolute()
-    xdg = os.environ.get("XDG_STATE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".local" / "state"
-    return (base / "agentjet-swarm-skill").absolute()
+    """``$SKILL_SERVER_STATE_DIR``, else ``$XDG_STATE_HOME/agentjet-swarm-skill``, else ~/.local/state/...
+
+    The same rule the host agent applies on every host (one implementation)."""
+    return Path(_host_state_dir())
+
+
+class CorruptRow(ToolFailure):
+    """A registry row that cannot be read; names the experiment so the others stay usable."""
+
+    def __init__(self, exp_id: str, reason: str) -> None:
+        super().__init__(f"the registry row of experiment {exp_id!r} cannot be read ({reason}); other experiments "
+                         "are unaffected", field="id")
+        self.exp_id = exp_id
+        self.reason = reason
+
+
+@dataclass(frozen=True)
+class RunProcess:
+    """One process of an experiment as recorded at launch (what ``swarm_status`` and others may read)."""
+
+    role: str
+    command: str
+    host: str
+    workdir: str
+    log_path: str
+    wait_for_url: str | None
+    run_dir: str
+    socket_path: str
+    pid: int | None
+    start: str | None
+    pane_id: str | None
 
 
 @dataclass
@@ -68,16 +98,69 @@ class Row:
     scan_version: int
     timeouts: int
 
+    @property
+    def processes(self) -> list[RunProcess]:
+        """The run's processes in launch order: role, command, host, workdir, log path, wrapper pid."""
+        hosts = self.spec.get("hosts") or {}
+        out = []
+        for p in self.spec["processes"]:
+            host = p.get("host") or "local"
+            where = hosts.get(host) or {}
+            out.append(RunProcess(
+                role=p["role"], command=p.get("command", ""), host=host, workdir=p.get("workdir", ""),
+                log_path=p["log_path"], wait_for_url=p.get("wait_for_url"),
+                run_dir=where.get("run_dir") or self.spec.get("run_dir", ""),
+                socket_path=where.get("socket_path") or self.spec.get("socket_path") or "",
+                pid=p.get("pid"), start=p.get("start"), pane_id=p.get("pane_id"),
+            ))
+        return out
+
+    @property
+    def host(self) -> str:
+        """The experiment's main host: where its result directory (results.md, finish.flag) lives."""
+        return str(self.spec.get("host") or "local")
+
+    @property
+    def hosts(self) -> list[str]:
+        """Every host the experiment has processes on, main host first."""
+        out = [self.host]
+        for p in self.processes:
+            if p.host not in out:
+                out.append(p.host)
+        return out
+
 
 _COLUMNS = ("id, session, socket, created, started_at, spec, final_state, final_exit_code, ended, note, "
             "read_cursor, scan, scan_version, timeouts")
 
 
 def _row(values: tuple[Any, ...]) -> Row:
+    """A readable row, or ``CorruptRow`` saying what is wrong with it."""
     (id_, session, socket, created, started_at, spec, final_state, final_exit_code, ended, note, read_cursor,
      scan, scan_version, timeouts) = values
-    return Row(id_, session, socket, created, started_at, json.loads(spec), final_state, final_exit_code, ended,
-               note, read_cursor, json.loads(scan or "{}"), scan_version, timeouts)
+    exp_id = str(id_)
+    try:
+        spec_data = json.loads(spec)
+        scan_data = json.loads(scan or "{}")
+    except (TypeError, ValueError, RecursionError):
+        raise CorruptRow(exp_id, "its JSON is damaged") from None
+    row = Row(exp_id, session, socket, created, started_at, spec_data, final_state, final_exit_code, ended,
+              note, read_cursor if isinstance(read_cursor, str) else "", scan_data, scan_version, timeouts)
+    try:
+        if not isinstance(spec_data, dict) or not isinstance(scan_data, dict):
+            raise TypeError("not an object")
+        if not isinstance(session, str) or not isinstance(created, (int, float)) or not isinstance(scan_version, int):
+            raise TypeError("bad column")
+        procs = row.processes
+        if not procs or not all(p.role and p.log_path and p.run_dir for p in procs):
+            raise ValueError("no processes")
+        for field in ("max_time_s", "first_step_timeout_s"):
+            value = spec_data.get(field)
+            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 2**53):
+                raise ValueError(field)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise CorruptRow(exp_id, f"unexpected content: {exc}") from None
+    return row
 
 
 class Registry:
@@ -127,11 +210,13 @@ class Registry:
 
     # ---- reads
     def get(self, exp_id: str) -> Row | None:
+        """The row with this id (``CorruptRow`` if it cannot be read)."""
         values = self.conn.execute(f"SELECT {_COLUMNS} FROM experiments WHERE id = ?", (exp_id,)).fetchone()
         return _row(values) if values else None
 
     def find(self, key: str) -> Row | None:
-        """By experiment id, else the newest experiment of the session with that name."""
+        """By experiment id, else the newest experiment of the session with that name (``CorruptRow`` if
+        that row cannot be read)."""
         row = self.get(key)
         if row is not None:
             return row
@@ -140,23 +225,39 @@ class Registry:
         ).fetchone()
         return _row(values) if values else None
 
-    def latest_for_session(self, socket: str, session: str) -> Row | None:
-        values = self.conn.execute(
-            f"SELECT {_COLUMNS} FROM experiments WHERE socket = ? AND session = ? ORDER BY created DESC LIMIT 1",
-            (socket, session),
-        ).fetchone()
-        return _row(values) if values else None
+    def session_runs(self, socket: str, session: str) -> list[Row]:
+        """Readable experiments with this session name on this socket name, newest first (a few)."""
+        out = []
+        for values in self.conn.execute(
+                f"SELECT {_COLUMNS} FROM experiments WHERE socket = ? AND session = ? ORDER BY created DESC LIMIT 20",
+                (socket, session)):
+            try:
+                out.append(_row(values))
+            except CorruptRow:
+                continue
+        return out
 
     def all(self, limit: int) -> list[Row]:
-        """Unfinished experiments first (all of them), then the newest finished ones, up to ``limit``."""
-        rows = [_row(v) for v in self.conn.execute(
-            f"SELECT {_COLUMNS} FROM experiments WHERE final_state IS NULL ORDER BY created DESC")]
-        rest = max(0, limit - len(rows))
+        """Unfinished experiments first (all of them), then the newest finished ones, up to ``limit``;
+        rows that cannot be read are left out (``all_with_problems`` reports them)."""
+        return self.all_with_problems(limit)[0]
+
+    def all_with_problems(self, limit: int) -> tuple[list[Row], list[CorruptRow]]:
+        values = list(self.conn.execute(
+            f"SELECT {_COLUMNS} FROM experiments WHERE final_state IS NULL ORDER BY created DESC"))
+        rest = max(0, limit - len(values))
         if rest:
-            rows += [_row(v) for v in self.conn.execute(
+            values += list(self.conn.execute(
                 f"SELECT {_COLUMNS} FROM experiments WHERE final_state IS NOT NULL ORDER BY created DESC LIMIT ?",
-                (rest,))]
-        return rows
+                (rest,)))
+        rows: list[Row] = []
+        problems: list[CorruptRow] = []
+        for v in values:
+            try:
+                rows.append(_row(v))
+            except CorruptRow as exc:
+                problems.append(exc)
+        return rows, problems
 
 
 @contextmanager
@@ -180,7 +281,3 @@ def open_registry() -> Iterator[Registry]:
     finally:
         conn.close()
 
-
-def run_dir(exp_id: str) -> Path:
-    """Where an experiment's wrapper scripts, pid and exit-code files live."""
-    return state_dir() / "runs" / exp_id

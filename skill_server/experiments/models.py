@@ -1,0 +1,203 @@
+"""Input and output models of the experiment tools (one place, so every tool speaks the same words).
+
+States: ``running``; ``succeeded`` (every process exited 0); ``failed`` (a process exited non-zero);
+``stopped`` (by ``stop_experiment``); ``timed_out`` (stopped at its max time by the watchdog on its
+host); ``lost`` (a process vanished without an exit code: its tmux server died or it was killed);
+``unreachable`` (a host of the run could not be asked: nothing is known and nothing is recorded, the
+next call asks again). The first five final states are recorded once and never change.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, StrictInt, StrictStr
+
+from skill_server.experiments import logs
+from skill_server.models import NonNegativeInt, PositiveInt, ToolInput, ToolOutput
+
+State = Literal["running", "succeeded", "failed", "stopped", "timed_out", "lost", "unreachable"]
+ProcessState = Literal["running", "waiting", "succeeded", "failed", "stopped", "timed_out", "lost", "unreachable"]
+TERMINAL = ("succeeded", "failed", "stopped", "timed_out", "lost")
+
+#: Longest accepted max time or first-step deadline: one leap year, in seconds.
+MAX_DURATION_S = 366 * 86400
+MAX_PROCESSES = 8
+MAX_ENV_VARS = 200
+MAX_ENV_VALUE = 32 * 1024
+ROLE_RE = r"^[A-Za-z0-9_-]{1,32}$"
+HOST_DESCRIPTION = ("Where it runs: 'local' (default, this machine) or an ssh destination: an alias from your "
+                    "ssh config ('gpu1'), 'user@10.0.0.5' or 'ssh://user@host:2222'.")
+Duration = Annotated[int, Field(strict=True, ge=1, le=MAX_DURATION_S)]
+
+
+class ProcessSpec(ToolInput):
+    role: StrictStr = Field(pattern=ROLE_RE, description="Window name and log suffix, e.g. 'server', 'client1'.")
+    command: StrictStr = Field(min_length=1, max_length=16000, description="Shell command of this process.")
+    host: StrictStr | None = Field(default=None, max_length=255,
+                                   description="Host of this process (default: the experiment's host). "
+                                   + HOST_DESCRIPTION)
+    workdir: StrictStr | None = Field(default=None, max_length=4096,
+                                      description="Absolute directory on its host; default: the top-level workdir.")
+    env: dict[str, StrictStr] | None = Field(default=None, description="Extra variables (on top of the top-level env).")
+    wait_for_url: StrictStr | None = Field(default=None, max_length=2000,
+                                           description="Start only once this http(s) URL answers (e.g. the swarm "
+                                           "server's port); checked from this process's host.")
+    wait_for_url_timeout_s: PositiveInt | None = Field(
+        default=None, le=3600, description="Give up waiting after this many seconds (default 600); exit code 124.")
+    log_path: StrictStr | None = Field(default=None, max_length=4096,
+                                       description="On its host; default: <result_dir>/<session>.<role>.log.")
+
+
+class LaunchInput(ToolInput):
+    blueprint: StrictStr | None = Field(default=None, max_length=4096,
+                                        description="Path of a blueprint markdown file on this machine; its fields "
+                                        "are defaults that explicit arguments override.")
+    name: StrictStr | None = Field(default=None, max_length=64,
+                                   description="Session name ([A-Za-z0-9_-]); 'ajet_' is prefixed unless it contains "
+                                   "'ajet'. Default: from the blueprint purpose.")
+    host: StrictStr | None = Field(default=None, max_length=255, description=HOST_DESCRIPTION)
+    command: StrictStr | None = Field(default=None, max_length=16000, description="Command of a one-process run.")
+    workdir: StrictStr | None = Field(default=None, max_length=4096,
+                                      description="Absolute working directory on the host ('~/x' is expanded there).")
+    python: StrictStr | None = Field(default=None, max_length=4096,
+                                     description="Venv interpreter on the host; its bin dir is put first on PATH.")
+    env: dict[str, StrictStr] | None = Field(default=None, description="Environment set explicitly in the session.")
+    result_dir: StrictStr | None = Field(default=None, max_length=4096,
+                                         description="On the host; default: <workdir>/auto_agent/exp_results/.")
+    log_path: StrictStr | None = Field(default=None, max_length=4096, description="Default: <result_dir>/<session>.log.")
+    max_time_s: Duration | None = Field(default=None, description="Wall-clock budget in seconds (default 86400, at "
+                                        "most 366 days); enforced on the host, where the run ends as timed_out.")
+    first_step_timeout_s: Duration | None = Field(default=None, description="First-step deadline (default 1200).")
+    first_step_pattern: StrictStr | None = Field(default=None, max_length=500,
+                                                 description="Regex proving step 1 (default: a kl_loss value).")
+    processes: list[ProcessSpec] | None = Field(default=None, min_length=1, max_length=MAX_PROCESSES,
+                                                description="Several processes as windows of one session per host, "
+                                                "started in order.")
+
+
+class ProcessInfo(ToolOutput):
+    role: str
+    host: str = Field(description="'local' or the ssh destination the process runs on.")
+    state: ProcessState
+    exit_code: int | None
+    log_path: str = Field(description="Path of the log on the process's host.")
+    pid: int | None = Field(default=None, description="Wrapper pid on its host (the process group leader).")
+    attach: str = Field(default="", description="Command that shows this process's tmux session.")
+    reason: str | None = Field(default=None, description="Why the state is unreachable (the host's error).")
+
+
+class LaunchOutput(ToolOutput):
+    id: str
+    session: str
+    socket: str
+    host: str = Field(description="The experiment's main host: its result_dir (results.md, finish.flag) is there.")
+    log_path: str
+    result_dir: str
+    attach: str
+    started_at: str
+    processes: list[ProcessInfo]
+    max_time_s: int
+    first_step_timeout_s: int
+
+
+class ErrorHit(ToolOutput):
+    signature: str
+    title: str
+    severity: str
+    line: str
+    count: int
+    hint: str
+    role: str | None = None
+
+
+class ExperimentStatus(ToolOutput):
+    id: str
+    session: str
+    socket: str
+    host: str
+    attach: str
+    state: State
+    exit_code: int | None
+    started_at: str
+    elapsed_s: float
+    time_left_s: float | None
+    max_time_s: int
+    first_step_seen: bool
+    first_step_overdue: bool
+    global_step: int | None
+    last_metrics: dict[str, float | int | None]
+    errors: list[ErrorHit]
+    lines: list[str]
+    cursor: str
+    skipped_bytes: int = Field(description="Log bytes between the cursor and the returned lines that were skipped.")
+    unscanned_bytes: int = Field(description="Log bytes never scanned for errors/metrics (backlog over budget).")
+    processes: list[ProcessInfo]
+    log_path: str
+    result_dir: str
+    note: str | None = None
+
+
+class RegistryProblem(ToolOutput):
+    id: str
+    message: str
+
+
+class StatusInput(ToolInput):
+    id: StrictStr | None = Field(default=None, max_length=200,
+                                 description="Experiment id or session name; all when absent.")
+    since: StrictStr | None = Field(default=None, max_length=400,
+                                    description="Cursor from a previous result (needs id); default: the cursor stored "
+                                    "by the previous status call.")
+    max_lines: NonNegativeInt | None = Field(default=None, le=logs.MAX_LINES,
+                                             description="New lines to return (default 200 for one id, 20 each for all).")
+    limit: PositiveInt | None = Field(default=None, le=500, description="When listing all: at most this many "
+                                      "(every unfinished one plus the newest finished; default 50).")
+
+
+class StatusOutput(ToolOutput):
+    experiments: list[ExperimentStatus]
+    problems: list[RegistryProblem] = Field(default_factory=list,
+                                            description="Registry rows that could not be read (each names its id).")
+
+
+class WaitInput(ToolInput):
+    id: StrictStr = Field(max_length=200, description="Experiment id or session name.")
+    timeout_s: NonNegativeInt | None = Field(default=None, le=3600,
+                                             description="Default 30; values above 50 are clamped to 50.")
+    until: Literal["exit", "first_step", "pattern"] | None = Field(default=None, description="Default 'exit'.")
+    pattern: StrictStr | None = Field(default=None, max_length=500, description="Regex, for until='pattern'.")
+    since: StrictStr | None = Field(default=None, max_length=400,
+                                    description="For until='pattern': also search output after this cursor (default: "
+                                    "only output appended while waiting).")
+
+
+class WaitOutput(ExperimentStatus):
+    reason: Literal["exited", "first_step", "pattern", "error", "timeout", "unreachable"]
+    next_wait_s: int = Field(description="Suggested seconds before the next check (0 when finished).")
+    waited_s: float
+    timeout_s: int
+    matched_line: str | None = None
+
+
+class StopInput(ToolInput):
+    id: StrictStr = Field(max_length=200,
+                          description="Experiment id or session name (only experiments this server launched).")
+    grace_s: NonNegativeInt | None = Field(default=None, le=120, description="Seconds after Ctrl-C before SIGTERM "
+                                           "(default 10); SIGKILL follows 3 s later.")
+
+
+class ProcessRef(ToolOutput):
+    host: str
+    role: str
+    pid: StrictInt
+    command: str
+
+
+class StopOutput(ExperimentStatus):
+    interrupted: list[str] = Field(description="Roles that got Ctrl-C (SIGINT to their process group).")
+    killed: list[str] = Field(description="Roles with processes still alive after the grace period.")
+    killed_processes: list[ProcessRef] = Field(description="Processes that got SIGTERM (and SIGKILL if needed).")
+    still_alive: list[ProcessRef] = Field(description="Processes alive even after SIGKILL; the run is then not "
+                                          "reported as stopped.")
+    session_removed: bool

@@ -1,0 +1,187 @@
+"""One observation of many experiments: one round trip per host, all hosts in parallel.
+
+For every process the host reports liveness, exit code, markers and the requested appended ranges of
+its log (the scan range always, plus what the caller asks for: new lines, a pattern search). From that
+``observe`` derives states (``states``), records final states once, and folds newly appended log text
+into each experiment's scan state (errors, metrics, first step). It never acts on a run: enforcing the
+max time is the watchdog's job on the run's host, so status and wait are read-only.
+
+Hook for later features (metric history, checkpoints): add reads or ops to the per-host request
+built in ``_requests`` and consume them where ``_fold_scan`` consumes the scan text.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from skill_server.experiments import blueprint as bp
+from skill_server.experiments import logs
+from skill_server.experiments.models import TERMINAL
+from skill_server.experiments.states import ProcFacts, process_state, run_state
+from skill_server.experiments.store import Registry, Row, RunProcess
+from skill_server.hosts import HostUnreachable, call_hosts
+
+#: Most log bytes one observation asks a host for (scan ranges of all its logs together).
+HOST_SCAN_BUDGET = 16 * 1024 * 1024
+MIN_SCAN_BUDGET = 64 * 1024
+OBSERVE_TIMEOUT_S = 30.0
+
+#: ``extra_reads(row) -> [[(offset, budget), ...] per process]``: more ranges to read in the same call.
+ExtraReads = Callable[[Row], list[list[tuple[int, int]]]]
+
+
+@dataclass
+class ProcView:
+    proc: RunProcess
+    state: str
+    exit_code: int | None
+    alive: bool | None
+    final: bool  # no more output will come
+    size: int | None
+    reads: list[logs.Chunk] = field(default_factory=list)
+    reason: str | None = None  # why the host could not be asked
+
+    @property
+    def role(self) -> str:
+        return self.proc.role
+
+    @property
+    def log_path(self) -> str:
+        return self.proc.log_path
+
+
+@dataclass
+class View:
+    row: Row
+    state: str
+    exit_code: int | None
+    procs: list[ProcView]
+    scan: logs.ScanState
+    elapsed_s: float
+    note: str | None = None
+
+
+def _scan_budgets(rows: list[Row]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for row in rows:
+        for p in row.processes:
+            counts[p.host] = counts.get(p.host, 0) + 1
+    return {h: max(MIN_SCAN_BUDGET, min(logs.SCAN_BUDGET, HOST_SCAN_BUDGET // n)) for h, n in counts.items()}
+
+
+def _requests(rows: list[Row], scans: list[logs.ScanState], extra: list[list[list[tuple[int, int]]]]
+              ) -> tuple[dict[str, list[dict[str, Any]]], dict[tuple[int, int], tuple[str, int]]]:
+    """One ``observe`` op per host covering every process there; and where each process's answer is."""
+    budgets = _scan_budgets(rows)
+    ops: dict[str, dict[str, Any]] = {}
+    where: dict[tuple[int, int], tuple[str, int]] = {}
+    for r, row in enumerate(rows):
+        for i, p in enumerate(row.processes):
+            op = ops.setdefault(p.host, {"op": "observe", "sockets": [], "procs": []})
+            if p.socket_path and p.socket_path not in op["sockets"]:
+                op["sockets"].append(p.socket_path)
+            reads = [{"offset": scans[r].offsets[i], "budget": budgets[p.host]}]
+            reads += [{"offset": o, "budget": b} for o, b in extra[r][i]]
+            where[(r, i)] = (p.host, len(op["procs"]))
+            op["procs"].append({"run_dir": p.run_dir, "role": p.role, "pid": p.pid, "start": p.start,
+                                "log_path": p.log_path, "reads": reads})
+    return {h: [op] for h, op in ops.items()}, where
+
+
+def _chunk(raw: dict[str, Any]) -> logs.Chunk:
+    return logs.Chunk(logs.strip_ansi(str(raw.get("text", ""))), int(raw.get("end", 0)), int(raw.get("skipped", 0)),
+                      bool(raw.get("reset", False)))
+
+
+def observe(reg: Registry, rows: list[Row], *, extra_reads: ExtraReads | None = None,
+            now: float | None = None) -> list[View]:
+    """Current view of each experiment; records final states; never signals or stops anything."""
+    scans = [logs.ScanState.from_json(row.scan, len(row.processes)) for row in rows]
+    extra = [extra_reads(row) if extra_reads else [[] for _ in row.processes] for row in rows]
+    requests, where = _requests(rows, scans, extra)
+    replies = call_hosts(requests, timeout_s=OBSERVE_TIMEOUT_S) if requests else {}
+    now = time.time() if now is None else now
+    views = []
+    for r, row in enumerate(rows):
+        procs = []
+        for i, p in enumerate(row.processes):
+            host, index = where[(r, i)]
+            reply = replies.get(host)
+            procs.append(_proc_view(p, reply, index))
+        views.append(_view(reg, row, procs, scans[r], now))
+    return views
+
+
+def _proc_view(p: RunProcess, reply: list[dict[str, Any]] | HostUnreachable | None, index: int) -> ProcView:
+    if isinstance(reply, HostUnreachable) or reply is None:
+        reason = reply.reason if isinstance(reply, HostUnreachable) else "no answer"
+        return ProcView(p, "unreachable", None, None, False, None, reason=reason)
+    result = reply[0]
+    if not result.get("ok"):
+        return ProcView(p, "unreachable", None, None, False, None, reason=str(result.get("error")))
+    panes = (result.get("panes") or {}).get(p.socket_path) or []
+    facts_raw = result["procs"][index]
+    facts = ProcFacts(alive=facts_raw["alive"], exit_code=facts_raw["exit_code"],
+                      markers=frozenset(facts_raw["markers"]), final=bool(facts_raw["final"]), size=facts_raw["size"])
+    pane_alive = any(x["pane_id"] == p.pane_id and not x["dead"] for x in panes) if p.pane_id else None
+    state = process_state(facts, pane_alive)
+    final = facts.final or state not in ("running", "waiting")
+    chunks = [_chunk(x) for x in facts_raw["reads"]]
+    return ProcView(p, state, facts.exit_code, facts.alive, final, facts.size, chunks)
+
+
+def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, now: float) -> View:
+    state, exit_code, note = run_state([p.state for p in procs], [p.exit_code for p in procs])
+    unreachable = sorted({f"{p.proc.host}: {p.reason}" for p in procs if p.state == "unreachable"})
+    if row.final_state is None and state in TERMINAL:
+        if not reg.finish(row.id, state, exit_code, now, note):
+            fresh = reg.get(row.id)  # another caller recorded a final state first: that one stands
+            if fresh is not None:
+                row = fresh
+        else:
+            row.final_state, row.final_exit_code, row.ended = state, exit_code, now
+    if row.final_state:
+        state = row.final_state
+        exit_code = row.final_exit_code if row.final_exit_code is not None else (
+            exit_code if state in ("succeeded", "failed") else None)
+        note = row.note or note
+        if state in ("stopped", "timed_out"):
+            for p in procs:
+                if p.state in ("running", "waiting", "lost"):
+                    p.state = state
+    if unreachable:
+        what = "cannot be asked" if state == "unreachable" else "cannot be asked for new output"
+        note = "; ".join(([note] if note else []) + [f"host {u} ({what}; the next call retries)" for u in unreachable])
+    if state == "running":
+        max_time = float(row.spec.get("max_time_s") or bp.DEFAULT_MAX_TIME_S)
+        if now - row.created > max_time + 60:
+            note = (note + "; " if note else "") + ("past its max time but still running: the watchdog on its host "
+                                                    "did not end it; stop_experiment does")
+    _fold_scan(reg, row, procs, scan, now)
+    end = row.ended if row.ended else now
+    return View(row, state, exit_code, procs, scan, max(0.0, end - row.created), note)
+
+
+def _fold_scan(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, now: float) -> None:
+    """Fold the scan range each host returned into the run's scan state and store it (compare-and-set)."""
+    pattern = re.compile(row.spec.get("first_step_pattern") or logs.DEFAULT_FIRST_STEP_PATTERN, re.MULTILINE)
+    changed = False
+    for i, p in enumerate(procs):
+        if not p.reads:
+            continue
+        chunk = p.reads[0]
+        if chunk.end != scan.offsets[i] or chunk.skipped:
+            logs.scan_text(chunk.text, scan, pattern, role=p.role, now=now)
+            scan.offsets[i] = chunk.end
+            scan.unscanned_bytes += chunk.skipped
+            changed = True
+        p.reads = p.reads[1:]
+    if changed and not reg.save_scan(row.id, scan.to_json(), row.scan_version):
+        fresh = reg.get(row.id)  # another caller scanned the same bytes first: use its result
+        if fresh is not None:
+            stored = logs.ScanState.from_json(fresh.scan, len(procs))
+            scan.__dict__.update(stored.__dict__)

@@ -1,0 +1,57 @@
+"""Hosts: where experiment processes run and their files live, behind one interface.
+
+``get_host("local")`` is this machine (the agent runs in-process); any other name is an SSH destination
+(the agent is shipped over the system ``ssh`` client). The experiment tools never branch on which one
+they hold. ``call_hosts`` asks several hosts at once, one round trip each, in parallel.
+
+Modules: ``base`` (the interface, ``HostUnreachable``, ``expect``), ``local``, ``ssh``, ``destinations``
+(which strings name a host) and ``agent`` (the stdlib-only program that does the work on a host).
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from skill_server.hosts.base import LOCAL, CommandResult, Host, HostUnreachable, expect
+from skill_server.hosts.destinations import normalise
+
+__all__ = ["LOCAL", "CommandResult", "Host", "HostUnreachable", "call_hosts", "expect", "get_host", "normalise"]
+
+_LOCK = threading.Lock()
+_HOSTS: dict[str, Host] = {}
+
+
+def get_host(name: str) -> Host:
+    """The host named ``name`` (``local`` or an already validated SSH destination)."""
+    with _LOCK:
+        host = _HOSTS.get(name)
+        if host is None:
+            if name == LOCAL:
+                from skill_server.hosts.local import LocalHost
+
+                host = LocalHost()
+            else:
+                from skill_server.hosts.ssh import SshHost
+
+                host = SshHost(name)
+            _HOSTS[name] = host
+        return host
+
+
+def call_hosts(requests: dict[str, list[dict[str, Any]]], *,
+               timeout_s: float = 60.0) -> dict[str, list[dict[str, Any]] | HostUnreachable]:
+    """One ``call`` per host, all hosts in parallel; a host that cannot be asked maps to its error."""
+
+    def one(name: str) -> list[dict[str, Any]] | HostUnreachable:
+        try:
+            return get_host(name).call(requests[name], timeout_s=timeout_s)
+        except HostUnreachable as exc:
+            return exc
+
+    names = list(requests)
+    if len(names) <= 1:
+        return {name: one(name) for name in names}
+    with ThreadPoolExecutor(max_workers=min(16, len(names))) as pool:
+        return dict(zip(names, pool.map(one, names)))

@@ -1,0 +1,12 @@
+"""The host agent: the small stdlib-only program that does all experiment work on a host.
+
+One request in, one reply out (JSON). ``LocalHost`` calls :func:`ops.handle` in-process; ``SshHost`` ships
+this package's source over ``ssh <dest> python3 -c <bootstrap>`` and sends the request on stdin, so a
+status call over many runs on one host costs one round trip. The same program, written into a run's
+directory, is the watchdog that enforces the run's max time where the run lives.
+
+Rules for every module here: standard library only, Python 3.8 syntax, no imports from ``skill_server``
+outside this package (relative imports only), no output on stdout except the reply.
+"""
+
+PROTOCOL_VERSION = 1

@@ -1,0 +1,269 @@
+"""Files on the host: where state lives, small state files, bounded reads, atomic writes.
+
+Reads open with ``O_NONBLOCK`` and refuse anything that is not a regular file, so a FIFO or a device
+given as a path can never block or stream forever. Writes go to a temporary file in the target's
+directory and are renamed into place; they only ever create a file or replace a regular file.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+
+STATE_DIR_ENV = "SKILL_SERVER_STATE_DIR"
+TEMP_SUFFIX = ".ajs-tmp"
+#: A temporary file older than this was left by an interrupted write and is removed on the next write.
+STALE_TEMP_S = 600.0
+
+
+class AgentError(Exception):
+    """An operation failed for a reason the caller can act on; ``field`` names the argument involved."""
+
+    def __init__(self, message: str, field: str | None = None, kind: str = "error") -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.kind = kind
+
+
+def state_dir() -> str:
+    """``$SKILL_SERVER_STATE_DIR``, else ``$XDG_STATE_HOME/agentjet-swarm-skill``, else ~/.local/state/..."""
+    explicit = os.environ.get(STATE_DIR_ENV)
+    if explicit:
+        return os.path.abspath(os.path.expanduser(explicit))
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = os.path.expanduser(xdg) if xdg else os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.abspath(os.path.join(base, "agentjet-swarm-skill"))
+
+
+def run_dir(exp_id: str) -> str:
+    """Where one experiment's wrapper scripts, pid, exit-code and marker files live on this host."""
+    return os.path.join(state_dir(), "runs", exp_id)
+
+
+def expand(path: str) -> str:
+    """``~`` expanded on this host (not on the caller's), normalised."""
+    if "\x00" in path:
+        raise AgentError("contains a NUL character")
+    return os.path.normpath(os.path.expanduser(path))
+
+
+def _describe(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
+def open_regular(path: str) -> tuple[int, int]:
+    """An fd open for reading on a regular file and its size; refuses FIFOs, devices and directories."""
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise AgentError("not a regular file: " + path, kind="not_regular")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, info.st_size
+
+
+def read_range(path: str, offset: int, length: int) -> tuple[int, bytes]:
+    """(size, bytes) of one range of a regular file; a negative offset counts from the end."""
+    fd, size = open_regular(path)
+    try:
+        start = max(0, size + offset) if offset < 0 else offset
+        if length <= 0 or start >= size:
+            return size, b""
+        os.lseek(fd, start, os.SEEK_SET)
+        chunks = []
+        want = min(length, size - start)
+        while want > 0:
+            data = os.read(fd, min(want, 1024 * 1024))
+            if not data:
+                break
+            chunks.append(data)
+            want -= len(data)
+        return size, b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def file_size(path: str) -> int | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return info.st_size if stat.S_ISREG(info.st_mode) else None
+
+
+def read_small(path: str, limit: int = 4096) -> str | None:
+    """The text of a small state file; None when it is missing, unreadable or not a regular file."""
+    try:
+        _, data = read_range(path, 0, limit)
+    except (OSError, AgentError):
+        return None
+    return data.decode("utf-8", "replace")
+
+
+def read_int(path: str) -> int | None:
+    text = read_small(path, 64)
+    if text is None:
+        return None
+    text = text.strip()
+    digits = text[1:] if text.startswith("-") else text
+    if not digits or not (digits.isascii() and digits.isdigit()) or len(text) > 20:
+        return None
+    return int(text)
+
+
+def exists(path: str) -> bool:
+    return os.path.lexists(path)
+
+
+def touch(path: str) -> None:
+    """Create an empty marker file (never truncates or follows into anything else)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    except FileExistsError:
+        return
+    os.close(fd)
+
+
+def read_appended(path: str, offset: int, budget: int, final: bool) -> dict:
+    """Bytes appended after ``offset``: at most ``budget`` of the newest ones, cut at a line end.
+
+    Returns ``text`` (UTF-8, undecodable bytes replaced), ``end`` (where the next read starts, in
+    bytes), ``skipped`` (bytes passed over because the backlog was over budget) and ``reset`` (the
+    file shrank, so reading restarted at 0). ``final`` (the writer has exited) also hands out an
+    unterminated last line; otherwise an unfinished line waits for its end.
+    """
+    try:
+        fd, size = open_regular(path)
+    except (OSError, AgentError):
+        return {"text": "", "end": offset, "skipped": 0, "reset": False}
+    try:
+        reset = False
+        if offset > size:
+            offset, reset = 0, True
+        start = max(offset, size - budget)
+        data = b""
+        if size > start:
+            os.lseek(fd, start, os.SEEK_SET)
+            parts = []
+            want = size - start
+            while want > 0:
+                chunk = os.read(fd, min(want, 1024 * 1024))
+                if not chunk:
+                    break
+                parts.append(chunk)
+                want -= len(chunk)
+            data = b"".join(parts)
+    finally:
+        os.close(fd)
+    skipped = start - offset
+    if start > offset and data:
+        cut = data.find(b"\n")  # we jumped into the middle of the log: drop the partial first line
+        if cut >= 0:
+            skipped += cut + 1
+            data = data[cut + 1:]
+            start += cut + 1
+    end = start + len(data)
+    if not final:
+        last_nl = data.rfind(b"\n")
+        if last_nl >= 0:
+            data = data[: last_nl + 1]
+            end = start + len(data)
+        elif len(data) < budget:
+            data, end = b"", start
+    return {"text": data.decode("utf-8", "replace"), "end": end, "skipped": skipped, "reset": reset}
+
+
+def _clean_stale_temps(directory: str, name: str) -> None:
+    prefix = "." + name + "."
+    now = time.time()
+    try:
+        entries = os.listdir(directory)
+    except OSError:
+        return
+    for entry in entries:
+        if entry.startswith(prefix) and entry.endswith(TEMP_SUFFIX):
+            full = os.path.join(directory, entry)
+            try:
+                info = os.lstat(full)
+                if stat.S_ISREG(info.st_mode) and now - info.st_mtime > STALE_TEMP_S:
+                    os.unlink(full)
+            except OSError:
+                pass
+
+
+def write_atomic(path: str, data: bytes, replace: bool, mode: int = 0o644, field: str | None = None) -> str:
+    """Write ``data`` to ``path`` atomically: create it, or (``replace``) replace a regular file only."""
+    target = expand(path)
+    parent = os.path.dirname(target) or "."
+    try:
+        os.makedirs(parent, exist_ok=True)
+    except OSError as exc:
+        raise AgentError("cannot create directory " + parent + ": " + _describe(exc), field) from None
+    try:
+        info = os.lstat(target)
+    except FileNotFoundError:
+        info = None
+    except OSError as exc:
+        raise AgentError("cannot check " + target + ": " + _describe(exc), field) from None
+    if info is not None:
+        if not stat.S_ISREG(info.st_mode):
+            raise AgentError(target + " exists and is not a regular file; refusing to replace it", field,
+                             kind="not_regular")
+        if not replace:
+            raise AgentError(target + " exists; this tool never replaces it", field, kind="exists")
+    import tempfile  # imported here: most agent calls never write
+
+    _clean_stale_temps(parent, os.path.basename(target))
+    try:
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix="." + os.path.basename(target) + ".", suffix=TEMP_SUFFIX)
+    except OSError as exc:
+        raise AgentError("cannot write in " + parent + ": " + _describe(exc), field) from None
+    try:
+        try:
+            os.fchmod(fd, (info.st_mode & 0o7777) if info is not None else mode)
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                view = view[written:]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if replace:
+            os.replace(tmp, target)
+        else:
+            try:
+                os.link(tmp, target)
+            except FileExistsError:
+                raise AgentError(target + " exists; this tool never replaces it", field, kind="exists") from None
+            except OSError:  # no hard links on this filesystem: best-effort no-clobber
+                if os.path.lexists(target):
+                    raise AgentError(target + " exists; this tool never replaces it", field, kind="exists") from None
+                os.replace(tmp, target)
+    except OSError as exc:
+        raise AgentError("cannot write " + target + ": " + _describe(exc), field) from None
+    finally:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+    return target
+
+
+def list_dir(path: str, limit: int) -> list[dict]:
+    """Entries of a directory (name, kind, size, mtime), sorted by name, at most ``limit``."""
+    out = []
+    with os.scandir(expand(path)) as it:
+        for entry in it:
+            try:
+                info = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            kind = "dir" if stat.S_ISDIR(info.st_mode) else "file" if stat.S_ISREG(info.st_mode) else "other"
+            out.append({"name": entry.name, "kind": kind, "size": info.st_size, "mtime": info.st_mtime})
+    out.sort(key=lambda e: e["name"])
+    return out[:limit]

@@ -1,0 +1,116 @@
+"""Operations any tool may use on any host: ping, run (argv, bounded time and output), read (size plus
+one byte range, regular files only), write (atomic; create, or replace a regular file only), list_dir."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from . import files, procs
+from .files import AgentError
+from .request import need, str_list
+
+MAX_READ_BYTES = 80 * 1024 * 1024
+MAX_RUN_OUTPUT = 8 * 1024 * 1024
+MAX_RUN_TIMEOUT_S = 3600
+
+
+def op_ping(req: dict) -> dict:
+    import shutil
+
+    return {"python": sys.executable, "version": list(sys.version_info[:3]), "platform": sys.platform,
+            "uid": os.getuid(), "pid": os.getpid(), "state_dir": files.state_dir(), "proc": procs.USE_PROC,
+            "tmux": shutil.which("tmux"), "bash": shutil.which("bash")}
+
+
+def _read_capped(handle: object, limit: int) -> tuple[str, bool]:
+    handle.seek(0)  # type: ignore[attr-defined]
+    data = handle.read(limit + 1)  # type: ignore[attr-defined]
+    return data[:limit].decode("utf-8", "replace"), len(data) > limit
+
+
+def op_run(req: dict) -> dict:
+    """Run argv (no shell) with a time bound; the whole process group is killed at the bound."""
+    import subprocess
+    import tempfile
+
+    argv = str_list(req, "argv")
+    timeout = float(need(req, "timeout_s", (int, float), 30))
+    timeout = max(0.1, min(timeout, MAX_RUN_TIMEOUT_S))
+    limit = max(1024, min(int(need(req, "max_output", int, 1024 * 1024)), MAX_RUN_OUTPUT))
+    stdin = need(req, "stdin", str, None)
+    cwd = need(req, "cwd", str, None)
+    env = dict(os.environ)
+    extra = need(req, "env", dict, {})
+    for key, value in extra.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise AgentError("bad request: env must map strings to strings", "env")
+        env[key] = value
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        try:
+            child = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                                     stdout=out, stderr=err, cwd=files.expand(cwd) if cwd else None, env=env,
+                                     start_new_session=True)
+        except FileNotFoundError:
+            return {"returncode": None, "stdout": "", "stderr": "", "timed_out": False, "truncated": False,
+                    "error": "not found on this host: " + argv[0]}
+        except OSError as exc:
+            return {"returncode": None, "stdout": "", "stderr": "", "timed_out": False, "truncated": False,
+                    "error": "cannot run %s: %s" % (argv[0], exc.strerror or exc)}
+        timed_out = False
+        try:
+            child.communicate(stdin.encode("utf-8") if stdin is not None else None, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            try:
+                os.killpg(child.pid, 9)
+            except OSError:
+                pass
+            child.wait()
+        stdout, cut_out = _read_capped(out, limit)
+        stderr, cut_err = _read_capped(err, limit)
+    return {"returncode": None if timed_out else child.returncode, "stdout": stdout, "stderr": stderr,
+            "timed_out": timed_out, "truncated": cut_out or cut_err, "error": None}
+
+
+def op_read(req: dict) -> dict:
+    import base64
+
+    path = files.expand(need(req, "path", str))
+    offset = need(req, "offset", int, 0)
+    length = max(0, min(need(req, "length", int), MAX_READ_BYTES))
+    try:
+        size, data = files.read_range(path, offset, length)
+    except FileNotFoundError:
+        raise AgentError("file not found: " + path, kind="not_found") from None
+    except OSError as exc:
+        raise AgentError("cannot read %s: %s" % (path, exc.strerror or exc)) from None
+    out = {"path": path, "size": size}
+    if need(req, "text", bool, False):
+        out["text"] = data.decode("utf-8", "replace")
+    else:
+        out["data"] = base64.b64encode(data).decode("ascii")
+    return out
+
+
+def op_write(req: dict) -> dict:
+    import base64
+
+    path = need(req, "path", str)
+    if "text" in req:
+        data = need(req, "text", str).encode("utf-8")
+    else:
+        data = base64.b64decode(need(req, "data", str))
+    mode = need(req, "mode", int, 0o644) & 0o777
+    return {"path": files.write_atomic(path, data, replace=need(req, "replace", bool), mode=mode)}
+
+
+def op_list_dir(req: dict) -> dict:
+    path = need(req, "path", str)
+    limit = max(1, min(need(req, "limit", int, 1000), 10000))
+    try:
+        return {"entries": files.list_dir(path, limit)}
+    except FileNotFoundError:
+        raise AgentError("directory not found: " + files.expand(path), kind="not_found") from None
+    except OSError as exc:
+        raise AgentError("cannot list %s: %s" % (files.expand(path), exc.strerror or exc)) from None

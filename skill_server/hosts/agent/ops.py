@@ -1,0 +1,119 @@
+"""The agent's protocol and entry point: one JSON request in, one JSON reply out.
+
+A request is ``{"v": PROTOCOL_VERSION, "ops": [{"op": NAME, ...}, ...]}``; the reply is
+``{"v": ..., "results": [...]}`` with one result per op, in order: ``{"ok": true, ...}`` or
+``{"ok": false, "error": "one line", "field": ..., "kind": ...}``. An op never raises past
+:func:`handle`, so one bad op costs only its own result. Operations live in ``generic`` (ping, run,
+read, write, list_dir) and ``runs`` (launch, discard, observe, stop).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from . import PROTOCOL_VERSION
+from .files import AgentError
+from .generic import op_list_dir, op_ping, op_read, op_run, op_write
+from .runs import op_discard, op_launch, op_observe, op_stop
+
+MAX_REQUEST_BYTES = 64 * 1024 * 1024
+
+OPS = {"ping": op_ping, "run": op_run, "read": op_read, "write": op_write, "list_dir": op_list_dir,
+       "launch": op_launch, "discard": op_discard, "observe": op_observe, "stop": op_stop}
+
+
+def handle(request: object) -> dict:
+    """Answer one request; never raises."""
+    if not isinstance(request, dict) or request.get("v") != PROTOCOL_VERSION or not isinstance(
+            request.get("ops"), list):
+        return {"v": PROTOCOL_VERSION, "error": "bad request (protocol version %d expected)" % PROTOCOL_VERSION}
+    results = []
+    for op in request["ops"]:
+        name = op.get("op") if isinstance(op, dict) else None
+        fn = OPS.get(name) if isinstance(name, str) else None
+        if fn is None:
+            results.append({"ok": False, "error": "unknown operation %r" % (name,), "field": None, "kind": "error"})
+            continue
+        try:
+            result = fn(op)
+            result["ok"] = True
+        except AgentError as exc:
+            result = {"ok": False, "error": exc.message, "field": exc.field, "kind": exc.kind}
+        except Exception as exc:  # a bug or an unexpected OS error: one line, never a traceback
+            result = {"ok": False, "error": "host agent error in %s: %s: %s" % (name, type(exc).__name__, exc),
+                      "field": None, "kind": "internal"}
+        results.append(result)
+    return {"v": PROTOCOL_VERSION, "results": results}
+
+
+#: A serving agent exits after this long without a request (the caller starts a new one when needed).
+SERVE_IDLE_S = 300.0
+
+
+def _encode(reply: dict) -> bytes:
+    return json.dumps(reply, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+def _answer(raw: bytes) -> dict:
+    try:
+        return handle(json.loads(raw.decode("utf-8")))
+    except ValueError as exc:
+        return {"v": PROTOCOL_VERSION, "error": "request is not JSON: %s" % exc}
+
+
+def serve() -> int:
+    """Answer framed requests (a length line, then that many bytes of JSON; replies framed alike) until
+    stdin closes or stays idle for ``SERVE_IDLE_S``: the caller keeps
+    one such agent per host, so a call costs a round trip on the open connection, not a new process.
+    ``ready`` is written first, once nothing of the program is left unread on stdin."""
+    import select
+
+    out = sys.stdout.buffer
+    out.write(b"ready\n")
+    out.flush()
+    buf = b""
+    while True:
+        while b"\n" not in buf:
+            if not select.select([0], [], [], SERVE_IDLE_S)[0]:
+                return 0
+            chunk = os.read(0, 65536)
+            if not chunk:
+                return 0
+            buf += chunk
+        head, buf = buf.split(b"\n", 1)
+        try:
+            size = int(head)
+        except ValueError:
+            return 2
+        if size > MAX_REQUEST_BYTES:
+            return 2
+        while len(buf) < size:
+            chunk = os.read(0, max(65536, size - len(buf)))
+            if not chunk:
+                return 0
+            buf += chunk
+        body, buf = buf[:size], buf[size:]
+        reply = _encode(_answer(body))
+        out.write(str(len(reply)).encode("ascii") + b"\n" + reply)
+        out.flush()
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of the shipped program: ``watchdog ...``, ``serve``, or one request on stdin and the
+    reply on stdout."""
+    if len(argv) > 1 and argv[1] == "watchdog":
+        from . import watchdog
+
+        return watchdog.main(argv[2:])
+    if len(argv) > 1 and argv[1] == "serve":
+        return serve()
+    raw = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
+    if len(raw) > MAX_REQUEST_BYTES:
+        reply = {"v": PROTOCOL_VERSION, "error": "request over %d bytes" % MAX_REQUEST_BYTES}
+    else:
+        reply = _answer(raw)
+    sys.stdout.buffer.write(_encode(reply))
+    sys.stdout.buffer.flush()
+    return 0

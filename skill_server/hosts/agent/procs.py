@@ -1,0 +1,229 @@
+"""Processes of a run: identity (pid plus start time), the run marker, and a stop that verifies.
+
+Every process of a run carries ``AGENTJET_SKILL_RUN=<experiment id>/<role>`` in its environment: it is
+set in the wrapper's initial environment, so every descendant inherits it, including processes that
+call ``setsid`` or are reparented to init after a double fork. A stop signals the wrapper's process
+group (the wrapper is a tmux pane's session leader) and every marked process, escalates from SIGINT
+to SIGTERM to SIGKILL, and then looks again: what still lives is reported, never hidden.
+
+A pid alone is not an identity (pids are reused), so a process is "ours" only while its start time
+matches the one recorded at launch. Linux answers from ``/proc``; where there is no ``/proc`` (macOS),
+``ps`` answers instead (``USE_PROC`` is a module switch so tests can drive that path too).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+MARKER = "AGENTJET_SKILL_RUN"
+USE_PROC = os.path.isdir("/proc/self")
+POLL_S = 0.2
+MARKED_POLL_S = 1.0
+TERM_WAIT_S = 3.0
+KILL_WAIT_S = 3.0
+_MARKER_BYTES = MARKER.encode() + b"="
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name: [state, ppid, pgrp, session, ...]."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as handle:
+            raw = handle.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    return raw.rsplit(")", 1)[-1].split()
+
+
+def _ps(args: list[str]) -> list[str]:
+    import subprocess  # only where there is no /proc
+
+    try:
+        out = subprocess.run(["ps"] + args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return out.stdout.decode("utf-8", "replace").splitlines()
+
+
+def start_time(pid: int) -> str | None:
+    """An opaque start-time token of a live process; None when it is gone or a zombie."""
+    if pid <= 0:
+        return None
+    if USE_PROC:
+        fields = _proc_stat(pid)
+        if not fields or fields[0] in ("Z", "X") or len(fields) < 20:
+            return None
+        return fields[19]
+    lines = _ps(["-o", "stat=", "-o", "lstart=", "-p", str(pid)])
+    if not lines:
+        return None
+    parts = lines[0].split(None, 1)
+    if not parts or parts[0].startswith("Z") or len(parts) < 2:
+        return None
+    return " ".join(parts[1].split())
+
+
+def alive(pid: int | None, start: str | None) -> bool:
+    """True while ``pid`` runs and (when known) still has the recorded start time."""
+    if not pid:
+        return False
+    now = start_time(pid)
+    return now is not None and (start is None or now == start)
+
+
+def _marker_value(environ: bytes) -> str | None:
+    for entry in environ.split(b"\0"):
+        if entry.startswith(_MARKER_BYTES):
+            return entry[len(_MARKER_BYTES):].decode("utf-8", "replace")
+    return None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+            raw = handle.read(400)
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
+
+
+def marked(prefix: str) -> list[dict]:
+    """Live processes whose marker starts with ``prefix`` (``<id>/`` for a run, ``<id>/<role>`` for one
+    process): pid, pgid, role and command. This process itself is never listed."""
+    me = os.getpid()
+    found = []
+    if USE_PROC:
+        try:
+            entries = os.listdir("/proc")
+        except OSError:
+            entries = []
+        for entry in entries:
+            if not entry.isdecimal() or int(entry) == me:
+                continue
+            try:
+                with open("/proc/" + entry + "/environ", "rb") as handle:
+                    environ = handle.read()
+            except OSError:
+                continue
+            if _MARKER_BYTES not in environ:
+                continue
+            value = _marker_value(environ)
+            if value is None or not value.startswith(prefix):
+                continue
+            fields = _proc_stat(int(entry))
+            if not fields or fields[0] in ("Z", "X"):
+                continue
+            found.append({"pid": int(entry), "pgid": int(fields[2]), "role": value.split("/", 1)[-1],
+                          "start": fields[19] if len(fields) > 19 else None, "command": _cmdline(int(entry))[:200]})
+        return found
+    # Without /proc: ps prints the environment after the arguments, so the environment of a process is
+    # what its listing with environment adds to its listing without (a marker in an argument, such as
+    # tmux's own command line, must not count).
+    plain = {}
+    for line in _ps(["-A", "-ww", "-o", "pid=", "-o", "pgid=", "-o", "stat=", "-o", "command="]):
+        parts = line.split(None, 3)
+        if len(parts) == 4 and parts[0].isdecimal():
+            plain[int(parts[0])] = parts
+    needle = " " + MARKER + "=" + prefix
+    for flags in (["-E"], ["e"]):  # BSD/macOS show the environment with -E, procps with e
+        lines = _ps(["-A", "-ww"] + flags + ["-o", "pid=", "-o", "command="])
+        if not lines:
+            continue
+        for line in lines:
+            parts = line.split(None, 1)
+            if len(parts) < 2 or not parts[0].isdecimal():
+                continue
+            pid = int(parts[0])
+            known = plain.get(pid)
+            if pid == me or known is None or known[2].startswith("Z") or not parts[1].startswith(known[3]):
+                continue
+            environment = " " + parts[1][len(known[3]):]
+            at = environment.find(needle)
+            if at < 0:
+                continue
+            value = environment[at + 1 + len(MARKER) + 1:].split(" ", 1)[0]
+            found.append({"pid": pid, "pgid": int(known[1]) if known[1].isdecimal() else 0,
+                          "role": value.split("/", 1)[-1], "start": start_time(pid), "command": known[3][:200]})
+        return found
+    return found
+
+
+def _send(pid: int, sig: int, group: bool) -> bool:
+    try:
+        if group:
+            os.killpg(pid, sig)
+        else:
+            os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        return False
+    return True
+
+
+def _live(wrappers: list[dict], prefix: str) -> tuple[list[dict], list[dict]]:
+    """(live wrappers, live marked processes)."""
+    return [w for w in wrappers if alive(w.get("pid"), w.get("start"))], marked(prefix)
+
+
+def _signal_all(wrappers: list[dict], procs: list[dict], sig: int) -> None:
+    groups = {w["pid"] for w in wrappers} | {p["pgid"] for p in procs if p["pgid"] > 1}
+    for pgid in groups:
+        _send(pgid, sig, group=True)
+    for p in procs:
+        _send(p["pid"], sig, group=False)
+
+
+def _wait_gone(wrappers: list[dict], prefix: str, seconds: float) -> tuple[list[dict], list[dict]]:
+    """Wait until nothing of the run lives, at most ``seconds``. Wrappers are checked every POLL_S; the
+    marker scan (it reads every process's environment) at most once per MARKED_POLL_S."""
+    end = time.monotonic() + seconds
+    live_w, live_p = _live(wrappers, prefix)
+    next_scan = time.monotonic() + MARKED_POLL_S
+    while (live_w or live_p) and time.monotonic() < end:
+        time.sleep(POLL_S)
+        had_wrappers = bool(live_w)
+        live_w = [w for w in live_w if alive(w.get("pid"), w.get("start"))]
+        if time.monotonic() >= next_scan or (had_wrappers and not live_w):
+            live_p = marked(prefix)
+            next_scan = time.monotonic() + MARKED_POLL_S
+    return live_w, live_p
+
+
+def _describe(wrappers: list[dict], procs: list[dict]) -> list[dict]:
+    seen = set()
+    out = []
+    for w in wrappers:
+        seen.add(w["pid"])
+        out.append({"pid": w["pid"], "role": w.get("role", ""), "start": w.get("start"), "command": "(wrapper)"})
+    for p in procs:
+        if p["pid"] not in seen:
+            seen.add(p["pid"])
+            out.append({"pid": p["pid"], "role": p["role"], "start": p.get("start"), "command": p["command"]})
+    return out
+
+
+def terminate(wrappers: list[dict], prefix: str, grace_s: float) -> dict:
+    """Stop every process of a run (or of one role): Ctrl-C, grace, SIGTERM, SIGKILL, verify.
+
+    ``wrappers``: [{role, pid, start}] of the wrapper processes (process group leaders). Returns
+    ``interrupted`` (roles that got SIGINT), ``terminated``/``killed`` (processes still alive when
+    SIGTERM/SIGKILL were sent) and ``survivors`` (alive even after SIGKILL: never claimed stopped).
+    """
+    live_w, live_p = _live(wrappers, prefix)
+    interrupted = sorted({w.get("role", "") for w in live_w})
+    for w in live_w:  # what Ctrl-C in the pane does: SIGINT to the foreground process group
+        _send(w["pid"], signal.SIGINT, group=True)
+    terminated: list[dict] = []
+    killed: list[dict] = []
+    if live_w or live_p:
+        live_w, live_p = _wait_gone(wrappers, prefix, grace_s)
+    if live_w or live_p:
+        terminated = _describe(live_w, live_p)
+        _signal_all(live_w, live_p, signal.SIGTERM)
+        live_w, live_p = _wait_gone(wrappers, prefix, TERM_WAIT_S)
+    if live_w or live_p:
+        killed = _describe(live_w, live_p)
+        _signal_all(live_w, live_p, signal.SIGKILL)
+        live_w, live_p = _wait_gone(wrappers, prefix, KILL_WAIT_S)
+    return {"interrupted": interrupted, "terminated": terminated, "killed": killed,
+            "survivors": _describe(live_w, live_p)}

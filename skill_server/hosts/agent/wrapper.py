@@ -1,0 +1,98 @@
+"""The bash wrapper each experiment process runs as its tmux pane's command.
+
+It records its pid, starts the watchdog (the run's max time is enforced here, where the run lives, not
+by status calls), changes directory, exports the environment explicitly, optionally waits (bounded)
+for a URL to answer, runs the command through ``bash -c`` with all output appended to the log via
+``tee``, and writes the command's exit status to ``<role>.exit`` atomically. SIGINT and SIGTERM reach
+the command (same process group); the wrapper traps them only to live long enough to record the
+status. Every value is shell-quoted; the command itself is passed as one quoted ``bash -c`` argument.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+MARK = "[agentjet-swarm-skill]"
+
+# Runs with the host agent's interpreter (stdlib only). Any HTTP answer below 500 counts as "up";
+# proxies are bypassed because the URL is normally the swarm server of this experiment.
+GATE_PY = """\
+import sys, time, urllib.error, urllib.request
+url, limit = sys.argv[1], float(sys.argv[2])
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+deadline = time.monotonic() + limit
+while True:
+    try:
+        with opener.open(url, timeout=5):
+            sys.exit(0)
+    except urllib.error.HTTPError as err:
+        if err.code < 500:
+            sys.exit(0)
+    except Exception:
+        pass
+    if time.monotonic() >= deadline:
+        sys.exit(1)
+    time.sleep(0.5)
+"""
+
+
+def render(exp_id: str, role: str, run_dir: str, workdir: str, env: dict, path_prepend: str | None,
+           virtual_env: str | None, command: str, log_path: str, gate_url: str | None, gate_timeout_s: int,
+           python: str, max_time_s: int, deadline_grace_s: int) -> str:
+    q = shlex.quote
+    lines = [
+        "# %s wrapper for experiment %s, process %s. Generated; do not edit." % (MARK, exp_id, role),
+        "__ajs_run=" + q(run_dir),
+        "__ajs_log=" + q(log_path),
+        "__ajs_role=" + q(role),
+        "__ajs_wd=",
+        'echo $$ > "$__ajs_run/$__ajs_role.pid"',
+        "__ajs_finish() {",
+        '  printf \'%s\\n\' "$1" > "$__ajs_run/$__ajs_role.exit.tmp" && '
+        'mv -f "$__ajs_run/$__ajs_role.exit.tmp" "$__ajs_run/$__ajs_role.exit"',
+        '  if [ -n "$__ajs_wd" ]; then kill "$__ajs_wd" 2>/dev/null; fi',
+        '  exit "$1"',
+        "}",
+        "__ajs_note() { printf '%s %%s\\n' \"$*\" | tee -a \"$__ajs_log\"; }" % MARK,
+        "trap ':' INT TERM",
+        'mkdir -p -- "$(dirname -- "$__ajs_log")" || __ajs_finish 126',
+        # The watchdog must not carry the run marker (a stop would kill it) and leaves the process group.
+        "%s= %s %s watchdog %s %s %s %d %d </dev/null >/dev/null 2>&1 &" % (
+            "AGENTJET_SKILL_RUN", q(python), q(run_dir + "/agent.py"), q(run_dir), q(role), q(exp_id),
+            int(max_time_s), int(deadline_grace_s)),
+        "__ajs_wd=$!",
+        "cd -- %s || { __ajs_note %s; __ajs_finish 126; }" % (q(workdir), q("cannot cd to " + workdir)),
+    ]
+    for key, value in env.items():
+        lines.append("export %s=%s" % (key, q(value)))
+    if path_prepend:
+        lines.append('export PATH=%s:"$PATH"' % q(path_prepend))
+    if virtual_env:
+        lines.append("export VIRTUAL_ENV=" + q(virtual_env))
+    if gate_url:
+        gave_up = "wait_for_url gave up after %d s: %s" % (gate_timeout_s, gate_url)
+        lines += [
+            ': > "$__ajs_run/$__ajs_role.gate"',
+            "__ajs_note " + q("waiting up to %d s for %s" % (gate_timeout_s, gate_url)),
+            "if ! %s - %s %d <<'AJS_GATE_EOF'" % (q(python), q(gate_url), int(gate_timeout_s)),
+            GATE_PY.rstrip("\n"),
+            "AJS_GATE_EOF",
+            "then",
+            "  __ajs_note " + q(gave_up),
+            "  __ajs_finish 124",
+            "fi",
+        ]
+    lines += [
+        '__ajs_note "start $(date -u +%%Y-%%m-%%dT%%H:%%M:%%SZ) role=%s cwd=$PWD"' % role,
+        ': > "$__ajs_run/$__ajs_role.started"',
+        'bash -c %s 2>&1 | tee -i -a "$__ajs_log"' % q(command),
+        "__ajs_code=${PIPESTATUS[0]}",
+        '__ajs_note "exit code $__ajs_code"',
+        '__ajs_finish "$__ajs_code"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def pane_argv(exp_id: str, role: str, script: str) -> list[str]:
+    """The pane's command: the wrapper under bash, with the run marker in its initial environment."""
+    return ["env", "AGENTJET_SKILL_RUN=%s/%s" % (exp_id, role), "bash", script]

@@ -1,0 +1,287 @@
+"""The host layer without ssh: destinations, ssh option building, the agent's files, commands and protocol."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from skill_server.errors import ToolInputError
+from skill_server.experiments.states import ProcFacts, process_state, run_state
+from skill_server.hosts import LOCAL, get_host, normalise
+from skill_server.hosts import ssh as ssh_mod
+from skill_server.hosts.agent import PROTOCOL_VERSION, files, ops, program
+
+AGENT_DIR = Path(files.__file__).parent
+
+
+# ---- destinations
+
+
+@pytest.mark.parametrize("value", ["node1", "user@10.0.0.5", "ssh://user@h:2222", "ssh://h", "ssh://u@[::1]:22",
+                                   "gpu-1.cluster.local", "me@host.example"])
+def test_destinations_ssh_accepts(value: str):
+    assert normalise(value, field="host") == value
+
+
+@pytest.mark.parametrize("value", ["-oProxyCommand=x", "-F/etc/passwd", "a b", "node1\n", "x\ty", "", "@h", "u@",
+                                   "a@-x", "ssh://-x", "ssh://-u@h", "ssh://h:123456", "$(id)", "a;b", "`id`",
+                                   "n\x00", "h" * 256])
+def test_destinations_that_could_be_options_or_carry_shell_syntax_are_refused(value: str):
+    with pytest.raises(ToolInputError) as err:
+        normalise(value, field="processes.2.host")
+    assert err.value.field == "processes.2.host" and "\n" not in str(err.value)
+
+
+def test_local_is_this_machine():
+    assert normalise(None, field="host") == normalise("local", field="host") == LOCAL
+    assert get_host("local").is_local and not get_host("node9").is_local
+
+
+# ---- ssh options and messages
+
+
+def test_ssh_options_are_batch_mode_with_timeout_and_multiplexing(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    short = Path(os.path.realpath("/tmp")) / f"ajsh{os.getpid()}"
+    monkeypatch.setenv("SKILL_SERVER_STATE_DIR", str(short))
+    config = tmp_path / "cfg"
+    config.write_text("Host x\n")
+    monkeypatch.setenv("SKILL_SERVER_SSH_CONFIG", str(config))
+    try:
+        argv = ssh_mod.ssh_options()
+        joined = " ".join(argv)
+        assert argv[1:3] == ["-F", str(config)] and "BatchMode=yes" in argv and "ControlMaster=auto" in argv
+        assert f"ControlPath={short}/ssh/%C" in argv and "ConnectTimeout=" in joined and "ControlPersist=" in joined
+        assert "StrictHostKeyChecking" not in joined  # never weakened
+        assert stat.S_IMODE(os.stat(short / "ssh").st_mode) == 0o700
+    finally:
+        import shutil
+
+        shutil.rmtree(short, ignore_errors=True)
+    monkeypatch.setenv("SKILL_SERVER_SSH_CONFIG", str(tmp_path / "missing"))
+    with pytest.raises(Exception, match="SKILL_SERVER_SSH_CONFIG"):
+        ssh_mod.ssh_options()
+
+
+def test_control_path_falls_back_to_a_short_private_dir_or_turns_multiplexing_off(monkeypatch: pytest.MonkeyPatch,
+                                                                                   tmp_path: Path):
+    monkeypatch.setenv("SKILL_SERVER_STATE_DIR", str(tmp_path / ("long" * 20)))
+    fallback = Path(os.path.realpath("/tmp")) / f"ajsf{os.getpid()}"
+    monkeypatch.setattr(ssh_mod, "FALLBACK_CONTROL_DIR", str(fallback))
+    try:
+        assert ssh_mod.control_dir() == str(fallback)
+        os.chown(fallback, 65534, 65534)  # someone else's directory is never used
+        assert ssh_mod.control_dir() is None
+        argv = ssh_mod.ssh_options()
+        assert "ControlMaster=no" in argv and "ControlPath=none" in argv
+    finally:
+        os.rmdir(fallback)
+
+
+def test_ssh_errors_keep_ssh_words_and_say_what_to_do():
+    msg = ssh_mod.describe_ssh_error("Warning: Permanently added '[h]:22' (ED25519) to the list of known hosts.\n"
+                                     "root@h: Permission denied (publickey).\n")
+    assert msg.startswith("root@h: Permission denied (publickey).") and "ssh-agent" in msg
+    assert "known_hosts" in ssh_mod.describe_ssh_error("No ED25519 host key is known for h and you have requested "
+                                                       "strict checking.\nHost key verification failed.\n")
+    assert ssh_mod.describe_ssh_error("") == "ssh failed without a message"
+
+
+def test_attach_commands_quote_paths(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.delenv("SKILL_SERVER_SSH_CONFIG", raising=False)
+    assert get_host("local").attach_command("/t/a b/sock", "ajet_x") == "tmux -S '/t/a b/sock' attach -t ajet_x"
+    assert get_host("gpu1").attach_command("/t/s", "ajet_x") == "ssh -t gpu1 'tmux -S /t/s attach -t ajet_x'"
+
+
+# ---- the agent's files
+
+
+def test_reads_refuse_fifos_and_devices_without_blocking(tmp_path: Path):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    dev = tmp_path / "zero"
+    os.mknod(dev, stat.S_IFCHR | 0o666, os.makedev(1, 5))
+    for path in (fifo, dev, tmp_path):
+        t0 = time.monotonic()
+        with pytest.raises((files.AgentError, OSError)):
+            files.read_range(str(path), 0, 10)
+        assert time.monotonic() - t0 < 2
+    assert files.read_appended(str(fifo), 0, 100, True)["text"] == ""
+    regular = tmp_path / "log"
+    regular.write_bytes(b"a\nb\npartial")
+    assert files.read_range(str(regular), -3, 10) == (11, b"ial")
+    assert files.read_appended(str(regular), 0, 100, False) == {"text": "a\nb\n", "end": 4, "skipped": 0,
+                                                                "reset": False}
+    assert files.read_appended(str(regular), 0, 100, True)["text"] == "a\nb\npartial"
+
+
+def test_writes_create_or_replace_regular_files_only(tmp_path: Path):
+    target = tmp_path / "sub" / "results.md"
+    assert files.write_atomic(str(target), b"one", replace=False) == str(target)
+    with pytest.raises(files.AgentError, match="never replaces"):
+        files.write_atomic(str(target), b"two", replace=False)
+    os.chmod(target, 0o600)
+    files.write_atomic(str(target), b"two", replace=True)
+    assert target.read_bytes() == b"two" and stat.S_IMODE(target.stat().st_mode) == 0o600
+    fifo, dev, link = tmp_path / "fifo", tmp_path / "null", tmp_path / "link"
+    os.mkfifo(fifo)
+    os.mknod(dev, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    link.symlink_to(target)
+    for path in (fifo, dev, link, tmp_path / "sub"):
+        with pytest.raises(files.AgentError, match="not a regular file"):
+            files.write_atomic(str(path), b"x", replace=True)
+    assert stat.S_ISCHR(dev.lstat().st_mode) and stat.S_ISFIFO(fifo.lstat().st_mode) and link.is_symlink()
+    stale = tmp_path / "sub" / f".results.md.abc{files.TEMP_SUFFIX}"
+    stale.write_text("left by a killed write")
+    old = time.time() - 2 * files.STALE_TEMP_S
+    os.utime(stale, (old, old))
+    files.write_atomic(str(target), b"three", replace=True)
+    assert sorted(p.name for p in (tmp_path / "sub").iterdir()) == ["results.md"]
+
+
+# ---- the agent's commands and protocol
+
+
+def test_run_is_bounded_in_time_and_output_and_kills_the_group():
+    done = ops.handle({"v": PROTOCOL_VERSION, "ops": [
+        {"op": "run", "argv": ["sh", "-c", "sleep 31.7 & echo started; wait"], "timeout_s": 1},
+        {"op": "run", "argv": ["python3", "-c", "print('x' * 5000)"], "max_output": 1024},
+        {"op": "run", "argv": ["no-such-program-ajs"]},
+        {"op": "run", "argv": ["cat"], "stdin": "a 'b' $c\n"},
+    ]})["results"]
+    assert done[0]["timed_out"] and done[0]["returncode"] is None and done[0]["stdout"] == "started\n"
+    assert done[1]["truncated"] and len(done[1]["stdout"]) == 1024
+    assert done[2]["returncode"] is None and "not found" in done[2]["error"]
+    assert done[3]["stdout"] == "a 'b' $c\n"
+    time.sleep(0.2)
+    assert subprocess.run(["pgrep", "-f", "^sleep 31.7$"], capture_output=True).returncode == 1  # none left
+
+
+def test_one_bad_op_costs_only_its_own_result():
+    reply = ops.handle({"v": PROTOCOL_VERSION, "ops": [{"op": "nope"}, {"op": "read"}, {"op": "ping"},
+                                                       {"op": "read", "path": 5, "length": 1}, "junk"]})
+    results = reply["results"]
+    assert [r["ok"] for r in results] == [False, False, True, False, False]
+    assert "unknown operation" in results[0]["error"] and "'path' is required" in results[1]["error"]
+    assert ops.handle({"v": 999, "ops": []})["error"].startswith("bad request")
+    assert ops.handle(["not", "a", "dict"])["error"].startswith("bad request")
+
+
+def test_agent_sources_are_stdlib_only_and_python_3_8_syntax():
+    stdlib = sys.stdlib_module_names
+    for path in AGENT_DIR.glob("*.py"):
+        tree = ast.parse(path.read_text(), feature_version=(3, 8))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                assert all(a.name.split(".")[0] in stdlib for a in node.names), path.name
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                assert node.module.split(".")[0] in stdlib or node.module == "__future__", (path.name, node.module)
+    assert set(program.MODULES) | {"__init__"} == {p.stem for p in AGENT_DIR.glob("*.py")}
+    assert not set(program.BOOTSTRAP) & set("'\"\\$`")
+
+
+def _bootstrap(payload: bytes, request: dict, env: dict[str, str]) -> dict:
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", program.BOOTSTRAP], capture_output=True, timeout=60,
+                          input=payload + json.dumps(request).encode(), env=env)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_the_shipped_program_installs_once_per_version_and_answers(tmp_path: Path):
+    env = {"PATH": os.environ["PATH"], "SKILL_SERVER_STATE_DIR": str(tmp_path / "state"), "HOME": str(tmp_path)}
+    request = {"v": PROTOCOL_VERSION, "ops": [{"op": "ping"}]}
+    first = _bootstrap(ssh_mod.program.ssh_payload(), request, env)
+    assert first["results"][0]["state_dir"] == str(tmp_path / "state")
+    installed = list((tmp_path / "state" / "agent").iterdir())
+    assert len(installed) == 1 and (installed[0] / "ajs_agent" / "ops.py").is_file()
+    again = _bootstrap(ssh_mod.program.ssh_payload(), request, env)
+    assert again["results"][0]["ok"] and list((installed[0] / "ajs_agent" / "__pycache__").iterdir())
+    blocked = {**env, "SKILL_SERVER_STATE_DIR": str(tmp_path / "blocked")}
+    (tmp_path / "blocked").mkdir()
+    (tmp_path / "blocked" / "agent").write_text("not a directory")  # cannot install: loads in memory instead
+    assert _bootstrap(ssh_mod.program.ssh_payload(), request, blocked)["results"][0]["ok"]
+    standalone = tmp_path / "agent.py"
+    standalone.write_text(program.program_text())
+    proc = subprocess.run([sys.executable, str(standalone)], input=json.dumps(request).encode(), capture_output=True,
+                          timeout=60, env=env)
+    assert json.loads(proc.stdout)["results"][0]["ok"]
+
+
+# ---- states
+
+
+def test_states_come_from_liveness_exit_codes_and_markers():
+    f = ProcFacts
+    assert process_state(None) == "unreachable"
+    assert process_state(f(alive=True, exit_code=None)) == "running"
+    assert process_state(f(alive=True, exit_code=None, markers=frozenset({"gate"}))) == "waiting"
+    assert process_state(f(alive=False, exit_code=None)) == "lost"
+    assert process_state(f(alive=False, exit_code=130, markers=frozenset({"stopped"}))) == "stopped"
+    assert process_state(f(alive=False, exit_code=None, markers=frozenset({"timedout"}))) == "timed_out"
+    assert process_state(f(alive=False, exit_code=2)) == "failed"
+    assert process_state(f(alive=False, exit_code=0, markers=frozenset({"survivors"}))) == "running"
+    assert process_state(f(alive=None, exit_code=None), pane_alive=True) == "running"  # rows without a pid
+    assert run_state(["succeeded", "succeeded"], [0, 0]) == ("succeeded", 0, None)
+    assert run_state(["stopped", "succeeded"], [130, 0]) == ("stopped", 130, None)
+    assert run_state(["running", "unreachable"], [None, None])[0] == "unreachable"
+    assert run_state(["failed", "running"], [3, None])[:2] == ("failed", 3)
+    assert run_state(["timed_out", "stopped"], [130, None])[0] == "timed_out"
+
+
+# ---- any input: a result or a clean error
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_any_text_as_a_host_is_accepted_or_refused_by_name(value: str):
+    try:
+        assert normalise(value, field="host") in (value, LOCAL)
+    except ToolInputError as err:
+        assert err.field == "host" and "\n" not in err.message.replace(repr(value), "")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=60), st.integers(min_value=1, max_value=4))
+def test_any_text_as_a_cursor_is_accepted_or_refused_by_name(text: str, n: int):
+    from skill_server.experiments.status import parse_cursor
+
+    try:
+        offsets = parse_cursor(text, n, "since")
+        assert len(offsets) == n and all(0 <= o <= 2**62 for o in offsets)
+    except ToolInputError as err:
+        assert err.field == "since"
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+                           lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                      max_size=3), max_leaves=8)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.sampled_from(["name", "host", "command", "workdir", "max_time_s", "processes", "env",
+                                        "first_step_pattern", "bogus"]), json_values, max_size=5))
+def test_any_launch_arguments_validate_or_name_a_field(arguments: dict):
+    from skill_server.tools import TOOLS_BY_NAME
+
+    try:
+        TOOLS_BY_NAME["launch_experiment"].validate(arguments)
+    except ToolInputError as err:
+        assert err.field or "\n" not in str(err)
+
+
+def test_hosts_answer_an_agent_that_is_not_there():
+    reply = ops.handle({"v": PROTOCOL_VERSION, "ops": [{"op": "observe", "sockets": ["/nonexistent/sock"], "procs": [
+        {"run_dir": "/nonexistent", "role": "main", "pid": 2**22 + 7, "start": "1", "log_path": "/nonexistent/log",
+         "reads": [{"offset": 0, "budget": 100}]}]}]})["results"][0]
+    assert reply["ok"] and reply["panes"] == {"/nonexistent/sock": None}
+    assert reply["procs"][0] == {"alive": False, "exit_code": None, "markers": [], "final": True, "size": None,
+                                 "reads": [{"text": "", "end": 0, "skipped": 0, "reset": False}]}
