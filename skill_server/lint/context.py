@@ -390,11 +390,21 @@ def happens_after(write: Write, freeze: Freeze) -> bool:
     return False
 
 
-def _lift(scope: Any, line: int, depth: int = 0) -> list[tuple[Any, int]]:
+MAX_LIFT = 64  # call-site positions followed per statement
+
+
+def _lift(scope: Any, line: int) -> list[tuple[Any, int]]:
+    """The statement's position, then the positions of the calls that run it, outwards (breadth first, bounded)."""
     out = [(scope, line)]
-    if depth < 6:
-        for caller, call_line in scope.call_sites[:16]:
-            out.extend(_lift(caller, call_line, depth + 1))
+    seen = {(id(scope), line)}
+    i = 0
+    while i < len(out) and len(out) < MAX_LIFT:
+        current, _ = out[i]
+        i += 1
+        for caller, call_line in current.call_sites:
+            if (id(caller), call_line) not in seen and len(out) < MAX_LIFT:
+                seen.add((id(caller), call_line))
+                out.append((caller, call_line))
     return out
 
 

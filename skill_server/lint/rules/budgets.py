@@ -94,7 +94,7 @@ def samples_below_world_size(ctx: LintContext, run: Run) -> Iterator[Report]:
     samples, world = tbs * n, gpus * nodes
     if samples >= world:
         return
-    need = next_batch(max(tbs, math.ceil(world / n)), n, world)
+    need = next_batch(max(tbs, -(-world // n)), n, world)
     yield Report(KEYS["train_batch_size"],
                  f"train_batch_size x num_repeat = {tbs} x {n} = {samples} samples per step, fewer than "
                  f"n_gpus_per_node x nnodes = {gpus} x {nodes} = {world} GPUs: upstream drops len(samples) % "

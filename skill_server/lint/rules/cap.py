@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterator
 
 from skill_server.lint.agentjet import KEYS, CapFacts
@@ -56,7 +55,7 @@ def cap_not_divisible(ctx: LintContext, run: Run) -> Iterator[Report]:
         return
     tbs = run.value("train_batch_size")
     facts = cap_of(ctx, run, with_batch=is_int(tbs)) or cap_of(ctx, run, with_batch=False)
-    below, above = (mew // n) * n, math.ceil(mew / n) * n
+    below, above = (mew // n) * n, -(-mew // n) * n  # exact for any size
     choices = f"{below} or {above}" if below else f"{above}"
     waste = ""
     values: dict = {"max_env_worker": mew, "num_repeat": n}
@@ -85,7 +84,7 @@ def cap_limited_by_batch(ctx: LintContext, run: Run) -> Iterator[Report]:
     if tbs * n >= mew:
         return
     facts = cap_of(ctx, run)
-    need = math.ceil(mew / n)
+    need = -(-mew // n)
     yield Report(KEYS["train_batch_size"],
                  f"train_batch_size x num_repeat = {tbs} x {n} = {tbs * n} < max_env_worker={mew}: only {tbs * n} "
                  f"episodes can run at once and {mew - tbs * n} engine threads never work",

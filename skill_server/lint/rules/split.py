@@ -105,7 +105,10 @@ def consolidate(ctx: LintContext, run: Run) -> dict[str, Any]:
     for splat in c.dynamic:
         missing.append(f"{splat} (line {c.line}): the kwargs it passes are known only at run time")
     sets: dict[str, Any] = {}
-    for w in run.applied_writes:
+    late = {id(w) for w, _ in run.late_writes}
+    for w in run.writes:
+        if w.kind == "mirror" or id(w) in late:
+            continue
         if w.kind == "method":
             missing.append(f"{w.value.text} (line {w.line}): sets {w.key} at run time")
         elif not aj.known(w.key):

@@ -24,6 +24,7 @@ MAX_DEPTH = 24
 MAX_INT_BITS = 4096  # larger integers are not computed (they would not fit any config value anyway)
 END = 10 ** 9  # "after every line": the value a module name has once the module has run
 LITERAL = Prov("literal")
+IMPORTED_AS_CONSTANT = ("literal", "constant", "arithmetic", "imported constant")  # a module's own computed constant
 
 ENV_GET = ("os.getenv", "getenv", "os.environ.get", "environ.get")
 PATH_CALLS = ("os.path.abspath", "os.path.realpath", "os.path.normpath", "os.path.expanduser", "os.fspath",
@@ -297,7 +298,7 @@ class Evaluator:
         if isinstance(binding, ast.expr):
             v, p = self.eval(binding, owner, getattr(binding, "lineno", END), d)
             imported = owner.module is not self.main
-            if p.how == "literal":
+            if p.how == "literal" or (imported and p.how in IMPORTED_AS_CONSTANT):
                 p = Prov("imported constant" if imported else "constant", p.assumes)
             return v, p
         if isinstance(binding, ImportedName):
@@ -306,7 +307,7 @@ class Evaluator:
             if found is None:
                 raise NoValue(f"{binding.name} is not assigned a static value in {module.path.name}")
             v, p = self._binding(found[1], found[0], binding.name, d + 1)
-            return v, (Prov("imported constant", p.assumes) if p.how in ("literal", "constant") else p)
+            return v, (Prov("imported constant", p.assumes) if p.how in IMPORTED_AS_CONSTANT else p)
         if isinstance(binding, ImportedModule):
             if self.loader.find(binding.module, 0, owner.module or self.main) is None:
                 raise NoValue(f"{name} is the imported module {binding.module}, which is not read statically")
@@ -400,7 +401,7 @@ class Evaluator:
             if found is None:
                 raise NoValue(f"{node.attr} is not assigned a static value in {owner.path.name}")
             v, p = self._binding(found[1], found[0], node.attr, d)
-            return v, (Prov("imported constant", p.assumes) if p.how in ("literal", "constant") else p)
+            return v, (Prov("imported constant", p.assumes) if p.how in IMPORTED_AS_CONSTANT else p)
         if isinstance(owner, ParsedArgs):
             return self._option(owner.parser, node.attr, d)
         if isinstance(owner, PathRef) and node.attr == "parent":
