@@ -109,7 +109,8 @@ def test_typos_and_broken_groups():
     group = only(r, "kwarg-group-incomplete")
     assert group.values["missing"] == ["max_model_len"] and "max_model_len=18000" in group.fix
     lora = only(r, "lora-rules")
-    assert lora.key == "ajet.trainer_common.optim.lr" and "pass lr=0.0001 to AgentJetJob (a kwarg of AgentJet" in lora.fix
+    assert lora.key == "ajet.trainer_common.optim.lr"
+    assert "pass lr=0.0001 to AgentJetJob (a kwarg of AgentJet" in lora.fix
     batch = only(r, "batch-not-divisible-by-gpus")
     assert batch.values == {"train_batch_size": 9, "num_repeat": 4, "n_gpus_per_node": 8, "nnodes": 1}
     assert "e.g. 10" in batch.fix and [loc.source for loc in batch.locations] == ["kwarg", "default", "default",
@@ -291,7 +292,8 @@ def test_relative_base_found_from_a_candidate_folder_says_so():
 
 
 def test_bad_inputs_are_clear_errors(tmp_path):
-    bad = write(tmp_path, "bad.py", "from ajet.copilot.job import AgentJetJob\njob = AgentJetJob(\n  num_repeat=4,,\n)\n")
+    bad = write(tmp_path, "bad.py", "from ajet.copilot.job import AgentJetJob\njob = AgentJetJob(\n"
+                                    "  num_repeat=4,,\n)\n")
     with pytest.raises(ToolInputError) as info:
         lint(bad)
     assert info.value.field == "script" and "line 3" in str(info.value) and "not valid Python" in str(info.value)

@@ -54,7 +54,8 @@ def test_a_base_yaml_with_huge_numbers(tmp_path):
     "job = AgentJetJob()\njob.config" + ".a" * 900 + " = 1\n",
     "job = AgentJetJob()\n" + "".join(f"def f{i}():\n    f{i + 1}()\n" for i in range(300))
     + "def f300():\n    job.config.ajet.rollout.top_p = 1.0\nf0()\njob.dump_job_as_yaml('x')\n",
-    "".join(f"v{i} = v{i - 1} + 1\n" if i else "v0 = 1\n" for i in range(2000)) + "job = AgentJetJob(num_repeat=v1999)\n",
+    "".join(f"v{i} = v{i - 1} + 1\n" if i else "v0 = 1\n" for i in range(2000))
+    + "job = AgentJetJob(num_repeat=v1999)\n",
 ])
 def test_deep_or_long_expressions_are_bounded(tmp_path, body):
     script = write(tmp_path, "client.py", HEAD + body)

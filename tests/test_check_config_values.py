@@ -8,7 +8,7 @@ import pytest
 
 from skill_server.lint.script import scan_script
 from skill_server.overlay import BuildConfigInput, build_config
-from tests.lint_helpers import CLIENTS, SWARM_TAIL, lint, only, rules, skipped, write
+from tests.lint_helpers import SWARM_TAIL, lint, only, rules, skipped, write
 
 HEAD = "import os\nimport argparse\nfrom ajet.copilot.job import AgentJetJob\n"
 

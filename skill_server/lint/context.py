@@ -33,7 +33,8 @@ class Setter:
     line: int | None
     value: Any
     assumes: tuple[Assumption, ...] = ()
-    name: str = ""  # the kwarg name, or the write's expression
+    name: str = ""  # the kwarg name (for a kwarg)
+    text: str = ""  # the expression as written in the script (for a kwarg or a write)
 
 
 @dataclass
@@ -158,7 +159,7 @@ class LintContext:
             return setters[-1]
         for write in reversed(run.applied_writes):  # a whole-section write above the key
             if key.startswith(write.key + ".") and self.script_file:
-                return Setter("write", self.script_file, write.line, None, write.value.assumes, write.value.text)
+                return Setter("write", self.script_file, write.line, None, write.value.assumes, text=write.value.text)
         return None
 
     def locate(self, run: Run, *names: str) -> list[Location]:
@@ -208,8 +209,7 @@ class LintContext:
         setter = self.effective_setter(run, key)
         text = show(value)
         if setter is not None and setter.kind == "kwarg":
-            return (f"change the kwarg {setter.name}={show(setter.value)} at line {setter.line} to "
-                    f"{setter.name}={text}")
+            return f"change the kwarg {setter.name}={setter.text} at line {setter.line} to {setter.name}={text}"
         if setter is not None and setter.kind == "write":
             return f"change the write at line {setter.line} to set {key} = {text}"
         if setter is not None and setter.kind == "yaml":
@@ -338,7 +338,7 @@ def _apply_kwargs(ctx: LintContext, run: Run, c: Construction) -> None:
         value = given.value.value if given.value.resolved else run.kwarg_values[kwarg]
         _set(run.tree, key, value)
         run.setters.setdefault(key, []).append(
-            Setter("kwarg", ctx.script_file, given.line, value, given.value.assumes, kwarg))
+            Setter("kwarg", ctx.script_file, given.line, value, given.value.assumes, kwarg, given.value.text))
 
 
 def _tcp_switch(ctx: LintContext, run: Run) -> None:
@@ -374,9 +374,9 @@ def _apply_writes(ctx: LintContext, run: Run, c: Construction, scan: ScriptScan)
             _set(run.tree, write.key, value)
             for stale in [k for k in run.setters if k.startswith(write.key + ".")]:
                 run.setters[stale].append(Setter("write", ctx.script_file, write.line, None, write.value.assumes,
-                                                 write.value.text))
+                                                 text=write.value.text))
             run.setters.setdefault(write.key, []).append(
-                Setter("write", ctx.script_file, write.line, value, write.value.assumes, write.value.text))
+                Setter("write", ctx.script_file, write.line, value, write.value.assumes, text=write.value.text))
 
 
 def happens_after(write: Write, freeze: Freeze) -> bool:

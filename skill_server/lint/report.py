@@ -7,8 +7,16 @@ from typing import Any
 from skill_server.agentjet.compose import flatten
 from skill_server.lint.agentjet import KEYS
 from skill_server.lint.context import LintContext, Run
-from skill_server.lint.models import BaseYamlInfo, ConstructionInfo, Effective, EffectiveValue, FreezeInfo, \
-    KwargInfo, Location, WriteInfo
+from skill_server.lint.models import (
+    BaseYamlInfo,
+    ConstructionInfo,
+    Effective,
+    EffectiveValue,
+    FreezeInfo,
+    KwargInfo,
+    Location,
+    WriteInfo,
+)
 from skill_server.lint.rules.cap import cap_of
 from skill_server.lint.values import MISSING, Unknown, a_type, describe_unknown, jsonable, show
 

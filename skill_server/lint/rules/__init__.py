@@ -1,3 +1,12 @@
-"""The rules. Importing this package registers every rule, in the order the reference page lists them."""
+"""The rules. Importing this package registers every rule, in the order the reference page lists them
+(the import order below is that order: keep it)."""
 
-from skill_server.lint.rules import split, kwargs, writes, budgets, base, cap, refusal  # noqa: F401  (registration)
+# isort: off
+from skill_server.lint.rules import split  # noqa: F401  (registration)
+from skill_server.lint.rules import kwargs  # noqa: F401
+from skill_server.lint.rules import writes  # noqa: F401
+from skill_server.lint.rules import budgets  # noqa: F401
+from skill_server.lint.rules import base  # noqa: F401
+from skill_server.lint.rules import cap  # noqa: F401
+from skill_server.lint.rules import refusal  # noqa: F401
+# isort: on

@@ -114,9 +114,9 @@ def tracker_threads_below_cap(ctx: LintContext, run: Run) -> Iterator[Report]:
         return
     mew = run.value("max_env_worker")
     yield Report(KEYS["max_inference_tracker_threads"],
-                 f"max_inference_tracker_threads={tracker} is below the episode cap ({facts.episode_cap}): each running "
-                 "episode's LLM proxy holds one of these threads, so episodes beyond it may wait (inferred from "
-                 "AgentJet's code)", ctx.locate(run, "max_inference_tracker_threads", *CAP_INPUTS),
+                 f"max_inference_tracker_threads={tracker} is below the episode cap ({facts.episode_cap}): each "
+                 "running episode's LLM proxy holds one of these threads, so episodes beyond it may wait (inferred "
+                 "from AgentJet's code)", ctx.locate(run, "max_inference_tracker_threads", *CAP_INPUTS),
                  {"max_inference_tracker_threads": tracker, "episode_cap": facts.episode_cap, "max_env_worker": mew},
                  f"raise it to {mew} (= max_env_worker, as AgentJet recommends): "
                  f"{ctx.where_to_set(run, KEYS['max_inference_tracker_threads'], mew)}")

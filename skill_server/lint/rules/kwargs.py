@@ -23,8 +23,8 @@ def kwarg_overrides_yaml(ctx: LintContext, run: Run) -> Iterator[Report]:
             yield Report(key, f"kwarg {kwarg}={show(kw.value.value)} silently replaces {key}: {show(yaml_value)} "
                          f"written in {run.base.name}", _both(ctx, run, kw.line, key),
                          {"kwarg": kwarg, "kwarg_value": kw.value.value, "yaml_value": yaml_value},
-                         f"keep one: set {key}: {yaml_scalar(kw.value.value)} in {run.base.name} and drop the kwarg, or "
-                         f"remove {key} from the YAML")
+                         f"keep one: set {key}: {yaml_scalar(kw.value.value)} in {run.base.name} and drop the "
+                         f"kwarg, or remove {key} from the YAML")
 
 
 @rule("redundant-kwarg", "info", "A kwarg repeats the value the user's YAML writes.", """
@@ -113,5 +113,5 @@ def kwarg_group_incomplete(ctx: LintContext, run: Run) -> Iterator[Report]:
                      [Location(file=ctx.script_file, line=c.kwargs[k].line, key=ctx.aj.key_for(k), source="kwarg")
                       for k in given if k in c.kwargs],
                      {"given": given, "missing": missing},
-                     "also pass " + ", ".join(suggestions) + " (the values the config holds now), or drop the length "
-                     "kwargs and set all four in one place")
+                     "also pass " + ", ".join(suggestions) + f" (the values the config holds now; kwargs of "
+                     f"{ctx.aj.version_label()}), or drop the length kwargs and set all four in one place")

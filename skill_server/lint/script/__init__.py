@@ -6,7 +6,8 @@ path, the post-construction writes to ``job.config...`` and the calls that freez
 sync). The linter turns this into findings; nothing here knows about AgentJet's defaults.
 
 Layout: ``modules`` (reading files, symbol tables), ``evaluate`` (static values and why one is unknown),
-``jobs`` (constructions and job variables), ``effects`` (writes and freezes), this module (the passes).
+``jobs`` (constructions and job variables), ``effects`` (writes and freezes), this module (the passes over
+the nodes ``modules.walk_module`` listed).
 """
 
 from __future__ import annotations
@@ -17,9 +18,18 @@ from pathlib import Path
 from skill_server.lint.script.effects import FREEZE_CALLS, WRITER_METHODS, EffectCollector
 from skill_server.lint.script.evaluate import Evaluator, finite
 from skill_server.lint.script.jobs import JobTracker
-from skill_server.lint.script.model import Assumption, Construction, Freeze, Kwarg, PathRef, Scope, ScriptScan, \
-    Value, Write
-from skill_server.lint.script.modules import MAX_SCRIPT_BYTES, ModuleInfo, ModuleLoader, parse_module
+from skill_server.lint.script.model import (
+    Assumption,
+    Construction,
+    Freeze,
+    Kwarg,
+    PathRef,
+    Scope,
+    ScriptScan,
+    Value,
+    Write,
+)
+from skill_server.lint.script.modules import MAX_SCRIPT_BYTES, ModuleLoader, parse_module
 
 __all__ = ["scan_script", "ScriptScan", "Construction", "Kwarg", "Write", "Freeze", "Value", "PathRef", "Scope",
            "Assumption", "FREEZE_CALLS", "WRITER_METHODS", "MAX_SCRIPT_BYTES", "finite"]
@@ -40,7 +50,7 @@ def scan_script(path: str | Path, *, field: str = "script") -> ScriptScan:
     notes = _Notes()
     loader = ModuleLoader(main.path.parent)
     evaluator = Evaluator(main, loader, notes)
-    nodes = flat_nodes(main)
+    nodes = main.effect_nodes
     calls = [(scope, node) for node, scope in nodes if isinstance(node, ast.Call)]
     for scope, call in calls:  # call sites of the script's own functions
         if isinstance(call.func, ast.Name) and call.func.id in main.functions:
@@ -68,21 +78,3 @@ def scan_script(path: str | Path, *, field: str = "script") -> ScriptScan:
         notes(text)
     return ScriptScan(main.path, main.source, jobs.constructions, effects.writes, effects.freezes, notes.items,
                       main.scope)
-
-
-def flat_nodes(module: ModuleInfo) -> list[tuple[ast.AST, Scope]]:
-    """Every node of the module in source order with the scope it runs in (function bodies in their own)."""
-    out: list[tuple[ast.AST, Scope]] = []
-    stack: list[tuple[ast.AST, Scope]] = [(stmt, module.scope) for stmt in reversed(module.tree.body)]
-    while stack:
-        node, current = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            inner = module.scope_of.get(id(node), current)
-            pending = [(d, current) for d in node.decorator_list] + [(b, inner) for b in node.body]
-        elif isinstance(node, ast.ClassDef):
-            pending = [(item, current) for item in node.body]
-        else:
-            out.append((node, current))
-            pending = [(child, current) for child in ast.iter_child_nodes(node)]
-        stack.extend(reversed(pending))
-    return out

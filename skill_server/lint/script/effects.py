@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import ast
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from skill_server.lint.script.evaluate import Evaluator
 from skill_server.lint.script.jobs import JobTracker

@@ -12,12 +12,22 @@ from __future__ import annotations
 
 import ast
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from skill_server.lint.script import paths
-from skill_server.lint.script.model import Assumption, ImportedModule, ImportedName, Opaque, PathRef, Prov, Scope, \
-    Value, combine
+from skill_server.lint.script.model import (
+    Assumption,
+    ImportedModule,
+    ImportedName,
+    Opaque,
+    PathRef,
+    Prov,
+    Scope,
+    Value,
+    combine,
+)
 from skill_server.lint.script.modules import DataclassDef, ModuleInfo, ModuleLoader, dotted
 
 MAX_DEPTH = 24

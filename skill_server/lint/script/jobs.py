@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import ast
-from typing import Callable
+from collections.abc import Callable
 
 from skill_server.lint.script import paths
 from skill_server.lint.script.evaluate import Evaluator

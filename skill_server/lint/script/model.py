@@ -138,7 +138,9 @@ class Opaque:
         self.why = why
 
 
-Binding = Union[ast.expr, ImportedName, ImportedModule, Opaque, None]
+#: What a name is bound to: an expression, an import, an opaque marker, a function (its ``Scope``), a
+#: dataclass (``modules.DataclassDef``, kept out of this union to avoid an import cycle), or None.
+Binding = Union[ast.expr, ImportedName, ImportedModule, Opaque, "Scope", None]  # noqa: UP007 (forward reference)
 
 
 class Scope:

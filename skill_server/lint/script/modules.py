@@ -43,7 +43,7 @@ class ModuleInfo:
         self.dataclasses: dict[str, DataclassDef] = {}
         self.imports: list[tuple[ast.Import | ast.ImportFrom, Scope]] = []
         self._lines: list[bytes] | None = None
-        collect_symbols(self)
+        self.effect_nodes = walk_module(self)
 
     def __repr__(self) -> str:
         return f"<module {self.name}>"
@@ -132,49 +132,62 @@ class ModuleLoader:
 # --- symbol tables ---------------------------------------------------------------------------------
 
 
-def collect_symbols(module: ModuleInfo) -> None:
-    """Fill the module's scopes with every simple-name binding, iteratively (deep code cannot overflow)."""
-    stack: list[tuple[ast.AST, Scope]] = [(module.tree, module.scope)]
+#: The only nodes the scan's passes look at (constructions, job variables, writes, freezes, returns).
+EFFECT_NODES = (ast.Call, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return)
+_OWN_SCOPE = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def walk_module(module: ModuleInfo) -> list[tuple[ast.AST, Scope]]:
+    """One iterative walk (deep code cannot overflow): bind every simple name in the scope it belongs to,
+    and list the nodes the passes read, in source order, each with the scope it runs in."""
+    effects: list[tuple[ast.AST, Scope]] = []
     scopes: list[Scope] = [module.scope]
+    # (node, scope, binds): names bound inside lambdas and comprehensions stay in their own scopes
+    stack: list[tuple[ast.AST, Scope, bool]] = [(stmt, module.scope, True) for stmt in reversed(module.tree.body)]
     while stack:
-        node, scope = stack.pop()
-        pending: list[tuple[ast.AST, Scope]] = []
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                inner = Scope(child.name, scope, child)
-                scopes.append(inner)
-                module.scope_of[id(child)] = inner
-                module.functions.setdefault(child.name, inner)
-                scope.assign(child.name, child.lineno, inner)  # type: ignore[arg-type]
-                args = child.args
-                every = [*args.posonlyargs, *args.args, *args.kwonlyargs]
-                every += [a for a in (args.vararg, args.kwarg) if a is not None]
-                for arg in every:
-                    inner.params[arg.arg] = arg.annotation
-                pending.append((ast.Module(body=child.body, type_ignores=[]), inner))  # its statements bind
-                continue
-            if isinstance(child, ast.ClassDef):
-                if any(is_dataclass_decorator(d) for d in child.decorator_list):
-                    definition = DataclassDef(child.name, {
-                        s.target.id: s.value for s in child.body
-                        if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}, module)
-                    module.dataclasses.setdefault(child.name, definition)
-                    scope.assign(child.name, child.lineno, definition)  # type: ignore[arg-type]
-                else:
-                    scope.assign(child.name, child.lineno, Opaque(f"{child.name} is a class"))
-                # methods get their own scopes, parented to the enclosing scope (self.x is script-wide)
-                methods = [i for i in child.body if isinstance(i, (ast.FunctionDef, ast.AsyncFunctionDef))]
-                if methods:
-                    pending.append((ast.Module(body=methods, type_ignores=[]), scope))
-                continue
-            if isinstance(child, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-                continue  # their variables live in their own scopes
-            _bind(child, scope, module)
-            pending.append((child, scope))
+        node, scope, binds = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inner = Scope(node.name, scope, node)
+            scopes.append(inner)
+            module.scope_of[id(node)] = inner
+            module.functions.setdefault(node.name, inner)
+            if binds:
+                scope.assign(node.name, node.lineno, inner)  # type: ignore[arg-type]
+            args = node.args
+            for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, *(a for a in (args.vararg, args.kwarg) if a)]:
+                inner.params[arg.arg] = arg.annotation
+            pending = [(d, scope, binds) for d in node.decorator_list] + [(b, inner, True) for b in node.body]
+        elif isinstance(node, ast.ClassDef):
+            if binds:
+                _bind_class(node, scope, module)
+            # methods get their own scopes, parented to the enclosing scope (self.x is script-wide);
+            # class-level assignments are attributes, not names of the enclosing scope
+            pending = [(d, scope, binds) for d in node.decorator_list]
+            pending += [(item, scope, binds and isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)))
+                        for item in node.body]
+        else:
+            if isinstance(node, EFFECT_NODES):
+                effects.append((node, scope))
+            if binds:
+                _bind(node, scope, module)
+            inner_binds = binds and not isinstance(node, _OWN_SCOPE)
+            pending = [(child, scope, inner_binds) for child in ast.iter_child_nodes(node)]
         stack.extend(reversed(pending))
     for scope in scopes:  # source order, whatever order the walk met them in
         for entries in scope.assigned.values():
             entries.sort(key=lambda e: e[0])
+    return effects
+
+
+def _bind_class(node: ast.ClassDef, scope: Scope, module: ModuleInfo) -> None:
+    if any(is_dataclass_decorator(d) for d in node.decorator_list):
+        definition = DataclassDef(node.name, {
+            s.target.id: s.value for s in node.body
+            if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}, module)
+        module.dataclasses.setdefault(node.name, definition)
+        scope.assign(node.name, node.lineno, definition)  # type: ignore[arg-type]
+    else:
+        scope.assign(node.name, node.lineno, Opaque(f"{node.name} is a class"))
 
 
 def _bind(child: ast.AST, scope: Scope, module: ModuleInfo) -> None:
@@ -251,5 +264,5 @@ def dotted(node: ast.AST | None) -> str | None:
     return None
 
 
-__all__ = ["Binding", "DataclassDef", "ModuleInfo", "ModuleLoader", "parse_module", "collect_symbols", "dotted",
+__all__ = ["Binding", "DataclassDef", "ModuleInfo", "ModuleLoader", "parse_module", "walk_module", "dotted",
            "bind_target", "target_names", "is_dataclass_decorator", "MAX_SCRIPT_BYTES"]
