@@ -7,6 +7,8 @@ import os
 import stat
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from skill_server.errors import ToolInputError
 from skill_server.models import MAX_JSON_INT
@@ -127,3 +129,34 @@ def test_hostile_script_through_the_cli(tmp_path):
     assert "agentjet-refusal" in {f["rule"] for f in out["findings"]}
     code, out, err = call_cli("check_config", {"script": str(tmp_path / "x\udcff.py")})
     assert code in (1, 2) and out is None and err.count("\n") == 1
+
+
+# --- property: any mix of values in any kwarg gives a result, never a traceback -------------------------
+
+_ATOMS = st.one_of(
+    st.integers(min_value=-(10 ** 30), max_value=10 ** 30).map(repr),
+    st.sampled_from(["10 ** 400", "2 ** 64", "1e400", "-1e400", "float('nan')", "0", "-1", "True", "None", "''",
+                     "'2'", "os.getenv('X', '8')", "os.environ['Y']", "args.n", "[1, 'a']", "{'k': 1}", "__file__",
+                     "undefined_name", "(lambda: 3)()", "b'x'", "1j", "..."]),
+    st.floats(allow_nan=False).map(repr),
+    st.text(max_size=8).map(repr),
+)
+_EXPRS = st.recursive(_ATOMS, lambda inner: st.one_of(
+    st.tuples(inner, st.sampled_from(["+", "-", "*", "/", "//", "%", "**"]), inner).map(" ".join),
+    st.tuples(st.sampled_from(["int", "float", "str", "min", "len"]), inner).map(lambda t: f"{t[0]}({t[1]})"),
+    st.lists(inner, max_size=3).map(lambda xs: "[" + ", ".join(xs) + "]"),
+), max_leaves=6)
+_KWARGS = st.dictionaries(st.sampled_from(["max_env_worker", "num_repeat", "batch_size", "n_gpu", "nnodes",
+                                           "max_prompt_length", "max_response_length", "max_model_len",
+                                           "max_response_length_in_one_turn", "lora_rank", "lr", "swarm_mode",
+                                           "num_repeats", "model"]), _EXPRS, max_size=6)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(kwargs=_KWARGS)
+def test_any_kwarg_values_give_a_result(tmp_path, kwargs):
+    call = ", ".join(f"{k}=({v})" for k, v in kwargs.items())
+    script = write(tmp_path, "client.py", HEAD + "import argparse\nargs = argparse.ArgumentParser().parse_args()\n"
+                                                 f"job = AgentJetJob({call})\njob.config.ajet.rollout.top_p = ({call!r})\n")
+    r = lint(script)
+    assert r.model_dump_json() and len(r.constructions) == 1

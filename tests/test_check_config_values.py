@@ -219,6 +219,35 @@ def test_consolidation_with_an_unresolved_kwarg_is_null(tmp_path):
     assert "<" not in str(split.values)
 
 
+# --- fixes never repeat what the script already does --------------------------------------------------
+
+
+def test_fixes_change_what_the_script_already_passes(tmp_path):
+    write(tmp_path, "base.yaml", "ajet:\n  rollout:\n    num_repeat: 4\ndefaults:\n  - verl_default\n"
+                                 "  - ajet_default\n  - _self_\n")
+    script = write(tmp_path, "client.py", HEAD + textwrap.dedent("""\
+        job = AgentJetJob(base_yaml_config=os.path.join(os.path.dirname(__file__), "base.yaml"), swarm_mode=True,
+                          nnodes=2, num_repeat=4)
+        job.num_repeat = 8
+        job.config.ajet.trainer_common.nnodes = 1
+        """))
+    r = lint(script)
+    mirror = next(f for f in r.findings if f.rule == "unknown-key" and f.values.get("attribute") == "num_repeat")
+    assert "already passes num_repeat=4 at line 5" in mirror.fix and "pass num_repeat" not in mirror.fix
+    hatch = only(r, "escape-hatch-has-kwarg")
+    assert hatch.values["kwarg_passed"] is True and "already passes nnodes=2 at line 5" in hatch.fix
+    assert [loc.source for loc in hatch.locations] == ["write", "kwarg"]
+    swarm = only(r, "base-not-swarm")
+    assert swarm.values == {"enable_interchange_server": False, "composes_swarm_defaults": False}
+    assert "swarm_mode" not in swarm.fix and "do not add ajet_swarm_default" in swarm.fix
+    write(tmp_path, "other.py", HEAD + "job = AgentJetJob(base_yaml_config=os.path.join(os.path.dirname(__file__), "
+                                       "'base.yaml'))\njob.num_repeat = 8\n")
+    r = lint(tmp_path / "other.py")
+    assert "kwarg swarm_mode=True of AgentJet" in only(r, "base-not-swarm").fix
+    mirror = only(r, "unknown-key")
+    assert "pass num_repeat=8 to AgentJetJob instead (a kwarg of AgentJet" in mirror.fix
+
+
 # --- AgentJet's refusals ----------------------------------------------------------------------------
 
 

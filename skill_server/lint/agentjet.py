@@ -19,8 +19,20 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from skill_server.agentjet.compose import Layer, compose, flatten, merge_layers, resolve_base
-from skill_server.agentjet.knowledge import LENGTH_KWARGS, bundled_overrides, overrides_for, schema_for, snapshot
+from skill_server.agentjet.compose import (
+    Layer,
+    compose,
+    flatten,
+    merge_layers,
+    resolve_base,
+)
+from skill_server.agentjet.knowledge import (
+    LENGTH_KWARGS,
+    bundled_overrides,
+    overrides_for,
+    schema_for,
+    snapshot,
+)
 from skill_server.agentjet.locate import AgentJetInstall, locate_agentjet
 from skill_server.errors import ToolInputError
 from skill_server.lint.values import MISSING, Unknown, a_type, describe_unknown, lookup
@@ -174,9 +186,6 @@ class AgentJet:
     def known(self, key: str) -> bool:
         if key in self.defaults_flat or key in self._sections or key in self._field_paths:
             return True
-        return self.under_free_form(key)
-
-    def under_free_form(self, key: str) -> bool:
         return any(key.startswith(prefix + ".") for prefix in self._free_form)
 
     def is_free_form(self, key: str) -> bool:

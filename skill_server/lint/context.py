@@ -15,13 +15,36 @@ from typing import Any, Literal
 
 import yaml
 
-from skill_server.lint.agentjet import KEYS, AgentJet, ComposedBase, RefusalCause, SkippedCheck
+from skill_server.lint.agentjet import (
+    KEYS,
+    AgentJet,
+    CapFacts,
+    ComposedBase,
+    RefusalCause,
+    SkippedCheck,
+)
 from skill_server.lint.models import CheckConfigInput, Location
-from skill_server.lint.script import Assumption, Construction, Freeze, Kwarg, ScriptScan, Write
-from skill_server.lint.values import MISSING, Unknown, a_type, describe_unknown, is_int, lookup, show
+from skill_server.lint.script import (
+    Assumption,
+    Construction,
+    Freeze,
+    Kwarg,
+    ScriptScan,
+    Write,
+)
+from skill_server.lint.values import (
+    MISSING,
+    Unknown,
+    a_type,
+    describe_unknown,
+    is_int,
+    lookup,
+    show,
+)
 from skill_server.safe_yaml import MAX_YAML_BYTES
 
 SetterKind = Literal["yaml", "kwarg", "write", "tcp-switch"]
+CAP_INPUTS = ("max_env_worker", "num_repeat", "train_batch_size")
 
 
 @dataclass
@@ -118,19 +141,18 @@ class LintContext:
 
     # -- values
 
-    def needs(self, rule: str, run: Run, *names: str, ints: bool = True, at_build: bool = False
-              ) -> dict[str, Any] | None:
-        """The named effective values, or None after recording why ``rule`` cannot run."""
+    def needs(self, rule: str, run: Run, *names: str) -> dict[str, Any] | None:
+        """The named effective values (positive ints), or None after recording why ``rule`` cannot run."""
         got: dict[str, Any] = {}
         problems: list[str] = []
         unknown: dict[str, list[str]] = {}  # reason -> names
         for name in names:
-            value = run.at_build(name) if at_build else run.value(name)
+            value = run.value(name)
             if isinstance(value, Unknown):
                 unknown.setdefault(value.reason, []).append(name)
             elif value is MISSING or value is None:
                 problems.append(f"{name} is not set")
-            elif ints and not (is_int(value) and value > 0):
+            elif not (is_int(value) and value > 0):
                 problems.append(f"{name} is {show(value)} ({a_type(value)}), not a positive int"
                                 + self._assumption_hint(run, name))
             else:
@@ -147,6 +169,27 @@ class LintContext:
         if setter is not None and any(a.kind == "env" for a in setter.assumes):
             return " (an environment default is a str at run time unless the script converts it)"
         return ""
+
+    def episode_cap(self, run: Run, rule: str | None = None, *, with_batch: bool = True) -> CapFacts | None:
+        """The engine's episode cap for the effective values; when it cannot be computed, None (and, for
+        ``rule``, the reason is recorded as a skip)."""
+        names = CAP_INPUTS if with_batch else CAP_INPUTS[:2]
+        if rule is not None:
+            v = self.needs(rule, run, *names)
+        else:
+            v = {n: run.value(n) for n in names}
+            if not all(is_int(x) and x > 0 for x in v.values()):
+                return None
+        if v is None:
+            return None
+        tracker = run.value("max_inference_tracker_threads")
+        facts = self.aj.episode_cap(v["max_env_worker"], v["num_repeat"], v.get("train_batch_size"),
+                                    tracker if is_int(tracker) and tracker > 0 else None)
+        if isinstance(facts, str):
+            if rule is not None:
+                self.skip(rule, facts)
+            return None
+        return facts
 
     # -- who sets what, and where
 

@@ -12,7 +12,14 @@ from skill_server.lint import rules as _rules  # noqa: F401  (registers every ru
 from skill_server.lint.agentjet import AgentJet
 from skill_server.lint.bases import base_for, defaults_base, file_base
 from skill_server.lint.context import LintContext, replay
-from skill_server.lint.models import AgentJetInfo, CheckConfigInput, CheckConfigResult, Finding, Skipped, Summary
+from skill_server.lint.models import (
+    AgentJetInfo,
+    CheckConfigInput,
+    CheckConfigResult,
+    Finding,
+    Skipped,
+    Summary,
+)
 from skill_server.lint.registry import RULES, claimed_causes
 from skill_server.lint.report import construction_info, effective
 from skill_server.lint.script import scan_script

@@ -17,8 +17,14 @@ from skill_server.lint.models import (
     Location,
     WriteInfo,
 )
-from skill_server.lint.rules.cap import cap_of
-from skill_server.lint.values import MISSING, Unknown, a_type, describe_unknown, jsonable, show
+from skill_server.lint.values import (
+    MISSING,
+    Unknown,
+    a_type,
+    describe_unknown,
+    jsonable,
+    show,
+)
 
 EFFECTIVE_FIELDS = tuple(name for name in Effective.model_fields if name not in ("episode_cap", "unresolved"))
 
@@ -63,7 +69,7 @@ def effective_value(ctx: LintContext, run: Run, key: str) -> EffectiveValue:
 def _cap_value(ctx: LintContext, run: Run, values: dict[str, EffectiveValue]) -> EffectiveValue:
     inputs = ("max_env_worker", "num_repeat", "train_batch_size")
     assumes = [a for name in inputs for a in values[name].assumes]
-    facts = cap_of(ctx, run)
+    facts = ctx.episode_cap(run)
     if facts is not None:
         return EffectiveValue(key="episode_cap", value=facts.episode_cap, source="computed", set_by="computed",
                               assumes=list(dict.fromkeys(assumes)), note=f"thread rule {facts.thread_rule}")

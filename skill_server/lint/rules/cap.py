@@ -4,38 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from skill_server.lint.agentjet import KEYS, CapFacts
-from skill_server.lint.context import LintContext, Run
+from skill_server.lint.agentjet import KEYS
+from skill_server.lint.context import CAP_INPUTS, LintContext, Run
 from skill_server.lint.registry import Report, rule
 from skill_server.lint.values import Unknown, is_int
-
-CAP_INPUTS = ("max_env_worker", "num_repeat", "train_batch_size")
-
-
-def cap_of(ctx: LintContext, run: Run, rule_id: str | None = None, *, with_batch: bool = True) -> CapFacts | None:
-    """The episode cap of the effective values (skipping ``rule_id`` with the reason when it is unknown)."""
-    names = CAP_INPUTS if with_batch else CAP_INPUTS[:2]
-    v = ctx.needs(rule_id, run, *names) if rule_id else _quiet(run, names)
-    if v is None:
-        return None
-    tracker = run.value("max_inference_tracker_threads")
-    facts = ctx.aj.episode_cap(v["max_env_worker"], v["num_repeat"], v.get("train_batch_size"),
-                               tracker if is_int(tracker) and tracker > 0 else None)
-    if isinstance(facts, str):
-        if rule_id:
-            ctx.skip(rule_id, facts)
-        return None
-    return facts
-
-
-def _quiet(run: Run, names: tuple[str, ...]) -> dict[str, int] | None:
-    out = {}
-    for name in names:
-        value = run.value(name)
-        if not (is_int(value) and value > 0):
-            return None
-        out[name] = value
-    return out
 
 
 @rule("cap-not-divisible", "warning", "max_env_worker is not a multiple of num_repeat.", """
@@ -54,7 +26,7 @@ def cap_not_divisible(ctx: LintContext, run: Run) -> Iterator[Report]:
     if mew % n == 0:
         return
     tbs = run.value("train_batch_size")
-    facts = cap_of(ctx, run, with_batch=is_int(tbs)) or cap_of(ctx, run, with_batch=False)
+    facts = ctx.episode_cap(run, with_batch=is_int(tbs)) or ctx.episode_cap(run, with_batch=False)
     below, above = (mew // n) * n, -(-mew // n) * n  # exact for any size
     choices = f"{below} or {above}" if below else f"{above}"
     waste = ""
@@ -83,7 +55,7 @@ def cap_limited_by_batch(ctx: LintContext, run: Run) -> Iterator[Report]:
     mew, n, tbs = (v[k] for k in CAP_INPUTS)
     if tbs * n >= mew:
         return
-    facts = cap_of(ctx, run)
+    facts = ctx.episode_cap(run)
     need = -(-mew // n)
     yield Report(KEYS["train_batch_size"],
                  f"train_batch_size x num_repeat = {tbs} x {n} = {tbs * n} < max_env_worker={mew}: only {tbs * n} "
@@ -109,7 +81,7 @@ def tracker_threads_below_cap(ctx: LintContext, run: Run) -> Iterator[Report]:
         return
     if not is_int(tracker):
         return
-    facts = cap_of(ctx, run, "tracker-threads-below-cap")
+    facts = ctx.episode_cap(run, "tracker-threads-below-cap")
     if facts is None or tracker >= facts.episode_cap:
         return
     mew = run.value("max_env_worker")

@@ -86,7 +86,8 @@ def unknown_key(ctx: LintContext, run: Run) -> Iterator[Report]:
             if key is None or id(write) in late:
                 continue
             passed = c.kwargs.get(write.key)
-            fix = (f"change the kwarg {write.key}= at line {passed.line} instead" if passed is not None else
+            fix = (f"delete this line; the script already passes {write.key}={passed.value.text} at line "
+                   f"{passed.line}: change that kwarg instead" if passed is not None else
                    f"pass {write.key}={_py(write.value)} to AgentJetJob instead (a kwarg of {label})")
             yield Report(key, f"job.{write.key} = ... (line {write.line}) only changes the job's copy of the resolved "
                          f"value; the config ({key}) that gets dumped is not touched and nothing reads the attribute",

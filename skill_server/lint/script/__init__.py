@@ -15,8 +15,12 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from skill_server.lint.script.effects import FREEZE_CALLS, WRITER_METHODS, EffectCollector
-from skill_server.lint.script.evaluate import Evaluator, finite
+from skill_server.lint.script.effects import (
+    FREEZE_CALLS,
+    WRITER_METHODS,
+    EffectCollector,
+)
+from skill_server.lint.script.evaluate import Evaluator
 from skill_server.lint.script.jobs import JobTracker
 from skill_server.lint.script.model import (
     Assumption,
@@ -29,10 +33,14 @@ from skill_server.lint.script.model import (
     Value,
     Write,
 )
-from skill_server.lint.script.modules import MAX_SCRIPT_BYTES, ModuleLoader, parse_module
+from skill_server.lint.script.modules import (
+    MAX_SCRIPT_BYTES,
+    ModuleLoader,
+    parse_module,
+)
 
 __all__ = ["scan_script", "ScriptScan", "Construction", "Kwarg", "Write", "Freeze", "Value", "PathRef", "Scope",
-           "Assumption", "FREEZE_CALLS", "WRITER_METHODS", "MAX_SCRIPT_BYTES", "finite"]
+           "Assumption", "FREEZE_CALLS", "WRITER_METHODS", "MAX_SCRIPT_BYTES"]
 
 
 class _Notes:

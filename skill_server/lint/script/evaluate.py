@@ -11,7 +11,6 @@ Anything else raises ``NoValue`` with the reason. Integers stay exact and bounde
 from __future__ import annotations
 
 import ast
-import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +27,12 @@ from skill_server.lint.script.model import (
     Value,
     combine,
 )
-from skill_server.lint.script.modules import DataclassDef, ModuleInfo, ModuleLoader, dotted
+from skill_server.lint.script.modules import (
+    DataclassDef,
+    ModuleInfo,
+    ModuleLoader,
+    dotted,
+)
 
 MAX_DEPTH = 24
 MAX_INT_BITS = 4096  # larger integers are not computed (they would not fit any config value anyway)
@@ -773,10 +777,3 @@ def _arith(op: ast.operator, a: Any, b: Any) -> Any:
     except ValueError:  # int/str conversion limits and the like
         raise NoValue("arithmetic that fails at run time") from None
     raise NoValue("an operator that is not read statically")
-
-
-def finite(x: Any) -> bool:
-    """A number usable in arithmetic and messages (no inf/nan, no oversized integer)."""
-    if isinstance(x, bool) or not isinstance(x, (int, float)):
-        return False
-    return math.isfinite(x) if isinstance(x, float) else x.bit_length() <= MAX_INT_BITS

@@ -13,7 +13,13 @@ from pathlib import Path
 
 from skill_server.errors import ToolInputError
 from skill_server.fsutil import read_text_bounded
-from skill_server.lint.script.model import Binding, ImportedModule, ImportedName, Opaque, Scope
+from skill_server.lint.script.model import (
+    Binding,
+    ImportedModule,
+    ImportedName,
+    Opaque,
+    Scope,
+)
 
 MAX_SCRIPT_BYTES = 2 * 1024 * 1024
 MAX_MODULES = 16  # sibling modules read per scan
