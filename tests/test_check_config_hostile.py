@@ -157,6 +157,6 @@ _KWARGS = st.dictionaries(st.sampled_from(["max_env_worker", "num_repeat", "batc
 def test_any_kwarg_values_give_a_result(tmp_path, kwargs):
     call = ", ".join(f"{k}=({v})" for k, v in kwargs.items())
     script = write(tmp_path, "client.py", HEAD + "import argparse\nargs = argparse.ArgumentParser().parse_args()\n"
-                                                 f"job = AgentJetJob({call})\njob.config.ajet.rollout.top_p = ({call!r})\n")
+                   f"job = AgentJetJob({call})\njob.config.ajet.rollout.top_p = ({call!r})\n")
     r = lint(script)
     assert r.model_dump_json() and len(r.constructions) == 1
