@@ -11,7 +11,7 @@ from skill_server.fsutil import resolve_path
 from skill_server.lint import rules as _rules  # noqa: F401  (registers every rule)
 from skill_server.lint.agentjet import AgentJet
 from skill_server.lint.bases import base_for, defaults_base, file_base
-from skill_server.lint.context import LintContext, replay
+from skill_server.lint.context import LintContext
 from skill_server.lint.models import (
     AgentJetInfo,
     CheckConfigInput,
@@ -21,6 +21,7 @@ from skill_server.lint.models import (
     Summary,
 )
 from skill_server.lint.registry import RULES, claimed_causes
+from skill_server.lint.replay import replay
 from skill_server.lint.report import construction_info, effective
 from skill_server.lint.script import scan_script
 from skill_server.lint.values import jsonable

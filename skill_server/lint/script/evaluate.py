@@ -12,10 +12,18 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from skill_server.lint.script import paths
+from skill_server.lint.script.argparse_defaults import (
+    OPAQUE_ITEM,
+    PARSER_CALLS,
+    ArgParser,
+    ParsedArgs,
+    option_default,
+    register_options,
+)
 from skill_server.lint.script.model import (
     Assumption,
     ImportedModule,
@@ -27,15 +35,19 @@ from skill_server.lint.script.model import (
     Value,
     combine,
 )
-from skill_server.lint.script.modules import (
-    DataclassDef,
-    ModuleInfo,
-    ModuleLoader,
-    dotted,
+from skill_server.lint.script.modules import DataclassDef, ModuleInfo, ModuleLoader, dotted
+from skill_server.lint.script.static import (
+    NoValue,
+    arith,
+    as_str,
+    bounded,
+    hashable,
+    is_number,
+    path_join,
+    plain,
 )
 
 MAX_DEPTH = 24
-MAX_INT_BITS = 4096  # larger integers are not computed (they would not fit any config value anyway)
 END = 10 ** 9  # "after every line": the value a module name has once the module has run
 LITERAL = Prov("literal")
 IMPORTED_AS_CONSTANT = ("literal", "constant", "arithmetic", "imported constant")  # a module's own computed constant
@@ -43,15 +55,6 @@ IMPORTED_AS_CONSTANT = ("literal", "constant", "arithmetic", "imported constant"
 ENV_GET = ("os.getenv", "getenv", "os.environ.get", "environ.get")
 PATH_CALLS = ("os.path.abspath", "os.path.realpath", "os.path.normpath", "os.path.expanduser", "os.fspath",
               "abspath", "realpath", "normpath", "expanduser", "Path", "pathlib.Path", "PurePath", "str")
-PARSER_CALLS = ("argparse.ArgumentParser", "ArgumentParser")
-
-
-class NoValue(Exception):
-    """The expression has no static value; ``why`` says what it depends on."""
-
-    def __init__(self, why: str = "") -> None:
-        super().__init__(why)
-        self.why = why
 
 
 @dataclass(eq=False)
@@ -62,35 +65,6 @@ class Instance:
     overrides: dict[str, ast.expr]
     scope: Scope | None
     line: int
-
-
-@dataclass
-class Option:
-    flag: str  # the name users type (--batch-size, or the positional's name)
-    positional: bool
-    call: ast.Call
-    scope: Scope
-
-
-@dataclass(eq=False)
-class ArgParser:
-    """An ``argparse.ArgumentParser`` built in the script, with the options added to it (groups included)."""
-
-    line: int
-    options: dict[str, Option] = field(default_factory=dict)  # dest -> option
-    overrides: dict[str, tuple[ast.expr, Scope, int]] = field(default_factory=dict)  # set_defaults(dest=...)
-
-
-@dataclass(frozen=True, eq=False)
-class ParsedArgs:
-    parser: ArgParser
-
-
-class _Opaque:
-    """An element of a result that is never static (the unknown-args list of ``parse_known_args``)."""
-
-
-OPAQUE_ITEM = _Opaque()
 
 
 class Evaluator:
@@ -115,7 +89,7 @@ class Evaluator:
             return Value(None, False, text, "unresolved", why="too deeply nested to read statically")
         if isinstance(value, PathRef):
             return Value(value.path, True, text, f"path ({value.anchor})", prov.assumes)
-        if not _plain(value):
+        if not plain(value):
             return Value(None, False, text, "unresolved", why=f"{_kind(value)}, not a plain value")
         return Value(value, True, text, prov.how, prov.assumes)
 
@@ -131,32 +105,8 @@ class Evaluator:
         return None
 
     def register_argparse(self, calls: list[tuple[Scope, ast.Call]]) -> None:
-        """Attach every ``X.add_argument(...)`` / ``X.set_defaults(...)`` to the parser X evaluates to."""
-        for scope, call in calls:
-            func = call.func
-            if not isinstance(func, ast.Attribute) or func.attr not in ("add_argument", "set_defaults"):
-                continue
-            try:
-                owner, _ = self.eval(func.value, scope, call.lineno, 0)
-            except (NoValue, RecursionError):
-                continue
-            if not isinstance(owner, ArgParser):
-                continue
-            if func.attr == "set_defaults":
-                for kw in call.keywords:
-                    if kw.arg:
-                        owner.overrides[kw.arg] = (kw.value, scope, call.lineno)
-                continue
-            flags = [a.value for a in call.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-            if not flags:
-                continue
-            dest_kw = next((k.value for k in call.keywords if k.arg == "dest"), None)
-            positional = not flags[0].startswith("-")
-            long = next((f for f in flags if f.startswith("--")), flags[0])
-            dest = long.lstrip("-").replace("-", "_")
-            if isinstance(dest_kw, ast.Constant) and isinstance(dest_kw.value, str):
-                dest = dest_kw.value
-            owner.options[dest] = Option(long, positional, call, scope)
+        """Attach the script's argparse options to their parsers (see ``argparse_defaults``)."""
+        register_options(self, calls)
 
     # -- the evaluator
 
@@ -165,7 +115,7 @@ class Evaluator:
             raise NoValue(f"the expression nests deeper than {MAX_DEPTH} levels")
         d = depth + 1
         if isinstance(node, ast.Constant):
-            return _bounded(node.value), LITERAL
+            return bounded(node.value), LITERAL
         if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
             items, provs = [], []
             for elt in node.elts:
@@ -181,24 +131,24 @@ class Evaluator:
             return self._dict(node, scope, line, d)
         if isinstance(node, ast.UnaryOp):
             v, p = self.eval(node.operand, scope, line, d)
-            if isinstance(node.op, ast.USub) and _is_number(v):
+            if isinstance(node.op, ast.USub) and is_number(v):
                 return -v, p
-            if isinstance(node.op, ast.UAdd) and _is_number(v):
+            if isinstance(node.op, ast.UAdd) and is_number(v):
                 return +v, p
-            if isinstance(node.op, ast.Not) and _plain(v):
+            if isinstance(node.op, ast.Not) and plain(v):
                 return (not v), p
             raise NoValue("an operation on a value known only at run time")
         if isinstance(node, ast.BinOp):
             left, pl = self.eval(node.left, scope, line, d)
             right, pr = self.eval(node.right, scope, line, d)
             if isinstance(left, PathRef) and isinstance(node.op, ast.Div):
-                return _path_join(left, right), combine([pl, pr], "path")
-            return _arith(node.op, left, right), combine([pl, pr], "arithmetic")
+                return path_join(left, right), combine([pl, pr], "path")
+            return arith(node.op, left, right), combine([pl, pr], "arithmetic")
         if isinstance(node, ast.BoolOp):
             return self._boolop(node, scope, line, d)
         if isinstance(node, ast.IfExp):
             test, pt = self.eval(node.test, scope, line, d)
-            if not _plain(test):
+            if not plain(test):
                 raise NoValue("a condition known only at run time")
             v, p = self.eval(node.body if test else node.orelse, scope, line, d)
             return v, combine([pt, p])
@@ -231,7 +181,7 @@ class Evaluator:
             vv, pv = self.eval(v, scope, line, d)
             if isinstance(vv, PathRef):
                 vv = vv.path
-            if not _hashable(kk):
+            if not hashable(kk):
                 raise NoValue("a dict key known only at run time")
             out[kk] = vv
             provs += [pk, pv]
@@ -242,7 +192,7 @@ class Evaluator:
         value: Any = None
         for operand in node.values:
             value, p = self.eval(operand, scope, line, d)
-            if not _plain(value):
+            if not plain(value):
                 raise NoValue("a condition known only at run time")
             provs.append(p)
             if isinstance(node.op, ast.Or) and value:
@@ -258,7 +208,7 @@ class Evaluator:
         for op, right_node in zip(node.ops, node.comparators):
             right, pr = self.eval(right_node, scope, line, d)
             provs.append(pr)
-            if not (_plain(left) and _plain(right)):
+            if not (plain(left) and plain(right)):
                 raise NoValue("a comparison of values known only at run time")
             try:
                 ok = _COMPARE[type(op)](left, right)
@@ -284,11 +234,11 @@ class Evaluator:
             if isinstance(v, PathRef) and i == 0:
                 base = v
                 continue
-            if not _plain(v) or isinstance(v, (list, dict)):
+            if not plain(v) or isinstance(v, (list, dict)):
                 raise NoValue("an f-string field known only at run time")
             parts.append(str(v))
         if base is not None:
-            return _path_join(base, "".join(parts).lstrip("/")), combine(provs, "path")
+            return path_join(base, "".join(parts).lstrip("/")), combine(provs, "path")
         return "".join(parts), combine(provs)
 
     # -- names and bindings
@@ -417,7 +367,7 @@ class Evaluator:
             v, p = self._binding(found[1], found[0], node.attr, d)
             return v, (Prov("imported constant", p.assumes) if p.how in IMPORTED_AS_CONSTANT else p)
         if isinstance(owner, ParsedArgs):
-            return self._option(owner.parser, node.attr, d)
+            return option_default(self, owner.parser, node.attr, d)
         if isinstance(owner, PathRef) and node.attr == "parent":
             return paths.parent(owner), prov
         raise NoValue(f"attribute .{node.attr} of a value known only at run time")
@@ -468,39 +418,6 @@ class Evaluator:
         v, p = self.eval(default, home, END, d)
         return v, combine([p], "dataclass default")
 
-    def _option(self, parser: ArgParser, dest: str, d: int) -> tuple[Any, Prov]:
-        option = parser.options.get(dest)
-        if option is None:
-            raise NoValue(f"no argparse option of the script stores {dest}")
-        call, scope = option.call, option.scope
-        kw = {k.arg: k.value for k in call.keywords if k.arg}
-        if dest in parser.overrides:
-            expr, scope, at = parser.overrides[dest]
-            value, p = self.eval(expr, scope, at, d)
-            default_text = scope.module.text(expr) if scope.module else repr(value)
-        elif "default" in kw:
-            value, p = self.eval(kw["default"], scope, call.lineno, d)
-            default_text = scope.module.text(kw["default"]) if scope.module else repr(value)
-        else:
-            if option.positional and "nargs" not in kw:
-                raise NoValue(f"positional argument {option.flag} is given on the command line")
-            action = kw.get("action")
-            flag = action.value if isinstance(action, ast.Constant) else None
-            value = {"store_true": False, "store_false": True}.get(flag) if isinstance(flag, str) else None
-            p, default_text = LITERAL, repr(value)
-        required = kw.get("required")
-        if isinstance(required, ast.Constant) and required.value is True:
-            raise NoValue(f"option {option.flag} is required (no default)")
-        convert = dotted(kw["type"]) if "type" in kw else None
-        if isinstance(value, str) and convert in ("int", "float"):  # argparse converts string defaults
-            try:
-                value = int(value) if convert == "int" else float(value)
-            except ValueError:
-                raise NoValue(f"the default of {option.flag} is not a valid {convert}") from None
-        elif isinstance(value, str) and convert not in (None, "str"):
-            raise NoValue(f"the default of {option.flag} goes through type={convert}")
-        return value, combine([p, Prov("cli-default", (Assumption("cli", option.flag, default_text),))])
-
     def _env_name(self, node: ast.expr, scope: Scope | None, line: int, d: int) -> str:
         try:
             name, _ = self.eval(node, scope, line, d)
@@ -524,24 +441,24 @@ class Evaluator:
             return value, combine([p, Prov("env-default", (Assumption("env", var, default_text),))])
         if name in ("os.path.join", "path.join") and args:
             out, p = self.eval(args[0], scope, line, d)
-            out = out if isinstance(out, PathRef) else paths.literal_path(_as_str(out))
+            out = out if isinstance(out, PathRef) else paths.literal_path(as_str(out))
             provs = [p]
             for a in args[1:]:
                 part, pa = self.eval(a, scope, line, d)
-                out = _path_join(out, part)
+                out = path_join(out, part)
                 provs.append(pa)
             return out, combine(provs, "path")
         if name in ("os.path.dirname", "path.dirname", "dirname") and len(args) == 1:
             v, p = self.eval(args[0], scope, line, d)
-            return paths.parent(v if isinstance(v, PathRef) else paths.literal_path(_as_str(v))), combine([p], "path")
+            return paths.parent(v if isinstance(v, PathRef) else paths.literal_path(as_str(v))), combine([p], "path")
         if name in PATH_CALLS and args:
             return self._path_call(name, node, scope, line, d)
         if name in ("int", "float", "bool") and len(args) == 1 and not node.keywords:
             v, p = self.eval(args[0], scope, line, d)
-            if not _plain(v) or isinstance(v, (list, dict)):
+            if not plain(v) or isinstance(v, (list, dict)):
                 raise NoValue(f"{name}() of a value known only at run time")
             try:
-                return _bounded({"int": int, "float": float, "bool": bool}[name](v)), p
+                return bounded({"int": int, "float": float, "bool": bool}[name](v)), p
             except (TypeError, ValueError, OverflowError):
                 raise NoValue(f"{name}({v!r}) fails at run time") from None
         if name == "dict" and not args:
@@ -560,7 +477,7 @@ class Evaluator:
                 v, p = self.eval(a, scope, line, d)
                 values.append(v)
                 provs.append(p)
-            if all(_is_number(v) for v in values):
+            if all(is_number(v) for v in values):
                 return (min if name == "min" else max)(values), combine(provs, "arithmetic")
             raise NoValue(f"{name}() of values known only at run time")
         if name in PARSER_CALLS:
@@ -578,15 +495,15 @@ class Evaluator:
         v, p = self.eval(node.args[0], scope, line, d)
         provs = [p]
         if isinstance(v, PathRef) or short in ("Path", "PurePath"):
-            ref = v if isinstance(v, PathRef) else paths.literal_path(_as_str(v))
+            ref = v if isinstance(v, PathRef) else paths.literal_path(as_str(v))
             for a in node.args[1:]:
                 part, pa = self.eval(a, scope, line, d)
-                ref = _path_join(ref, part)
+                ref = path_join(ref, part)
                 provs.append(pa)
             if short == "str" and len(node.args) > 1:
                 raise NoValue("str() with several arguments")
             return ref, combine(provs, "path")
-        if short == "str" and len(node.args) == 1 and _plain(v):
+        if short == "str" and len(node.args) == 1 and plain(v):
             return str(v), p
         if len(node.args) == 1 and isinstance(v, str):
             return paths.literal_path(v), combine(provs, "path")
@@ -605,14 +522,14 @@ class Evaluator:
                 provs = [p]
                 for a in node.args:
                     part, pa = self.eval(a, scope, line, d)
-                    out = _path_join(out, part)
+                    out = path_join(out, part)
                     provs.append(pa)
                 return out, combine(provs, "path")
         if isinstance(owner, str) and attr in ("lower", "upper", "strip") and not node.args:
             return getattr(owner, attr)(), p
         if isinstance(owner, dict) and attr == "get" and 1 <= len(node.args) <= 2:
             key, pk = self.eval(node.args[0], scope, line, d)
-            if not _hashable(key):
+            if not hashable(key):
                 raise NoValue("a dict key known only at run time")
             if key in owner:
                 return owner[key], combine([p, pk])
@@ -699,81 +616,3 @@ def _kind(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
-def _plain(v: Any, depth: int = 0) -> bool:
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return True
-    if depth > 16:
-        return False
-    if isinstance(v, (list, tuple)):
-        return all(_plain(x, depth + 1) for x in v)
-    if isinstance(v, dict):
-        return all(isinstance(k, (str, int, float, bool)) and _plain(x, depth + 1) for k, x in v.items())
-    return False
-
-
-def _hashable(v: Any) -> bool:
-    return v is None or isinstance(v, (bool, int, float, str))
-
-
-def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _bounded(v: Any) -> Any:
-    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > MAX_INT_BITS:
-        raise NoValue(f"an integer of {v.bit_length()} bits (larger than any config value)")
-    if isinstance(v, (bytes, complex)) or v is Ellipsis:
-        raise NoValue(f"a {type(v).__name__} literal")
-    return v
-
-
-def _as_str(v: Any) -> str:
-    if isinstance(v, str):
-        return v
-    raise NoValue("a path part that is not a string")
-
-
-def _path_join(base: PathRef, part: Any) -> PathRef:
-    try:
-        return paths.join(base, part)
-    except paths.NotAPath:
-        raise NoValue("a path part that is not a string") from None
-
-
-def _arith(op: ast.operator, a: Any, b: Any) -> Any:
-    if isinstance(op, ast.Add) and isinstance(a, str) and isinstance(b, str):
-        return a + b
-    if isinstance(op, ast.Add) and isinstance(a, list) and isinstance(b, list):
-        return a + b
-    if not (_is_number(a) and _is_number(b)):
-        raise NoValue("arithmetic on values known only at run time")
-    try:
-        if isinstance(op, ast.Add):
-            return _bounded(a + b)
-        if isinstance(op, ast.Sub):
-            return _bounded(a - b)
-        if isinstance(op, ast.Mult):
-            if isinstance(a, int) and isinstance(b, int) and a.bit_length() + b.bit_length() > MAX_INT_BITS + 1:
-                raise NoValue("an integer larger than any config value")
-            return _bounded(a * b)
-        if isinstance(op, ast.Div):
-            return a / b
-        if isinstance(op, ast.FloorDiv):
-            return a // b
-        if isinstance(op, ast.Mod):
-            return a % b
-        if isinstance(op, ast.Pow):
-            if isinstance(a, int) and isinstance(b, int) and b >= 0:
-                if a not in (0, 1, -1) and b * max(1, abs(a).bit_length() - 1) > MAX_INT_BITS:
-                    raise NoValue("an integer larger than any config value")
-                return _bounded(a ** b)
-            if abs(b) <= 1024:
-                result = a ** b
-                if isinstance(result, complex):
-                    raise NoValue("a complex number")
-                return _bounded(result)
-    except (ZeroDivisionError, OverflowError):
-        raise NoValue("arithmetic that fails or overflows") from None
-    except ValueError:  # int/str conversion limits and the like
-        raise NoValue("arithmetic that fails at run time") from None
-    raise NoValue("an operator that is not read statically")
