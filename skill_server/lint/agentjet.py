@@ -64,7 +64,6 @@ KEYS = {
     "experiment_name": "ajet.experiment_name",
 }
 SWARM_OVERLAY = "ajet_swarm_default"
-TAIL_KEYS = ("hydra", "defaults")
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from skill_server.agentjet.compose import flatten
 from skill_server.lint.context import BaseYaml, LintContext
 from skill_server.lint.replay import unknown_tree
 from skill_server.lint.script import Construction
-from skill_server.lint.values import jsonable
+from skill_server.lint.values import flatten, jsonable
 
 MAX_CANDIDATE_LEVELS = 8
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from skill_server.agentjet.compose import flatten
 from skill_server.lint.agentjet import KEYS
 from skill_server.lint.context import LintContext, Run
 from skill_server.lint.models import (
@@ -22,6 +21,7 @@ from skill_server.lint.values import (
     Unknown,
     a_type,
     describe_unknown,
+    flatten,
     jsonable,
     show,
 )

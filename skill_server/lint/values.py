@@ -35,6 +35,19 @@ def lookup(tree: Any, dotted: str) -> Any:
     return node
 
 
+def flatten(tree: Any) -> dict[str, Any]:
+    """Dotted leaf -> value of a nested mapping (an empty mapping counts as a leaf), iteratively."""
+    out: dict[str, Any] = {}
+    stack: list[tuple[str, Any]] = [("", tree)]
+    while stack:
+        prefix, node = stack.pop()
+        if isinstance(node, dict) and node:
+            stack.extend((f"{prefix}.{k}" if prefix else str(k), v) for k, v in reversed(list(node.items())))
+        elif prefix:
+            out[prefix] = node
+    return out
+
+
 def is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 

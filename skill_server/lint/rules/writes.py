@@ -5,12 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from skill_server.agentjet.compose import flatten
 from skill_server.lint.context import LintContext, Run
 from skill_server.lint.models import Location
 from skill_server.lint.registry import Report, rule
 from skill_server.lint.script import Value, Write
-from skill_server.lint.values import show
+from skill_server.lint.values import flatten, show
 
 
 @rule("escape-hatch-has-kwarg", "warning", "A write after construction sets a key that has a kwarg.", """
