@@ -55,7 +55,7 @@ def test_dataclass_config_feeding_kwargs_from_a_sibling_module():
     assert rules(r) == {"cap-limited-by-batch", "escape-hatch-has-kwarg"}
     hatch = only(r, "escape-hatch-has-kwarg")
     assert hatch.key == "ajet.trainer_common.nnodes" and hatch.values["kwarg_passed"] is False
-    assert "pass nnodes=1 to AgentJetJob (a kwarg of AgentJet" in hatch.fix
+    assert f"pass nnodes=1 to AgentJetJob (a kwarg of the bundled AgentJet {r.agentjet.version})" in hatch.fix
     kwargs = {k.name: k for k in r.constructions[0].kwargs}
     assert kwargs["num_repeat"].value == 8 and kwargs["num_repeat"].how == "dataclass default"
     assert kwargs["max_env_worker"].value == 512 and kwargs["compute_madness_checklist"].value == ["nonsense"]
@@ -110,7 +110,7 @@ def test_typos_and_broken_groups():
     assert group.values["missing"] == ["max_model_len"] and "max_model_len=18000" in group.fix
     lora = only(r, "lora-rules")
     assert lora.key == "ajet.trainer_common.optim.lr"
-    assert "pass lr=0.0001 to AgentJetJob (a kwarg of AgentJet" in lora.fix
+    assert f"pass lr=0.0001 to AgentJetJob (a kwarg of the bundled AgentJet {r.agentjet.version})" in lora.fix
     batch = only(r, "batch-not-divisible-by-gpus")
     assert batch.values == {"train_batch_size": 9, "num_repeat": 4, "n_gpus_per_node": 8, "nnodes": 1}
     assert "e.g. 10" in batch.fix and [loc.source for loc in batch.locations] == ["kwarg", "default", "default",
@@ -229,7 +229,7 @@ def test_yaml_first_with_a_run_time_kwarg_cannot_be_consolidated():
         "kwarg max_env_worker (line 12): int(sys.argv[1]): a command-line argument (sys.argv), known only at run "
         "time"]
     assert split.values["build_config_left_out"] == [
-        f"kwarg num_repeats (line 13): not a kwarg of AgentJet {r.agentjet.version} (bundled snapshot)"]
+        f"kwarg num_repeats (line 13): not a kwarg of the bundled AgentJet {r.agentjet.version}"]
     assert "cannot consolidate" in split.fix
     assert r.effective.max_env_worker.value is None and "sys.argv" in r.effective.max_env_worker.unresolved
     assert r.effective.num_repeat.value == 4 and r.effective.num_repeat.source == "yaml"

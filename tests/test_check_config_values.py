@@ -243,9 +243,9 @@ def test_fixes_change_what_the_script_already_passes(tmp_path):
     write(tmp_path, "other.py", HEAD + "job = AgentJetJob(base_yaml_config=os.path.join(os.path.dirname(__file__), "
                                        "'base.yaml'))\njob.num_repeat = 8\n")
     r = lint(tmp_path / "other.py")
-    assert "kwarg swarm_mode=True of AgentJet" in only(r, "base-not-swarm").fix
+    assert "kwarg swarm_mode=True of the bundled AgentJet" in only(r, "base-not-swarm").fix
     mirror = only(r, "unknown-key")
-    assert "pass num_repeat=8 to AgentJetJob instead (a kwarg of AgentJet" in mirror.fix
+    assert "pass num_repeat=8 to AgentJetJob instead (a kwarg of the bundled AgentJet" in mirror.fix
 
 
 # --- AgentJet's refusals ----------------------------------------------------------------------------

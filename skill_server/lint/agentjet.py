@@ -140,7 +140,7 @@ class AgentJet:
     def version_label(self) -> str:
         """How every version-dependent message names the AgentJet it describes."""
         if self.install is None:
-            return f"AgentJet {_bundled()['version']} (bundled snapshot)"
+            return f"the bundled AgentJet {_bundled()['version']}"
         return f"AgentJet {self.install.version_hint or '(version unknown)'} at {self.install.root}"
 
     def info(self) -> dict[str, Any]:

@@ -32,7 +32,8 @@ def refusal_causes(aj: AgentJet, get: Callable[[str], Any], kwargs: dict[str, An
             newer = aj.newer_key_for(name)
             causes.append(RefusalCause(
                 "unknown-kwarg", "TypeError",
-                f"{label} has no AgentJetJob kwarg {name!r}" + (" (newer versions have it)" if newer else ""),
+                f"{label[:1].upper()}{label[1:]} has no AgentJetJob kwarg {name!r}"
+                + (" (newer versions have it)" if newer else ""),
                 (newer,) if newer else (), {"kwarg": name, "closest": aj.closest_kwarg(name),
                                             "key_in_newer_versions": newer}))
     if base_own is not None:

@@ -251,7 +251,10 @@ class LintContext:
         setter = self.effective_setter(run, key)
         text = show(value)
         if setter is not None and setter.kind == "kwarg":
-            return f"change the kwarg {setter.name}={setter.text} at line {setter.line} to {setter.name}={text}"
+            if setter.text == show(setter.value):
+                return f"change the kwarg {setter.name}={setter.text} at line {setter.line} to {setter.name}={text}"
+            return (f"make the kwarg {setter.name}={setter.text} at line {setter.line} (now {show(setter.value)}) "
+                    f"give {text}")
         if setter is not None and setter.kind == "write":
             return f"change the write at line {setter.line} to set {key} = {text}"
         if setter is not None and setter.kind == "yaml":

@@ -78,8 +78,8 @@ def unsupported_kwarg(ctx: LintContext, run: Run) -> Iterator[Report]:
         close = cause.values.get("closest")
         value = kw.value.value if kw is not None and kw.value.resolved else None
         if newer:
-            yield Report(newer, f"{label} has no AgentJetJob kwarg {name!r} (newer versions have it): the constructor "
-                         "raises TypeError", loc, {"kwarg": name, "value": value, "closest": close},
+            yield Report(newer, f"{_capital(label)} has no AgentJetJob kwarg {name!r} (newer versions have it): the "
+                         "constructor raises TypeError", loc, {"kwarg": name, "value": value, "closest": close},
                          f"set {newer} in the YAML or with job.config.{newer} = ... right after construction, or "
                          f"upgrade AgentJet")
         else:
@@ -115,3 +115,7 @@ def kwarg_group_incomplete(ctx: LintContext, run: Run) -> Iterator[Report]:
                      {"given": given, "missing": missing},
                      "also pass " + ", ".join(suggestions) + f" (the values the config holds now; kwargs of "
                      f"{ctx.aj.version_label()}), or drop the length kwargs and set all four in one place")
+
+
+def _capital(text: str) -> str:
+    return text[:1].upper() + text[1:]
