@@ -122,13 +122,16 @@ TOOLS: tuple[ToolSpec, ...] = (
         title="Lint an AgentJet swarm client script and its YAML",
         description=(
             "Static linter (ast only; the script is never imported or run) for AgentJet swarm clients: finds every "
-            "AgentJetJob construction, its kwargs, base_yaml_config, post-construction writes and dump/sync calls, "
-            "compares them with the YAML and AgentJet's defaults and reports findings with stable rule ids: "
-            "split-configuration, kwarg-overrides-yaml, redundant-kwarg, escape-hatch-has-kwarg, unknown-key, "
-            "unsupported-kwarg, write-after-dump, kwarg-group-incomplete, length-budget, lora-rules, "
-            "batch-not-divisible-by-gpus, interchange-not-tcp, base-not-swarm, cap-not-divisible, "
-            "cap-limited-by-batch, tracker-threads-below-cap. Each has key, locations (file, line), values and a fix; "
-            "plus summary counts and the effective values the engine would get."
+            "AgentJetJob construction, its kwargs, base_yaml_config (located where AgentJetJob opens it; pass cwd, "
+            "the launch directory, for a relative one), post-construction writes and dump/sync calls, compares them "
+            "with the YAML and AgentJet's defaults and reports findings with stable rule ids: "
+            "split-configuration, kwarg-overrides-yaml, redundant-kwarg, unsupported-kwarg, kwarg-group-incomplete, "
+            "escape-hatch-has-kwarg, unknown-key, write-after-dump, length-budget, lora-rules, "
+            "batch-not-divisible-by-gpus, samples-below-world-size, base-yaml-missing, base-not-swarm, "
+            "interchange-not-tcp, cap-not-divisible, cap-limited-by-batch, tracker-threads-below-cap, "
+            "agentjet-refusal. Each has key, locations (file, line), values and a fix. Effective values carry their "
+            "source; a value that depends on the environment, the command line or a missing file is null with the "
+            "reason, and checks that could not run are listed in skipped."
         ),
         input_model="skill_server.lint:CheckConfigInput",
         output_model="skill_server.lint:CheckConfigResult",

@@ -1,0 +1,114 @@
+"""check_config's entry: read the inputs, build the context once, run every registered rule, assemble the result."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from skill_server.errors import ToolInputError
+from skill_server.fsutil import resolve_path
+from skill_server.lint import rules as _rules  # noqa: F401  (registers every rule)
+from skill_server.lint.agentjet import AgentJet
+from skill_server.lint.bases import base_for, defaults_base, file_base
+from skill_server.lint.context import LintContext
+from skill_server.lint.models import (
+    AgentJetInfo,
+    CheckConfigInput,
+    CheckConfigResult,
+    Finding,
+    Skipped,
+    Summary,
+)
+from skill_server.lint.registry import RULES, claimed_causes
+from skill_server.lint.replay import replay
+from skill_server.lint.report import construction_info, effective
+from skill_server.lint.script import scan_script
+from skill_server.lint.values import jsonable
+from skill_server.safe_yaml import load_yaml_file
+
+SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
+REFUSAL_RULE = "agentjet-refusal"
+
+
+def check_config(inp: CheckConfigInput) -> CheckConfigResult:
+    """Lint a swarm client script and/or YAML statically; never imports or runs the script."""
+    cwd = _launch_dir(inp.cwd)
+    aj = AgentJet(inp.agentjet_root)
+    explicit: Path | None = None
+    if inp.yaml:
+        explicit = resolve_path(inp.yaml, field="yaml", base=cwd)
+        load_yaml_file(explicit, field="yaml")  # clear errors first: missing, not a mapping, too large
+        explicit = explicit.resolve()
+    scan = scan_script(resolve_path(inp.script, field="script", base=cwd), field="script") if inp.script else None
+    ctx = LintContext(inp, aj, scan, cwd)
+    for text in [*aj.warnings, *(scan.notes if scan else [])]:
+        ctx.note(text)
+    infos = []
+    if scan is not None:
+        for construction in scan.constructions:
+            run = replay(ctx, construction, base_for(ctx, construction, explicit))
+            ctx.runs.append(run)
+        orphans = [w for w in scan.writes if w.construction is None]
+        if orphans and len(scan.constructions) != 1:
+            ctx.note(f"{len(orphans)} write(s) to a job's config could not be tied to one construction (lines "
+                     f"{', '.join(str(w.line) for w in orphans[:8])}); they are not checked")
+    if not ctx.runs:
+        base = file_base(ctx, explicit, "explicit", None, field="yaml") if explicit else defaults_base(ctx)
+        ctx.runs.append(replay(ctx, None, base))
+        if explicit is None:
+            ctx.note("nothing to compare: no construction and no yaml; AgentJet's defaults were checked")
+    findings = _run_rules(ctx)
+    for run in ctx.runs:
+        if run.construction is not None:
+            infos.append(construction_info(ctx, run))
+    skipped = [Skipped(rule=r, reason=why) for r, why in ctx.skipped]
+    return CheckConfigResult(
+        findings=findings,
+        summary=Summary(errors=sum(f.severity == "error" for f in findings),
+                        warnings=sum(f.severity == "warning" for f in findings),
+                        infos=sum(f.severity == "info" for f in findings), skipped=len(skipped)),
+        skipped=skipped,
+        effective=effective(ctx, ctx.runs[0]),
+        constructions=infos,
+        yaml_customised=sorted(ctx.runs[0].base.customised),
+        agentjet=AgentJetInfo(**aj.info()),
+        notes=list(ctx.notes),
+    )
+
+
+def _launch_dir(cwd: str | None) -> Path | None:
+    if cwd is None:
+        return None
+    path = resolve_path(cwd, field="cwd")
+    try:
+        if not path.exists():
+            raise ToolInputError(f"directory not found: {path}", field="cwd")
+        if not path.is_dir():
+            raise ToolInputError(f"not a directory: {path}", field="cwd")
+        if not os.access(path, os.X_OK):
+            raise ToolInputError(f"directory not accessible: {path}", field="cwd")
+    except OSError as exc:
+        raise ToolInputError(f"cannot use {path}: {exc.strerror or exc}", field="cwd") from None
+    return path
+
+
+def _run_rules(ctx: LintContext) -> list[Finding]:
+    claimed = claimed_causes()
+    findings: list[Finding] = []
+    seen: set[tuple[Any, ...]] = set()
+    for rule in sorted(RULES.values(), key=lambda r: r.order):
+        for run in ctx.runs:
+            for report in rule.check(ctx, run):
+                ident = (rule.id, report.key, report.message)
+                if ident in seen:
+                    continue
+                seen.add(ident)
+                findings.append(Finding(rule=rule.id, severity=rule.severity, key=report.key, message=report.message,
+                                        locations=report.locations, values=jsonable(report.values), fix=report.fix))
+            for skipped in run.cause_skips:
+                if skipped.code in rule.claims or (rule.id == REFUSAL_RULE and skipped.code not in claimed):
+                    ctx.skip(rule.id, skipped.reason)
+    findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], (f.locations[0].line or 0) if f.locations else 0,
+                                 f.rule, f.key or ""))
+    return findings

@@ -1,0 +1,46 @@
+"""Helpers shared by the check_config tests."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from skill_server.lint import CheckConfigInput, check_config
+
+CLIENTS = Path(__file__).parent / "fixtures" / "clients"
+#: A YAML-first base in the werewolves style: AgentJet's layers, and the swarm switches set in the base itself.
+SWARM_TAIL = ("  enable_swarm_mode: true\n  enable_interchange_server: true\n"
+              "defaults:\n  - verl_default\n  - ajet_default\n  - _self_\n")
+
+
+def lint(script: Path | str | None = None, **kw: Any):
+    return check_config(CheckConfigInput(script=str(script) if script else None, **kw))
+
+
+def rules(result) -> set[str]:
+    return {f.rule for f in result.findings}
+
+
+def only(result, rule: str):
+    found = [f for f in result.findings if f.rule == rule]
+    assert len(found) == 1, (rule, [f.message for f in found])
+    return found[0]
+
+
+def skipped(result) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for s in result.skipped:
+        out.setdefault(s.rule, []).append(s.reason)
+    return out
+
+
+def write(folder: Path, name: str, text: str, tail: str = "") -> Path:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text) + tail)
+    return path
+
+
+def where(finding) -> list[tuple[str | None, int | None]]:
+    return [(Path(loc.file).name if loc.file else None, loc.line) for loc in finding.locations]

@@ -1,0 +1,173 @@
+"""The rule registry: every rule's positive and negative case, its skip when an input is unknown, and the
+reference page generated from the registry."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from skill_server.lint import RULES
+from skill_server.lint.docs import BEGIN, END, REFERENCE, render_rules, with_rules
+from skill_server.lint.registry import claimed_causes
+from skill_server.tools import get_tool
+from tests.lint_helpers import SWARM_TAIL, lint, rules, skipped, write
+
+HEAD = "from ajet.copilot.job import AgentJetJob\n"
+BASE = 'import os\nBASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "base.yaml")\n'
+YAML_NUM_REPEAT_4 = "ajet:\n  rollout:\n    num_repeat: 4\n" + SWARM_TAIL  # 4 is also AgentJet's default
+LENGTHS = "max_prompt_length={}, max_response_length={}, max_model_len={}, max_response_length_in_one_turn={}"
+
+#: rule -> (positive, negative): each a dict of files; "client.py" is linted, else "base.yaml" alone.
+CASES: dict[str, tuple[dict[str, str], dict[str, str]]] = {
+    "split-configuration": (
+        {"base.yaml": YAML_NUM_REPEAT_4, "client.py": HEAD + BASE + "j = AgentJetJob(base_yaml_config=BASE, "
+                                                                     "max_env_worker=256)\n"},
+        {"base.yaml": YAML_NUM_REPEAT_4, "client.py": HEAD + BASE + "j = AgentJetJob(base_yaml_config=BASE, "
+                                                                     "experiment_name='x')\n"}),
+    "kwarg-overrides-yaml": (
+        {"base.yaml": YAML_NUM_REPEAT_4, "client.py": HEAD + BASE + "j = AgentJetJob(base_yaml_config=BASE, "
+                                                                     "num_repeat=8)\n"},
+        {"base.yaml": YAML_NUM_REPEAT_4, "client.py": HEAD + BASE + "j = AgentJetJob(base_yaml_config=BASE, "
+                                                                     "max_env_worker=64)\n"}),
+    "redundant-kwarg": (  # the YAML writes 4, which equals the default: still the user's own line
+        {"base.yaml": YAML_NUM_REPEAT_4, "client.py": HEAD + BASE + "j = AgentJetJob(base_yaml_config=BASE, "
+                                                                     "num_repeat=4)\n"},
+        {"client.py": HEAD + "j = AgentJetJob(num_repeat=4)\n"}),
+    "unsupported-kwarg": ({"client.py": HEAD + "j = AgentJetJob(num_repeats=4)\n"},
+                          {"client.py": HEAD + "j = AgentJetJob(num_repeat=4)\n"}),
+    "kwarg-group-incomplete": ({"client.py": HEAD + "j = AgentJetJob(max_prompt_length=1000)\n"},
+                               {"client.py": HEAD + f"j = AgentJetJob({LENGTHS.format(1000, 4000, 5000, 1000)})\n"}),
+    "escape-hatch-has-kwarg": ({"client.py": HEAD + "j = AgentJetJob()\nj.config.ajet.rollout.num_repeat = 8\n"},
+                               {"client.py": HEAD + "j = AgentJetJob()\nj.config.ajet.rollout.temperature = 0.5\n"}),
+    "unknown-key": ({"client.py": HEAD + "j = AgentJetJob()\nj.config.ajet.rollout.temprature = 0.5\n"},
+                    {"client.py": HEAD + "j = AgentJetJob()\nj.config.ajet.rollout.temperature = 0.5\n"}),
+    "write-after-dump": (
+        {"client.py": HEAD + "j = AgentJetJob()\nj.dump_job_as_yaml('a.yaml')\nj.config.ajet.rollout.top_p = 0.9\n"},
+        {"client.py": HEAD + "j = AgentJetJob()\nj.config.ajet.rollout.top_p = 0.9\nj.dump_job_as_yaml('a.yaml')\n"}),
+    "length-budget": ({"client.py": HEAD + f"j = AgentJetJob({LENGTHS.format(10000, 10000, 18000, 4000)})\n"},
+                      {"client.py": HEAD + f"j = AgentJetJob({LENGTHS.format(10000, 10000, 20000, 4000)})\n"}),
+    "lora-rules": ({"client.py": HEAD + "j = AgentJetJob(lora_rank=8)\n"},
+                   {"client.py": HEAD + "j = AgentJetJob(lora_rank=8, lora_load_format='safetensors', "
+                                        "layered_summon=True, lr=1e-4)\n"}),
+    "batch-not-divisible-by-gpus": ({"client.py": HEAD + "j = AgentJetJob(batch_size=9, num_repeat=4, n_gpu=8)\n"},
+                                    {"client.py": HEAD + "j = AgentJetJob(batch_size=10, num_repeat=4, n_gpu=8)\n"}),
+    "samples-below-world-size": ({"client.py": HEAD + "j = AgentJetJob(batch_size=1, num_repeat=4, n_gpu=8)\n"},
+                                 {"client.py": HEAD + "j = AgentJetJob(batch_size=2, num_repeat=4, n_gpu=8)\n"}),
+    "base-yaml-missing": ({"client.py": HEAD + BASE + "j = AgentJetJob(base_yaml_config=BASE)\n"},
+                          {"base.yaml": YAML_NUM_REPEAT_4, "client.py": HEAD + BASE
+                           + "j = AgentJetJob(base_yaml_config=BASE)\n"}),
+    "base-not-swarm": (
+        {"base.yaml": "ajet:\n  rollout:\n    num_repeat: 4\ndefaults:\n  - verl_default\n  - ajet_default\n"
+                      "  - _self_\n"},
+        {"base.yaml": YAML_NUM_REPEAT_4}),
+    "interchange-not-tcp": (
+        {"client.py": HEAD + "j = AgentJetJob(nnodes=2)\n"
+                             "j.config.ajet.interchange_server.interchange_method = 'ipc'\n"},
+        {"client.py": HEAD + "j = AgentJetJob(nnodes=2)\n"}),
+    "cap-not-divisible": ({"client.py": HEAD + "j = AgentJetJob(max_env_worker=10, num_repeat=4)\n"},
+                          {"client.py": HEAD + "j = AgentJetJob(max_env_worker=12, num_repeat=4)\n"}),
+    "cap-limited-by-batch": ({"client.py": HEAD + "j = AgentJetJob(batch_size=8, num_repeat=4, max_env_worker=64)\n"},
+                             {"client.py": HEAD + "j = AgentJetJob(batch_size=16, num_repeat=4, max_env_worker=64)\n"}),
+    "tracker-threads-below-cap": (
+        {"client.py": HEAD + "j = AgentJetJob(max_env_worker=64)\n"
+                             "j.config.ajet.interchange_server.max_inference_tracker_threads = 16\n"},
+        {"client.py": HEAD + "j = AgentJetJob(max_env_worker=64)\n"
+                             "j.config.ajet.interchange_server.max_inference_tracker_threads = 64\n"}),
+    "agentjet-refusal": ({"client.py": HEAD + "j = AgentJetJob(nnodes='2')\n"},
+                         {"client.py": HEAD + "j = AgentJetJob(nnodes=2)\n"}),
+}
+
+ENV = "import os\n"
+#: rule -> a client where an input of the rule is known only at run time: the rule is listed in skipped.
+SKIPS: dict[str, str] = {
+    "kwarg-group-incomplete": ENV + HEAD + "j = AgentJetJob(max_prompt_length=int(os.environ['P']))\n",
+    "length-budget": ENV + HEAD + "j = AgentJetJob(" + LENGTHS.format("int(os.environ['P'])", 1, 2, 1) + ")\n",
+    "lora-rules": ENV + HEAD + "j = AgentJetJob(lora_rank=int(os.environ['R']))\n",
+    "batch-not-divisible-by-gpus": ENV + HEAD + "j = AgentJetJob(nnodes=int(os.environ['N']))\n",
+    "samples-below-world-size": ENV + HEAD + "j = AgentJetJob(batch_size=int(os.environ['B']))\n",
+    "interchange-not-tcp": ENV + HEAD + "j = AgentJetJob(nnodes=int(os.environ['N']))\n",
+    "cap-not-divisible": ENV + HEAD + "j = AgentJetJob(max_env_worker=int(os.environ['W']))\n",
+    "cap-limited-by-batch": ENV + HEAD + "j = AgentJetJob(batch_size=int(os.environ['B']))\n",
+    "tracker-threads-below-cap": ENV + HEAD + "j = AgentJetJob()\n"
+                                              "j.config.ajet.interchange_server.max_inference_tracker_threads = "
+                                              "int(os.environ['T'])\n",
+    "base-not-swarm": HEAD + "j = AgentJetJob(base_yaml_config=os.environ['BASE'])\n",
+    "split-configuration": HEAD + "j = AgentJetJob(base_yaml_config='missing.yaml', num_repeat=4)\n",
+    "agentjet-refusal": ENV + HEAD + "j = AgentJetJob(nnodes=int(os.environ['N']))\n",
+}
+
+
+def _lint_files(folder: Path, files: dict[str, str]):
+    for name, text in files.items():
+        write(folder, name, text)
+    if "client.py" in files:
+        return lint(folder / "client.py", cwd=str(folder))
+    return lint(yaml=str(folder / "base.yaml"))
+
+
+def test_every_rule_has_cases():
+    assert set(CASES) == set(RULES)
+    assert set(SKIPS) <= set(RULES)
+
+
+@pytest.mark.parametrize("rule_id", sorted(CASES))
+def test_rule_positive_and_negative(tmp_path, rule_id):
+    positive, negative = CASES[rule_id]
+    found = _lint_files(tmp_path / "positive", positive)
+    hits = [f for f in found.findings if f.rule == rule_id]
+    assert hits, (rule_id, [(f.rule, f.message) for f in found.findings])
+    spec = RULES[rule_id]
+    for f in hits:
+        assert f.severity == spec.severity and f.message and f.fix and f.locations
+    clean = _lint_files(tmp_path / "negative", negative)
+    assert rule_id not in rules(clean), [f.message for f in clean.findings if f.rule == rule_id]
+
+
+@pytest.mark.parametrize("rule_id", sorted(SKIPS))
+def test_rule_is_skipped_with_the_reason_when_an_input_is_unknown(tmp_path, rule_id):
+    write(tmp_path, "client.py", SKIPS[rule_id])
+    r = lint(tmp_path / "client.py", cwd=str(tmp_path))
+    assert rule_id not in rules(r)
+    reasons = skipped(r).get(rule_id)
+    assert reasons, (rule_id, skipped(r))
+    assert all(reason for reason in reasons)
+    assert r.summary.skipped == len(r.skipped)
+
+
+def test_registry_entries_are_complete():
+    functions = [spec.check for spec in RULES.values()]
+    assert len(set(functions)) == len(functions)  # one function per rule
+    for rule_id, spec in RULES.items():
+        assert re.fullmatch(r"[a-z]+(-[a-z]+)*", rule_id) and spec.id == rule_id
+        assert spec.severity in ("error", "warning", "info")
+        assert spec.summary.endswith(".") and "\n" not in spec.summary and len(spec.summary) <= 100
+        assert len(spec.explanation) > 40 and spec.example.split("\n", 1)[0] in ("python", "yaml")
+    assert claimed_causes() >= {"unknown-kwarg", "length-group", "token-budget", "one-turn-budget", "lora-lr"}
+
+
+def test_reference_page_rules_are_generated_from_the_registry():
+    page = REFERENCE.read_text(encoding="utf-8")
+    assert with_rules(page) == page, "run `python -m skill_server.lint.docs --write`"
+    block = page[page.index(BEGIN):page.index(END)]
+    for rule_id, spec in RULES.items():
+        assert f"### `{rule_id}`" in block and f"| [`{rule_id}`](#{rule_id}) | {spec.severity} |" in block
+    assert render_rules().count("### `") == len(RULES)
+
+
+def test_docs_command_regenerates_a_stale_block(capsys):
+    from skill_server.lint import docs
+
+    page = REFERENCE.read_text(encoding="utf-8")
+    stale = page[:page.index(BEGIN) + len(BEGIN)] + "\n| `old-rule` | error | gone |\n" + page[page.index(END):]
+    assert with_rules(stale) == page
+    with pytest.raises(ValueError, match="markers"):
+        with_rules("no markers here")
+    assert docs.main([]) == 0 and capsys.readouterr().out == render_rules()
+    assert docs.main(["--bogus"]) == 2
+
+
+def test_tool_description_names_every_rule():
+    description = get_tool("check_config").description
+    assert all(rule_id in description for rule_id in RULES)
