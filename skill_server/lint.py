@@ -19,10 +19,11 @@ from typing import Any, Literal
 import yaml
 from pydantic import Field, model_validator
 
-from skill_server.agentjet.compose import Layer, compose, flatten, get_path, merge_layers, resolve_base, set_path
-from skill_server.agentjet.knowledge import LENGTH_KWARGS, OverridesTable, Schema, bundled_overrides, overrides_for, \
-    schema_for
-from skill_server.agentjet.locate import AgentJetInstall, locate_agentjet
+from skill_server.agentjet.compose import Layer, compose, default_base, flatten, get_path, load_base, merge_layers, \
+    set_path
+from skill_server.agentjet.locate import AgentJetInstall
+from skill_server.agentjet.release import LENGTH_KWARGS, InstallRelease, OverridesTable, Release, Schema, \
+    newest_bundled, select_agentjet
 from skill_server.cap import EpisodeCapInput, compute_episode_cap
 from skill_server.errors import ToolInputError
 from skill_server.models import ToolInput, ToolOutput
@@ -227,6 +228,7 @@ class _Unknown:
 
 @dataclass
 class _Knowledge:
+    release: Release
     install: AgentJetInstall | None
     table: OverridesTable
     schema: Schema
@@ -259,11 +261,10 @@ class _Knowledge:
 
 
 def _load_knowledge(agentjet_root: str | None) -> _Knowledge:
-    install = locate_agentjet(agentjet_root)
-    table, warnings = overrides_for(install)
-    schema = schema_for(install)
-    warnings = [*warnings, *schema.warnings]
-    composition = compose(resolve_base(None, install), field="agentjet_root")
+    release = select_agentjet(None, agentjet_root)
+    install = release.install if isinstance(release, InstallRelease) else None
+    table, schema, warnings = release.overrides, release.schema, []
+    composition = compose(release, default_base(release), field="agentjet_root")
     warnings.extend(composition.warnings)
     defaults, _ = merge_layers(composition.layers, start=schema.defaults())
     flat = flatten(defaults)
@@ -277,7 +278,7 @@ def _load_knowledge(agentjet_root: str | None) -> _Knowledge:
 
     walk(defaults, "")
     free_form = {k for k, v in flat.items() if v == {}}
-    return _Knowledge(install, table, schema, defaults, flat, sections, free_form, schema.dataclass_paths(),
+    return _Knowledge(release, install, table, schema, defaults, flat, sections, free_form, schema.dataclass_paths(),
                       schema.field_paths(), {layer.name for layer in composition.layers} | {"schema"}, warnings)
 
 
@@ -380,7 +381,7 @@ class _Linter:
             constructions=infos,
             yaml_customised=sorted(runs[0].base.customised),
             agentjet=AgentJetInfo(root=str(install.root) if install else None,
-                                  version_hint=install.version_hint if install else None,
+                                  version_hint=self.know.release.ref.version,
                                   overrides_table=self.know.table.source, schema_source=self.know.schema.source),
             notes=list(dict.fromkeys(self.notes)),
         )
@@ -439,8 +440,9 @@ class _Linter:
         cached = self._base_cache.get(cache_key)
         if cached is None:
             field_name = "yaml" if anchor == "explicit" else "script"
-            spec = resolve_base(str(path) if path else None, self.know.install, field=field_name)
-            composition = compose(spec, field=field_name)
+            release = self.know.release
+            spec = load_base(path, field=field_name, release=release) if path else default_base(release)
+            composition = compose(release, spec, field=field_name)
             self.notes.extend(composition.warnings)
             tree, origin = merge_layers(composition.layers, start=self.know.schema.defaults())
             user = self._user_layers(composition.layers) if path else {}
@@ -565,7 +567,7 @@ class _Linter:
     def _lint_construction(self, run: _Run) -> None:
         c = run.construction
         assert c is not None
-        table, bundled = self.know.table, bundled_overrides()
+        table, bundled = self.know.table, newest_bundled().overrides
         for name, kw in c.kwargs.items():
             if name in CONTROL_KWARGS and (table.accepts(name) or name in table.control_kwargs):
                 continue
@@ -573,9 +575,7 @@ class _Linter:
                 continue
             loc = [Location(file=self.script_file, line=kw.line)]
             if bundled.key_for(name):
-                install = self.know.install
-                where = f"the AgentJet at {install.root} (version {install.version_hint or 'unknown'})" if install \
-                    else "this AgentJet"
+                where = self.know.release.label
                 self._add("unsupported-kwarg", bundled.key_for(name),
                           f"{where} has no AgentJetJob kwarg {name!r} (newer versions do): the constructor raises "
                           "TypeError", loc, {"kwarg": name, "value": kw.value.value if kw.value.resolved else None},
@@ -727,7 +727,7 @@ class _Linter:
                 if close:
                     message += f"; closest known key: {close}"
                 if know.install is None:
-                    message += " (checked against the bundled AgentJet snapshot; pass agentjet_root for your version)"
+                    message += f" (checked against {know.release.label}, bundled; pass agentjet_root for your version)"
                 self._add("unknown-key", path if not last else write.key, message, loc, {"closest": close},
                           f"use {close}" if close else "remove the write, or check the key against your AgentJet")
                 return

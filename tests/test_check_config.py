@@ -36,7 +36,11 @@ def write(tmp_path: Path, name: str, text: str, tail: str = "") -> Path:
     return path
 
 
-SWARM_TAIL = "defaults:\n  - verl_default\n  - ajet_default\n  - ajet_swarm_default\n  - _self_\n"
+# AgentJet refuses ajet_swarm_default inside a defaults list (it sets hydra.searchpath); a custom base composes
+# verl_default and ajet_default and turns swarm mode on itself (SWARM_ON, under ajet:).
+SWARM_TAIL = ("hydra:\n  searchpath:\n    - file://ajet/default_config\n    - file://ajet/default_config/verl\n"
+              "defaults:\n  - verl_default\n  - ajet_default\n  - _self_\n")
+SWARM_ON = "  enable_swarm_mode: true\n  enable_interchange_server: true\n"
 
 
 # --- the fixture clients, one style each ----------------------------------------------------------
@@ -93,7 +97,8 @@ def test_all_kwargs_multi_node_is_clean_and_switches_to_tcp():
 
 def test_writes_after_a_dump():
     r = lint(CLIENTS / "e2b_dump_then_write.py")
-    assert rules(r) == {"unknown-key", "write-after-dump"}
+    # AgentJet c68c154f (the bundled release) has no ulysses_sequence_parallel_size / ppo_max_token_len_per_gpu
+    assert rules(r) == {"unknown-key", "write-after-dump", "unsupported-kwarg"}
     late = only(r, "write-after-dump")
     assert late.key == "ajet.rollout.temperature" and [l.line for l in late.locations] == [28, 27]
     assert only(r, "unknown-key").key == "ajet.rollout.vllm_tool_parser"
@@ -160,7 +165,7 @@ def test_redundant_kwarg_is_info_and_split_still_warns(tmp_path):
           rollout:
             num_repeat: 8
             max_env_worker: 256
-        """, SWARM_TAIL)
+        """, SWARM_ON + SWARM_TAIL)
     script = write(tmp_path, "client.py", """\
         from pathlib import Path
         from ajet.copilot.job import AgentJetJob
@@ -178,7 +183,7 @@ def test_interchange_ipc_in_yaml_or_write_with_two_nodes(tmp_path):
             nnodes: 2
           interchange_server:
             interchange_method: ipc
-        """, SWARM_TAIL)
+        """, SWARM_ON + SWARM_TAIL)
     r = lint(yaml=str(tmp_path / "base.yaml"))
     assert rules(r) == {"interchange-not-tcp"} and only(r, "interchange-not-tcp").locations[0].line == 5
     script = write(tmp_path, "client.py", """\
@@ -193,7 +198,7 @@ def test_interchange_ipc_in_yaml_or_write_with_two_nodes(tmp_path):
 
 def test_relative_base_resolved_against_cwd(tmp_path):
     (tmp_path / "configs").mkdir()
-    write(tmp_path / "configs", "run.yaml", "ajet:\n  rollout:\n    num_repeat: 8\n", SWARM_TAIL)
+    write(tmp_path / "configs", "run.yaml", "ajet:\n  rollout:\n    num_repeat: 8\n", SWARM_ON + SWARM_TAIL)
     (tmp_path / "tutorial").mkdir()
     script = write(tmp_path / "tutorial", "client.py", """\
         from ajet.copilot.job import AgentJetJob
@@ -363,6 +368,7 @@ async def test_mcp_in_process():
     async with Client(build_server()) as client:
         r = await client.call_tool("check_config", {"script": str(CLIENTS / "e2b_dump_then_write.py")})
         assert not r.is_error
-        assert {f["rule"] for f in r.structured_content["findings"]} == {"unknown-key", "write-after-dump"}
+        assert {f["rule"] for f in r.structured_content["findings"]} == {"unknown-key", "write-after-dump",
+                                                                     "unsupported-kwarg"}
         r = await client.call_tool("check_config", {})
         assert r.is_error and "give script" in r.content[0].text
