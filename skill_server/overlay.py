@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field, StrictStr
 
+from skill_server.agentjet import yamltypes
 from skill_server.agentjet.compose import default_base, flatten, load_base
 from skill_server.agentjet.identity import AgentJetRef, AgentJetRootArg, AgentJetVersionArg
 from skill_server.agentjet.job import Construction, construct, dump, to_plain
@@ -131,6 +132,7 @@ def _output_path(inp: BuildConfigInput, cwd: Path | None) -> Path | None:
 def build_config(inp: BuildConfigInput) -> BuildConfigResult:
     """Reproduce ``AgentJetJob(**kwargs)`` + writes + ``dump_job_as_yaml()``; optionally create a file with it."""
     cwd = _cwd(inp.cwd)
+    _check_values(inp)
     release = select_agentjet(inp.agentjet_version, inp.agentjet_root, cwd=cwd)
     output = _output_path(inp, cwd)
     table = release.overrides
@@ -160,6 +162,16 @@ def build_config(inp: BuildConfigInput) -> BuildConfigResult:
         warnings=warnings,
         written=written,
     )
+
+
+def _check_values(inp: BuildConfigInput) -> None:
+    """JSON values of any depth can arrive over MCP; refuse absurd nesting before anything recurses."""
+    for group, values in (("kwargs", inp.kwargs), ("set", inp.set or {})):
+        for name, value in values.items():
+            try:
+                yamltypes.check_plain(value)
+            except ValueError as exc:
+                raise ToolInputError(str(exc), field=f"{group}.{name}") from None
 
 
 def _provenance(built: Construction, mode: str) -> list[ProvenanceEntry]:

@@ -213,6 +213,28 @@ def test_no_overwrite_argument_and_strict_types():
     assert info.value.field == "kwargs.base_yaml_config"
 
 
+def test_deep_json_values_are_refused_cleanly():
+    deep: object = 1
+    for _ in range(500):
+        deep = [deep]
+    for args, field in (({"kwargs": {"model": deep}}, "kwargs.model"), ({"set": {"ajet.x": deep}}, "set.ajet.x")):
+        with pytest.raises(ToolInputError) as info:
+            build(**args)
+        assert info.value.field == field and "nested deeper than" in str(info.value)
+
+
+def test_refusal_for_returns_the_cause_for_linters():
+    from skill_server.agentjet.compose import default_base
+    from skill_server.agentjet.job import refusal_for
+    from skill_server.agentjet.release import newest_bundled
+
+    release = newest_bundled()
+    cause = refusal_for(release, default_base(release), {"nnodes": "2"})
+    assert cause is not None and (cause.id, cause.exception, cause.field) == ("nnodes-not-a-number", "TypeError",
+                                                                             "kwargs.nnodes")
+    assert refusal_for(release, default_base(release), {"nnodes": 2}) is None
+
+
 def test_annotations_are_honest():
     spec = get_tool("build_config")
     assert (spec.read_only, spec.destructive, spec.idempotent) == (False, False, True)

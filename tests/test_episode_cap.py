@@ -173,3 +173,21 @@ def test_cli_golden_cases_and_pairs():
     from tests.conftest import run_cli
     proc = run_cli("call", "episode_cap", "max_env_worker=128", "num_repeat=6", "train_batch_size=32", "thread_rule=floor")
     assert proc.returncode == 0 and '"episode_cap":126' in proc.stdout
+
+
+def test_the_cli_path_stays_light():
+    """episode_cap reads only the release's small release.json: no YAML layers, not even the yaml module."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, cli_env
+
+    code = ("import sys, io, contextlib, json; from skill_server import cli\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    cli.main(['call', 'episode_cap', 'max_env_worker=128', 'num_repeat=6'])\n"
+            "from skill_server.agentjet.release import newest_bundled\n"
+            "sys.stdout.write(json.dumps(['yaml' in sys.modules, newest_bundled()._files is None]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env(),
+                          timeout=60)
+    assert json.loads(proc.stdout) == [False, True], proc.stderr

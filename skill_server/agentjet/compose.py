@@ -359,9 +359,10 @@ _CACHE_LOCK = threading.Lock()
 def compose(release: Release, base: Base, *, field: str) -> Composition:
     """Compose ``base`` against ``release`` exactly as AgentJetJob has Hydra do it.
 
-    The composition of a base that comes from the release itself (its swarm default) is cached and
-    shared: callers must :func:`clone` ``composed`` before changing it."""
-    cache_key = (id(release), id(base.raw)) if base.kind == "default" else None
+    The composition of a bundled release's own default base never changes, so it is computed once and
+    shared: callers must :func:`clone` ``composed`` before changing it. (An install's layers are cached per
+    file instead, and composed on every call: any of them may change.)"""
+    cache_key = (id(release), id(base.raw)) if base.kind == "default" and release.kind == "bundled" else None
     if cache_key is not None:
         with _CACHE_LOCK:
             hit = _CACHE.get(cache_key)

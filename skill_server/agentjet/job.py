@@ -400,3 +400,13 @@ def _closest_hint(key: str, tree: Any) -> str:
     if close:
         return f" (closest known key: {parent + '.' if parent else ''}{close[0]})"
     return " (closest known key: none)"
+
+
+def refusal_for(release: Release, base: Base, kwargs: dict[str, Any], writes: dict[str, Any] | None = None, *,
+                base_field: str = "base_yaml") -> Cause | None:
+    """The first cause AgentJet would stop on for these inputs, or None (for linters: findings, not errors)."""
+    try:
+        construct(release, base, kwargs, writes or {}, base_field=base_field)
+    except AgentJetRefusal as refusal:
+        return refusal.cause
+    return None
