@@ -61,7 +61,7 @@ class BuildConfigInput(ToolInput):
 
 class BaseInfo(ToolOutput):
     kind: Literal["file", "default"] = Field(description="file: base_yaml; default: the AgentJet's swarm default.")
-    path: str = Field(description="The base composed (absolute), or the release's file for a bundled default.")
+    path: str = Field(description="The base composed: an absolute path, or bundled:<file> for a bundled default.")
 
 
 class ProvenanceEntry(ToolOutput):
@@ -156,7 +156,7 @@ def build_config(inp: BuildConfigInput) -> BuildConfigResult:
     return BuildConfigResult(
         yaml=text,
         agentjet=release.ref,
-        base=BaseInfo(kind="file" if base.kind == "file" else "default", path=str(base.path or base.display)),
+        base=BaseInfo(kind="file" if base.kind == "file" else "default", path=base.origin),
         layers=[layer.origin for layer in built.composition.layers],
         provenance=_provenance(built, inp.provenance),
         warnings=warnings,

@@ -40,8 +40,8 @@ def test_one_consistent_bundled_release():
     (only,) = bundled_releases()
     assert newest_bundled() is only and only.folder == RELEASES_DIR / "c68c154f"
     meta = only.document["agentjet"]
-    assert meta == {"repo": "modelscope/AgentJet", "version": "0.1.0", "commit": REFERENCE_COMMIT,
-                    "date": REFERENCE_DATE}
+    assert meta == {"repo": "modelscope/AgentJet", "version": "0.1.0", "pyproject_version": "0.0.4",
+                    "commit": REFERENCE_COMMIT, "date": REFERENCE_DATE}
     table = only.overrides
     assert table.rows == tuple(TABLE_ROWS) and len(table.rows) == 37
     assert table.constructor_kwargs[:3] == ("ensure_new_experiment", "base_yaml_config", "experiment_dir")

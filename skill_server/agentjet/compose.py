@@ -55,6 +55,7 @@ class Base:
 
     kind: str  # "file" | "default"
     path: Path | None  # the file on disk (None for a bundled default)
+    origin: str  # where it was read: a path, or "bundled:<rel>"
     display: str  # how messages name it
     name: str  # its layer name in provenance
     raw: dict[str, Any]  # as yaml.safe_load read it
@@ -80,7 +81,8 @@ def default_base(release: Release) -> Base:
     if found is None:
         raise ToolInputError(f"{release.label} has no {rel}", field="agentjet_root")
     path = (release.root / rel) if release.root is not None else None
-    return Base("default", path, found.origin, Path(rel).stem, found.raw)
+    display = str(path) if path is not None else f"{release.label}'s {rel}"
+    return Base("default", path, found.origin, display, Path(rel).stem, found.raw)
 
 
 def load_base(path: Path, *, field: str, release: Release) -> Base:
@@ -125,7 +127,7 @@ def load_base(path: Path, *, field: str, release: Release) -> Base:
         raise ToolInputError(f"{path}: {exc.where or 'top level'} holds {exc.what}", field=field) from None
     except (yamltypes.TooDeep, yamltypes.TooLarge) as exc:
         raise ToolInputError(f"{path}: {exc}", field=field) from None
-    return Base("file", path, str(path), path.stem, data)
+    return Base("file", path, str(path), str(path), path.stem, data)
 
 
 def _file_kind(mode: int) -> str:
@@ -284,9 +286,7 @@ def _expand(config_name: str, layer_name: str, origin: str, data: dict[str, Any]
         if not isinstance(found.data, dict):
             raise ToolInputError(f"{found.origin} must hold a mapping, not a {type(found.data).__name__}", field=field)
         child_package = ".".join(p for p in (package, entry.package) if p)
-        child_origin = f"bundled:{found.rel}" if release.kind == "bundled" and not Path(found.origin).is_absolute() \
-            else found.origin
-        _expand(entry.name, entry.name.rsplit("/", 1)[-1], child_origin, found.data, child_package, dirs, release,
+        _expand(entry.name, entry.name.rsplit("/", 1)[-1], found.origin, found.data, child_package, dirs, release,
                 field, order, depth + 1, (*trail, config_name))
 
 
@@ -376,8 +376,7 @@ def compose(release: Release, base: Base, *, field: str) -> Composition:
         raise ToolInputError(f"{base.display}: {exc}", field=field) from None
     dirs = _search_dirs(primary, release, field)
     order: list[Layer] = []
-    _expand(PRIMARY, base.name, str(base.path) if base.path else base.display, primary, "", dirs, release, field,
-            order, 0, ())
+    _expand(PRIMARY, base.name, base.origin, primary, "", dirs, release, field, order, 0, ())
     composed: dict[str, Any] = {}
     origin: dict[str, str] = {}
     for layer in order:

@@ -235,8 +235,7 @@ class BundledRelease(Release):
                     with (self.folder / LAYERS_FILE).open(encoding="utf-8") as handle:
                         files = json.load(handle)["files"]
                     self._files = {
-                        name: ConfigFile(name, entry["data"], entry.get("raw", entry["data"]),
-                                         f"{self.label}, bundled {name}")
+                        name: ConfigFile(name, entry["data"], entry.get("raw", entry["data"]), f"bundled:{name}")
                         for name, entry in files.items()
                     }
         return self._files.get(_normal_rel(rel))
@@ -397,6 +396,11 @@ class InstallRelease(Release):
     @property
     def root(self) -> Path:  # type: ignore[override]
         return self.install.root
+
+    @property
+    def pyproject_version(self) -> str | None:
+        """The checkout's ``pyproject.toml`` version, which may differ from ``ajet.__version__``."""
+        return self._optional("pyproject.toml", "pyproject", pysource.read_pyproject_version)
 
     def _optional(self, rel: str, kind: str, parse: Callable[[str], Any]) -> Any:
         try:

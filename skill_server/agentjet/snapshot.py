@@ -100,7 +100,7 @@ def take_snapshot(checkout: str, *, commit: str | None = None, date: str | None 
         _check_json(found.data, rel)
         files[rel] = entry
     meta = {"repo": repo or gitmeta.origin_repo(install.root), "version": release.ref.version,
-            "commit": commit.lower(), "date": date}
+            "pyproject_version": release.pyproject_version, "commit": commit.lower(), "date": date}
     document = {
         "format": RELEASE_FORMAT,
         "about": ABOUT,
