@@ -141,7 +141,7 @@ def build_config(inp: BuildConfigInput) -> BuildConfigResult:
         raise AgentJetRefusal(cause)  # Python refuses the call before AgentJetJob runs
     path, base_field = _base_path(inp, cwd)
     base = load_base(path, field=base_field, release=release) if path is not None else default_base(release)
-    built = construct(release, base, dict(inp.kwargs), dict(inp.set or {}), base_field=base_field)
+    built = construct(release, base, dict(inp.kwargs), dict(inp.set or {}), base_field=base_field, cwd=cwd)
     text = dump(built.config)
     written = None
     if output is not None:

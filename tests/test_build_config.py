@@ -171,6 +171,23 @@ def test_relative_paths_resolve_against_cwd(tmp_path, checkout):
     assert info.value.field == "cwd" and str(tmp_path / "no-such-dir") in str(info.value)
 
 
+def test_own_layers_through_a_relative_search_path_and_cwd(tmp_path):
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "team.yaml").write_text("ajet:\n  rollout:\n    num_repeat: 6\n  project_name: team\n")
+    (tmp_path / "base.yaml").write_text(
+        "ajet:\n  experiment_name: mine\nhydra:\n  searchpath:\n  - file://ajet/default_config\n"
+        "  - file://ajet/default_config/verl\n  - file://configs\ndefaults:\n- verl_default\n- ajet_default\n"
+        "- team\n- _self_\n")
+    r = build(cwd=str(tmp_path), base_yaml="base.yaml", provenance="changed")
+    d = doc(r)
+    assert (d["ajet"]["rollout"]["num_repeat"], d["ajet"]["project_name"], d["ajet"]["experiment_name"]) == (
+        6, "team", "mine")
+    assert r.layers[2] == str(tmp_path / "configs" / "team.yaml")
+    with pytest.raises(AgentJetRefusal) as info:
+        build(cwd=str(tmp_path / "configs"), base_yaml="../base.yaml")
+    assert "Could not load 'team'" in str(info.value)
+
+
 def test_output_path_only_creates(tmp_path):
     out = tmp_path / "nested" / "resolved.yaml"
     r = build(kwargs={"num_repeat": 8}, output_path=str(out))

@@ -154,7 +154,10 @@ class _SearchDir:
     disk: Path | None  # or an absolute folder on disk
 
 
-def _search_dirs(primary: dict[str, Any], release: Release, field: str) -> list[_SearchDir]:
+def _search_dirs(primary: dict[str, Any], release: Release, field: str, cwd: Path | None) -> list[_SearchDir]:
+    """The base's ``hydra.searchpath``. A relative ``file://`` folder is AgentJet's own when the release has
+    it (AgentJet runs from its root: ``file://ajet/default_config``); any other relative folder is looked
+    up relative to ``cwd`` (the launch directory)."""
     hydra = primary.get("hydra")
     entries = hydra.get("searchpath") if isinstance(hydra, dict) else None
     if entries is None:
@@ -170,10 +173,11 @@ def _search_dirs(primary: dict[str, Any], release: Release, field: str) -> list[
             target = Path(rest).expanduser()
             if target.is_absolute():
                 dirs.append(_SearchDir(entry, None, target))
-            elif release.root is not None:
-                dirs.append(_SearchDir(entry, None, release.root / rest))
+            elif release.has_folder(rest):
+                dirs.append(_SearchDir(entry, None, release.root / rest) if release.root is not None
+                            else _SearchDir(entry, rest, None))
             else:
-                dirs.append(_SearchDir(entry, rest, None))
+                dirs.append(_SearchDir(entry, None, (cwd or Path(os.getcwd())) / rest))
         elif scheme == "pkg" and rest.replace("/", ".").split(".")[0] == "ajet":
             rel = rest.replace(".", "/")
             dirs.append(_SearchDir(entry, None, release.root / rel) if release.root is not None
@@ -356,7 +360,7 @@ _CACHE: dict[tuple[Any, ...], tuple[list[Any], Composition]] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def compose(release: Release, base: Base, *, field: str) -> Composition:
+def compose(release: Release, base: Base, *, field: str, cwd: Path | None = None) -> Composition:
     """Compose ``base`` against ``release`` exactly as AgentJetJob has Hydra do it.
 
     The composition of a bundled release's own default base never changes, so it is computed once and
@@ -374,7 +378,7 @@ def compose(release: Release, base: Base, *, field: str) -> Composition:
         raise ToolInputError(f"{base.display}: {exc.where or 'top level'} holds {exc.what}", field=field) from None
     except yamltypes.TooDeep as exc:
         raise ToolInputError(f"{base.display}: {exc}", field=field) from None
-    dirs = _search_dirs(primary, release, field)
+    dirs = _search_dirs(primary, release, field, cwd)
     order: list[Layer] = []
     _expand(PRIMARY, base.name, base.origin, primary, "", dirs, release, field, order, 0, ())
     composed: dict[str, Any] = {}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -169,7 +170,7 @@ class Construction:
 
 
 def construct(release: Release, base: Base, kwargs: dict[str, Any], writes: dict[str, Any], *, base_field: str,
-              now: datetime.datetime | None = None) -> Construction:
+              cwd: Path | None = None, now: datetime.datetime | None = None) -> Construction:
     """Run AgentJetJob on plain data; the first thing AgentJet would refuse raises :class:`AgentJetRefusal`."""
     label = release.label
     table = release.overrides
@@ -179,7 +180,7 @@ def construct(release: Release, base: Base, kwargs: dict[str, Any], writes: dict
     for cause in length_group_causes(kwargs, agentjet=label):
         raise AgentJetRefusal(cause)
 
-    composition = compose(release, base, field=base_field)
+    composition = compose(release, base, field=base_field, cwd=cwd)
     for block in ("defaults", "hydra"):
         if block not in base.raw:
             raise AgentJetRefusal(Cause(

@@ -192,6 +192,10 @@ class Release:
         ``raw=True`` also reads it as a base (``yaml.safe_load`` typing)."""
         raise NotImplementedError
 
+    def has_folder(self, rel: str) -> bool:
+        """Whether this AgentJet has the folder ``rel`` (relative to its root)."""
+        raise NotImplementedError
+
 
 # --- bundled releases ----------------------------------------------------------------------------------
 
@@ -239,6 +243,12 @@ class BundledRelease(Release):
                         for name, entry in files.items()
                     }
         return self._files.get(_normal_rel(rel))
+
+    def has_folder(self, rel: str) -> bool:  # type: ignore[override]
+        prefix = _normal_rel(rel).rstrip("/") + "/"
+        self.config_file("")  # loads the file list
+        assert self._files is not None
+        return any(name.startswith(prefix) for name in self._files)
 
 
 def _normal_rel(rel: str) -> str:
@@ -466,6 +476,9 @@ class InstallRelease(Release):
         except (pysource.SourceUnreadable, OSError, ValueError) as exc:
             return ThreadRule(None, f"cannot read {ROLLOUT_MODULE}: {exc}", self.label)
         return ThreadRule(rule, f"{evidence} of {ROLLOUT_MODULE}", self.label)
+
+    def has_folder(self, rel: str) -> bool:  # type: ignore[override]
+        return (self.install.root / rel).is_dir()
 
     def config_file(self, rel: str, *, raw: bool = False) -> ConfigFile | None:  # type: ignore[override]
         rel = _normal_rel(rel)
