@@ -109,14 +109,19 @@ if __name__ == "__main__":
 '''
 
 BASE = """ajet:
+  enable_swarm_mode: true
+  enable_interchange_server: true
   rollout:
     max_inference_tracker_threads_note: 1
   trainer_common:
     save_freq: 20
+hydra:
+  searchpath:
+    - file://ajet/default_config
+    - file://ajet/default_config/verl
 defaults:
   - verl_default
   - ajet_default
-  - ajet_swarm_default
   - _self_
 """
 
