@@ -20,7 +20,7 @@ from skill_server.agentjet.compose import default_base, flatten, load_base
 from skill_server.agentjet.identity import AgentJetRef, AgentJetRootArg, AgentJetVersionArg
 from skill_server.agentjet.job import Construction, construct, dump, to_plain
 from skill_server.agentjet.refusals import AgentJetRefusal, unknown_kwarg_causes
-from skill_server.agentjet.release import Release, select_agentjet
+from skill_server.agentjet.release import select_agentjet
 from skill_server.errors import ToolFailure, ToolInputError
 from skill_server.fsutil import resolve_path, write_text_atomic
 from skill_server.models import JsonValue, ToolInput, ToolOutput

@@ -18,7 +18,6 @@ from skill_server.agentjet import release as release_module
 from skill_server.agentjet import yamltypes
 from skill_server.agentjet.refusals import AgentJetRefusal
 from skill_server.errors import SkillError, ToolFailure, ToolInputError
-from skill_server.overlay import BuildConfigInput, build_config
 from skill_server.tools import get_tool
 from tests.agentjet_fixtures import write_reference_checkout
 from tests.conftest import call_cli

@@ -251,9 +251,6 @@ def construct(release: Release, base: Base, kwargs: dict[str, Any], writes: dict
     return built
 
 
-_NOTHING = object()
-
-
 def _peek(config: Any, dotted: str) -> Any:
     node = config
     for part in dotted.split("."):

@@ -102,11 +102,7 @@ class Schema:
         return _strip_marks(self.tree)
 
     def dataclass_paths(self) -> set[str]:
-        out: set[str] = set()
-        for path, node in _dataclass_nodes(self.tree, ""):
-            if path:
-                out.add(path)
-        return out
+        return {path for path, _ in _dataclass_nodes(self.tree, "") if path}
 
     def field_paths(self) -> set[str]:
         out: set[str] = set()
