@@ -115,6 +115,10 @@ BASE = """ajet:
     max_inference_tracker_threads_note: 1
   trainer_common:
     save_freq: 20
+hydra:
+  searchpath:
+    - file://ajet/default_config
+    - file://ajet/default_config/verl
 defaults:
   - verl_default
   - ajet_default

@@ -3,22 +3,23 @@
 Each training step the engine's ``rollout_swarm`` receives one task per batch row and submits
 ``n_task * num_repeat`` long-lived worker loops to a thread pool of ``max_env_worker`` threads, where
 ``n_task = min(train_batch_size, round(max_env_worker / num_repeat))`` and ``round`` is ceil in current
-engines, floor in older ones. Every running episode (what overwatch counts as "Running Episodes") is
-held by one loop, so the gauge can never exceed ``min(max_env_worker, n_task * num_repeat)``; what the
-clients together run at once can lower it further, never raise it.
+engines, floor in older ones (the selected AgentJet says which). Every running episode (what overwatch
+counts as "Running Episodes") is held by one loop, so the gauge can never exceed
+``min(max_env_worker, n_task * num_repeat)``; what the clients together run at once can lower it further,
+never raise it. All arithmetic is on Python integers: exact for any input size.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from skill_server.agentjet.locate import detect_thread_rule, locate_agentjet
-from skill_server.models import NonNegativeInt, PositiveInt, Progress, ToolInput, ToolOutput
+from skill_server.agentjet.identity import AgentJetRef, AgentJetRootArg, AgentJetVersionArg
+from skill_server.models import MAX_JSON_INT, NonNegativeInt, PositiveInt, Progress, ToolInput, ToolOutput
 
 BoundName = Literal["max_env_worker", "train_batch_size", "clients"]
+MAX_CLIENTS = 100_000
 
 
 class EpisodeCapInput(ToolInput):
@@ -32,21 +33,39 @@ class EpisodeCapInput(ToolInput):
     train_batch_size: PositiveInt | None = Field(
         default=None, description="ajet.data.train_batch_size: tasks per training step. Omit for 'unbounded'."
     )
-    client_parallelism: list[NonNegativeInt] | None = Field(
+    client_parallelism: NonNegativeInt | list[NonNegativeInt] | None = Field(
         default=None,
-        description="Each swarm client's own concurrency (how many episodes it runs at once), one entry per client.",
+        description="What the swarm clients run at once: one total (an integer) or each client's own concurrency "
+        "(a list, one entry per client). Omit when unknown.",
     )
     max_inference_tracker_threads: PositiveInt | None = Field(
         default=None, description="ajet.interchange_server.max_inference_tracker_threads, to check it against the cap."
     )
     thread_rule: Literal["ceil", "floor", "auto"] = Field(
         default="auto",
-        description="Rounding of max_env_worker/num_repeat: ceil (current engines), floor (older engines), "
-        "or auto (read it from an installed AgentJet's rollout code; ceil when none is found).",
+        description="Rounding of max_env_worker/num_repeat: ceil (current engines), floor (older engines), or auto "
+        "(the selected AgentJet's rule: a bundled release's, or read statically from agentjet_root).",
     )
-    agentjet_root: str | None = Field(
-        default=None, description="AgentJet checkout or installed package, for thread_rule=auto."
-    )
+    agentjet_version: AgentJetVersionArg = None
+    agentjet_root: AgentJetRootArg = None
+
+    @field_validator("client_parallelism", mode="before")
+    @classmethod
+    def _clients(cls, value: Any) -> Any:
+        """One clear message for the int-or-list union (pydantic would report both branches)."""
+        if value is None:
+            return value
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("is an empty list; give each client's concurrency (one entry per client), one total, "
+                                 "or omit it")
+            if len(value) > MAX_CLIENTS:
+                raise ValueError(f"lists {len(value)} clients; at most {MAX_CLIENTS}")
+            for index, item in enumerate(value):
+                _check_count(item, f"entry {index}")
+            return value
+        _check_count(value, "the total")
+        return value
 
     @model_validator(mode="after")
     def _one_group_size(self) -> EpisodeCapInput:
@@ -60,11 +79,28 @@ class EpisodeCapInput(ToolInput):
     def group_size(self) -> int:
         return self.num_repeat if self.num_repeat is not None else self.grpo_n  # type: ignore[return-value]
 
+    @property
+    def clients_total(self) -> int | None:
+        if self.client_parallelism is None:
+            return None
+        if isinstance(self.client_parallelism, list):
+            return sum(self.client_parallelism)
+        return self.client_parallelism
+
+
+def _check_count(value: Any, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} is {value!r} ({type(value).__name__}); a client's concurrency is a whole number")
+    if value < 0 or value > MAX_JSON_INT:
+        raise ValueError(f"{what} is {value}; a client's concurrency is between 0 and {MAX_JSON_INT}")
+
 
 class CapBounds(ToolOutput):
     max_env_worker: int = Field(description="The engine's thread pool width.")
+    max_env_worker_groups: int = Field(
+        description="num_repeat * round(max_env_worker / num_repeat): the loops max_env_worker lets the engine submit.")
     train_batch_size: int | None = Field(description="num_repeat * train_batch_size, or null when not given.")
-    clients: int | None = Field(description="Sum of client_parallelism, or null when not given.")
+    clients: int | None = Field(description="What the clients run at once (the total given, or the sum of the list).")
 
 
 class EpisodeCapResult(ToolOutput):
@@ -75,35 +111,43 @@ class EpisodeCapResult(ToolOutput):
     pool_width: int = Field(description="Threads in the engine's pool (= max_env_worker).")
     num_repeat: int
     thread_rule: Literal["ceil", "floor"]
-    thread_rule_source: str = Field(description="Why this rule was used (given, detected in a file, or the default).")
+    thread_rule_source: str = Field(description="Why this rule: given, or which AgentJet's code says so.")
+    agentjet: AgentJetRef = Field(description="The AgentJet the rule (and so the answer) describes.")
     divisible: bool = Field(description="max_env_worker % num_repeat == 0.")
     queued_loops: int = Field(description="Loops submitted beyond the pool: they wait and never run this step.")
     idle_threads: int = Field(description="Pool threads that get no loop this step.")
     bounds: CapBounds
-    binding: list[BoundName] = Field(description="The bounds whose value equals the cap.")
+    binding: list[BoundName] = Field(
+        description="The inputs that set the cap: max_env_worker (the pool, or its rounding to whole GRPO groups), "
+        "train_batch_size, clients.")
     suggestions: list[str]
     explanation: str
 
 
 def compute_episode_cap(inp: EpisodeCapInput, progress: Progress | None = None) -> EpisodeCapResult:
     """Compute the cap and say which knob moves it."""
-    mew, n, tbs = inp.max_env_worker, inp.group_size, inp.train_batch_size
-    rule, rule_source = _resolve_rule(inp)
+    from skill_server.agentjet.release import select_agentjet
 
-    groups_fitting = math.ceil(mew / n) if rule == "ceil" else mew // n
-    n_task = min(tbs, groups_fitting) if tbs is not None else groups_fitting
+    release = select_agentjet(inp.agentjet_version, inp.agentjet_root)
+    rule, rule_source = _resolve_rule(inp, release)
+    mew, n, tbs = inp.max_env_worker, inp.group_size, inp.train_batch_size
+
+    groups = _groups(mew, n, rule)
+    n_task = min(tbs, groups) if tbs is not None else groups
     worker_loops = n_task * n
     engine_cap = min(mew, worker_loops)
-    clients = sum(inp.client_parallelism) if inp.client_parallelism is not None else None
+    clients = inp.clients_total
     cap = engine_cap if clients is None else min(engine_cap, clients)
 
-    bounds = CapBounds(max_env_worker=mew, train_batch_size=n * tbs if tbs is not None else None, clients=clients)
-    binding: list[BoundName] = [
-        name  # type: ignore[misc]
-        for name, value in (("max_env_worker", bounds.max_env_worker), ("train_batch_size", bounds.train_batch_size),
-                            ("clients", bounds.clients))
-        if value is not None and value == cap
-    ]
+    bounds = CapBounds(max_env_worker=mew, max_env_worker_groups=groups * n,
+                       train_batch_size=n * tbs if tbs is not None else None, clients=clients)
+    binding: list[BoundName] = []
+    if min(mew, groups * n) == cap:
+        binding.append("max_env_worker")
+    if bounds.train_batch_size is not None and bounds.train_batch_size == cap:
+        binding.append("train_batch_size")
+    if clients is not None and clients == cap:
+        binding.append("clients")
     result = EpisodeCapResult(
         episode_cap=cap,
         engine_cap=engine_cap,
@@ -113,6 +157,7 @@ def compute_episode_cap(inp: EpisodeCapInput, progress: Progress | None = None) 
         num_repeat=n,
         thread_rule=rule,  # type: ignore[arg-type]
         thread_rule_source=rule_source,
+        agentjet=release.ref,
         divisible=mew % n == 0,
         queued_loops=max(0, worker_loops - mew),
         idle_threads=max(0, mew - worker_loops),
@@ -126,19 +171,24 @@ def compute_episode_cap(inp: EpisodeCapInput, progress: Progress | None = None) 
     return result
 
 
-def _resolve_rule(inp: EpisodeCapInput) -> tuple[str, str]:
+def _groups(mew: int, n: int, rule: str) -> int:
+    return -(-mew // n) if rule == "ceil" else mew // n
+
+
+def _resolve_rule(inp: EpisodeCapInput, release: Any) -> tuple[str, str]:
     if inp.thread_rule != "auto":
-        return inp.thread_rule, "given"
-    install = locate_agentjet(inp.agentjet_root)
-    rule, how = detect_thread_rule(install)
-    if rule is None:
-        return "ceil", f"default ceil ({how})"
-    return rule, f"detected: {how}"
+        return inp.thread_rule, f"given (thread_rule={inp.thread_rule})"
+    found = release.thread_rule
+    if found.rule is None:
+        from skill_server.errors import ToolInputError
+
+        raise ToolInputError(f"thread_rule=auto, but the rule of {found.agentjet} is unknown ({found.evidence}); give "
+                             "thread_rule ceil or floor", field="thread_rule")
+    return found.rule, found.source
 
 
-def _nearest_divisible(mew: int, n: int) -> tuple[int | None, int]:
-    below = (mew // n) * n
-    return (below if below > 0 else None), math.ceil(mew / n) * n
+def _multiple_above(value: int, n: int) -> int:
+    return -(-value // n) * n
 
 
 def _suggestions(inp: EpisodeCapInput, r: EpisodeCapResult) -> list[str]:
@@ -150,32 +200,34 @@ def _suggestions(inp: EpisodeCapInput, r: EpisodeCapResult) -> list[str]:
             f"engine's rollout refuses to start. Set max_env_worker to at least {n} (a multiple of {n})."
         )
     if not r.divisible:
-        below, above = _nearest_divisible(mew, n)
-        choices = f"{below} or {above}" if below else f"{above}"
+        below, above = (mew // n) * n, _multiple_above(mew, n)
+        choices = f"{below} or {above}" if below > 0 else f"{above}"
         if r.thread_rule == "ceil":
             waste = f"{r.queued_loops} of the {r.worker_loops} submitted loops wait in the queue and never run"
         else:
-            waste = f"{r.idle_threads} pool threads stay idle"
-        out.append(
-            f"max_env_worker={mew} is not a multiple of num_repeat={n}: {waste}. Use {choices} so whole GRPO groups "
-            "fill the pool exactly."
-        )
-    batch_binds = tbs is not None and r.engine_cap == tbs * n
-    if not batch_binds and r.n_task > 0:
+            waste = f"{mew - r.bounds.max_env_worker_groups} pool threads stay idle (the floor rule drops the partial group)"
+        rounding_binds = r.bounds.max_env_worker_groups < mew and (
+            tbs is None or r.bounds.max_env_worker_groups <= n * tbs)
+        if r.queued_loops or (r.thread_rule == "floor" and rounding_binds):
+            out.append(
+                f"max_env_worker={mew} is not a multiple of num_repeat={n}: {waste}. Use {choices} so whole GRPO "
+                "groups fill the pool exactly."
+            )
+    if "max_env_worker" in r.binding and r.n_task > 0:
         if tbs is not None and tbs * n > mew:
             how = (f"up to {tbs * n} (= train_batch_size {tbs} x num_repeat {n}, where the batch becomes the bound; "
                    "beyond that raise train_batch_size too)")
         else:
-            target = math.ceil(mew * 2 / n) * n
+            target = _multiple_above(2 * mew, n)
             how = f"(e.g. to {target}, a multiple of {n})"
             if tbs is not None:
-                how += f" together with train_batch_size (to at least {math.ceil(target / n)})"
+                how += f" together with train_batch_size (to at least {target // n})"
         out.append(
             f"To lift the cap, raise max_env_worker {how} in the config the swarm ENGINE runs, then restart the "
             "engine: the value is read when training starts."
         )
-    if "train_batch_size" in r.binding and tbs is not None:
-        need = math.ceil(mew / n) if r.thread_rule == "ceil" else mew // n
+    if "train_batch_size" in r.binding and tbs is not None and "max_env_worker" not in r.binding:
+        need = _groups(mew, n, r.thread_rule)
         out.append(
             f"train_batch_size={tbs} binds: only {tbs} task groups x {n} = {tbs * n} loops exist per step, so "
             f"{mew - tbs * n} of the {mew} pool threads never work. Raise train_batch_size to {need} to use the "
@@ -203,14 +255,13 @@ def _suggestions(inp: EpisodeCapInput, r: EpisodeCapResult) -> list[str]:
 
 def _explanation(inp: EpisodeCapInput, r: EpisodeCapResult) -> str:
     mew, n, tbs = inp.max_env_worker, r.num_repeat, inp.train_batch_size
-    rounding = "ceil" if r.thread_rule == "ceil" else "floor"
-    groups = f"{rounding}({mew}/{n})"
+    groups = f"{r.thread_rule}({mew}/{n})"
     if tbs is not None:
         groups = f"min(train_batch_size {tbs}, {groups})"
     parts = [
         f"Each step the engine submits {groups} = {r.n_task} task groups of {n} episodes, i.e. {r.worker_loops} "
         f"worker loops, onto a pool of {mew} threads, so at most min({mew}, {r.worker_loops}) = {r.engine_cap} "
-        "episodes run at once."
+        f"episodes run at once ({r.thread_rule} rule: {r.thread_rule_source})."
     ]
     if r.queued_loops:
         parts.append(f"The {r.queued_loops} loops beyond the pool wait and never run during the step.")
@@ -225,4 +276,3 @@ def _explanation(inp: EpisodeCapInput, r: EpisodeCapResult) -> str:
         "clients never raise it."
     )
     return " ".join(parts)
-

@@ -42,6 +42,15 @@ def _build_parser() -> argparse.ArgumentParser:
     schemas = sub.add_parser("schemas", help="check (default) or rewrite the tool schema manifest")
     schemas.add_argument("--write", action="store_true", help="regenerate skill_server/tool_schemas.json")
 
+    snapshot = sub.add_parser("snapshot", help="maintainers: bundle an AgentJet release read from a checkout")
+    snapshot.add_argument("--from", dest="checkout", required=True, metavar="CHECKOUT",
+                          help="an AgentJet checkout (a folder containing ajet/)")
+    snapshot.add_argument("--write", action="store_true", help="write skill_server/agentjet/releases/<commit8>/")
+    snapshot.add_argument("--commit", default=None, help="the checkout's commit, when it is not a git checkout")
+    snapshot.add_argument("--date", default=None, help="the commit date (ISO 8601), when it is not a git checkout")
+    snapshot.add_argument("--repo", default=None, help="owner/name of the repository (default: the origin remote)")
+    snapshot.add_argument("--releases-dir", default=None, help=argparse.SUPPRESS)
+
     call = sub.add_parser("call", help="run one tool and print its result as JSON")
     call.add_argument("tool")
     call.add_argument("--json", dest="json_args", default=None, help="arguments as one JSON object")
@@ -133,6 +142,19 @@ def _schemas(write: bool) -> int:
     return EXIT_OK
 
 
+def _snapshot(args: argparse.Namespace) -> int:
+    """Maintainer command: regenerate a bundled AgentJet release from a checkout (see agentjet/snapshot.py)."""
+    from skill_server.agentjet import snapshot
+    from skill_server.errors import SkillError
+
+    try:
+        return snapshot.run(args.checkout, write=args.write, commit=args.commit, date=args.date, repo=args.repo,
+                            releases_dir=args.releases_dir, out=sys.stdout)
+    except SkillError as exc:
+        sys.stderr.write(f"snapshot: {_one_line(str(exc))}\n")
+        return EXIT_TOOL_ERROR
+
+
 def _serve(transport: str, host: str, port: int, allowed_hosts: list[str]) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     from skill_server.mcp_app import serve  # the only path that imports the MCP SDK
@@ -151,6 +173,8 @@ def main(argv: list[str] | None = None) -> int:
             return _list_tools(args.json)
         if args.command == "schemas":
             return _schemas(args.write)
+        if args.command == "snapshot":
+            return _snapshot(args)
         return _call(args.tool, args.json_args, args.pairs)
     except _UsageError as exc:
         sys.stderr.write(f"usage error: {_one_line(str(exc))} (see python -m skill_server --help)\n")

@@ -157,17 +157,18 @@ def read_reference(name: str) -> str:
 
 def overrides_json() -> str:
     """AgentJetJob's kwarg -> YAML key table (the detected install's, else the bundled one) as JSON."""
-    from skill_server.agentjet.knowledge import overrides_for
-    from skill_server.agentjet.locate import locate_agentjet
+    from skill_server.agentjet.release import newest_bundled, select_agentjet
 
+    warnings: list[str] = []
     try:
-        install = locate_agentjet(None)
-    except SkillError:
-        install = None
-    table, warnings = overrides_for(install)
+        release = select_agentjet()
+    except SkillError as exc:
+        warnings.append(f"the AgentJet found through AJET_ROOT / the Python path is not used: {exc}")
+        release = newest_bundled()
+    table = release.overrides
     return json.dumps({
-        "source": table.source,
-        "agentjet_root": str(install.root) if install else None,
+        "agentjet": release.ref.model_dump(),
+        "source": release.ref.source,
         "control_kwargs": list(table.control_kwargs),
         "rows": [{"kwarg": kwarg, "key": key} for kwarg, key in table.rows],
         "warnings": warnings,

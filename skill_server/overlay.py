@@ -1,420 +1,218 @@
-"""Tool ``build_config``: the YAML that ``AgentJetJob`` hands to the engine, with provenance.
+"""Tool ``build_config``: the YAML ``AgentJetJob(...).dump_job_as_yaml()`` writes, byte for byte, with provenance.
 
-Order of events mirrors AgentJetJob: check kwargs (names, the four-length group) -> compose the base
-YAML -> overlay the config dataclass defaults -> write each non-None kwarg into its key through the
-overrides table -> validate (token budget, LoRA, tcp switch, trinity) -> apply post-construction writes
-(``set``) -> dump with ``yaml.safe_dump(sort_keys=False)`` plus the base's own hydra/defaults blocks.
+The tool picks the AgentJet to describe (a bundled release or an install read statically; see
+``agentjet.release``), resolves paths against ``cwd``, refuses what AgentJet refuses (with the cause in
+plain words and AgentJet's exception, see ``agentjet.refusals``), runs the construction on plain data
+(``agentjet.job``) and reports where every value came from. It only reads, unless ``output_path`` asks
+it to create a new file.
 """
 
 from __future__ import annotations
 
-import copy
-import difflib
-from datetime import datetime
-from typing import Any, Literal
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import Field
+from pydantic import Field, StrictStr
 
-from skill_server.agentjet.compose import (
-    BaseSpec,
-    compose,
-    flatten,
-    get_path,
-    merge_layers,
-    resolve_base,
-    set_path,
-)
-from skill_server.agentjet.knowledge import LENGTH_KWARGS, OverridesTable, bundled_overrides, overrides_for, schema_for
-from skill_server.agentjet.locate import AgentJetInstall, locate_agentjet
-from skill_server.errors import ToolInputError
-from skill_server.fsutil import write_text_atomic
-from skill_server.models import ToolInput, ToolOutput
+from skill_server.agentjet import yamltypes
+from skill_server.agentjet.compose import default_base, flatten, load_base
+from skill_server.agentjet.identity import AgentJetRef, AgentJetRootArg, AgentJetVersionArg
+from skill_server.agentjet.job import Construction, construct, dump, to_plain
+from skill_server.agentjet.refusals import AgentJetRefusal, unknown_kwarg_causes
+from skill_server.agentjet.release import select_agentjet
+from skill_server.errors import ToolFailure, ToolInputError
+from skill_server.fsutil import resolve_path, write_text_atomic
+from skill_server.models import JsonValue, ToolInput, ToolOutput
 
-NAME_SENTINEL = "read_yaml_name"
-INTERCHANGE_KEY = "ajet.interchange_server.interchange_method"
+Path4096 = Annotated[StrictStr, Field(max_length=4096)]
 
 
 class BuildConfigInput(ToolInput):
-    kwargs: dict[str, Any] = Field(
-        default_factory=dict,
-        description="AgentJetJob constructor kwargs, e.g. {\"num_repeat\": 6, \"max_env_worker\": 126}. "
-        "None/null keeps the YAML value, as in AgentJetJob.",
+    kwargs: dict[StrictStr, JsonValue] = Field(
+        default_factory=dict, max_length=200,
+        description="AgentJetJob constructor kwargs, e.g. {\"num_repeat\": 6, \"max_env_worker\": 126}. null keeps "
+        "the YAML value, as in AgentJetJob. Values pass through untouched (AgentJet does not convert types).",
     )
-    base_yaml: str | None = Field(
-        default=None, description="Base YAML (AgentJetJob's base_yaml_config). Default: the install's swarm "
-        "defaults, else the bundled snapshot.",
+    base_yaml: Path4096 | None = Field(
+        default=None, description="Base YAML (AgentJetJob's base_yaml_config). Default: the selected AgentJet's "
+        "ajet/default_config/ajet_swarm_default.yaml. Relative paths resolve against cwd.",
     )
-    set: dict[str, Any] | None = Field(
-        default=None,
-        description="Post-construction writes, dotted key -> value, e.g. {\"ajet.rollout.temperature\": 0.7} "
-        "(job.config.ajet.rollout.temperature = 0.7). Applied after kwargs and validation.",
+    set: dict[StrictStr, JsonValue] | None = Field(
+        default=None, max_length=500,
+        description="Post-construction writes, dotted key -> value, applied in order, e.g. "
+        "{\"ajet.rollout.temperature\": 0.7} for job.config.ajet.rollout.temperature = 0.7. Not checked by AgentJet.",
     )
-    agentjet_root: str | None = Field(default=None, description="AgentJet checkout or installed package folder.")
-    output_path: str | None = Field(default=None, description="Write the YAML here (atomically).")
-    overwrite: bool = Field(default=False, description="Replace output_path if it exists.")
+    agentjet_version: AgentJetVersionArg = None
+    agentjet_root: AgentJetRootArg = None
+    cwd: Path4096 | None = Field(
+        default=None, description="Directory that relative base_yaml, output_path and agentjet_root resolve against "
+        "(default: the server's working directory).",
+    )
+    output_path: Path4096 | None = Field(
+        default=None, description="Also write the YAML to this NEW file (created atomically; an existing path is "
+        "never replaced). Without it the tool only reads.",
+    )
     provenance: Literal["ajet", "changed", "all"] = Field(
-        default="ajet",
-        description="Which values to list in provenance: every ajet.* value (default), only values set by "
-        "kwargs/writes, or every value including the verl sections.",
+        default="ajet", description="Which values provenance lists: every ajet.* value (default), only values set "
+        "by kwargs, writes or AgentJet itself, or every value including the verl sections.",
     )
 
 
 class BaseInfo(ToolOutput):
-    kind: Literal["file", "agentjet", "bundled"]
-    path: str | None
-    version_hint: str | None
-
-
-class SourcesInfo(ToolOutput):
-    agentjet_root: str | None = Field(description="The AgentJet install used, if any.")
-    found_by: str | None = Field(description="agentjet_root, AJET_ROOT or find_spec.")
-    overrides_table: str = Field(description="'bundled' or the job.py the table was read from.")
-    schema_source: str = Field(description="'bundled' or the schema module the dataclass tree was read from.")
-    layers: list[str] = Field(description="Composed files in merge order (later wins).")
+    kind: Literal["file", "default"] = Field(description="file: base_yaml; default: the AgentJet's swarm default.")
+    path: str = Field(description="The base composed: an absolute path, or bundled:<file> for a bundled default.")
 
 
 class ProvenanceEntry(ToolOutput):
     key: str
-    value: Any
-    source: Literal["base", "kwarg", "set"]
-    base_value: Any = Field(description="The value before kwargs and writes (null when the key is new).")
-    layer: str | None = Field(description="Which base layer the base value came from ('schema' = dataclass default).")
+    value: JsonValue
+    source: Literal["base", "kwarg", "set", "agentjet"] = Field(
+        description="base: composed YAML or dataclass default; kwarg; set: a post-construction write; agentjet: set by "
+        "AgentJetJob itself (the tcp switch).")
+    base_value: JsonValue = Field(description="The value before kwargs and writes (null when the key is new).")
+    layer: str | None = Field(description="Which config set the base value ('schema' = a dataclass default).")
     note: str | None = None
 
 
 class BuildConfigResult(ToolOutput):
-    yaml: str
+    yaml: str = Field(description="Exactly what AgentJetJob(...).dump_job_as_yaml() writes for these inputs.")
+    agentjet: AgentJetRef
     base: BaseInfo
-    sources: SourcesInfo
+    layers: list[str] = Field(description="Composed configs in merge order (later wins), where each was read.")
     provenance: list[ProvenanceEntry]
     warnings: list[str]
-    written: str | None
+    written: str | None = Field(description="The file created from output_path, else null.")
 
 
-# --- the overlay, reusable by other tools (check_config) ---------------------------------------
+# --- inputs ----------------------------------------------------------------------------------------
 
 
-class Overlay:
-    """Everything the build computes, kept for callers that need more than the YAML text."""
-
-    def __init__(self) -> None:
-        self.install: AgentJetInstall | None = None
-        self.table: OverridesTable = bundled_overrides()
-        self.base: BaseSpec | None = None
-        self.base_tree: dict[str, Any] = {}
-        self.origin: dict[str, str] = {}
-        self.tree: dict[str, Any] = {}
-        self.tail: dict[str, Any] = {}
-        self.layer_names: list[str] = []
-        self.sources: dict[str, str] = {}  # dotted key -> "kwarg" | "set"
-        self.notes: dict[str, str] = {}
-        self.warnings: list[str] = []
-        self.schema_source = "bundled"
+def _cwd(value: str | None) -> Path | None:
+    if value is None:
+        return None
+    path = resolve_path(value, field="cwd")
+    if not path.is_dir():
+        raise ToolInputError(f"not a directory: {path}", field="cwd")
+    return path
 
 
-def check_kwarg_names(kwargs: dict[str, Any], table: OverridesTable, install: AgentJetInstall | None) -> None:
-    """Unknown kwargs are errors that list the valid ones; kwargs a detected version lacks say so."""
-    bundled = bundled_overrides()
-    valid = sorted(set(table.kwargs) | set(table.control_kwargs))
-    for name in kwargs:
-        if table.accepts(name) and (table.key_for(name) or name in table.control_kwargs):
-            continue
-        if install is not None and (bundled.key_for(name) or name in bundled.control_kwargs):
-            raise ToolInputError(
-                f"AgentJetJob of the AgentJet at {install.root} (version {install.version_hint or 'unknown'}) has no "
-                f"kwarg {name!r} (newer versions do); it would raise TypeError. Set the key "
-                f"{bundled.key_for(name) or name} through 'set' or the YAML instead",
-                field=f"kwargs.{name}",
-            )
-        close = difflib.get_close_matches(name, valid, n=1)
-        hint = f" Did you mean {close[0]!r}?" if close else ""
-        raise ToolInputError(
-            f"AgentJetJob has no kwarg {name!r}.{hint} Valid kwargs: {', '.join(valid)}", field=f"kwargs.{name}"
-        )
+def _base_path(inp: BuildConfigInput, cwd: Path | None) -> tuple[Path | None, str]:
+    from_kwarg = inp.kwargs.get("base_yaml_config")
+    if from_kwarg is not None and not isinstance(from_kwarg, str):
+        raise ToolInputError(f"must be a path string, got {type(from_kwarg).__name__}", field="kwargs.base_yaml_config")
+    field = "kwargs.base_yaml_config" if from_kwarg is not None else "base_yaml"
+    chosen = from_kwarg if from_kwarg is not None else inp.base_yaml
+    if chosen is None:
+        return None, field
+    path = resolve_path(chosen, field=field, base=cwd)
+    if from_kwarg is not None and inp.base_yaml is not None and resolve_path(inp.base_yaml, field="base_yaml",
+                                                                             base=cwd) != path:
+        raise ToolInputError(f"kwargs.base_yaml_config ({path}) and base_yaml ({inp.base_yaml}) disagree; give one",
+                             field="kwargs.base_yaml_config")
+    return path, field
 
 
-def check_length_group(kwargs: dict[str, Any]) -> None:
-    given = [k for k in LENGTH_KWARGS if kwargs.get(k) is not None]
-    if given and len(given) != len(LENGTH_KWARGS):
-        missing = [k for k in LENGTH_KWARGS if k not in given]
-        raise ToolInputError(
-            f"the four length kwargs ({', '.join(LENGTH_KWARGS)}) must all be given or all be left unset "
-            f"(AgentJetJob: 'must all be None or all be non-None'); given {', '.join(given)}, missing "
-            f"{', '.join(missing)}",
-            field=f"kwargs.{missing[0]}",
-        )
+def _output_path(inp: BuildConfigInput, cwd: Path | None) -> Path | None:
+    if inp.output_path is None:
+        return None
+    if "<" in inp.output_path or ">" in inp.output_path:
+        raise ToolInputError(f"{inp.output_path!r} looks like a placeholder (it contains < or >); give a real path",
+                             field="output_path")
+    path = resolve_path(inp.output_path, field="output_path", base=cwd)
+    if os.path.lexists(path):
+        raise ToolFailure(f"{path} exists; build_config only creates new files, so choose another output_path or "
+                          "remove the file yourself", field="output_path")
+    return path
 
 
-def build_overlay(inp: BuildConfigInput) -> Overlay:
-    ov = Overlay()
-    kwargs = dict(inp.kwargs)
-    ov.install = locate_agentjet(inp.agentjet_root)
-    ov.table, table_warnings = overrides_for(ov.install)
-    ov.warnings.extend(table_warnings)
-    check_kwarg_names(kwargs, ov.table, ov.install)
-    check_length_group(kwargs)
-
-    base_yaml = inp.base_yaml
-    from_kwarg = kwargs.pop("base_yaml_config", None)
-    if from_kwarg is not None:
-        if base_yaml and str(from_kwarg) != base_yaml:
-            raise ToolInputError(
-                f"kwargs.base_yaml_config ({from_kwarg!r}) and base_yaml ({base_yaml!r}) disagree; give one",
-                field="kwargs.base_yaml_config",
-            )
-        base_yaml = str(from_kwarg)
-    ensure_new = kwargs.pop("ensure_new_experiment", None)
-    base_field = "kwargs.base_yaml_config" if from_kwarg is not None else "base_yaml"
-    ov.base = resolve_base(base_yaml, ov.install, field=base_field)
-
-    composition = compose(ov.base, field=base_field)
-    ov.warnings.extend(composition.warnings)
-    ov.tail = composition.tail
-    ov.layer_names = [layer.origin for layer in composition.layers]
-    schema = schema_for(ov.install)
-    ov.schema_source = schema.source
-    ov.warnings.extend(schema.warnings)
-    ov.base_tree, ov.origin = merge_layers(composition.layers, start=schema.defaults())
-    ov.tree = copy.deepcopy(ov.base_tree)
-
-    if ensure_new:
-        name = kwargs.get("experiment_name")
-        if name is None:
-            name = get_path(ov.tree, "ajet.experiment_name", None)
-        if name is not None and name != NAME_SENTINEL:
-            kwargs["experiment_name"] = f"{name}_{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-
-    for kwarg, key in ov.table.rows:
-        value = kwargs.get(kwarg)
-        if value is None:
-            continue
-        if get_path(ov.tree, key, _ABSENT) is _ABSENT:
-            ov.warnings.append(
-                f"{key} is not in the base config; AgentJetJob reads it for every job, so a base without it "
-                f"fails with AttributeError in versions whose YAML lacks it (kwarg {kwarg} creates it here)"
-            )
-        _type_warning(kwarg, value, get_path(ov.base_tree, key, None), ov.warnings)
-        set_path(ov.tree, key, value)
-        ov.sources[key] = "kwarg"
-
-    _validate_like_agentjet(ov, kwargs)
-
-    if ov.tree.get("ajet", {}).get("enable_swarm_mode") and _as_int(
-            get_path(ov.tree, "ajet.trainer_common.nnodes", 1)) > 1:
-        if get_path(ov.tree, INTERCHANGE_KEY, None) != "tcp":
-            set_path(ov.tree, INTERCHANGE_KEY, "tcp")
-            ov.sources[INTERCHANGE_KEY] = "kwarg"
-            ov.notes[INTERCHANGE_KEY] = "forced to tcp by AgentJetJob: nnodes > 1 in swarm mode"
-            ov.warnings.append("nnodes > 1 in swarm mode: interchange_method switched to tcp (as AgentJetJob does)")
-
-    schema_fields = schema.field_paths() if inp.set else set()
-    for key, value in (inp.set or {}).items():
-        _apply_write(ov, schema_fields, key, value)
-    _post_write_checks(ov)
-    return ov
+# --- the tool ----------------------------------------------------------------------------------------------
 
 
-_ABSENT = object()
-
-
-def _as_int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
-
-
-def _type_warning(kwarg: str, value: Any, base_value: Any, warnings: list[str]) -> None:
-    if base_value is None or value is None:
-        return
-    numeric = (int, float)
-    same = (
-        (isinstance(value, bool) and isinstance(base_value, bool))
-        or (not isinstance(value, bool) and not isinstance(base_value, bool)
-            and isinstance(value, numeric) and isinstance(base_value, numeric))
-        or type(value) is type(base_value)
+def build_config(inp: BuildConfigInput) -> BuildConfigResult:
+    """Reproduce ``AgentJetJob(**kwargs)`` + writes + ``dump_job_as_yaml()``; optionally create a file with it."""
+    cwd = _cwd(inp.cwd)
+    _check_values(inp)
+    release = select_agentjet(inp.agentjet_version, inp.agentjet_root, cwd=cwd)
+    output = _output_path(inp, cwd)
+    table = release.overrides
+    for cause in unknown_kwarg_causes(inp.kwargs, table.constructor_kwargs, table.takes_any_kwarg,
+                                      agentjet=release.label, closest=table.closest):
+        raise AgentJetRefusal(cause)  # Python refuses the call before AgentJetJob runs
+    path, base_field = _base_path(inp, cwd)
+    base = load_base(path, field=base_field, release=release) if path is not None else default_base(release)
+    built = construct(release, base, dict(inp.kwargs), dict(inp.set or {}), base_field=base_field, cwd=cwd)
+    text = dump(built.config)
+    written = None
+    if output is not None:
+        try:
+            written = str(write_text_atomic(output, text, overwrite=False, field="output_path"))
+        except ToolFailure as exc:
+            if os.path.lexists(output):
+                raise ToolFailure(f"{output} appeared while writing; build_config only creates new files",
+                                  field="output_path") from None
+            raise exc
+    warnings = [*built.composition.warnings, *built.warnings]
+    return BuildConfigResult(
+        yaml=text,
+        agentjet=release.ref,
+        base=BaseInfo(kind="file" if base.kind == "file" else "default", path=base.origin),
+        layers=[layer.origin for layer in built.composition.layers],
+        provenance=_provenance(built, inp.provenance),
+        warnings=warnings,
+        written=written,
     )
-    if not same:
-        warnings.append(
-            f"kwarg {kwarg}={value!r} is a {type(value).__name__} but the base value {base_value!r} is a "
-            f"{type(base_value).__name__}; AgentJetJob does not convert it"
-        )
 
 
-def _validate_like_agentjet(ov: Overlay, kwargs: dict[str, Any]) -> None:
-    """The checks AgentJetJob runs after the overlay, with clearer messages naming the same fields."""
-
-    def where(kwarg: str) -> str:
-        return f"kwargs.{kwarg}" if kwargs.get(kwarg) is not None else "base_yaml"
-
-    def value(kwarg: str) -> Any:
-        key = ov.table.key_for(kwarg)
-        return get_path(ov.tree, key, None) if key else None
-
-    prompt, response, model_len, one_turn = (value(k) for k in LENGTH_KWARGS)
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (prompt, response, model_len)):
-        if prompt + response > model_len:
-            raise ToolInputError(
-                f"max_prompt_length ({prompt}) + max_response_length ({response}) = {prompt + response} exceeds "
-                f"max_model_len ({model_len}) (AgentJetJob asserts 'illegal token length')",
-                field=where("max_model_len"),
-            )
-    if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (one_turn, response)):
-        if one_turn > response:
-            raise ToolInputError(
-                f"max_response_length_in_one_turn ({one_turn}) exceeds max_response_length ({response}) "
-                "(AgentJetJob asserts this with an empty message)",
-                field=where("max_response_length_in_one_turn"),
-            )
-    rank = value("lora_rank")
-    if isinstance(rank, (int, float)) and not isinstance(rank, bool) and rank > 0:
-        if value("lora_load_format") != "safetensors":
-            raise ToolInputError(
-                f"lora_rank={rank} needs lora_load_format='safetensors' (got {value('lora_load_format')!r})",
-                field=where("lora_load_format"),
-            )
-        if value("layered_summon") is not True:
-            raise ToolInputError(
-                f"lora_rank={rank} needs layered_summon=True (got {value('layered_summon')!r})",
-                field=where("layered_summon"),
-            )
-        lr = value("lr")
-        if not isinstance(lr, (int, float)) or isinstance(lr, bool) or lr <= 1e-5:
-            raise ToolInputError(
-                f"lora_rank={rank} needs lr > 1e-5 (got {lr!r}; AgentJetJob: 'lr should usually be greater than "
-                "1e-5 for lora training')",
-                field=where("lr"),
-            )
-    if value("backbone") == "trinity":
-        raise ToolInputError("backbone 'trinity' is not supported by AgentJetJob (NotImplementedError)",
-                             field=where("backbone"))
+def _check_values(inp: BuildConfigInput) -> None:
+    """JSON values of any depth can arrive over MCP; refuse absurd nesting before anything recurses."""
+    for group, values in (("kwargs", inp.kwargs), ("set", inp.set or {})):
+        for name, value in values.items():
+            try:
+                yamltypes.check_plain(value)
+            except ValueError as exc:
+                raise ToolInputError(str(exc), field=f"{group}.{name}") from None
 
 
-def _apply_write(ov: Overlay, schema_fields: set[str], key: str, value: Any) -> None:
-    field = f"set.{key}"
-    parts = key.split(".")
-    if not key or any(not p.strip() for p in parts):
-        raise ToolInputError("write keys are dotted paths such as ajet.rollout.temperature", field=field)
-    node: Any = ov.tree
-    for depth, part in enumerate(parts[:-1]):
-        if not isinstance(node, dict) or part not in node:
-            prefix = ".".join(parts[: depth + 1])
-            raise ToolInputError(
-                f"{prefix} does not exist in the config, so job.config.{key} = ... raises AttributeError"
-                + _closest(prefix, ov.tree),
-                field=field,
-            )
-        node = node[part]
-    if not isinstance(node, dict):
-        raise ToolInputError(f"{'.'.join(parts[:-1])} is not a section (it holds {node!r})", field=field)
-    known = key in schema_fields or get_path(ov.base_tree, key, _ABSENT) is not _ABSENT
-    if not known:
-        ov.warnings.append(
-            f"write {key} creates a new attribute that AgentJet's defaults do not have; nothing may read it"
-            + _closest(key, ov.base_tree)
-        )
-    kwarg = ov.table.kwarg_for(key)
-    if kwarg:
-        ov.warnings.append(f"write {key} has a kwarg: pass {kwarg}=... to AgentJetJob instead of writing it later")
-    set_path(ov.tree, key, value)
-    for stale in [k for k in ov.sources if k.startswith(key + ".")]:
-        del ov.sources[stale]  # a whole-section write replaces what kwargs put below it
-    ov.sources[key] = "set"
-
-
-def _closest(key: str, tree: dict[str, Any]) -> str:
-    candidates = list(flatten(tree)) + _section_paths(tree)
-    close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.75)
-    return f" (did you mean {close[0]}?)" if close else ""
-
-
-def _section_paths(tree: dict[str, Any], prefix: str = "") -> list[str]:
-    out: list[str] = []
-    for key, value in tree.items():
-        if isinstance(value, dict):
-            path = f"{prefix}{key}"
-            out.append(path)
-            out.extend(_section_paths(value, path + "."))
-    return out
-
-
-def _post_write_checks(ov: Overlay) -> None:
-    """Writes skip AgentJetJob's validation; say when they broke a rule it enforces."""
-    written = {k for k, s in ov.sources.items() if s == "set"}
-    if not written:
-        return
-    nnodes = _as_int(get_path(ov.tree, "ajet.trainer_common.nnodes", 1))
-    if INTERCHANGE_KEY in written and nnodes > 1 and get_path(ov.tree, INTERCHANGE_KEY, None) != "tcp":
-        ov.warnings.append(f"write {INTERCHANGE_KEY} undoes the tcp switch while nnodes={nnodes}: multi-node needs tcp")
-    length_keys = {ov.table.key_for(k) for k in LENGTH_KWARGS}
-    if written & length_keys:
-        p, r, m = (get_path(ov.tree, ov.table.key_for(k) or "", None) for k in LENGTH_KWARGS[:3])
-        if all(isinstance(v, int) for v in (p, r, m)) and p + r > m:
-            ov.warnings.append(f"after the writes max_prompt_length + max_response_length ({p + r}) exceeds "
-                               f"max_model_len ({m}); AgentJetJob's check ran before the writes")
-
-
-def dump_yaml(ov: Overlay) -> str:
-    document = dict(ov.tree)
-    for key, value in ov.tail.items():
-        document[key] = value
-    return yaml.safe_dump(document, sort_keys=False)
-
-
-def _provenance(ov: Overlay, mode: str) -> list[ProvenanceEntry]:
-    final = flatten(ov.tree)
-    base = flatten(ov.base_tree)
+def _provenance(built: Construction, mode: str) -> list[ProvenanceEntry]:
+    final = flatten(to_plain(built.config))
+    before = flatten(to_plain(built.before_kwargs))
+    origin = built.composition.origin
     entries: list[ProvenanceEntry] = []
     for key, value in final.items():
-        source = _source_of(ov, key)
+        source = _source_of(built.sources, key)
         if mode == "changed" and source == "base":
             continue
         if mode == "ajet" and source == "base" and not key.startswith("ajet."):
             continue
-        entries.append(ProvenanceEntry(
-            key=key,
-            value=value,
-            source=source,  # type: ignore[arg-type]
-            base_value=base.get(key),
-            layer=ov.origin.get(key),
-            note=ov.notes.get(key),
-        ))
+        layer = origin.get(key)
+        if layer is None and key.split(".")[0] in ("defaults", "hydra"):
+            layer = f"{built.composition.base.name} (copied back as written)"
+        elif layer is None and key in before:
+            layer = "schema"
+        entries.append(ProvenanceEntry(key=key, value=_jsonable(value), source=source,  # type: ignore[arg-type]
+                                       base_value=_jsonable(before.get(key)), layer=layer,
+                                       note=built.notes.get(key)))
     return entries
 
 
-def _source_of(ov: Overlay, key: str) -> str:
+def _source_of(sources: dict[str, str], key: str) -> str:
     probe = key
     while True:
-        if probe in ov.sources:
-            return ov.sources[probe]
+        if probe in sources:
+            return sources[probe]
         if "." not in probe:
             return "base"
         probe = probe.rsplit(".", 1)[0]
 
 
-def build_config(inp: BuildConfigInput) -> BuildConfigResult:
-    """Reproduce AgentJetJob's dump for these kwargs, base and writes; optionally write it atomically."""
-    ov = build_overlay(inp)
-    text = dump_yaml(ov)
-    written = None
-    if inp.output_path:
-        written = str(write_text_atomic(inp.output_path, text, overwrite=inp.overwrite, field="output_path"))
-    assert ov.base is not None
-    install = ov.install
-    return BuildConfigResult(
-        yaml=text,
-        base=BaseInfo(
-            kind=ov.base.kind,  # type: ignore[arg-type]
-            path=str(ov.base.path) if ov.base.path else None,
-            version_hint=install.version_hint if install else (
-                "bundled snapshot (AgentJet e48a5397 defaults)" if ov.base.kind == "bundled" else None),
-        ),
-        sources=SourcesInfo(
-            agentjet_root=str(install.root) if install else None,
-            found_by=install.found_by if install else None,
-            overrides_table=ov.table.source,
-            schema_source=ov.schema_source,
-            layers=ov.layer_names,
-        ),
-        provenance=_provenance(ov, inp.provenance),
-        warnings=ov.warnings,
-        written=written,
-    )
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and value != value:
+        return "nan"
+    if isinstance(value, float) and value in (float("inf"), float("-inf")):
+        return "inf" if value > 0 else "-inf"
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value

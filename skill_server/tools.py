@@ -92,9 +92,10 @@ TOOLS: tuple[ToolSpec, ...] = (
         title="AgentJet swarm episode cap",
         description=(
             "Exact ceiling of overwatch's 'Running Episodes' gauge for an AgentJet swarm engine: "
-            "min(max_env_worker, num_repeat * min(train_batch_size, ceil(max_env_worker/num_repeat))), "
-            "further bounded by what the clients together run. Says which bound binds and which knob lifts it. "
-            "Adding clients never raises it."
+            "min(max_env_worker, num_repeat * min(train_batch_size, ceil(max_env_worker/num_repeat))) (floor in "
+            "older engines; thread_rule=auto takes the selected AgentJet's rule), further bounded by what the clients "
+            "together run (one total or a per-client list). Says which inputs bind and which knob lifts the cap, and "
+            "which AgentJet version it describes. Adding clients never raises it."
         ),
         input_model="skill_server.cap:EpisodeCapInput",
         output_model="skill_server.cap:EpisodeCapResult",
@@ -105,16 +106,17 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="build_config",
         title="Build the config AgentJetJob hands to the engine",
         description=(
-            "Reproduce AgentJetJob's overlay without importing AgentJet: base YAML (Hydra defaults list composed), "
-            "then kwargs through the overrides table, then post-construction writes ('set'). Returns the dumped "
-            "YAML the engine runs, provenance for every value, AgentJet-style validation errors and warnings. "
-            "Writes the YAML atomically when output_path is given (replaces a file only with overwrite=true)."
+            "The YAML AgentJetJob(**kwargs) plus post-construction writes ('set') dumps, byte for byte, for a "
+            "bundled AgentJet release (agentjet_version, default the newest) or an install read statically "
+            "(agentjet_root); AgentJet is never imported. Inputs real AgentJet refuses are refused with the cause "
+            "and AgentJet's exception. Returns the YAML, which AgentJet it describes, provenance for every value and "
+            "warnings. Read-only unless output_path is given: then it also creates that NEW file (never replaces one)."
         ),
         input_model="skill_server.overlay:BuildConfigInput",
         output_model="skill_server.overlay:BuildConfigResult",
         run="skill_server.overlay:build_config",
         read_only=False,
-        destructive=True,
+        destructive=False,
         idempotent=True,
     ),
     ToolSpec(

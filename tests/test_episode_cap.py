@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from skill_server.cap import EpisodeCapInput, compute_episode_cap
+from skill_server.errors import ToolInputError
+from skill_server.models import MAX_JSON_INT
+from skill_server.tools import get_tool
+from tests.agentjet_fixtures import ROLLOUT_FLOOR, write_reference_checkout
 from tests.conftest import call_cli
 
 
@@ -33,22 +36,52 @@ def test_batch_size_binds():
 def test_floor_rule_leaves_remainder_idle():
     r = cap(max_env_worker=128, num_repeat=6, train_batch_size=32, thread_rule="floor")
     assert (r.episode_cap, r.worker_loops, r.idle_threads) == (126, 126, 2)
-    assert r.binding == []  # the GRPO-group rounding binds, not one of the three bounds
-    assert r.thread_rule == "floor" and r.thread_rule_source == "given"
+    # the rounding of max_env_worker to whole GRPO groups binds: max_env_worker is the knob (its own suggestion)
+    assert r.binding == ["max_env_worker"] and r.bounds.max_env_worker_groups == 126
+    assert any("2 pool threads stay idle" in s for s in r.suggestions)
+    assert any(s.startswith("To lift the cap, raise max_env_worker") for s in r.suggestions)
+    assert r.thread_rule == "floor" and r.thread_rule_source == "given (thread_rule=floor)"
 
 
-def test_grpo_n_alias_and_defaults():
+def test_grpo_n_alias_and_the_bundled_rule():
     r = cap(max_env_worker=128, grpo_n=4)
     assert r.num_repeat == 4 and r.episode_cap == 128 and r.bounds.train_batch_size is None
-    assert r.thread_rule == "ceil" and r.thread_rule_source.startswith("default ceil")
+    assert r.thread_rule == "ceil" and r.thread_rule_source.startswith("AgentJet 0.1.0 (c68c154f): ceil() in rollout_swarm")
+    assert (r.agentjet.source, r.agentjet.version, r.agentjet.commit[:8]) == ("bundled", "0.1.0", "c68c154f")
+    assert "ceil rule: AgentJet 0.1.0 (c68c154f)" in r.explanation
 
 
 def test_clients_bind_and_never_raise():
     low = cap(max_env_worker=128, num_repeat=4, train_batch_size=32, client_parallelism=[16, 16])
     assert low.episode_cap == 32 and low.binding == ["clients"] and low.engine_cap == 128
+    assert not any(s.startswith("To lift the cap, raise max_env_worker") for s in low.suggestions)
+    total = cap(max_env_worker=128, num_repeat=4, train_batch_size=32, client_parallelism=32)
+    assert (total.episode_cap, total.binding, total.bounds.clients) == (32, ["clients"], 32)
     many = cap(max_env_worker=128, num_repeat=4, train_batch_size=32, client_parallelism=[64] * 10)
     assert many.episode_cap == 128 and many.bounds.clients == 640
+    assert many.binding == ["max_env_worker", "train_batch_size"]  # 32 x 4 = 128 = the pool: both bind
     assert any("never raises the engine cap" in s for s in many.suggestions)
+    tie = cap(max_env_worker=128, num_repeat=4, train_batch_size=32, client_parallelism=128)
+    assert tie.binding == ["max_env_worker", "train_batch_size", "clients"]
+
+
+def test_empty_client_list_is_refused_not_a_cap_of_zero():
+    with pytest.raises(ToolInputError) as info:
+        get_tool("episode_cap").validate({"max_env_worker": 128, "num_repeat": 4, "client_parallelism": []})
+    assert info.value.field == "client_parallelism" and "empty list" in str(info.value)
+    idle = cap(max_env_worker=128, num_repeat=4, client_parallelism=0)  # said on purpose: no client runs anything
+    assert idle.episode_cap == 0 and idle.binding == ["clients"]
+
+
+def test_integers_beyond_float_precision_are_exact():
+    big = MAX_JSON_INT  # 2**53 - 1: a float would round the quotient and the products
+    r = cap(max_env_worker=big, num_repeat=3, train_batch_size=big)
+    assert r.n_task == -(-big // 3) and r.worker_loops == r.n_task * 3 and r.episode_cap == big
+    assert r.queued_loops == r.n_task * 3 - big == 2 and not r.divisible
+    assert r.bounds.train_batch_size == 3 * big  # above 2**53, still exact
+    assert any(f"{(big // 3) * 3} or {r.n_task * 3}" in s for s in r.suggestions)
+    even = cap(max_env_worker=big - 1, num_repeat=2, client_parallelism=[big, big])
+    assert even.bounds.clients == 2 * big and even.episode_cap == big - 1 and even.divisible
 
 
 def test_small_batch_bounds_cap():
@@ -71,25 +104,35 @@ def test_floor_rule_pool_smaller_than_group():
     assert ceil.episode_cap == 3 and ceil.worker_loops == 4
 
 
-def _fake_rollout(root: Path, body: str) -> Path:
-    pkg = root / "ajet" / "task_rollout"
-    pkg.mkdir(parents=True)
-    (root / "ajet" / "__init__.py").write_text('__version__ = "0.0.9"\n')
-    (pkg / "native_parallel_worker.py").write_text(
-        "import math\n\nclass W:\n    def rollout_swarm(self, tasks, mode, epoch):\n"
-        f"        n_task = {body}\n        return n_task\n"
-    )
-    return root
-
-
-def test_auto_rule_detected_from_install(tmp_path, monkeypatch):
-    old = _fake_rollout(tmp_path / "old", "min(len(tasks), self.max_parallel // self.rollout_n)")
+def test_auto_rule_read_from_an_install(tmp_path, monkeypatch):
+    old = write_reference_checkout(tmp_path / "old", version="0.0.9", rollout=ROLLOUT_FLOOR)
     r = cap(max_env_worker=128, num_repeat=6, train_batch_size=32, agentjet_root=str(old))
-    assert r.thread_rule == "floor" and r.episode_cap == 126 and "floor division" in r.thread_rule_source
-    new = _fake_rollout(tmp_path / "new", "min(len(tasks), math.ceil(self.max_parallel / self.rollout_n))")
+    assert r.thread_rule == "floor" and r.episode_cap == 126 and "floor division (//)" in r.thread_rule_source
+    assert r.agentjet.source == "install" and r.agentjet.version == "0.0.9" and r.agentjet.path == str(old.resolve())
+    new = write_reference_checkout(tmp_path / "new")
     monkeypatch.setenv("AJET_ROOT", str(new))
     r = cap(max_env_worker=128, num_repeat=6, train_batch_size=32)
-    assert r.thread_rule == "ceil" and "ceil()" in r.thread_rule_source
+    assert r.thread_rule == "ceil" and "ceil() in rollout_swarm" in r.thread_rule_source
+    assert r.agentjet.source == "install"
+    given = cap(max_env_worker=128, num_repeat=6, thread_rule="floor", agentjet_version="c68c154")
+    assert given.agentjet.source == "bundled" and given.thread_rule_source.startswith("given")
+
+
+def test_install_without_a_rollout_rule_needs_thread_rule(tmp_path):
+    root = write_reference_checkout(tmp_path / "aj", rollout=None)
+    with pytest.raises(ToolInputError) as info:
+        cap(max_env_worker=128, num_repeat=6, agentjet_root=str(root))
+    assert info.value.field == "thread_rule" and "rule of AgentJet 0.1.0" in str(info.value)
+    assert cap(max_env_worker=128, num_repeat=6, agentjet_root=str(root), thread_rule="ceil").episode_cap == 128
+
+
+def test_install_without_swarm_support_is_refused(tmp_path):
+    root = write_reference_checkout(tmp_path / "pre-swarm", version="0.0.1", swarm_default=False)
+    with pytest.raises(ToolInputError) as info:
+        cap(max_env_worker=128, num_repeat=6, agentjet_root=str(root))
+    message = str(info.value)
+    assert info.value.field == "agentjet_root" and "AgentJet 0.0.1" in message and "no swarm support" in message
+    assert "ajet_swarm_default.yaml" in message
 
 
 @pytest.mark.parametrize(
@@ -101,7 +144,13 @@ def test_auto_rule_detected_from_install(tmp_path, monkeypatch):
         ({"max_env_worker": "128", "num_repeat": 4}, "max_env_worker"),
         ({"max_env_worker": 12.5, "num_repeat": 4}, "max_env_worker"),
         ({"max_env_worker": True, "num_repeat": 4}, "max_env_worker"),
-        ({"max_env_worker": 128, "num_repeat": 4, "client_parallelism": [4, -1]}, "client_parallelism.1"),
+        ({"max_env_worker": 128, "num_repeat": 4, "client_parallelism": [4, -1]}, "client_parallelism: entry 1"),
+        ({"max_env_worker": 128, "num_repeat": 4, "client_parallelism": []}, "client_parallelism"),
+        ({"max_env_worker": 128, "num_repeat": 4, "client_parallelism": "4"}, "client_parallelism"),
+        ({"max_env_worker": 128, "num_repeat": 4, "client_parallelism": [True]}, "client_parallelism"),
+        ({"max_env_worker": 2**53, "num_repeat": 4}, "max_env_worker"),
+        ({"max_env_worker": 10**400, "num_repeat": 4}, "max_env_worker"),
+        ({"max_env_worker": 128, "num_repeat": 4, "agentjet_version": "9.9.9"}, "agentjet_version"),
         ({"max_env_worker": 128, "num_repeat": 4, "thread_rule": "round"}, "thread_rule"),
         ({"max_env_worker": 128, "num_repeat": 4, "train_batch": 3}, "train_batch"),
         ({"max_env_worker": 128}, "num_repeat"),
@@ -123,3 +172,21 @@ def test_cli_golden_cases_and_pairs():
     from tests.conftest import run_cli
     proc = run_cli("call", "episode_cap", "max_env_worker=128", "num_repeat=6", "train_batch_size=32", "thread_rule=floor")
     assert proc.returncode == 0 and '"episode_cap":126' in proc.stdout
+
+
+def test_the_cli_path_stays_light():
+    """episode_cap reads only the release's small release.json: no YAML layers, not even the yaml module."""
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, cli_env
+
+    code = ("import sys, io, contextlib, json; from skill_server import cli\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    cli.main(['call', 'episode_cap', 'max_env_worker=128', 'num_repeat=6'])\n"
+            "from skill_server.agentjet.release import newest_bundled\n"
+            "sys.stdout.write(json.dumps(['yaml' in sys.modules, newest_bundled()._files is None]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env(),
+                          timeout=60)
+    assert json.loads(proc.stdout) == [False, True], proc.stderr

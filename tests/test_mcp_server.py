@@ -85,7 +85,7 @@ async def test_resources_and_prompts():
         import json
 
         data = json.loads(table.contents[0].text)
-        assert len(data["rows"]) == 39 and data["source"] == "bundled"
+        assert len(data["rows"]) == 37 and data["source"] == "bundled" and data["agentjet"]["version"] == "0.1.0"
         prompts = {p.name for p in (await client.list_prompts()).prompts}
         assert {"run-blueprint", "explain-gauge"} <= prompts
         got = await client.get_prompt("explain-gauge", {"url": "http://gpu-head:10086"})
@@ -93,8 +93,8 @@ async def test_resources_and_prompts():
 
 
 def test_reference_pages_document_the_real_table():
-    from skill_server.agentjet.knowledge import bundled_overrides
+    from skill_server.agentjet.release import newest_bundled
 
     text = (REPO / "references" / "overlay-config.md").read_text()
-    for kwarg, key in bundled_overrides().rows:
+    for kwarg, key in newest_bundled().overrides.rows:
         assert f"| {kwarg} | {key} |" in text

@@ -20,6 +20,9 @@ import pytest
 from tests.conftest import REPO, cli_env
 from tests.test_http_transport import TOKEN, http_server
 
+BUNDLED_RELEASE_FILES = ("skill_server/agentjet/releases/c68c154f/release.json",
+                         "skill_server/agentjet/releases/c68c154f/layers.json")
+
 SKILL_NAME = "swarm-configuration"
 SKILLS_CLI = "skills@1.7.4"
 INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
@@ -133,7 +136,7 @@ def test_npx_skills_add_installs_a_working_lean_skill(node22, tmp_path):
     claude = project / ".claude" / "skills" / SKILL_NAME
     for folder in (installed, claude):
         for rel in ("SKILL.md", "LICENSE.txt", "references/episode-cap.md", "skill_server/__main__.py",
-                    "skill_server/agentjet/snapshot.json", "skill_server/tool_schemas.json"):
+                    *BUNDLED_RELEASE_FILES, "skill_server/tool_schemas.json"):
             assert (folder / rel).is_file(), f"{folder}/{rel}"
     lock = json.loads((project / "skills-lock.json").read_text())
     assert SKILL_NAME in lock["skills"]
@@ -211,7 +214,7 @@ def test_wheel_carries_data_and_works_outside_the_checkout(tmp_path):
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         archive.extractall(site)
-    for rel in ("skill_server/agentjet/snapshot.json", "skill_server/tool_schemas.json",
+    for rel in (*BUNDLED_RELEASE_FILES, "skill_server/tool_schemas.json",
                 "skill_server/references/episode-cap.md", "skill_server/references/overlay-config.md"):
         assert rel in names, rel
     assert not any(n.startswith("tests/") for n in names)

@@ -1,9 +1,12 @@
-"""What this project knows about AgentJet, as data plus loaders that never import AgentJet.
+"""What this project knows about AgentJet, version by version, as data plus readers that never import it.
 
-* ``locate``: find an AgentJet checkout or installed package (explicit path, ``AJET_ROOT``, ``find_spec``).
-* ``snapshot.json``: the bundled defaults (the three YAML layers, the overrides table, the schema-only
-  fields) for machines without AgentJet.
-* ``overrides``: the kwarg -> YAML key table, read statically from an install's ``job.py`` when present.
-* ``schema``: the config dataclass tree, read statically from an install's schema module when present.
-* ``compose``: Hydra-style composition of a base YAML's ``defaults`` list.
+* ``release``: one AgentJet version as data. Bundled releases live in ``releases/<commit8>/`` (written by
+  ``python -m skill_server snapshot``); an install given as ``agentjet_root`` is read statically and
+  cached per file. ``select_agentjet`` maps the tools' ``agentjet_version`` / ``agentjet_root`` to one.
+* ``identity``: the ``agentjet`` block every answer carries (``AgentJetRef``) and the two arguments.
+* ``compose`` + ``yamltypes``: Hydra's composition of a base YAML as AgentJetJob runs it.
+* ``job``: ``AgentJetJob(...)``, post-construction writes and ``dump_job_as_yaml()`` on plain data.
+* ``refusals``: what AgentJet refuses, as structured causes (for errors and for linter findings).
+* ``pysource``, ``gitmeta``, ``locate``: static readers of a checkout (``ast``, ``.git``, finding it).
+* ``snapshot``: the maintainer command that turns a checkout into a bundled release.
 """

@@ -1,0 +1,212 @@
+"""Which Python type each YAML value ends up with on its way through AgentJetJob.
+
+Two loaders meet in AgentJet's pipeline, and they disagree on some scalars:
+
+* **PyYAML** (``yaml.safe_load``) reads the base YAML. It reads ``3e-6`` (a float without a dot) as a
+  string and ``2026-05-26`` as a ``date``.
+* **OmegaConf's loader** reads every file Hydra composes: the default layers and the temporary copy of
+  the base that AgentJetJob writes with ``yaml.dump`` (keys sorted). It has no timestamp type and reads
+  more spellings as floats (an exponent needs neither a dot nor a sign).
+
+So a base value takes the type OmegaConf's loader gives to the text ``yaml.dump`` writes for it
+(:func:`retype_base`), while a layer value takes the type OmegaConf's loader gives to its own text
+(:class:`LayerLoader`). The rules here were learned from OmegaConf 2.3 and PyYAML 6 as facts; nothing
+of either is imported at run time except PyYAML itself.
+"""
+
+from __future__ import annotations
+
+import datetime
+import re
+from typing import Any
+
+import yaml
+
+STR_TAG = "tag:yaml.org,2002:str"
+FLOAT_TAG = "tag:yaml.org,2002:float"
+TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+
+#: The extra float spellings OmegaConf's loader accepts (first match wins after PyYAML's own resolvers):
+#: digits with a dot and an optional exponent whose sign is optional, digits with an exponent and no dot,
+#: a leading dot, base-60 floats, and the inf/nan words.
+OMEGACONF_FLOAT = re.compile(
+    r"""^(?:
+        [-+]?\d+(?:_\d+)*\.[\d_]*(?:[eE][-+]?\d+)?
+      | [-+]?\d+(?:_\d+)*[eE][-+]?\d+
+      | \.\d+(?:_\d+)*(?:[eE][-+]\d+)?
+      | [-+]?\d+(?:_\d+)*(?::[0-5]?\d)+\.[\d_]*
+      | [-+]?\.(?:inf|Inf|INF)
+      | \.(?:nan|NaN|NAN)
+    )$""",
+    re.VERBOSE | re.ASCII,
+)
+_FLOAT_FIRST_CHARS = frozenset("-+0123456789.")
+
+#: Nesting deeper than this is refused before any recursive walk (PyYAML and Python would hit their
+#: recursion limits well before a config needs it).
+MAX_DEPTH = 100
+#: Alias references and expanded nodes allowed in one file (an alias bomb expands exponentially).
+MAX_ALIASES = 1000
+MAX_NODES = 500_000
+
+
+class UnsupportedValue(ValueError):
+    """A value AgentJet's composition cannot carry (a set, an omap, bytes...), with its dotted location."""
+
+    def __init__(self, where: str, what: str) -> None:
+        self.where = where
+        self.what = what
+        super().__init__(f"{where or 'top level'}: {what}")
+
+
+class TooDeep(ValueError):
+    def __init__(self, where: str) -> None:
+        self.where = where
+        super().__init__(f"nested deeper than {MAX_DEPTH} levels at {where or 'top level'}")
+
+
+class TooLarge(ValueError):
+    def __init__(self) -> None:
+        super().__init__(f"expands to more than {MAX_NODES} values (an alias bomb or an oversized document)")
+
+
+# --- OmegaConf's typing of a YAML text --------------------------------------------------------------
+
+
+def _without_timestamps(resolvers: dict[Any, list[tuple[str, Any]]]) -> dict[Any, list[tuple[str, Any]]]:
+    return {first: [(tag, rx) for tag, rx in pairs if tag != TIMESTAMP_TAG] for first, pairs in resolvers.items()}
+
+
+class LayerLoader(yaml.SafeLoader):
+    """Reads a YAML file the way Hydra does through OmegaConf: no timestamps, OmegaConf's extra floats,
+    and a duplicate key in one mapping is an error (PyYAML would silently keep the last one)."""
+
+    aliases = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+        if self.check_event(yaml.AliasEvent):
+            self.aliases += 1
+            if self.aliases > MAX_ALIASES:
+                raise yaml.YAMLError(f"more than {MAX_ALIASES} alias references")
+        return super().compose_node(parent, index)
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> Any:  # type: ignore[override]
+        seen: set[str] = set()
+        for key_node, _ in node.value:
+            if key_node.tag != STR_TAG:
+                continue
+            if key_node.value in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    f"found duplicate key {key_node.value}", key_node.start_mark)
+            seen.add(key_node.value)
+        return super().construct_mapping(node, deep=deep)
+
+
+LayerLoader.yaml_implicit_resolvers = _without_timestamps(yaml.SafeLoader.yaml_implicit_resolvers)
+LayerLoader.add_implicit_resolver(FLOAT_TAG, OMEGACONF_FLOAT, list(_FLOAT_FIRST_CHARS))
+
+
+def load_layer_text(text: str) -> Any:
+    """Parse one composed file as OmegaConf would (raises ``yaml.YAMLError`` on bad YAML)."""
+    loader = LayerLoader(text)
+    try:
+        return loader.get_single_data()
+    finally:
+        loader.dispose()
+
+
+# --- the base's round trip: yaml.safe_load -> yaml.dump(sort_keys=True) -> OmegaConf's loader --------
+
+_PYYAML_RESOLVER = yaml.resolver.Resolver()
+
+
+def _pyyaml_plain_tag(text: str) -> str:
+    return _PYYAML_RESOLVER.resolve(yaml.ScalarNode, text, (True, False))
+
+
+def omegaconf_float(text: str) -> float:
+    """The float OmegaConf's loader constructs for ``text`` (PyYAML's float constructor rules)."""
+    value = text.replace("_", "").lower()
+    sign = -1.0 if value.startswith("-") else 1.0
+    if value[:1] in "+-":
+        value = value[1:]
+    if value == ".inf":
+        return sign * float("inf")
+    if value == ".nan":
+        return float("nan")
+    if ":" in value:
+        total, base = 0.0, 1.0
+        for part in reversed(value.split(":")):
+            total += float(part) * base
+            base *= 60
+        return sign * total
+    return sign * float(value)
+
+
+def retype_string(text: str) -> str | float:
+    """A base string after the round trip: ``yaml.dump`` writes it plain when PyYAML would read the plain
+    text back as a string, and OmegaConf's loader then reads ``3e-6``-style spellings as floats."""
+    if text[:1] in _FLOAT_FIRST_CHARS and OMEGACONF_FLOAT.match(text) and _pyyaml_plain_tag(text) == STR_TAG:
+        return omegaconf_float(text)
+    return text
+
+
+def _retype_scalar(value: Any, where: str) -> Any:
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str):
+        return retype_string(value)
+    if isinstance(value, datetime.datetime):  # yaml.dump writes isoformat(' '); OmegaConf has no timestamps
+        return value.isoformat(" ")
+    if isinstance(value, datetime.date):
+        return value.isoformat()
+    raise UnsupportedValue(where, _describe_unsupported(value))
+
+
+def _describe_unsupported(value: Any) -> str:
+    kind = {set: "a !!set value", tuple: "an !!omap or !!pairs entry", bytes: "!!binary data"}.get(type(value))
+    kind = kind or f"a {type(value).__name__} value"
+    return f"{kind}, which AgentJet's OmegaConf composition cannot hold"
+
+
+def retype_base(data: Any, where: str = "", depth: int = 0) -> Any:
+    """The base tree as Hydra sees it in AgentJetJob's temporary copy: every mapping's keys sorted (as
+    ``yaml.dump`` sorts them, left unsorted when they do not compare), scalars retyped."""
+    if depth > MAX_DEPTH:
+        raise TooDeep(where)
+    if isinstance(data, dict):
+        items = list(data.items())
+        try:
+            items.sort(key=lambda kv: kv[0])
+        except TypeError:
+            pass
+        out: dict[Any, Any] = {}
+        for key, value in items:
+            label = f"{where}.{key}" if where else str(key)
+            out[_retype_scalar(key, label)] = retype_base(value, label, depth + 1)
+        return out
+    if isinstance(data, list):
+        return [retype_base(item, f"{where}[{i}]", depth + 1) for i, item in enumerate(data)]
+    return _retype_scalar(data, where)
+
+
+def check_plain(data: Any, where: str = "", depth: int = 0) -> None:
+    """Refuse values the rest of the pipeline cannot carry, absurd nesting and alias bombs, iteratively,
+    before anything recurses."""
+    stack: list[tuple[Any, str, int]] = [(data, where, depth)]
+    budget = MAX_NODES
+    while stack:
+        node, at, level = stack.pop()
+        budget -= 1
+        if budget < 0:
+            raise TooLarge()
+        if level > MAX_DEPTH:
+            raise TooDeep(at)
+        if isinstance(node, dict):
+            for key, value in node.items():
+                stack.append((value, f"{at}.{key}" if at else str(key), level + 1))
+        elif isinstance(node, list):
+            stack.extend((item, f"{at}[{i}]", level + 1) for i, item in enumerate(node))
+        elif not (node is None or isinstance(node, (bool, int, float, str, datetime.date))):
+            raise UnsupportedValue(at, _describe_unsupported(node))
