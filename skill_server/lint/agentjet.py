@@ -69,7 +69,7 @@ SWARM_DEFAULT_LAYER = "ajet_swarm_default"
 #: writes (a script's own writes are checked by the unknown-key rule, which knows attribute from item access).
 LINT_CAUSES = CAUSE_IDS - {"write-below-missing-section", "write-through-value"}
 
-__all__ = ["KEYS", "LINT_CAUSES", "AgentJet", "CapFacts", "Cause", "ComposedBase", "SkippedCheck"]
+__all__ = ["KEYS", "LINT_CAUSES", "AgentJet", "CapFacts", "Cause", "ComposedBase", "RefusedBase", "SkippedCheck"]
 
 
 @dataclass(frozen=True)
@@ -89,6 +89,14 @@ class ComposedBase:
     composes_swarm: bool  # AgentJet's swarm default is one of the layers (only as the base itself)
     raw: dict[str, Any]  # the base file as yaml.safe_load reads it
     causes: list[Cause]  # what AgentJet refuses about it after composing it (no defaults block, a missing key)
+    notes: list[str]
+
+
+@dataclass
+class RefusedBase:
+    """A user's base YAML that AgentJet refuses to compose at all: no value of it is known."""
+
+    cause: Cause
     notes: list[str]
 
 
@@ -268,20 +276,21 @@ class AgentJet:
 
     # --- a base YAML --------------------------------------------------------------------------------
 
-    def compose_base(self, path: Path, *, field: str) -> ComposedBase | Cause:
+    def compose_base(self, path: Path, *, field: str) -> ComposedBase | RefusedBase:
         """Compose a user's base YAML exactly as ``build_config`` does (relative search paths against ``cwd``).
 
-        Returns the cause when AgentJet refuses to compose it at all (a defaults list naming
+        A ``RefusedBase`` when AgentJet refuses to compose it at all (a defaults list naming
         ajet_swarm_default, an entry not on the search path, ...); what it refuses after composing (no
         ``defaults`` block, a key the overrides walk reads but the config lacks) is in ``causes``. Files that
         cannot be read are input errors naming ``field``."""
         release = self.release
         base = load_base(path, field=field, release=release)
+        notes = self._searchpath_notes(base)
         try:
             composition = compose(release, base, field=field, cwd=self.cwd)
             config = overlay_composed(release, base, composition, base_field=field, tail=False)
         except AgentJetRefusal as refusal:
-            return refusal.cause
+            return RefusedBase(refusal.cause, notes)
         causes = base_block_causes(base.raw, base.display, field=field, agentjet=self.label)
         if not causes:  # AgentJet stops at the first of these; the walk comes after the blocks are copied back
             try:
@@ -294,7 +303,7 @@ class AgentJet:
                 and not (own is not None and Path(layer.origin).is_relative_to(own))}
         names = [layer.name for layer in composition.layers]
         return ComposedBase(to_plain(config), dict(composition.origin), names, user, SWARM_DEFAULT_LAYER in names,
-                            base.raw, causes, [*composition.warnings, *self._searchpath_notes(base)])
+                            base.raw, causes, [*composition.warnings, *notes])
 
     def absent_base_cause(self, path: Path) -> Cause:
         """What AgentJetJob raises for a base_yaml_config that does not exist."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from skill_server.lint.agentjet import Cause
+from skill_server.lint.agentjet import Cause, RefusedBase
 from skill_server.lint.context import BaseYaml, LintContext
 from skill_server.lint.replay import unknown_tree
 from skill_server.lint.script import Construction
@@ -31,13 +31,14 @@ def file_base(ctx: LintContext, path: Path, anchor: str, expression: str | None,
     its refusal is a finding and every value it would set is unknown (never AgentJet's defaults instead)."""
     tried = tried or [str(path)]
     composed = ctx.aj.compose_base(path, field=field)
-    if isinstance(composed, Cause):
-        return unknown_base(ctx, "refused", anchor, expression, path, f"{ctx.aj.label} refuses to compose "
-                            f"{path}: {composed.message}", tried, launch_dir_known,
-                            short=f"set by the base YAML {path.name}, which AgentJet refuses to compose "
-                            f"({composed.exception})", causes=[composed])
     for note in composed.notes:
         ctx.note(note)
+    if isinstance(composed, RefusedBase):
+        cause = composed.cause
+        return unknown_base(ctx, "refused", anchor, expression, path, f"{ctx.aj.label} refuses to compose "
+                            f"{path}: {cause.message}", tried, launch_dir_known,
+                            short=f"set by the base YAML {path.name}, which AgentJet refuses to compose "
+                            f"({cause.exception})", causes=[cause])
     explicit = {k: v for k, v in flatten(composed.tree).items() if composed.origin.get(k) in composed.user_layers}
     customised = {k: v for k, v in explicit.items() if not _equal_default(ctx, k, v)}
     return BaseYaml("file", anchor, expression, path, tried=tried, launch_dir_known=launch_dir_known,

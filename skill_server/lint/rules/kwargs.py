@@ -82,10 +82,14 @@ def unsupported_kwarg(ctx: LintContext, run: Run) -> Iterator[Report]:
         elsewhere = aj.kwarg_elsewhere(name)
         if elsewhere is not None:
             key, other = elsewhere
+            if aj.known(key):
+                fix = (f"set {key} in the YAML or write {aj.write_expression(key)} = ... right after construction "
+                       f"(a key of {aj.label}), or select {other} (agentjet_version / agentjet_root)")
+            else:
+                fix = (f"remove it: {aj.label}'s config has no {key} either; to use it, select {other} "
+                       "(agentjet_version / agentjet_root) and upgrade AgentJet")
             yield Report(key, f"{cause.message}. {other} has this kwarg (it sets {key})", loc,
-                         {**values, "key": key, "agentjet_with_kwarg": other},
-                         f"set {key} in the YAML or write {aj.write_expression(key)} = ... right after construction "
-                         f"(that works in {aj.label}), or select {other}")
+                         {**values, "key": key, "agentjet_with_kwarg": other}, fix)
             continue
         if close:
             fix = f"rename it to {close}"
