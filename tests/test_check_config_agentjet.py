@@ -189,7 +189,8 @@ def test_every_cause_is_reported_at_once(tmp_path):
 
 def test_a_check_that_reads_an_unknown_value_is_skipped_not_guessed(tmp_path):
     script = write(tmp_path, "client.py", HEAD + "job = AgentJetJob(nnodes=int(os.environ['NODES']), "
-                   "lora_rank=int(os.environ['RANK']), max_prompt_length=int(os.environ['P']), max_response_length=900, "
+                   "lora_rank=int(os.environ['RANK']), max_prompt_length=int(os.environ['P']), "
+                   "max_response_length=900, "
                    "max_model_len=1000, max_response_length_in_one_turn=2000)\n")
     r = lint(script)
     # the one-turn check reads only known values: reported; the others are skipped with what they wait for

@@ -13,7 +13,8 @@ impossible comparison raises the very ``TypeError`` AgentJet would.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field as dataclass_field
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any
 
 from skill_server.errors import ToolInputError

@@ -158,7 +158,6 @@ class AgentJet:
         self.defaults_flat = self._d.flat
         self.notes = list(self._d.notes)
         self._candidates: list[str] | None = None
-        self.length_kwargs: tuple[str, ...] = LENGTH_KWARGS
 
     @classmethod
     def select(cls, agentjet_version: str | None, agentjet_root: str | None, cwd: Path | None) -> AgentJet:

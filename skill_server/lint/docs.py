@@ -30,7 +30,8 @@ def render_rules() -> str:
         lines += ["", f"### `{r.id}`", "", f"**{r.severity}**: {r.summary} {r.explanation}"]
         causes = causes_of(r.id, LINT_CAUSES)
         if causes:
-            lines += ["", "AgentJet refusal causes reported here (`values.cause`, with AgentJet's exception in `values.exception`): "
+            lines += ["", "AgentJet refusal causes reported here (`values.cause`, with AgentJet's exception in "
+                      "`values.exception`): "
                       + ", ".join(f"`{c}`" for c in causes) + "."]
         if r.example:
             language, _, body = r.example.partition("\n")

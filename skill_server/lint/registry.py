@@ -3,8 +3,8 @@
 A rule is ``check(ctx, run) -> Iterable[Report]``: it reads the shared ``LintContext`` (computed once) for
 one ``Run`` and reports what it finds; the engine stamps the rule id and severity. A rule that cannot run
 for want of a value calls ``ctx.skip(rule_id, reason)``. ``claims`` lists the AgentJet refusal causes the
-rule reports itself; the ``agentjet-refusal`` rule (``REFUSAL_RULE``) reports every other cause. The same table renders the
-rule reference (``skill_server.lint.docs``).
+rule reports itself; the ``agentjet-refusal`` rule (``REFUSAL_RULE``) reports every other cause. The same
+table renders the rule reference (``skill_server.lint.docs``).
 """
 
 from __future__ import annotations

@@ -47,8 +47,8 @@ def base_yaml_missing(ctx: LintContext, run: Run) -> Iterator[Report]:
               "directory)"
     else:  # there, but not a regular file: AgentJetJob would try to read it as YAML anyway
         cause = None
-        message = f"base_yaml_config {base.expression}: {base.reason} (tried: {tried}); AgentJetJob cannot read it as " \
-                  "a YAML file"
+        message = (f"base_yaml_config {base.expression}: {base.reason} (tried: {tried}); AgentJetJob cannot read "
+                   "it as a YAML file")
         fix = "point base_yaml_config at a regular YAML file"
     if cause is not None:
         values = {**cause_values(cause), **values}

@@ -66,7 +66,7 @@ def _both(ctx: LintContext, run: Run, line: int, key: str) -> list[Location]:
       claims=("unknown-kwarg",), example="""
 python
 AgentJetJob(num_repeats=4)                     # before (typo)       ->  AgentJetJob(num_repeat=4)
-AgentJetJob(ulysses_sequence_parallel_size=2)  # before: not a kwarg ->  a write of the config key after construction""")
+AgentJetJob(ulysses_sequence_parallel_size=2)  # before: not a kwarg ->  write the config key after construction""")
 def unsupported_kwarg(ctx: LintContext, run: Run) -> Iterator[Report]:
     c = run.construction
     if c is None:
