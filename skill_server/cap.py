@@ -128,7 +128,12 @@ def compute_episode_cap(inp: EpisodeCapInput, progress: Progress | None = None) 
     """Compute the cap and say which knob moves it."""
     from skill_server.agentjet.release import select_agentjet
 
-    release = select_agentjet(inp.agentjet_version, inp.agentjet_root)
+    return episode_cap_for(inp, select_agentjet(inp.agentjet_version, inp.agentjet_root))
+
+
+def episode_cap_for(inp: EpisodeCapInput, release: Any) -> EpisodeCapResult:
+    """The cap under ``release`` (a ``skill_server.agentjet.release.Release`` a caller already selected, such
+    as check_config's; ``inp.agentjet_version`` / ``agentjet_root`` are then not read)."""
     rule, rule_source = _resolve_rule(inp, release)
     mew, n, tbs = inp.max_env_worker, inp.group_size, inp.train_batch_size
 

@@ -131,9 +131,12 @@ TOOLS: tuple[ToolSpec, ...] = (
             "escape-hatch-has-kwarg, unknown-key, write-after-dump, length-budget, lora-rules, "
             "batch-not-divisible-by-gpus, samples-below-world-size, base-yaml-missing, base-not-swarm, "
             "interchange-not-tcp, cap-not-divisible, cap-limited-by-batch, tracker-threads-below-cap, "
-            "agentjet-refusal. Each has key, locations (file, line), values and a fix. Effective values carry their "
-            "source; a value that depends on the environment, the command line or a missing file is null with the "
-            "reason, and checks that could not run are listed in skipped."
+            "agentjet-refusal. Each has key, locations (file, line), values and a fix. Everything AgentJet would refuse "
+            "(the causes build_config refuses with) is a finding with AgentJet's exception, all at once. Findings "
+            "describe one AgentJet release (agentjet_version, agentjet_root; default the newest bundled), named in "
+            "agentjet and in every version-dependent message. Effective values carry their source; a value that "
+            "depends on the environment, the command line or a missing or refused base YAML is null with the reason, "
+            "and checks that could not run are listed in skipped."
         ),
         input_model="skill_server.lint:CheckConfigInput",
         output_model="skill_server.lint:CheckConfigResult",

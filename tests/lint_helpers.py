@@ -9,9 +9,11 @@ from typing import Any
 from skill_server.lint import CheckConfigInput, check_config
 
 CLIENTS = Path(__file__).parent / "fixtures" / "clients"
+#: What a base needs to compose AgentJet's layers: Hydra finds them only through the base's own search path.
+LAYERS_TAIL = ("hydra:\n  searchpath:\n    - file://ajet/default_config\n    - file://ajet/default_config/verl\n"
+               "defaults:\n  - verl_default\n  - ajet_default\n  - _self_\n")
 #: A YAML-first base in the werewolves style: AgentJet's layers, and the swarm switches set in the base itself.
-SWARM_TAIL = ("  enable_swarm_mode: true\n  enable_interchange_server: true\n"
-              "defaults:\n  - verl_default\n  - ajet_default\n  - _self_\n")
+SWARM_TAIL = "  enable_swarm_mode: true\n  enable_interchange_server: true\n" + LAYERS_TAIL
 
 
 def lint(script: Path | str | None = None, **kw: Any):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from skill_server.agentjet.identity import agentjet_label
 from skill_server.errors import ToolInputError
 from skill_server.tools import get_tool
 from tests.agentjet_fixtures import make_fake_agentjet
@@ -47,7 +48,9 @@ def test_werewolves_yaml_first_with_one_kwarg_override():
     base = r.constructions[0].base_yaml
     assert base.anchor == "script_dir" and base.path.endswith("werewolves.yaml") and base.exists
     assert r.summary.errors == 0 and r.summary.warnings == 4 and r.skipped == []
-    assert r.agentjet.source == "bundled" and r.agentjet.version and r.agentjet.path is None
+    # the newest bundled release (never null: a bundled answer names the release folder it read)
+    assert (r.agentjet.source, r.agentjet.version, r.agentjet.commit[:8]) == ("bundled", "0.1.0", "c68c154f")
+    assert r.agentjet.path.endswith("c68c154f")
 
 
 def test_dataclass_config_feeding_kwargs_from_a_sibling_module():
@@ -55,7 +58,7 @@ def test_dataclass_config_feeding_kwargs_from_a_sibling_module():
     assert rules(r) == {"cap-limited-by-batch", "escape-hatch-has-kwarg"}
     hatch = only(r, "escape-hatch-has-kwarg")
     assert hatch.key == "ajet.trainer_common.nnodes" and hatch.values["kwarg_passed"] is False
-    assert f"pass nnodes=1 to AgentJetJob (a kwarg of the bundled AgentJet {r.agentjet.version})" in hatch.fix
+    assert f"pass nnodes=1 to AgentJetJob (a kwarg of {agentjet_label(r.agentjet)})" in hatch.fix
     kwargs = {k.name: k for k in r.constructions[0].kwargs}
     assert kwargs["num_repeat"].value == 8 and kwargs["num_repeat"].how == "dataclass default"
     assert kwargs["max_env_worker"].value == 512 and kwargs["compute_madness_checklist"].value == ["nonsense"]
@@ -85,7 +88,16 @@ def test_all_kwargs_multi_node_is_clean_and_switches_to_tcp():
 
 def test_writes_after_a_dump():
     r = lint(CLIENTS / "e2b_dump_then_write.py")
-    assert rules(r) == {"unknown-key", "write-after-dump"}
+    # AgentJet 0.1.0 (c68c154f) has neither ulysses_sequence_parallel_size nor ppo_max_token_len_per_gpu
+    assert rules(r) == {"unknown-key", "write-after-dump", "unsupported-kwarg"}
+    kwargs = {f.values["kwarg"]: f for f in r.findings if f.rule == "unsupported-kwarg"}
+    assert set(kwargs) == {"ulysses_sequence_parallel_size", "ppo_max_token_len_per_gpu"}
+    ppo = kwargs["ppo_max_token_len_per_gpu"]
+    assert [loc.line for loc in ppo.locations] == [17] and ppo.values["exception"] == "TypeError"
+    assert "AgentJet 0.1.0 (c68c154f)" in ppo.message and "unexpected keyword argument" in ppo.message
+    # no bundled release has it: the fix names the config keys of that name, written the way they must be
+    assert "actor_rollout_ref.actor.ppo_max_token_len_per_gpu" in ppo.fix
+    assert "job.config.actor_rollout_ref['actor']['ppo_max_token_len_per_gpu'] = ..." in ppo.fix
     late = only(r, "write-after-dump")
     assert late.key == "ajet.rollout.temperature" and [loc.line for loc in late.locations] == [28, 27]
     unknown = only(r, "unknown-key")
@@ -110,7 +122,7 @@ def test_typos_and_broken_groups():
     assert group.values["missing"] == ["max_model_len"] and "max_model_len=18000" in group.fix
     lora = only(r, "lora-rules")
     assert lora.key == "ajet.trainer_common.optim.lr"
-    assert f"pass lr=0.0001 to AgentJetJob (a kwarg of the bundled AgentJet {r.agentjet.version})" in lora.fix
+    assert f"pass lr=0.0001 to AgentJetJob (a kwarg of {agentjet_label(r.agentjet)})" in lora.fix
     batch = only(r, "batch-not-divisible-by-gpus")
     assert batch.values == {"train_batch_size": 9, "num_repeat": 4, "n_gpus_per_node": 8, "nnodes": 1}
     assert "e.g. 10" in batch.fix and [loc.source for loc in batch.locations] == ["kwarg", "default", "default",
@@ -167,7 +179,7 @@ def test_env_defaults_and_imported_constants():
     assert "MATH_BATCH" in e.train_batch_size.assumes[0]
     assert e.nnodes.value == "1" and e.nnodes.source == "env-default" and "a str" in e.nnodes.note
     refusal = only(r, "agentjet-refusal")
-    assert refusal.values["cause"] == "nnodes-type" and refusal.values["exception"] == "TypeError"
+    assert refusal.values["cause"] == "nnodes-not-a-number" and refusal.values["exception"] == "TypeError"
     assert where(refusal) == [("math_client.py", 20)] and "int(" in refusal.fix
     assert "AgentJet" in refusal.message and "TypeError" in refusal.message
     assert skipped(r)["batch-not-divisible-by-gpus"] == [
@@ -229,7 +241,7 @@ def test_yaml_first_with_a_run_time_kwarg_cannot_be_consolidated():
         "kwarg max_env_worker (line 12): int(sys.argv[1]): a command-line argument (sys.argv), known only at run "
         "time"]
     assert split.values["build_config_left_out"] == [
-        f"kwarg num_repeats (line 13): not a kwarg of the bundled AgentJet {r.agentjet.version}"]
+        f"kwarg num_repeats (line 13): not a kwarg of {agentjet_label(r.agentjet)}"]
     assert "cannot consolidate" in split.fix
     assert r.effective.max_env_worker.value is None and "sys.argv" in r.effective.max_env_worker.unresolved
     assert r.effective.num_repeat.value == 4 and r.effective.num_repeat.source == "yaml"
@@ -381,7 +393,12 @@ async def test_mcp_in_process():
     async with Client(build_server()) as client:
         r = await client.call_tool("check_config", {"script": str(CLIENTS / "e2b_dump_then_write.py")})
         assert not r.is_error
-        assert {f["rule"] for f in r.structured_content["findings"]} == {"unknown-key", "write-after-dump"}
+        assert {f["rule"] for f in r.structured_content["findings"]} == {"unknown-key", "write-after-dump",
+                                                                         "unsupported-kwarg"}
+        assert r.structured_content["agentjet"]["version"] == "0.1.0"
+        r = await client.call_tool("check_config", {"script": str(CLIENTS / "e2b_dump_then_write.py"),
+                                                    "agentjet_version": "0.0.1"})
+        assert r.is_error and "agentjet_version" in r.content[0].text and "0.1.0" in r.content[0].text
         r = await client.call_tool("check_config", {"script": str(CLIENTS / "unresolved_nnodes.py")})
         assert r.structured_content["effective"]["nnodes"]["value"] is None
         assert {s["rule"] for s in r.structured_content["skipped"]} >= {"interchange-not-tcp"}

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from skill_server.errors import ToolInputError
 from skill_server.models import MAX_JSON_INT
 from tests.conftest import call_cli
-from tests.lint_helpers import lint, only, rules, skipped, write
+from tests.lint_helpers import LAYERS_TAIL, lint, only, rules, skipped, write
 
 HEAD = "import os\nfrom ajet.copilot.job import AgentJetJob\n"
 
@@ -43,8 +43,7 @@ def test_integers_too_large_for_any_config_are_left_unknown(tmp_path):
 def test_a_base_yaml_with_huge_numbers(tmp_path):
     write(tmp_path, "base.yaml", f"ajet:\n  rollout:\n    max_env_worker: {10 ** 30}\n    num_repeat: 7\n"
                                  "  data:\n    train_batch_size: 1e400\n  enable_swarm_mode: true\n"
-                                 "  enable_interchange_server: true\ndefaults:\n  - verl_default\n  - ajet_default\n"
-                                 "  - _self_\n")
+                                 "  enable_interchange_server: true\n" + LAYERS_TAIL)
     r = lint(yaml=str(tmp_path / "base.yaml"))
     assert r.effective.max_env_worker.value == 10 ** 30 and "cap-not-divisible" in rules(r)
     assert r.effective.episode_cap.value is None

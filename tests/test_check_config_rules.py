@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from skill_server.agentjet.refusals import CAUSE_IDS
 from skill_server.lint import RULES
 from skill_server.lint.docs import BEGIN, END, REFERENCE, render_rules, with_rules
 from skill_server.lint.registry import claimed_causes
 from skill_server.tools import get_tool
-from tests.lint_helpers import SWARM_TAIL, lint, rules, skipped, write
+from tests.lint_helpers import LAYERS_TAIL, SWARM_TAIL, lint, rules, skipped, write
 
 HEAD = "from ajet.copilot.job import AgentJetJob\n"
 BASE = 'import os\nBASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "base.yaml")\n'
@@ -59,8 +60,7 @@ CASES: dict[str, tuple[dict[str, str], dict[str, str]]] = {
                           {"base.yaml": YAML_NUM_REPEAT_4, "client.py": HEAD + BASE
                            + "j = AgentJetJob(base_yaml_config=BASE)\n"}),
     "base-not-swarm": (
-        {"base.yaml": "ajet:\n  rollout:\n    num_repeat: 4\ndefaults:\n  - verl_default\n  - ajet_default\n"
-                      "  - _self_\n"},
+        {"base.yaml": "ajet:\n  rollout:\n    num_repeat: 4\n" + LAYERS_TAIL},
         {"base.yaml": YAML_NUM_REPEAT_4}),
     "interchange-not-tcp": (
         {"client.py": HEAD + "j = AgentJetJob(nnodes=2)\n"
@@ -144,7 +144,42 @@ def test_registry_entries_are_complete():
         assert spec.severity in ("error", "warning", "info")
         assert spec.summary.endswith(".") and "\n" not in spec.summary and len(spec.summary) <= 100
         assert len(spec.explanation) > 40 and spec.example.split("\n", 1)[0] in ("python", "yaml")
-    assert claimed_causes() >= {"unknown-kwarg", "length-group", "token-budget", "one-turn-budget", "lora-lr"}
+    # the ids of skill_server.agentjet.refusals (the same causes build_config refuses with)
+    assert claimed_causes() >= {"unknown-kwarg", "length-group-incomplete", "token-budget", "one-turn-over-response",
+                                "lora-lr-too-low", "base-yaml-absent"}
+
+
+def test_claims_name_causes_that_exist_and_each_cause_is_claimed_once():
+    claims = [c for spec in RULES.values() for c in spec.claims]
+    assert len(claims) == len(set(claims))
+    assert set(claims) <= CAUSE_IDS, set(claims) - CAUSE_IDS
+
+
+def test_the_cause_catalogue_lists_exactly_the_ids_the_code_raises():
+    """Every cause id written in skill_server/agentjet (first argument of Cause(...), the helpers that build
+    one, or a ``cid`` variable) is in CAUSE_IDS, and every catalogued id is written somewhere."""
+    import ast
+
+    import skill_server.agentjet as package
+
+    found: set[str] = set()
+
+    def constants(node: ast.expr) -> list[str]:
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            return [node.value]
+        if isinstance(node, ast.IfExp):
+            return constants(node.body) + constants(node.orelse)
+        assert not isinstance(node, ast.JoinedStr), "cause ids are literals"
+        return []
+
+    for source in Path(package.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and node.args and getattr(node.func, "id", None) in (
+                    "Cause", "_refuse", "make", "cause"):
+                found.update(constants(node.args[0]))
+            elif isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "cid" for t in node.targets):
+                found.update(constants(node.value))
+    assert found == CAUSE_IDS
 
 
 def test_reference_page_rules_are_generated_from_the_registry():

@@ -6,9 +6,10 @@ import textwrap
 
 import pytest
 
+from skill_server.agentjet.identity import agentjet_label
 from skill_server.lint.script import scan_script
 from skill_server.overlay import BuildConfigInput, build_config
-from tests.lint_helpers import SWARM_TAIL, lint, only, rules, skipped, write
+from tests.lint_helpers import LAYERS_TAIL, SWARM_TAIL, lint, only, rules, skipped, write
 
 HEAD = "import os\nimport argparse\nfrom ajet.copilot.job import AgentJetJob\n"
 
@@ -223,8 +224,7 @@ def test_consolidation_with_an_unresolved_kwarg_is_null(tmp_path):
 
 
 def test_fixes_change_what_the_script_already_passes(tmp_path):
-    write(tmp_path, "base.yaml", "ajet:\n  rollout:\n    num_repeat: 4\ndefaults:\n  - verl_default\n"
-                                 "  - ajet_default\n  - _self_\n")
+    write(tmp_path, "base.yaml", "ajet:\n  rollout:\n    num_repeat: 4\n" + LAYERS_TAIL)
     script = write(tmp_path, "client.py", HEAD + textwrap.dedent("""\
         job = AgentJetJob(base_yaml_config=os.path.join(os.path.dirname(__file__), "base.yaml"), swarm_mode=True,
                           nnodes=2, num_repeat=4)
@@ -243,34 +243,91 @@ def test_fixes_change_what_the_script_already_passes(tmp_path):
     write(tmp_path, "other.py", HEAD + "job = AgentJetJob(base_yaml_config=os.path.join(os.path.dirname(__file__), "
                                        "'base.yaml'))\njob.num_repeat = 8\n")
     r = lint(tmp_path / "other.py")
-    assert "kwarg swarm_mode=True of the bundled AgentJet" in only(r, "base-not-swarm").fix
+    label = agentjet_label(r.agentjet)
+    assert label == "AgentJet 0.1.0 (c68c154f)"  # the newest bundled release, named in every fix with a kwarg
+    assert f"kwarg swarm_mode=True of {label}" in only(r, "base-not-swarm").fix
     mirror = only(r, "unknown-key")
-    assert "pass num_repeat=8 to AgentJetJob instead (a kwarg of the bundled AgentJet" in mirror.fix
+    assert f"pass num_repeat=8 to AgentJetJob instead (a kwarg of {label})" in mirror.fix
 
 
 # --- AgentJet's refusals ----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("yaml_text, cause, exception", [
-    ("ajet:\n  rollout:\n    num_repeat: 4\ndefaults:\n  - verl_default\n  - ajet_default\n  - ajet_swarm_default\n"
-     "  - _self_\n", "base-includes-swarm-default", "ConfigCompositionException"),
-    ("ajet:\n  rollout:\n    num_repeat: 4\n", "base-without-defaults", "KeyError"),
-    ("ajet:\n  trainer_common:\n    nnodes: '2'\n" + SWARM_TAIL, "nnodes-type", "TypeError"),
+HYDRA = "hydra:\n  searchpath:\n    - file://ajet/default_config\n    - file://ajet/default_config/verl\n"
+
+
+@pytest.mark.parametrize("yaml_text, rule, causes", [
+    # ids and exceptions changed with the versioned knowledge (c68c154f): the same causes build_config refuses
+    ("ajet:\n  rollout:\n    num_repeat: 4\n" + HYDRA + "defaults:\n  - verl_default\n  - ajet_default\n"
+     "  - ajet_swarm_default\n  - _self_\n", "agentjet-refusal",
+     {("defaults-includes-swarm-default", "ConfigCompositionException")}),
+    ("ajet:\n  rollout:\n    num_repeat: 4\n" + HYDRA + "defaults:\n  - verl_default\n  - my_layer\n  - _self_\n",
+     "agentjet-refusal", {("defaults-entry-missing", "MissingConfigException")}),
+    # no defaults (KeyError 'defaults' first) and no hydra block (KeyError 'hydra' once defaults is there)
+    ("ajet:\n  rollout:\n    num_repeat: 4\n", "agentjet-refusal",
+     {("base-without-defaults", "KeyError"), ("base-without-hydra", "KeyError")}),
+    ("ajet:\n  rollout:\n    num_repeat: 4\n" + HYDRA + "defaults:\n  - verl_default\n  - _self_\n", "agentjet-refusal",
+     {("missing-key", "AttributeError")}),
+    ("ajet:\n  trainer_common:\n    nnodes: '2'\n" + SWARM_TAIL, "agentjet-refusal",
+     {("nnodes-not-a-number", "TypeError")}),
     ("ajet:\n  data:\n    max_prompt_length: '500'\n    max_response_length: '2000'\n  rollout:\n"
-     "    max_model_len: '3000'\n    max_response_length_in_one_turn: '300'\n" + SWARM_TAIL, "length-types",
-     "AssertionError (empty message)"),
-    ("ajet:\n  backbone: trinity\n" + SWARM_TAIL, "backbone-trinity", "NotImplementedError"),
+     "    max_model_len: '3000'\n    max_response_length_in_one_turn: '300'\n" + SWARM_TAIL, "length-budget",
+     # '500' + '2000' <= '3000' and '300' <= '2000' compare text: both false (AgentJet stops at the first)
+     {("token-budget", "AssertionError"), ("one-turn-over-response", "AssertionError")}),
+    ("ajet:\n  data:\n    max_prompt_length: '500'\n    max_response_length: '2000'\n  rollout:\n"
+     "    max_model_len: '9000'\n    max_response_length_in_one_turn: '300'\n" + SWARM_TAIL, "length-budget",
+     {("one-turn-over-response", "AssertionError")}),  # '300' <= '2000' is false as text
+    ("ajet:\n  backbone: trinity\n" + SWARM_TAIL, "agentjet-refusal", {("trinity-backbone", "NotImplementedError")}),
 ])
-def test_refusal_causes_are_findings(tmp_path, yaml_text, cause, exception):
+def test_refusal_causes_are_findings(tmp_path, yaml_text, rule, causes):
     write(tmp_path, "base.yaml", yaml_text)
+    (tmp_path / "my_layer.yaml").write_text("ajet:\n  rollout:\n    num_repeat: 8\n")  # beside the base: not searched
     r = lint(yaml=str(tmp_path / "base.yaml"))
-    refusals = [f for f in r.findings if f.rule == "agentjet-refusal"]
-    assert {(f.values["cause"], f.values["exception"]) for f in refusals} == {(cause, exception)}
-    f = refusals[0]
-    assert f.locations[0].file == str(tmp_path / "base.yaml")
-    assert (f.locations[0].line is None) == (cause == "base-without-defaults")  # no defaults line to point at
-    assert r.agentjet.version in f.message and exception.split(" ")[0] in f.message and "ajet_swarm_default" not in \
-        (f.fix if cause != "base-includes-swarm-default" else "")
+    refusals = [f for f in r.findings if f.rule in ("agentjet-refusal", "length-budget", "lora-rules")]
+    assert {f.rule for f in refusals} == {rule}
+    assert {(f.values["cause"], f.values["exception"]) for f in refusals} == causes
+    label = agentjet_label(r.agentjet)
+    for f in refusals:
+        assert f.locations[0].file == str(tmp_path / "base.yaml")
+        assert label in f.message and f.values["exception"] in f.message
+        if f.values["cause"] != "defaults-includes-swarm-default":
+            assert "ajet_swarm_default" not in f.fix
+        if f.values["cause"] == "base-without-defaults":
+            assert f.locations[0].line is None  # no defaults line to point at
+        elif f.values["cause"] in ("defaults-includes-swarm-default", "defaults-entry-missing", "missing-key"):
+            assert f.locations[0].line == yaml_text.splitlines().index("defaults:") + 1
+
+
+@pytest.mark.parametrize("yaml_text", [
+    "ajet:\n  rollout:\n    num_repeat: 4\n" + HYDRA + "defaults:\n  - verl_default\n  - ajet_swarm_default\n",
+    "ajet:\n  rollout:\n    num_repeat: 4\n" + HYDRA + "defaults:\n  - verl_default\n  - my_layer\n  - _self_\n",
+])
+def test_a_base_agentjet_refuses_to_compose_leaves_its_values_unknown(tmp_path, yaml_text):
+    write(tmp_path, "base.yaml", yaml_text)
+    script = write(tmp_path, "client.py", HEAD + "job = AgentJetJob(base_yaml_config=os.path.join("
+                                                 "os.path.dirname(__file__), 'base.yaml'), max_env_worker=64)\n")
+    r = lint(script)
+    assert rules(r) == {"agentjet-refusal"}
+    info = r.constructions[0].base_yaml
+    assert (info.state, info.exists) == ("refused", True)
+    e = r.effective
+    assert e.num_repeat.value is None and "refuses to compose" in e.num_repeat.unresolved
+    assert e.max_env_worker.value == 64 and "(base YAML)" in e.unresolved
+    assert "cap-not-divisible" in skipped(r) and "split-configuration" in skipped(r)
+
+
+def test_golden_refusals_are_findings_with_agentjets_own_exception():
+    """The real AgentJetJob runs at c68c154f that raise on a base: the linter reports the same exception."""
+    from tests.agentjet_fixtures import GOLDENS, goldens
+
+    cases = [c for c in goldens() if c.get("expect_error") and c["base_yaml"]]
+    assert len(cases) >= 3
+    for case in cases:
+        r = lint(yaml=str(GOLDENS / case["base_yaml"]))
+        expected = case["expect_error"]
+        found = [f for f in r.findings if f.values.get("exception") == expected["type"]]
+        assert found, (case["id"], [(f.rule, f.message) for f in r.findings])
+        assert any(f.values.get("exception_message") == expected["message"] for f in found), case["id"]
 
 
 def test_lengths_of_mixed_types_fail_with_type_error(tmp_path):
@@ -278,6 +335,7 @@ def test_lengths_of_mixed_types_fail_with_type_error(tmp_path):
                                                  "max_response_length=2000, max_model_len=3000, "
                                                  "max_response_length_in_one_turn=300)\n")
     r = lint(script)
-    f = only(r, "agentjet-refusal")
-    assert f.values["cause"] == "length-types" and f.values["exception"] == "TypeError"
-    assert [loc.line for loc in f.locations] == [4, 4, 4] and "length-budget" not in rules(r)
+    f = only(r, "length-budget")  # cause token-budget: str + int raises before any comparison
+    assert f.values["exception"] == "TypeError" and "can only concatenate str" in f.message
+    assert [loc.line for loc in f.locations] == [4, 4, 4] and "agentjet-refusal" not in rules(r)
+    assert "give the lengths as ints" in f.fix and "max_prompt_length is '500' (a str)" in f.fix

@@ -26,12 +26,13 @@ from skill_server.agentjet.refusals import (
     LENGTH_KWARGS,
     AgentJetRefusal,
     Cause,
+    base_block_causes,
     length_group_causes,
     switches_to_tcp,
     unknown_kwarg_causes,
     value_causes,
 )
-from skill_server.agentjet.release import DATACLASS_MARK, Release
+from skill_server.agentjet.release import DATACLASS_MARK, OverridesTable, Release
 from skill_server.errors import ToolInputError
 
 NAME_SENTINEL = "read_yaml_name"
@@ -181,27 +182,9 @@ def construct(release: Release, base: Base, kwargs: dict[str, Any], writes: dict
         raise AgentJetRefusal(cause)
 
     composition = compose(release, base, field=base_field, cwd=cwd)
-    for block in ("defaults", "hydra"):
-        if block not in base.raw:
-            raise AgentJetRefusal(Cause(
-                f"base-without-{block}",
-                f"{base.display} has no '{block}' block; AgentJetJob copies the base's 'defaults' and then its 'hydra' "
-                "block back into the config after composition" + (
-                    " (a base needs defaults: [verl_default, ajet_default, _self_] and the hydra.searchpath that finds "
-                    "them)" if block == "defaults" else ""),
-                "KeyError", f"'{block}'", field=base_field, key=block, agentjet=label, verified=block == "defaults"))
-    composed = clone(composition.composed)
-    for block in ("defaults", "hydra"):
-        composed.pop(block, None)
-        composed[block] = clone(base.raw[block])
-
-    schema = release.schema.tree
-    try:
-        config = overlay(schema, composed)
-    except _AttributeProblem as problem:
-        raise AgentJetRefusal(Cause(
-            "non-string-key", f"the composed config has the non-string key {problem.owner} under a dataclass section",
-            problem.exception, problem.message, field=base_field, key=problem.owner, agentjet=label)) from None
+    for cause in base_block_causes(base.raw, base.display, field=base_field, agentjet=label):
+        raise AgentJetRefusal(cause)
+    config = overlay_composed(release, base, composition, base_field=base_field)
     before = _snapshot(config)
     built = Construction(release, composition, config, before)
     kwargs = dict(kwargs)
@@ -217,19 +200,12 @@ def construct(release: Release, base: Base, kwargs: dict[str, Any], writes: dict
         else:
             kwargs["experiment_name"] = f"{name}_{stamp}"
 
-    for kwarg, key in table.rows:
-        parent, leaf = _parent(config, key, kwarg, base_field, label)
-        _read_leaf(parent, leaf, key, kwarg, base_field, label)
-        value = kwargs.get(kwarg)
-        if value is not None:
-            parent[leaf] = clone(value)
-            built.sources[key] = "kwarg"
-            _type_warning(kwarg, value, _peek(before, key), built.warnings)
+    for kwarg, key in walk_overrides(config, table, kwargs, base_field=base_field, label=label):
+        built.sources[key] = "kwarg"
+        _type_warning(kwarg, kwargs[kwarg], _peek(before, key), built.warnings)
 
-    values, where, keys = {}, {}, {}
-    for name, default_key in CHECK_KEYS.items():
-        key = table.key_for(name) or default_key
-        keys[name] = key
+    values, where, keys = {}, {}, check_keys(table)
+    for name, key in keys.items():
         values[name] = _peek(config, key)
         given = kwargs.get(name) is not None
         where[name] = f"kwargs.{name}" if given or base.kind == "default" else base_field
@@ -249,6 +225,47 @@ def construct(release: Release, base: Base, kwargs: dict[str, Any], writes: dict
     for key, value in writes.items():
         _write(built, key, value)
     return built
+
+
+def check_keys(table: OverridesTable) -> dict[str, str]:
+    """The config key of each value AgentJetJob checks: the table's row, else the key c68c154f uses."""
+    return {name: table.key_for(name) or default for name, default in CHECK_KEYS.items()}
+
+
+def overlay_composed(release: Release, base: Base, composition: Composition, *, base_field: str,
+                     tail: bool = True) -> Obj:
+    """AgentJetJob's steps between composition and the overrides: the base's own ``defaults`` and then
+    ``hydra`` blocks copied back (``tail``; a linter, which wants config values only, leaves them out), then
+    the result laid over ``Config()``. Check :func:`base_block_causes` first: AgentJet raises before this
+    when a block is missing. A non-string key under a dataclass section is AgentJet's ``TypeError``."""
+    composed = clone(composition.composed)
+    for block in ("defaults", "hydra"):
+        composed.pop(block, None)
+        if tail and block in base.raw:
+            composed[block] = clone(base.raw[block])
+    try:
+        return overlay(release.schema.tree, composed)
+    except _AttributeProblem as problem:
+        raise AgentJetRefusal(Cause(
+            "non-string-key", f"the composed config has the non-string key {problem.owner} under a dataclass section",
+            problem.exception, problem.message, field=base_field, key=problem.owner, agentjet=release.label)) from None
+
+
+def walk_overrides(config: Obj, table: OverridesTable, kwargs: dict[str, Any], *, base_field: str,
+                   label: str) -> list[tuple[str, str]]:
+    """AgentJetJob's walk of the overrides table, in table order: every row's key is read (whatever its
+    kwarg) and each non-None kwarg written there. Returns the (kwarg, key) rows written. A key the config
+    lacks stops the walk with AgentJet's ``AttributeError`` (cause ``missing-key``); with no kwargs the walk
+    only reads, which is how a linter checks a base."""
+    written: list[tuple[str, str]] = []
+    for kwarg, key in table.rows:
+        parent, leaf = _parent(config, key, kwarg, base_field, label)
+        _read_leaf(parent, leaf, key, kwarg, base_field, label)
+        value = kwargs.get(kwarg)
+        if value is not None:
+            parent[leaf] = clone(value)
+            written.append((kwarg, key))
+    return written
 
 
 def _peek(config: Any, dotted: str) -> Any:

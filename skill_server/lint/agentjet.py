@@ -1,17 +1,17 @@
 """The linter's one door to AgentJet knowledge (the adapter).
 
-Everything ``check_config`` knows about AgentJet goes through ``AgentJet``: which install or bundled
-release is used and how to name it (``version_label``, ``info``), the kwarg -> key table, the config
-keys (defaults, schema sections, dict sections), composing a base YAML, the swarm thread rule (via the
-episode cap) and what ``AgentJetJob`` refuses (``refusal_causes``). Rules never import
-``skill_server.agentjet`` or ``overlay`` themselves, so a new versioned knowledge API replaces this module
-only. Today it is built on ``skill_server.agentjet.{locate,knowledge,compose}`` and ``skill_server.cap``.
+Everything ``check_config`` knows about AgentJet goes through ``AgentJet``: which release it describes
+(``ref``, ``label``), the kwarg -> key table, the config keys (defaults, schema sections, dict sections),
+composing a base YAML exactly as ``build_config`` does, the swarm thread rule (through the episode cap) and
+what ``AgentJetJob`` refuses (``refusal_causes``, as the structured causes of ``agentjet.refusals``). Rules
+never import ``skill_server.agentjet`` themselves. Built on ``skill_server.agentjet.{release, compose,
+job, refusals}`` and ``skill_server.cap``; every AgentJet rule is implemented there once, for both tools.
 """
 
 from __future__ import annotations
 
 import difflib
-import functools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,23 +19,24 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from skill_server.agentjet.compose import (
-    Layer,
-    compose,
-    flatten,
-    merge_layers,
-    resolve_base,
-)
-from skill_server.agentjet.knowledge import (
+from skill_server.agentjet.compose import Base, compose, default_base, flatten, load_base
+from skill_server.agentjet.identity import AgentJetRef
+from skill_server.agentjet.job import check_keys, overlay_composed, to_plain, walk_overrides
+from skill_server.agentjet.refusals import (
+    CAUSE_IDS,
     LENGTH_KWARGS,
-    bundled_overrides,
-    overrides_for,
-    schema_for,
-    snapshot,
+    AgentJetRefusal,
+    Cause,
+    base_absent_cause,
+    base_block_causes,
+    each_value_cause,
+    length_group_causes,
+    switches_to_tcp,
+    unknown_kwarg_causes,
 )
-from skill_server.agentjet.locate import AgentJetInstall, locate_agentjet
+from skill_server.agentjet.release import Release, bundled_releases, select_agentjet
 from skill_server.errors import ToolInputError
-from skill_server.lint.values import Unknown, lookup
+from skill_server.lint.values import MISSING, Unknown, describe_unknown, lookup
 from skill_server.models import MAX_JSON_INT
 
 #: Friendly names of the config keys the rules read (dotted paths of AgentJet's config tree).
@@ -63,37 +64,40 @@ KEYS = {
     "logger": "ajet.trainer_common.logger",
     "experiment_name": "ajet.experiment_name",
 }
-SWARM_OVERLAY = "ajet_swarm_default"
+SWARM_DEFAULT_LAYER = "ajet_swarm_default"
+#: The refusal causes check_config can report: all of AgentJet's but those of build_config's dotted ``set``
+#: writes (a script's own writes are checked by the unknown-key rule, which knows attribute from item access).
+LINT_CAUSES = CAUSE_IDS - {"write-below-missing-section", "write-through-value"}
 
-
-@dataclass(frozen=True)
-class RefusalCause:
-    """One reason ``AgentJetJob`` (or its config composition) refuses these inputs."""
-
-    code: str  # stable: length-group, token-budget, one-turn-budget, lora-*, unknown-kwarg, nnodes-type, ...
-    exception: str  # the exception AgentJet raises
-    message: str  # plain words, with the values
-    keys: tuple[str, ...] = ()  # dotted keys involved, the one to change first
-    values: dict[str, Any] = field(default_factory=dict)
+__all__ = ["KEYS", "LINT_CAUSES", "AgentJet", "CapFacts", "Cause", "ComposedBase", "RefusedBase", "SkippedCheck"]
 
 
 @dataclass(frozen=True)
 class SkippedCheck:
-    code: str  # the cause code that could not be checked
+    cause: str  # the refusal cause id that could not be checked
     reason: str
 
 
 @dataclass
 class ComposedBase:
-    """A base YAML composed like AgentJetJob does, with where each value came from."""
+    """A user's base YAML composed like AgentJetJob does (and ``build_config``), with where each value came from."""
 
-    tree: dict[str, Any]
-    origin: dict[str, str]  # dotted leaf -> layer name ("schema" for dataclass defaults)
+    tree: dict[str, Any]  # laid over Config(): schema fields included, without the defaults/hydra blocks
+    origin: dict[str, str]  # dotted leaf -> layer name (absent: a dataclass default)
     layer_names: list[str]
     user_layers: dict[str, str]  # layer name -> file, for layers that are the user's files
-    composes_swarm: bool  # the swarm overlay is one of the layers
-    own: dict[str, Any]  # the base file's own top-level mapping, as written
-    warnings: list[str]
+    composes_swarm: bool  # AgentJet's swarm default is one of the layers (only as the base itself)
+    raw: dict[str, Any]  # the base file as yaml.safe_load reads it
+    causes: list[Cause]  # what AgentJet refuses about it after composing it (no defaults block, a missing key)
+    notes: list[str]
+
+
+@dataclass
+class RefusedBase:
+    """A user's base YAML that AgentJet refuses to compose at all: no value of it is known."""
+
+    cause: Cause
+    notes: list[str]
 
 
 @dataclass(frozen=True)
@@ -107,49 +111,74 @@ class CapFacts:
     suggestions: tuple[str, ...]
 
 
-class AgentJet:
-    """AgentJet as the linter sees it: one install (or the bundled snapshot), loaded once per call."""
+@dataclass
+class _Defaults:
+    """The release's default base composed and laid over ``Config()``: what a job without a base YAML holds."""
 
-    def __init__(self, agentjet_root: str | None) -> None:
-        self.install: AgentJetInstall | None = locate_agentjet(agentjet_root)
-        self._table, warnings = overrides_for(self.install)
-        self._schema = schema_for(self.install)
-        self.warnings: list[str] = [*warnings, *self._schema.warnings]
-        defaults = compose(resolve_base(None, self.install), field="agentjet_root")
-        self.warnings.extend(defaults.warnings)
-        self.defaults, origin = merge_layers(defaults.layers, start=self._schema.defaults())
-        self.default_origin = origin
-        self._default_layer_files = {layer.name: layer.origin for layer in defaults.layers}
-        self.defaults_flat = flatten(self.defaults)
-        self._sections: set[str] = set()
-        stack: list[tuple[dict[str, Any], str]] = [(self.defaults, "")]
+    tree: dict[str, Any]
+    origin: dict[str, str]
+    layer_files: dict[str, str]  # layer name -> where it was read (a path, or bundled:<rel>)
+    notes: list[str]
+    flat: dict[str, Any] = field(init=False)
+    sections: set[str] = field(init=False)
+    free_form: set[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.flat = flatten(self.tree)
+        self.sections = set()
+        stack: list[tuple[dict[str, Any], str]] = [(self.tree, "")]
         while stack:
             node, prefix = stack.pop()
             for key, value in node.items():
                 if isinstance(value, dict):
-                    self._sections.add(prefix + str(key))
+                    self.sections.add(prefix + str(key))
                     stack.append((value, f"{prefix}{key}."))
-        self._free_form = {k for k, v in self.defaults_flat.items() if v == {}}
-        self._dataclass_paths = self._schema.dataclass_paths()
-        self._field_paths = self._schema.field_paths()
+        self.free_form = {k for k, v in self.flat.items() if v == {}}
+
+
+_DEFAULTS: dict[int, tuple[Release, _Defaults]] = {}  # bundled releases only: they never change
+_DEFAULTS_LOCK = threading.Lock()
+
+
+class AgentJet:
+    """AgentJet as the linter sees it: one release (bundled, or an install read statically), for one call."""
+
+    def __init__(self, release: Release, cwd: Path | None) -> None:
+        self.release = release
+        self.cwd = cwd
+        self.ref: AgentJetRef = release.ref
+        self.label = release.label  # e.g. "AgentJet 0.1.0 (c68c154f)": every version-dependent message names it
+        self._table = release.overrides
+        schema = release.schema
+        self._dataclass_paths = schema.dataclass_paths()
+        self._field_paths = schema.field_paths()
+        self._d = self._defaults()
+        self.defaults = self._d.tree
+        self.default_origin = self._d.origin
+        self.defaults_flat = self._d.flat
+        self.notes = list(self._d.notes)
         self._candidates: list[str] | None = None
-        self.length_kwargs: tuple[str, ...] = LENGTH_KWARGS
 
-    # --- which AgentJet ---------------------------------------------------------------------------
+    @classmethod
+    def select(cls, agentjet_version: str | None, agentjet_root: str | None, cwd: Path | None) -> AgentJet:
+        """The AgentJet the tools' ``agentjet_version`` / ``agentjet_root`` arguments name (relative to ``cwd``)."""
+        return cls(select_agentjet(agentjet_version, agentjet_root, cwd=cwd), cwd)
 
-    def version_label(self) -> str:
-        """How every version-dependent message names the AgentJet it describes."""
-        if self.install is None:
-            return f"the bundled AgentJet {_bundled()['version']}"
-        return f"AgentJet {self.install.version_hint or '(version unknown)'} at {self.install.root}"
-
-    def info(self) -> dict[str, Any]:
-        """The ``agentjet`` output block: {source, version, commit, path}."""
-        if self.install is None:
-            bundled = _bundled()
-            return {"source": "bundled", "version": bundled["version"], "commit": bundled["commit"], "path": None}
-        return {"source": "install", "version": self.install.version_hint, "commit": None,
-                "path": str(self.install.root)}
+    def _defaults(self) -> _Defaults:
+        if self.release.kind == "bundled":
+            with _DEFAULTS_LOCK:
+                hit = _DEFAULTS.get(id(self.release))
+            if hit is not None and hit[0] is self.release:
+                return hit[1]
+        base = default_base(self.release)
+        composition = compose(self.release, base, field="agentjet_root", cwd=self.cwd)
+        config = overlay_composed(self.release, base, composition, base_field="agentjet_root", tail=False)
+        found = _Defaults(to_plain(config), dict(composition.origin),
+                          {layer.name: layer.origin for layer in composition.layers}, list(composition.warnings))
+        if self.release.kind == "bundled":
+            with _DEFAULTS_LOCK:
+                _DEFAULTS[id(self.release)] = (self.release, found)
+        return found
 
     # --- kwargs -----------------------------------------------------------------------------------
 
@@ -158,7 +187,7 @@ class AgentJet:
         return self._table.control_kwargs
 
     def kwarg_rows(self) -> tuple[tuple[str, str], ...]:
-        """(kwarg, dotted key) in the order AgentJetJob applies them, only kwargs this version accepts."""
+        """(kwarg, dotted key) in the order AgentJetJob walks them, only kwargs this version accepts."""
         return tuple((k, key) for k, key in self._table.rows if self._table.accepts(k))
 
     def key_for(self, kwarg: str) -> str | None:
@@ -169,29 +198,40 @@ class AgentJet:
         return kwarg if kwarg is not None and self._table.accepts(kwarg) else None
 
     def accepts(self, kwarg: str) -> bool:
-        if kwarg in self.control_kwargs:
-            return True
-        return self._table.accepts(kwarg) and self._table.key_for(kwarg) is not None
+        return self._table.accepts(kwarg)
 
     def valid_kwargs(self) -> list[str]:
-        return sorted({k for k, _ in self.kwarg_rows()} | set(self.control_kwargs))
+        return sorted(self._table.constructor_kwargs)
 
-    def newer_key_for(self, kwarg: str) -> str | None:
-        """The key a kwarg sets in the newest known AgentJet, when this version lacks it."""
-        return None if self.accepts(kwarg) else bundled_overrides().key_for(kwarg)
+    def closest_kwarg(self, kwarg: str) -> str | None:
+        return self._table.closest(kwarg)
+
+    def kwarg_elsewhere(self, kwarg: str) -> tuple[str, str] | None:
+        """(dotted key, label) of the newest bundled AgentJet that has ``kwarg``, when this one lacks it."""
+        if self.accepts(kwarg):
+            return None
+        for other in bundled_releases():
+            if other is self.release:
+                continue
+            table = other.overrides
+            key = table.key_for(kwarg) if table.accepts(kwarg) else None
+            if key is not None:
+                return key, other.label
+        return None
 
     # --- keys -------------------------------------------------------------------------------------
 
     def known(self, key: str) -> bool:
-        if key in self.defaults_flat or key in self._sections or key in self._field_paths:
+        d = self._d
+        if key in d.flat or key in d.sections or key in self._field_paths:
             return True
-        return any(key.startswith(prefix + ".") for prefix in self._free_form)
+        return any(key.startswith(prefix + ".") for prefix in d.free_form)
 
     def is_free_form(self, key: str) -> bool:
-        return key in self._free_form
+        return key in self._d.free_form
 
     def is_section(self, key: str) -> bool:
-        return key in self._sections
+        return key in self._d.sections
 
     def is_dataclass_section(self, key: str) -> bool:
         return key == "" or key in self._dataclass_paths
@@ -202,10 +242,22 @@ class AgentJet:
     def default(self, key: str) -> Any:
         return lookup(self.defaults, key)
 
+    def write_expression(self, key: str) -> str:
+        """How a script writes ``key`` after construction: attributes on dataclass sections, items in plain dicts."""
+        parts = key.split(".")
+        out = "job.config"
+        for i, part in enumerate(parts):
+            out += f".{part}" if self.is_dataclass_section(".".join(parts[:i])) else f"[{part!r}]"
+        return out
+
+    def same_leaf_keys(self, name: str) -> list[str]:
+        """Known config keys whose last part is ``name`` (for a kwarg this version lacks)."""
+        return sorted(k for k in self._d.flat if k.rsplit(".", 1)[-1] == name)
+
     def closest(self, key: str) -> str | None:
         """The known key a misspelt one most likely means, or None when nothing is close."""
         if self._candidates is None:
-            self._candidates = sorted(set(self.defaults_flat) | self._sections)
+            self._candidates = sorted(set(self._d.flat) | self._d.sections)
         pool = [c for c in self._candidates if c.split(".")[0] == key.split(".")[0]] or self._candidates
         close = difflib.get_close_matches(key, pool, n=1, cutoff=0.75)
         if close:
@@ -215,58 +267,88 @@ class AgentJet:
         near = difflib.get_close_matches(leaf, siblings, n=1, cutoff=0.6)
         return f"{parent}.{near[0]}" if near else None
 
-    def closest_kwarg(self, kwarg: str) -> str | None:
-        close = difflib.get_close_matches(kwarg, self.valid_kwargs(), n=1)
-        return close[0] if close else None
-
     def default_file(self, key: str) -> str | None:
-        """The file a default value is read from (an install's YAML), or None for bundled data and schema."""
-        layer = self.default_origin.get(key)
-        origin = self._default_layer_files.get(layer or "")
+        """The file a default value is read from (an install's YAML), or None for bundled data and the schema."""
+        layer = self._d.origin.get(key)
+        origin = self._d.layer_files.get(layer or "")
         return origin if origin and not origin.startswith("bundled:") else None
 
     # --- a base YAML --------------------------------------------------------------------------------
 
-    def compose_base(self, path: Path, *, field: str) -> ComposedBase:
-        """Compose a user's base YAML with the layers its defaults list names (errors name ``field``)."""
-        composition = compose(resolve_base(str(path), self.install, field=field), field=field)
-        tree, origin = merge_layers(composition.layers, start=self._schema.defaults())
-        user = self._user_layers(composition.layers)
-        own = composition.layers[-1].data if composition.layers else {}
-        for layer in composition.layers:
-            if layer.origin == str(path.resolve()):
-                own = layer.data
-        tail = dict(composition.tail)
-        return ComposedBase(tree, origin, [layer.name for layer in composition.layers], user,
-                            any(layer.name == SWARM_OVERLAY for layer in composition.layers),
-                            {**own, **tail}, composition.warnings)
+    def compose_base(self, path: Path, *, field: str) -> ComposedBase | RefusedBase:
+        """Compose a user's base YAML exactly as ``build_config`` does (relative search paths against ``cwd``).
 
-    def _user_layers(self, layers: list[Layer]) -> dict[str, str]:
-        package = str(self.install.package) if self.install else None
-        return {layer.name: layer.origin for layer in layers
-                if not (layer.origin.startswith("bundled:") or (package is not None and
-                                                                 layer.origin.startswith(package)))}
+        A ``RefusedBase`` when AgentJet refuses to compose it at all (a defaults list naming
+        ajet_swarm_default, an entry not on the search path, ...); what it refuses after composing (no
+        ``defaults`` block, a key the overrides walk reads but the config lacks) is in ``causes``. Files that
+        cannot be read are input errors naming ``field``."""
+        release = self.release
+        base = load_base(path, field=field, release=release)
+        notes = self._searchpath_notes(base)
+        try:
+            composition = compose(release, base, field=field, cwd=self.cwd)
+            config = overlay_composed(release, base, composition, base_field=field, tail=False)
+        except AgentJetRefusal as refusal:
+            return RefusedBase(refusal.cause, notes)
+        causes = base_block_causes(base.raw, base.display, field=field, agentjet=self.label)
+        if not causes:  # AgentJet stops at the first of these; the walk comes after the blocks are copied back
+            try:
+                walk_overrides(config, self._table, {}, base_field=field, label=self.label)
+            except AgentJetRefusal as refusal:
+                causes.append(refusal.cause)
+        own = release.root
+        user = {layer.name: layer.origin for layer in composition.layers
+                if not layer.origin.startswith("bundled:")
+                and not (own is not None and Path(layer.origin).is_relative_to(own))}
+        names = [layer.name for layer in composition.layers]
+        return ComposedBase(to_plain(config), dict(composition.origin), names, user, SWARM_DEFAULT_LAYER in names,
+                            base.raw, causes, [*composition.warnings, *notes])
+
+    def absent_base_cause(self, path: Path) -> Cause:
+        """What AgentJetJob raises for a base_yaml_config that does not exist."""
+        return base_absent_cause(str(path), field="script", agentjet=self.label)
+
+    def _searchpath_notes(self, base: Base) -> list[str]:
+        """Without ``cwd``, a relative search-path folder AgentJet does not have depends on the launch directory."""
+        if self.cwd is not None:
+            return []
+        hydra = base.raw.get("hydra")
+        entries = hydra.get("searchpath") if isinstance(hydra, dict) else None
+        out = []
+        for entry in entries if isinstance(entries, list) else []:
+            rest = entry[len("file://"):] if isinstance(entry, str) and entry.startswith("file://") else ""
+            if rest and not Path(rest).expanduser().is_absolute() and not self.release.has_folder(rest):
+                out.append(f"{base.display}: hydra.searchpath entry {entry!r} is relative to the directory the client "
+                           f"is launched from; it was looked up from {Path.cwd()} (pass cwd= to say where it is "
+                           "launched)")
+        return out
 
     # --- the engine ---------------------------------------------------------------------------------
 
     def tcp_switch(self, swarm: Any, nnodes: Any) -> bool | Unknown:
-        """Does AgentJetJob force the tcp interchange? (nnodes > 1 with swarm mode on.)"""
+        """Does AgentJetJob force the tcp interchange? (``nnodes > 1 and swarm_mode``, on known values.)"""
         if isinstance(nnodes, Unknown):
             if swarm is False:
                 return False
             return Unknown(f"AgentJetJob switches it to tcp when nnodes > 1 in swarm mode; nnodes is unknown "
                            f"({nnodes.reason})")
-        if not (isinstance(nnodes, int) and not isinstance(nnodes, bool)) or nnodes <= 1:
+        if nnodes is MISSING or swarm is MISSING:
+            return False
+        try:
+            several = bool(nnodes > 1)
+        except (TypeError, ValueError):
+            return False  # AgentJet raises instead (cause nnodes-not-a-number)
+        if not several:
             return False
         if isinstance(swarm, Unknown):
             return Unknown(f"AgentJetJob switches it to tcp when nnodes > 1 in swarm mode; enable_swarm_mode is "
                            f"unknown ({swarm.reason})")
-        return bool(swarm)
+        return switches_to_tcp({"nnodes": nnodes, "swarm_mode": swarm})
 
     def episode_cap(self, max_env_worker: int, num_repeat: int, train_batch_size: int | None,
                     tracker_threads: int | None) -> CapFacts | str:
-        """The engine's concurrent-episode cap for these values, or why it cannot be computed."""
-        from skill_server.cap import EpisodeCapInput, compute_episode_cap
+        """The engine's concurrent-episode cap for these values under this release, or why it cannot be computed."""
+        from skill_server.cap import EpisodeCapInput, episode_cap_for
 
         for name, value in (("max_env_worker", max_env_worker), ("num_repeat", num_repeat),
                             ("train_batch_size", train_batch_size), ("max_inference_tracker_threads",
@@ -274,10 +356,9 @@ class AgentJet:
             if value is not None and not 1 <= value <= MAX_JSON_INT:
                 return f"{name}={value} is outside 1..{MAX_JSON_INT}"
         try:
-            r = compute_episode_cap(EpisodeCapInput(
+            r = episode_cap_for(EpisodeCapInput(
                 max_env_worker=max_env_worker, num_repeat=num_repeat, train_batch_size=train_batch_size,
-                max_inference_tracker_threads=tracker_threads, thread_rule="auto",
-                agentjet_root=str(self.install.root) if self.install else None))
+                max_inference_tracker_threads=tracker_threads, thread_rule="auto"), self.release)
         except (ToolInputError, ValidationError) as exc:
             return f"the episode cap cannot be computed: {str(exc).splitlines()[0]}"
         return CapFacts(r.episode_cap, r.divisible, r.thread_rule, r.worker_loops, r.queued_loops, r.idle_threads,
@@ -285,22 +366,46 @@ class AgentJet:
 
     # --- what AgentJetJob refuses -------------------------------------------------------------------
 
-    def refusal_causes(self, get: Callable[[str], Any], kwargs: dict[str, Any], dynamic: bool,
-                       base_own: dict[str, Any] | None) -> tuple[list[RefusalCause], list[SkippedCheck]]:
-        """Every reason AgentJetJob (of this version) refuses a construction, and the checks that could not run.
+    def refusal_causes(self, get: Callable[[str], Any], kwargs: dict[str, Any],
+                       dynamic: str | None) -> tuple[list[Cause], list[SkippedCheck]]:
+        """Every reason AgentJetJob of this release refuses a construction (on the kwargs and the values at
+        construction), and the checks that could not run for want of a value.
 
         ``get(key)`` is the value at construction (base + kwargs): a value, ``Unknown`` or MISSING.
-        ``kwargs`` maps each given kwarg to its value (``Unknown`` when computed at run time); ``dynamic``:
-        a splat may pass more. ``base_own``: the base file's own mapping (None: AgentJet's defaults, or
-        unknown). Implemented in ``agentjet_refusals`` for the knowledge API used today.
+        ``kwargs`` maps each given kwarg to its value (``Unknown`` when computed at run time); ``dynamic``
+        names the splats or positional arguments that may pass more (None: none). Causes about the base
+        itself come from :meth:`compose_base`. Unlike AgentJet, which stops at the first cause, every cause
+        is reported; a check that reads an unknown value is skipped, never guessed.
         """
-        from skill_server.lint.agentjet_refusals import refusal_causes
+        label = self.label
+        table = self._table
+        causes: list[Cause] = unknown_kwarg_causes(kwargs, table.constructor_kwargs, table.takes_any_kwarg,
+                                                   agentjet=label, closest=table.closest)
+        skipped: list[SkippedCheck] = []
+        if dynamic and not table.takes_any_kwarg:
+            skipped.append(SkippedCheck("unknown-kwarg", f"{dynamic} may pass kwargs whose names are known only at "
+                                        "run time"))
+        unknown = [(k, kwargs[k]) for k in LENGTH_KWARGS if isinstance(kwargs.get(k), Unknown)]
+        given = [k for k in LENGTH_KWARGS if kwargs.get(k) is not None and not isinstance(kwargs.get(k), Unknown)]
+        if unknown:
+            skipped.append(SkippedCheck("length-group-incomplete", "the four length kwargs go together, and "
+                                        + describe_unknown(unknown)))
+        elif dynamic and len(given) < len(LENGTH_KWARGS):
+            skipped.append(SkippedCheck("length-group-incomplete", f"{dynamic} may pass the other length kwargs"))
+        else:
+            causes += length_group_causes({k: kwargs.get(k) for k in LENGTH_KWARGS}, agentjet=label)
 
-        return refusal_causes(self, get, kwargs, dynamic, base_own)
-
-
-@functools.lru_cache(maxsize=1)
-def _bundled() -> dict[str, str]:
-    about = snapshot().get("agentjet", {})
-    hint = str(about.get("version_hint") or "unknown")
-    return {"version": hint.split(" ")[0], "commit": str(about.get("overrides_commit") or "") or "unknown"}
+        keys = check_keys(table)
+        values: dict[str, Any] = {}
+        unknown_values: dict[str, Unknown] = {}
+        for name, key in keys.items():
+            value = get(key)
+            if isinstance(value, Unknown):
+                unknown_values[name] = value
+            elif value is not MISSING:
+                values[name] = value
+        found, skips = each_value_cause(values, unknown_values, agentjet=label, keys=keys)
+        causes += found
+        for cid, names in skips:
+            skipped.append(SkippedCheck(cid, describe_unknown([(n, unknown_values[n]) for n in names])))
+        return causes, skipped

@@ -4,13 +4,15 @@ AgentJetJob opens ``base_yaml_config`` as given: an absolute path (or one built 
 that file; a relative path is relative to the directory the client is launched from (``cwd``). Without
 ``cwd`` a relative path is looked for in candidate folders (the script's folder up to its repository
 root) and the result says that it depends on the launch directory. A base that is missing or cannot be
-resolved is never replaced by AgentJet's defaults: every value it would set becomes unknown.
+resolved, or that AgentJet refuses to compose, is never replaced by AgentJet's defaults: every value it
+would set becomes unknown.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from skill_server.lint.agentjet import Cause, RefusedBase
 from skill_server.lint.context import BaseYaml, LintContext
 from skill_server.lint.replay import unknown_tree
 from skill_server.lint.script import Construction
@@ -25,22 +27,34 @@ def defaults_base(ctx: LintContext) -> BaseYaml:
 
 def file_base(ctx: LintContext, path: Path, anchor: str, expression: str | None, *, field: str,
               tried: list[str] | None = None, launch_dir_known: bool = True) -> BaseYaml:
+    """A base file composed as ``build_config`` composes it; one AgentJet refuses to compose is ``refused``:
+    its refusal is a finding and every value it would set is unknown (never AgentJet's defaults instead)."""
+    tried = tried or [str(path)]
     composed = ctx.aj.compose_base(path, field=field)
-    for warning in composed.warnings:
-        ctx.note(warning)
+    for note in composed.notes:
+        ctx.note(note)
+    if isinstance(composed, RefusedBase):
+        cause = composed.cause
+        return unknown_base(ctx, "refused", anchor, expression, path, f"{ctx.aj.label} refuses to compose "
+                            f"{path}: {cause.message}", tried, launch_dir_known,
+                            short=f"set by the base YAML {path.name}, which AgentJet refuses to compose "
+                            f"({cause.exception})", causes=[cause])
     explicit = {k: v for k, v in flatten(composed.tree).items() if composed.origin.get(k) in composed.user_layers}
     customised = {k: v for k, v in explicit.items() if not _equal_default(ctx, k, v)}
-    return BaseYaml("file", anchor, expression, path, tried=tried or [str(path)], launch_dir_known=launch_dir_known,
+    return BaseYaml("file", anchor, expression, path, tried=tried, launch_dir_known=launch_dir_known,
                     composed=composed, tree=composed.tree, origin=composed.origin, explicit=explicit,
-                    customised=customised)
+                    customised=customised, causes=list(composed.causes))
 
 
 def unknown_base(ctx: LintContext, state: str, anchor: str, expression: str | None, path: Path | None,
-                 reason: str, tried: list[str], launch_dir_known: bool = True, *, short: str) -> BaseYaml:
+                 reason: str, tried: list[str], launch_dir_known: bool = True, *, short: str,
+                 causes: list[Cause] | None = None) -> BaseYaml:
     """A base whose values are all unknown: ``reason`` in full, ``short`` for each value it would set."""
+    if state == "missing" and causes is None and path is not None and path.is_absolute() and not _exists(path):
+        causes = [ctx.aj.absent_base_cause(path)]
     return BaseYaml(state, anchor, expression, path, tried=tried,  # type: ignore[arg-type]
                     launch_dir_known=launch_dir_known, reason=reason, value_reason=short,
-                    tree=unknown_tree(ctx.aj.defaults, short))
+                    tree=unknown_tree(ctx.aj.defaults, short), causes=causes or [])
 
 
 def base_for(ctx: LintContext, c: Construction, explicit: Path | None) -> BaseYaml:
@@ -106,6 +120,13 @@ def candidate_folders(start: Path) -> list[Path]:
         if (folder / ".git").exists():
             return chain[:i + 1]
     return chain[:2]
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists() or path.is_symlink()
+    except OSError:
+        return False
 
 
 def _problem(path: Path) -> str:

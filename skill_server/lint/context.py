@@ -4,7 +4,8 @@ every rule.
 For each ``AgentJetJob`` construction (or the YAML alone) a ``Run`` holds the config as AgentJetJob sees
 it at construction (base YAML, then kwargs, then the tcp switch) and as the engine gets it (then the
 writes made before any dump), who set each key (``Setter``: YAML line, kwarg, write, tcp switch), and
-AgentJet's refusal causes. A value that depends on anything unresolved is an ``Unknown`` with the reason.
+AgentJet's refusal causes (``skill_server.agentjet.refusals.Cause``, through the adapter). A value that
+depends on anything unresolved is an ``Unknown`` with the reason.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from skill_server.lint.agentjet import (
     KEYS,
     AgentJet,
     CapFacts,
+    Cause,
     ComposedBase,
-    RefusalCause,
     SkippedCheck,
 )
 from skill_server.lint.models import CheckConfigInput, Location
@@ -63,7 +64,7 @@ class Setter:
 class BaseYaml:
     """The base YAML a run composes, or why it cannot be read."""
 
-    state: Literal["defaults", "file", "missing", "unresolved"]
+    state: Literal["defaults", "file", "missing", "unresolved", "refused"]
     anchor: str  # absolute | script_dir | cwd | explicit | defaults | unresolved
     expression: str | None  # base_yaml_config as written in the script
     path: Path | None  # the file compared, or the path that is missing
@@ -72,6 +73,7 @@ class BaseYaml:
     reason: str | None = None  # why it cannot be read (in full)
     value_reason: str | None = None  # why the values it would set are unknown (short, per value)
     composed: ComposedBase | None = None
+    causes: list[Cause] = field(default_factory=list)  # what AgentJet refuses about this base
     tree: dict[str, Any] = field(default_factory=dict)
     origin: dict[str, str] = field(default_factory=dict)
     explicit: dict[str, Any] = field(default_factory=dict)  # every key the user's YAML writes -> value
@@ -80,6 +82,12 @@ class BaseYaml:
     @property
     def is_users(self) -> bool:
         return self.state == "file"
+
+    @property
+    def values_unknown(self) -> bool:
+        """Every value this base would set is unknown: it is missing, its path is unknown, or AgentJet refuses
+        to compose it."""
+        return self.state in ("missing", "unresolved", "refused")
 
     @property
     def name(self) -> str:
@@ -100,7 +108,7 @@ class Run:
     applied_writes: list[Write] = field(default_factory=list)
     late_writes: list[tuple[Write, Freeze]] = field(default_factory=list)
     kwarg_values: dict[str, Any] = field(default_factory=dict)  # given kwarg -> value (Unknown if not static)
-    causes: list[RefusalCause] = field(default_factory=list)
+    causes: list[Cause] = field(default_factory=list)
     cause_skips: list[SkippedCheck] = field(default_factory=list)
 
     def value(self, name_or_key: str) -> Any:
@@ -110,8 +118,8 @@ class Run:
     def at_build(self, name_or_key: str) -> Any:
         return lookup(self.at_construction, KEYS.get(name_or_key, name_or_key))
 
-    def causes_for(self, *codes: str) -> list[RefusalCause]:
-        return [c for c in self.causes if c.code in codes]
+    def causes_for(self, *ids: str) -> list[Cause]:
+        return [c for c in self.causes if c.id in ids]
 
 
 class LintContext:
@@ -213,7 +221,7 @@ class LintContext:
             key = KEYS.get(name, name)
             setter = self.effective_setter(run, key)
             if setter is None:
-                if run.base.state in ("missing", "unresolved"):
+                if run.base.values_unknown:
                     first.append(Location(file=str(run.base.path) if run.base.path else None, line=None, key=key,
                                           source="yaml"))
                 else:
@@ -263,7 +271,7 @@ class LintContext:
         if run.base.is_users and self.yaml_first(run):
             return f"add {key}: {yaml_scalar(value)} to {run.base.name}"
         if kwarg is not None and run.construction is not None:
-            return f"pass {kwarg}={text} to AgentJetJob (a kwarg of {self.aj.version_label()})"
+            return f"pass {kwarg}={text} to AgentJetJob (a kwarg of {self.aj.label})"
         if run.construction is not None:
             return f"write job.config.{key} = {text} right after AgentJetJob(...)"
         return f"set {key}: {yaml_scalar(value)} in {run.base.name}"
@@ -276,6 +284,12 @@ class LintContext:
         script_keys = {k for k in c.kwargs if k not in self.aj.control_kwargs} | {
             w.key for w in run.applied_writes if w.kind not in ("method", "mirror")}
         return len(run.base.explicit) > len(script_keys)
+
+
+def cause_values(cause: Cause) -> dict[str, Any]:
+    """The values every finding made from an AgentJet refusal cause carries, first in its ``values``."""
+    return {"cause": cause.id, "exception": cause.exception, "exception_message": cause.exception_message,
+            "verified": cause.verified}
 
 
 def _unique(locs: list[Location]) -> list[Location]:

@@ -13,14 +13,13 @@ from skill_server.lint.agentjet import AgentJet
 from skill_server.lint.bases import base_for, defaults_base, file_base
 from skill_server.lint.context import LintContext
 from skill_server.lint.models import (
-    AgentJetInfo,
     CheckConfigInput,
     CheckConfigResult,
     Finding,
     Skipped,
     Summary,
 )
-from skill_server.lint.registry import RULES, claimed_causes
+from skill_server.lint.registry import REFUSAL_RULE, RULES, claimed_causes
 from skill_server.lint.replay import replay
 from skill_server.lint.report import construction_info, effective
 from skill_server.lint.script import scan_script
@@ -28,13 +27,12 @@ from skill_server.lint.values import jsonable
 from skill_server.safe_yaml import load_yaml_file
 
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
-REFUSAL_RULE = "agentjet-refusal"
 
 
 def check_config(inp: CheckConfigInput) -> CheckConfigResult:
     """Lint a swarm client script and/or YAML statically; never imports or runs the script."""
     cwd = _launch_dir(inp.cwd)
-    aj = AgentJet(inp.agentjet_root)
+    aj = AgentJet.select(inp.agentjet_version, inp.agentjet_root, cwd)
     explicit: Path | None = None
     if inp.yaml:
         explicit = resolve_path(inp.yaml, field="yaml", base=cwd)
@@ -42,7 +40,7 @@ def check_config(inp: CheckConfigInput) -> CheckConfigResult:
         explicit = explicit.resolve()
     scan = scan_script(resolve_path(inp.script, field="script", base=cwd), field="script") if inp.script else None
     ctx = LintContext(inp, aj, scan, cwd)
-    for text in [*aj.warnings, *(scan.notes if scan else [])]:
+    for text in [*aj.notes, *(scan.notes if scan else [])]:
         ctx.note(text)
     infos = []
     if scan is not None:
@@ -72,7 +70,7 @@ def check_config(inp: CheckConfigInput) -> CheckConfigResult:
         effective=effective(ctx, ctx.runs[0]),
         constructions=infos,
         yaml_customised=sorted(ctx.runs[0].base.customised),
-        agentjet=AgentJetInfo(**aj.info()),
+        agentjet=aj.ref,
         notes=list(ctx.notes),
     )
 
@@ -107,7 +105,7 @@ def _run_rules(ctx: LintContext) -> list[Finding]:
                 findings.append(Finding(rule=rule.id, severity=rule.severity, key=report.key, message=report.message,
                                         locations=report.locations, values=jsonable(report.values), fix=report.fix))
             for skipped in run.cause_skips:
-                if skipped.code in rule.claims or (rule.id == REFUSAL_RULE and skipped.code not in claimed):
+                if skipped.cause in rule.claims or (rule.id == REFUSAL_RULE and skipped.cause not in claimed):
                     ctx.skip(rule.id, skipped.reason)
     findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], (f.locations[0].line or 0) if f.locations else 0,
                                  f.rule, f.key or ""))

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field, StrictStr, model_validator
 
+from skill_server.agentjet.identity import AgentJetRef, AgentJetRootArg, AgentJetVersionArg
 from skill_server.models import JsonValue, ToolInput, ToolOutput
 
 Severity = Literal["error", "warning", "info"]
@@ -22,9 +23,8 @@ class CheckConfigInput(ToolInput):
         default=None, max_length=MAX_PATH_CHARS,
         description="Path of a YAML to check: the base the script passes as base_yaml_config (it replaces the "
         "script's own base_yaml_config for the comparison), or a YAML on its own.")
-    agentjet_root: StrictStr | None = Field(
-        default=None, max_length=MAX_PATH_CHARS, description="AgentJet checkout or installed package folder: its "
-        "overrides table, schema and defaults are used instead of the bundled snapshot.")
+    agentjet_version: AgentJetVersionArg = None
+    agentjet_root: AgentJetRootArg = None
     cwd: StrictStr | None = Field(
         default=None, max_length=MAX_PATH_CHARS,
         description="The directory the client is launched from. AgentJetJob resolves a relative base_yaml_config "
@@ -39,7 +39,8 @@ class CheckConfigInput(ToolInput):
 
 
 class Location(ToolOutput):
-    file: str | None = Field(description="Absolute path; null for AgentJet's bundled defaults (no file here).")
+    file: str | None = Field(description="Absolute path; null for a bundled AgentJet release's defaults (no file "
+                             "here).")
     line: int | None = Field(default=None, description="1-based line, when known.")
     key: str | None = Field(default=None, description="The dotted key set here, when a finding has several inputs.")
     source: str | None = Field(default=None, description="What sets it here: default, yaml, kwarg, write, "
@@ -141,7 +142,10 @@ class BaseYamlInfo(ToolOutput):
     expression: str | None = Field(description="base_yaml_config as written in the script (null: not passed).")
     path: str | None = Field(description="The YAML compared, or the missing one (null: AgentJet's defaults).")
     anchor: Literal["absolute", "script_dir", "cwd", "explicit", "defaults", "unresolved"]
-    state: Literal["defaults", "file", "missing", "unresolved"]
+    state: Literal["defaults", "file", "missing", "unresolved", "refused"] = Field(
+        description="defaults: AgentJet's own swarm default; file: composed; missing: not there; unresolved: its path "
+        "is known only at run time; refused: AgentJet refuses to compose it (see the agentjet-refusal finding). "
+        "Unless defaults or file, every value it would set is unknown.")
     exists: bool
     tried: list[str] = Field(description="Every path looked at, in order.")
     launch_dir_known: bool = Field(description="False when the path is relative and no cwd was given.")
@@ -159,13 +163,6 @@ class ConstructionInfo(ToolOutput):
     effective: Effective
 
 
-class AgentJetInfo(ToolOutput):
-    source: Literal["bundled", "install"]
-    version: str | None
-    commit: str | None
-    path: str | None
-
-
 class CheckConfigResult(ToolOutput):
     findings: list[Finding]
     summary: Summary
@@ -174,5 +171,6 @@ class CheckConfigResult(ToolOutput):
     constructions: list[ConstructionInfo]
     yaml_customised: list[str] = Field(description="Keys the checked YAML sets to something other than AgentJet's "
                                        "defaults.")
-    agentjet: AgentJetInfo
+    agentjet: AgentJetRef = Field(description="The AgentJet every version-dependent finding describes (its label, "
+                                  "e.g. 'AgentJet 0.1.0 (c68c154f)', is named in those messages and fixes).")
     notes: list[str]

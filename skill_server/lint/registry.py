@@ -3,8 +3,8 @@
 A rule is ``check(ctx, run) -> Iterable[Report]``: it reads the shared ``LintContext`` (computed once) for
 one ``Run`` and reports what it finds; the engine stamps the rule id and severity. A rule that cannot run
 for want of a value calls ``ctx.skip(rule_id, reason)``. ``claims`` lists the AgentJet refusal causes the
-rule reports itself; the ``agentjet-refusal`` rule reports every other cause. The same table renders the
-rule reference (``skill_server.lint.docs``).
+rule reports itself; the ``agentjet-refusal`` rule (``REFUSAL_RULE``) reports every other cause. The same
+table renders the rule reference (``skill_server.lint.docs``).
 """
 
 from __future__ import annotations
@@ -62,5 +62,16 @@ def rule(rule_id: str, severity: Severity, summary: str, explanation: str, *, ex
     return register
 
 
+#: The rule that reports every AgentJet refusal cause no other rule claims.
+REFUSAL_RULE = "agentjet-refusal"
+
+
 def claimed_causes() -> set[str]:
-    return {code for r in RULES.values() for code in r.claims}
+    return {cause for r in RULES.values() for cause in r.claims}
+
+
+def causes_of(rule_id: str, every_cause: set[str] | frozenset[str]) -> list[str]:
+    """The refusal causes ``rule_id`` reports: its claims, or (for the refusal rule) every unclaimed one."""
+    if rule_id == REFUSAL_RULE:
+        return sorted(set(every_cause) - claimed_causes())
+    return list(RULES[rule_id].claims)

@@ -46,10 +46,12 @@ def replay(ctx: LintContext, construction: Construction | None, base: BaseYaml) 
     run.at_construction = copy.deepcopy(tree)
     if construction is not None and ctx.scan is not None:
         _apply_writes(ctx, run, construction, ctx.scan)
-    own = base.composed.own if base.composed is not None and base.state == "file" else None
     kwargs = dict(run.kwarg_values)
-    dynamic = bool(construction.dynamic) if construction is not None else False
-    run.causes, run.cause_skips = aj.refusal_causes(run.at_build, kwargs, dynamic, own)
+    dynamic = None
+    if construction is not None and construction.dynamic:
+        dynamic = f"{', '.join(construction.dynamic)} at line {construction.line}"
+    causes, run.cause_skips = aj.refusal_causes(run.at_build, kwargs, dynamic)
+    run.causes = [*base.causes, *causes]
     return run
 
 

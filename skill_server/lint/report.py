@@ -44,7 +44,7 @@ def effective_value(ctx: LintContext, run: Run, key: str) -> EffectiveValue:
         assumes = [a.describe() for a in setter.assumes]
         kinds = {a.kind for a in setter.assumes}
         source = "env-default" if "env" in kinds else "cli-default" if "cli" in kinds else set_by
-    elif run.base.state in ("missing", "unresolved"):
+    elif run.base.values_unknown:
         set_by = source = "yaml"
         location = Location(file=str(run.base.path) if run.base.path else None)
     else:
@@ -106,7 +106,7 @@ def construction_info(ctx: LintContext, run: Run) -> ConstructionInfo:
         dynamic_kwargs=c.dynamic,
         base_yaml=BaseYamlInfo(expression=base.expression, path=str(base.path) if base.path else None,
                                anchor=base.anchor, state=base.state,  # type: ignore[arg-type]
-                               exists=base.state in ("file", "defaults"), tried=base.tried,
+                               exists=base.state in ("file", "defaults", "refused"), tried=base.tried,
                                launch_dir_known=base.launch_dir_known),
         writes=[WriteInfo(key=w.key if w.kind != "mirror" else f"job.{w.key}", value=jsonable(w.value.value),
                           resolved=w.value.resolved, expression=w.value.text, kind=w.kind, line=w.line,

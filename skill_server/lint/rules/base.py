@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 from skill_server.lint.agentjet import KEYS
-from skill_server.lint.context import LintContext, Run
+from skill_server.lint.context import LintContext, Run, cause_values
 from skill_server.lint.models import Location
 from skill_server.lint.registry import Report, rule
 from skill_server.lint.values import Unknown, describe_unknown, is_int, show
@@ -17,7 +18,7 @@ from skill_server.lint.values import Unknown, describe_unknown, is_int, show
     the launch directory (cwd). The finding names every path tried. Without cwd, a relative path depends on
     the launch directory: the candidates checked (the script's folder up to its repository root) are listed
     as candidates. Nothing falls back to AgentJet's defaults: the values the base would set are unknown.""",
-      example="""
+      claims=("base-yaml-absent",), example="""
 python
 AgentJetJob(base_yaml_config="configs/run.yaml")   # before: relative to wherever the client is started
 AgentJetJob(base_yaml_config=os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs/run.yaml"))""")
@@ -28,20 +29,30 @@ def base_yaml_missing(ctx: LintContext, run: Run) -> Iterator[Report]:
     kw = c.kwargs.get("base_yaml_config")
     loc = [Location(file=ctx.script_file, line=kw.line if kw else c.line, key="base_yaml_config", source="kwarg")]
     tried = ", ".join(base.tried) or "nothing"
+    absent = run.causes_for("base-yaml-absent")
+    values = {"expression": base.expression, "tried": base.tried, "anchor": base.anchor,
+              "launch_dir_known": base.launch_dir_known}
     if base.anchor == "cwd" and not base.launch_dir_known:
+        cause = ctx.aj.absent_base_cause(base.path or Path(base.expression or ""))
         message = (f"base_yaml_config {base.expression} is relative to the launch directory, which is not known; it "
                    f"is not at any candidate checked ({tried}). If it is missing where the client starts, "
-                   "AgentJetJob raises ValueError('Configuration yaml is absent!')")
+                   f"{cause.agentjet} raises {cause.raised}")
         fix = ("pass cwd= (the directory the client is launched from) to check it there, or build the path from "
                "__file__ so it does not depend on the launch directory")
-    else:
-        message = (f"base_yaml_config {base.expression}: {base.reason} (tried: {tried}); AgentJetJob raises "
-                   "ValueError('Configuration yaml is absent!')")
+    elif absent:
+        cause = absent[0]
+        message = f"base_yaml_config {base.expression}: {base.reason} (tried: {tried}); {cause.agentjet} raises " \
+                  f"{cause.raised}"
         fix = "create the YAML there or fix the path (a path built from __file__ does not depend on the launch " \
               "directory)"
-    yield Report("base_yaml_config", message, loc,
-                 {"expression": base.expression, "tried": base.tried, "anchor": base.anchor,
-                  "launch_dir_known": base.launch_dir_known}, fix)
+    else:  # there, but not a regular file: AgentJetJob would try to read it as YAML anyway
+        cause = None
+        message = (f"base_yaml_config {base.expression}: {base.reason} (tried: {tried}); AgentJetJob cannot read "
+                   "it as a YAML file")
+        fix = "point base_yaml_config at a regular YAML file"
+    if cause is not None:
+        values = {**cause_values(cause), **values}
+    yield Report("base_yaml_config", message, loc, values, fix)
 
 
 @rule("base-not-swarm", "warning", "Swarm mode or the interchange server is off in the effective config.", """
@@ -82,7 +93,7 @@ def base_not_swarm(ctx: LintContext, run: Run) -> Iterator[Report]:
                 "(Hydra refuses it: ConfigCompositionException)")
     c = run.construction
     if "enable_swarm_mode" in off and c is not None and "swarm_mode" not in c.kwargs:
-        fix += f" (the kwarg swarm_mode=True of {ctx.aj.version_label()} covers enable_swarm_mode)"
+        fix += f" (the kwarg swarm_mode=True of {ctx.aj.label} covers enable_swarm_mode)"
     locations = ctx.locate(run, *off) if any(ctx.effective_setter(run, KEYS[n]) for n in off) else (
         [Location(file=str(base.path), line=None)] if base.path else ctx.construction_location(run))
     yield Report(KEYS[off[0]], message, locations, {**{n: values[n] for n in off},

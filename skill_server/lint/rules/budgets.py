@@ -6,22 +6,28 @@ import math
 from collections.abc import Iterator
 
 from skill_server.lint.agentjet import KEYS
-from skill_server.lint.context import LintContext, Run
+from skill_server.lint.context import LintContext, Run, cause_values
 from skill_server.lint.registry import Report, rule
+from skill_server.lint.values import a_type, is_num, show
 
 
 @rule("length-budget", "error", "Prompt plus response exceed max_model_len, or one turn exceeds the response.", """
     AgentJetJob asserts max_prompt_length + max_response_length <= max_model_len ("illegal token length") and
     max_response_length_in_one_turn <= max_response_length (an empty assert), on the values at construction,
-    whether they come from kwargs or the YAML.""", claims=("token-budget", "one-turn-budget"), example="""
+    whether they come from kwargs or the YAML. It does not convert them: lengths given as strings are joined
+    and compared as text (AssertionError), mixed types raise TypeError.""",
+      claims=("token-budget", "one-turn-over-response"), example="""
 python
 max_prompt_length=4000, max_response_length=16000, max_model_len=18000   # before
 max_prompt_length=4000, max_response_length=16000, max_model_len=20000   # after""")
 def length_budget(ctx: LintContext, run: Run) -> Iterator[Report]:
-    for cause in run.causes_for("token-budget", "one-turn-budget"):
+    for cause in run.causes_for("token-budget", "one-turn-over-response"):
         v = cause.values
         names = list(v)
-        if cause.code == "token-budget":
+        if not all(is_num(x) for x in v.values()):
+            fix = ("give the lengths as ints (convert environment or command-line values with int(...)): "
+                   + "; ".join(_types(v)))
+        elif cause.id == "token-budget":
             total = v["max_prompt_length"] + v["max_response_length"]
             fix = (f"raise max_model_len to at least {total} ({ctx.where_to_set(run, KEYS['max_model_len'], total)}), "
                    "or shorten the prompt/response budget")
@@ -29,27 +35,39 @@ def length_budget(ctx: LintContext, run: Run) -> Iterator[Report]:
             limit = v["max_response_length"]
             fix = (f"set max_response_length_in_one_turn to at most {limit} "
                    f"({ctx.where_to_set(run, KEYS['max_response_length_in_one_turn'], limit)})")
-        yield Report(cause.keys[0], f"{cause.message}; AgentJetJob raises {cause.exception}",
-                     ctx.locate(run, *names), dict(v), fix)
+        key = KEYS["max_model_len" if cause.id == "token-budget" else "max_response_length_in_one_turn"]
+        yield Report(cause.key or key, cause.message, ctx.locate(run, *names),
+                     {**cause_values(cause), **v}, fix)
+
+
+def _types(values: dict) -> list[str]:
+    return [f"{name} is {show(value)} ({a_type(value)})" for name, value in values.items() if not is_num(value)]
+
+
+#: cause -> (the value to change, a value AgentJet accepts)
+LORA_FIXES = {"lora-rank-not-a-number": ("lora_rank", 8), "lora-load-format": ("lora_load_format", "safetensors"),
+              "lora-layered-summon": ("layered_summon", True), "lora-lr-missing": ("lr", 1e-4),
+              "lora-lr-too-low": ("lr", 1e-4)}
 
 
 @rule("lora-rules", "error", "LoRA is on without safetensors, layered_summon or a large enough lr.", """
-    With lora_rank > 0 AgentJetJob requires lora_load_format='safetensors', layered_summon=True and lr > 1e-5,
-    checked in that order (each a ValueError). One finding per requirement that is not met.""",
-      claims=("lora-rank", "lora-load-format", "lora-layered-summon", "lora-lr"), example="""
+    With lora_rank > 0 AgentJetJob requires lora_load_format='safetensors', layered_summon=True and an lr
+    above 1e-5, checked in that order (each a ValueError); a lora_rank that cannot be compared with 0 raises
+    TypeError. One finding per requirement that is not met (AgentJet stops at the first).""",
+      claims=tuple(LORA_FIXES), example="""
 python
 AgentJetJob(lora_rank=8)                                                              # before
 AgentJetJob(lora_rank=8, lora_load_format="safetensors", layered_summon=True, lr=1e-4) # after""")
 def lora_rules(ctx: LintContext, run: Run) -> Iterator[Report]:
-    wanted = {"lora-load-format": ("lora_load_format", "safetensors"), "lora-layered-summon": ("layered_summon", True),
-              "lora-lr": ("lr", 1e-4)}
-    for cause in run.causes_for(*wanted):
-        name, good = wanted[cause.code]
+    for cause in run.causes_for(*LORA_FIXES):
+        name, good = LORA_FIXES[cause.id]
         fix = ctx.where_to_set(run, KEYS[name], good)
         if name == "lr":
             fix = "use an lr above 1e-5 for LoRA, e.g. 1e-4: " + fix
-        yield Report(KEYS[name], f"{cause.message}; AgentJetJob raises {cause.exception}",
-                     ctx.locate(run, name, "lora_rank"), dict(cause.values), fix)
+        elif name == "lora_rank":
+            fix = "give lora_rank as an int (0 turns LoRA off), e.g. " + fix
+        yield Report(KEYS[name], cause.message, ctx.locate(run, name, "lora_rank"),
+                     {**cause_values(cause), **cause.values}, fix)
 
 
 BATCH_INPUTS = ("train_batch_size", "num_repeat", "n_gpus_per_node", "nnodes")

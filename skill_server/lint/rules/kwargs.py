@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from skill_server.lint.context import LintContext, Run, yaml_scalar
+from skill_server.lint.context import LintContext, Run, cause_values, yaml_scalar
 from skill_server.lint.models import Location
 from skill_server.lint.registry import Report, rule
 from skill_server.lint.values import Unknown, same, show
@@ -59,40 +59,53 @@ def _both(ctx: LintContext, run: Run, line: int, key: str) -> list[Location]:
 
 
 @rule("unsupported-kwarg", "error", "AgentJetJob of this version has no such kwarg.", """
-    The kwarg is not in the signature of the detected AgentJet version (or of the bundled snapshot), so the
-    constructor raises TypeError. A misspelt kwarg gets the closest known one; a kwarg only newer versions
-    have says which key to set instead.""", claims=("unknown-kwarg",), example="""
+    The kwarg is not in AgentJetJob's signature in the AgentJet release checked (named in the message: the
+    newest bundled one, agentjet_version, or the install at agentjet_root), so the call raises TypeError. A
+    misspelt kwarg gets the closest known one. A kwarg another bundled release has names that release and the
+    key it sets; otherwise config keys of the same name are listed, with the write that sets one.""",
+      claims=("unknown-kwarg",), example="""
 python
-AgentJetJob(num_repeats=4)   # before (typo)        ->  AgentJetJob(num_repeat=4)
-AgentJetJob(nnodes=2)        # before, old install  ->  YAML: ajet.trainer_common.nnodes: 2""")
+AgentJetJob(num_repeats=4)                     # before (typo)       ->  AgentJetJob(num_repeat=4)
+AgentJetJob(ulysses_sequence_parallel_size=2)  # before: not a kwarg ->  write the config key after construction""")
 def unsupported_kwarg(ctx: LintContext, run: Run) -> Iterator[Report]:
     c = run.construction
     if c is None:
         return
-    label = ctx.aj.version_label()
+    aj = ctx.aj
     for cause in run.causes_for("unknown-kwarg"):
         name = cause.values["kwarg"]
         kw = c.kwargs.get(name)
         loc = [Location(file=ctx.script_file, line=kw.line if kw else c.line, source="kwarg")]
-        newer = cause.values.get("key_in_newer_versions")
         close = cause.values.get("closest")
         value = kw.value.value if kw is not None and kw.value.resolved else None
-        if newer:
-            yield Report(newer, f"{_capital(label)} has no AgentJetJob kwarg {name!r} (newer versions have it): the "
-                         "constructor raises TypeError", loc, {"kwarg": name, "value": value, "closest": close},
-                         f"set {newer} in the YAML or with job.config.{newer} = ... right after construction, or "
-                         f"upgrade AgentJet")
+        values = {**cause_values(cause), "kwarg": name, "value": value, "closest": close}
+        elsewhere = aj.kwarg_elsewhere(name)
+        if elsewhere is not None:
+            key, other = elsewhere
+            if aj.known(key):
+                fix = (f"set {key} in the YAML or write {aj.write_expression(key)} = ... right after construction "
+                       f"(a key of {aj.label}), or select {other} (agentjet_version / agentjet_root)")
+            else:
+                fix = (f"remove it: {aj.label}'s config has no {key} either; to use it, select {other} "
+                       "(agentjet_version / agentjet_root) and upgrade AgentJet")
+            yield Report(key, f"{cause.message}. {other} has this kwarg (it sets {key})", loc,
+                         {**values, "key": key, "agentjet_with_kwarg": other}, fix)
+            continue
+        if close:
+            fix = f"rename it to {close}"
         else:
-            yield Report(None, f"AgentJetJob has no kwarg {name!r} in {label}; closest known kwarg: {close or 'none'}. "
-                         "The constructor raises TypeError", loc, {"kwarg": name, "value": value, "closest": close},
-                         f"rename it to {close}" if close else
-                         "remove it; valid kwargs: " + ", ".join(ctx.aj.valid_kwargs()))
+            same = aj.same_leaf_keys(name)
+            fix = "remove it; " + (
+                f"{aj.label}'s config has {', '.join(same[:4])}: to set one, write "
+                f"{aj.write_expression(same[0])} = ... right after construction" if same else
+                "valid kwargs: " + ", ".join(aj.valid_kwargs()))
+        yield Report(None, cause.message, loc, values, fix)
 
 
 @rule("kwarg-group-incomplete", "error", "Only some of the four length kwargs are given.", """
     max_prompt_length, max_response_length, max_model_len and max_response_length_in_one_turn must all be
     passed or all be left out; otherwise AgentJetJob raises ValueError before reading the YAML.""",
-      claims=("length-group",), example="""
+      claims=("length-group-incomplete",), example="""
 python
 AgentJetJob(max_prompt_length=4000, max_response_length=16000)          # before: ValueError
 AgentJetJob(max_prompt_length=4000, max_response_length=16000,
@@ -101,21 +114,16 @@ def kwarg_group_incomplete(ctx: LintContext, run: Run) -> Iterator[Report]:
     c = run.construction
     if c is None:
         return
-    for cause in run.causes_for("length-group"):
+    for cause in run.causes_for("length-group-incomplete"):
         given, missing = cause.values["given"], cause.values["missing"]
         suggestions = []
         for name in missing:
             current = run.at_build(name)
             suggestions.append(f"{name}=..." if isinstance(current, Unknown) or current is None
                                else f"{name}={show(current)}")
-        yield Report(cause.keys[0] if cause.keys else None,
-                     f"{cause.message}: the constructor raises ValueError",
+        yield Report(ctx.aj.key_for(missing[0]), cause.message,
                      [Location(file=ctx.script_file, line=c.kwargs[k].line, key=ctx.aj.key_for(k), source="kwarg")
                       for k in given if k in c.kwargs],
-                     {"given": given, "missing": missing},
+                     {**cause_values(cause), "given": given, "missing": missing},
                      "also pass " + ", ".join(suggestions) + f" (the values the config holds now; kwargs of "
-                     f"{ctx.aj.version_label()}), or drop the length kwargs and set all four in one place")
-
-
-def _capital(text: str) -> str:
-    return text[:1].upper() + text[1:]
+                     f"{ctx.aj.label}), or drop the length kwargs and set all four in one place")

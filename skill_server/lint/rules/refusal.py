@@ -5,50 +5,65 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from skill_server.lint.agentjet import KEYS
-from skill_server.lint.context import LintContext, Run
+from skill_server.lint.context import LintContext, Run, cause_values
 from skill_server.lint.models import Location
 from skill_server.lint.registry import Report, claimed_causes, rule
 
+LAYERS = "[verl_default, ajet_default, _self_]"
+SEARCH = "hydra.searchpath [file://ajet/default_config, file://ajet/default_config/verl]"
+#: cause id -> what to do about it (the message already says what is wrong and what AgentJet raises)
 FIXES = {
-    "nnodes-type": "give nnodes as an int (convert an environment or command-line value with int(...))",
-    "length-types": "give the four lengths as ints (convert environment or command-line values with int(...))",
-    "base-without-defaults": "give the base a defaults list [verl_default, ajet_default, _self_] with the "
-                             "hydra.searchpath block of AgentJet's swarm default, and set the swarm keys in the base",
-    "base-includes-swarm-default": "remove ajet_swarm_default from the base's defaults list and set "
-                                   "ajet.enable_swarm_mode, ajet.enable_interchange_server and the other swarm values "
-                                   "in the base itself",
-    "backbone-trinity": "use backbone verl (AgentJetJob does not support trinity)",
+    "nnodes-not-a-number": "give nnodes as an int (convert an environment or command-line value with int(...))",
+    "trinity-backbone": "use backbone verl (AgentJetJob does not support trinity)",
+    "base-without-defaults": f"give the base the defaults list {LAYERS} and the {SEARCH} that finds them, and set "
+                             "the swarm keys (ajet.enable_swarm_mode, ajet.enable_interchange_server, ...) in the "
+                             "base itself",
+    "base-without-hydra": f"give the base the {SEARCH} block that finds AgentJet's layers",
+    "defaults-includes-swarm-default": f"list {LAYERS} instead and set ajet.enable_swarm_mode, "
+                                       "ajet.enable_interchange_server and the other swarm values you rely on in the "
+                                       "base itself (or start from a copy of AgentJet's ajet_swarm_default.yaml)",
+    "nested-searchpath": "set hydra.searchpath in the base only, never in a layer its defaults list names",
+    "defaults-entry-missing": "put the entry's folder on the base's hydra.searchpath (an absolute file:// folder, or "
+                              "one relative to the launch directory), or remove the entry; Hydra never looks in the "
+                              "base's own folder",
+    "missing-key": f"compose ajet_default: the base's defaults list should be {LAYERS}",
+    "searchpath-invalid": "make hydra.searchpath a list of file:// strings",
+    "defaults-invalid": "make defaults a list of names, e.g. " + LAYERS,
+    "duplicate-self": "list _self_ once in the defaults list",
+    "merge-mapping-with-list": "give the key the same kind of value (a mapping or a list) in every layer",
+    "non-string-key": "quote the key in the YAML so that it is a string",
 }
 
 
 @rule("agentjet-refusal", "error", "AgentJet refuses these inputs (a cause no other rule reports).", """
-    Every cause for which AgentJetJob or its config composition raises, as the AgentJet version in use
-    describes it: a base whose defaults list includes ajet_swarm_default (Hydra's
-    ConfigCompositionException), a base without a defaults list (KeyError), nnodes given as a string
-    (TypeError), lengths given as strings (AssertionError or TypeError), backbone trinity
-    (NotImplementedError). Causes with a rule of their own (unsupported-kwarg, kwarg-group-incomplete,
-    length-budget, lora-rules) are reported there. The message names the cause, the version and AgentJet's
-    exception.""", example="""
+    Every cause for which AgentJetJob or its Hydra composition raises, as the AgentJet release named in the
+    message describes it, with AgentJet's exception: a base whose defaults list includes ajet_swarm_default
+    (ConfigCompositionException), a defaults entry Hydra cannot find on the base's search path
+    (MissingConfigException), a base without a defaults list (KeyError), a base whose layers lack a key
+    AgentJetJob reads (AttributeError), nnodes given as a string (TypeError), backbone trinity
+    (NotImplementedError). A base AgentJet refuses to compose leaves every value it would set unknown.
+    Causes with a rule of their own (unsupported-kwarg, kwarg-group-incomplete, length-budget, lora-rules,
+    base-yaml-missing) are reported there.""", example="""
 python
 AgentJetJob(nnodes=os.getenv("NNODES", "2"))        # before: TypeError ('>' between str and int)
 AgentJetJob(nnodes=int(os.getenv("NNODES", "2")))   # after""")
 def agentjet_refusal(ctx: LintContext, run: Run) -> Iterator[Report]:
     claimed = claimed_causes()
-    label = ctx.aj.version_label()
     for cause in run.causes:
-        if cause.code in claimed:
+        if cause.id in claimed:
             continue
-        config_keys = [k for k in cause.keys if k.startswith("ajet.")]
-        if config_keys:
-            names = [next((n for n, k in KEYS.items() if k == key), key) for key in config_keys]
+        names = [n for n in cause.values if n in KEYS]  # a check on config values: point at who sets them
+        if names:
             locations = ctx.locate(run, *names)
-        elif run.base.path is not None:
-            line = ctx.yaml_lines(str(run.base.path)).get(cause.keys[0]) if cause.keys else None
-            locations = [Location(file=str(run.base.path), line=line, key=cause.keys[0] if cause.keys else None,
-                                  source="yaml")]
+            key = KEYS[names[0]]
+        elif run.base.path is not None:  # about the base file itself
+            lines = ctx.yaml_lines(str(run.base.path))
+            line = lines.get("defaults") if cause.id == "missing-key" else lines.get(cause.key or "")
+            locations = [Location(file=str(run.base.path), line=line, key=cause.key, source="yaml")]
+            key = cause.key if cause.key and cause.key.startswith("ajet.") else None
         else:
             locations = ctx.construction_location(run)
-        yield Report(config_keys[0] if config_keys else None,
-                     f"{cause.message}; {label} raises {cause.exception}", locations,
-                     {"cause": cause.code, "exception": cause.exception, **cause.values},
-                     FIXES.get(cause.code, "change the inputs so that AgentJetJob accepts them"))
+            key = None
+        yield Report(key, cause.message, locations,
+                     {**cause_values(cause), **cause.values},
+                     FIXES.get(cause.id, f"change the inputs so that {ctx.aj.label} accepts them"))

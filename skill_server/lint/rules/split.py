@@ -36,7 +36,7 @@ def split_configuration(ctx: LintContext, run: Run) -> Iterator[Report]:
                   and name not in RUN_IDENTITY and not (kw.value.resolved and kw.value.value is None)}
     write_keys = {w.key: w for w in run.applied_writes if w.kind != "method"}
     script_keys = set(kwarg_keys) | set(write_keys)
-    if run.base.state in ("missing", "unresolved"):
+    if run.base.values_unknown:
         if script_keys:
             ctx.skip(RULE, f"what the base YAML sets is unknown ({run.base.reason})")
         return
@@ -79,7 +79,7 @@ def consolidate(ctx: LintContext, run: Run) -> dict[str, Any]:
     c = run.construction
     assert c is not None
     aj = ctx.aj
-    label = aj.version_label()
+    label = aj.label
     missing: list[str] = []
     left_out: list[str] = []
     assumes: list[str] = []

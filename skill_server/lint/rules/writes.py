@@ -23,7 +23,7 @@ def escape_hatch_has_kwarg(ctx: LintContext, run: Run) -> Iterator[Report]:
     c = run.construction
     if c is None:
         return
-    label = ctx.aj.version_label()
+    label = ctx.aj.label
     for write in run.writes:
         if write.kind in ("mirror", "method"):
             continue
@@ -63,7 +63,7 @@ job.config.ajet.rollout.temperature = 0.7           # after
 job.config.ajet.rollout.multi_turn["max_steps"] = 5 # after""")
 def unknown_key(ctx: LintContext, run: Run) -> Iterator[Report]:
     aj = ctx.aj
-    label = aj.version_label()
+    label = aj.label
     if run.base.is_users:
         for key in sorted(run.base.explicit):
             if not key.startswith("ajet.") or aj.known(key):
@@ -138,7 +138,7 @@ def _whole_dict(ctx: LintContext, write: Write, loc: list[Location]) -> Iterator
             continue
         close = aj.closest(leaf)
         yield Report(leaf, f"the dict written to {write.key} at line {write.line} has key "
-                     f"{leaf.rsplit('.', 1)[1]!r}, which AgentJet's defaults do not have ({aj.version_label()}); "
+                     f"{leaf.rsplit('.', 1)[1]!r}, which AgentJet's defaults do not have ({aj.label}); "
                      f"closest known key: {close or 'none'}", loc, {"closest": close},
                      f"use {close}" if close else "remove it from the dict")
     default = aj.default(write.key)
