@@ -249,6 +249,23 @@ TOOLS: tuple[ToolSpec, ...] = (
         open_world=True,
     ),
     ToolSpec(
+        name="gpu_status",
+        title="GPU memory, utilisation and processes of hosts",
+        description=(
+            "Read-only. For each host ('local' or ssh destinations, asked in parallel, one round trip each): every "
+            "GPU's index, uuid, name, memory used/total (MiB), utilisation and free_fraction ((total-used)/total, "
+            "what AgentJet's launcher checks against 0.95), with the compute processes holding memory (pid, MiB, "
+            "name), from nvidia-smi's CSV queries. A host without nvidia-smi, a failing driver or an unreachable "
+            "host is reported per host with the reason (gpus null), never as an error of the whole call."
+        ),
+        input_model="skill_server.gpus.models:GpuStatusInput",
+        output_model="skill_server.gpus.models:GpuStatusOutput",
+        run="skill_server.gpus.tool:gpu_status",
+        read_only=True,
+        idempotent=True,
+        open_world=True,
+    ),
+    ToolSpec(
         name="collect_results",
         title="Collect results into results.md and finish.flag",
         description=(
