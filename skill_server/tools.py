@@ -266,6 +266,27 @@ TOOLS: tuple[ToolSpec, ...] = (
         open_world=True,
     ),
     ToolSpec(
+        name="ray_cluster",
+        title="Start, check or stop a Ray cluster across nodes",
+        description=(
+            "For multi-node training. action='start': ray start --head on head and --address on every worker (ssh "
+            "hosts), each in tmux as processes of one run of this server (logs, max time, stop guarantees), after "
+            "checking ray on every node (same version; require_free_gpus checks GPUs); then waits up to timeout_s "
+            "(<= 50, progress reported) until ray status lists every node; call again to keep waiting. "
+            "action='status': alive nodes and their resources from ray status on the head (bounded). "
+            "action='stop': stops the run, runs ray stop --force on every node, reports what still holds GPUs; "
+            "kill_gpu_processes=true also ends those owned by the ssh user."
+        ),
+        input_model="skill_server.ray_cluster.models:RayClusterInput",
+        output_model="skill_server.ray_cluster.models:RayClusterOutput",
+        run="skill_server.ray_cluster.tool:ray_cluster",
+        read_only=False,
+        destructive=True,
+        idempotent=False,
+        open_world=True,
+        reports_progress=True,
+    ),
+    ToolSpec(
         name="collect_results",
         title="Collect results into results.md and finish.flag",
         description=(
