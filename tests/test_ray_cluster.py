@@ -270,3 +270,48 @@ def test_stop_and_status_need_a_cluster_of_this_server(monkeypatch: pytest.Monke
     with pytest.raises(ToolFailure) as failure:
         call("ray_cluster", action="stop")
     assert failure.value.field == "head" and "ray stop --force" in str(failure.value)
+
+
+# ---- reading ray's output alone (texts in the shapes ray 2.x prints)
+
+V2_STATUS = """\
+======== Autoscaler status: 2026-01-01 10:00:00.000000 ========
+Node status
+---------------------------------------------------------------
+Active:
+ (no active nodes)
+Idle:
+ 1 head
+ 2 gpu-workers
+Pending:
+ gpu-workers, 1 launching
+Recent failures:
+ node 10.0.0.9: RayletUnexpectedlyDied
+Resources
+---------------------------------------------------------------
+Usage:
+ 0.0/96.0 CPU
+ 8.0/16.0 GPU
+ 1.50KiB/1.20TiB memory
+ 0B/372.53GiB object_store_memory
+Demands:
+ {'GPU': 1.0}: 2+ pending tasks/actors
+"""
+
+
+def test_ray_status_text_is_read_without_guessing():
+    from skill_server.ray_cluster.status_text import last_message, parse_status, parse_version
+
+    status = parse_status(V2_STATUS)
+    assert status is not None and status.alive == 3 and status.node_types == ["head", "gpu-workers"]
+    assert status.pending == ["gpu-workers, 1 launching"] and status.failures == ["node 10.0.0.9: RayletUnexpectedlyDied"]
+    assert (status.resources["GPU"].used, status.resources["GPU"].total) == (8.0, 16.0)
+    assert status.resources["memory"].used == 1536.0 and status.resources["memory"].total == float(round(1.2 * 2**40))
+    assert status.resources["memory"].unit == "bytes" and status.resources["CPU"].unit == "count"
+    assert status.nodes == {}
+    assert parse_status("ConnectionError: Could not find any running Ray instance.") is None
+    weird = parse_status("Node status\nActive:\n 1 node_x\nResources\nUsage:\n 1.0/2.0Qb strange\n")
+    assert weird is not None and weird.alive == 1 and weird.resources["strange"].total is None
+    assert parse_version("ray, version 2.60.0\n") == "2.60.0" and parse_version("nothing") is None
+    assert last_message("2026-11-30 10:44:32,575\tINFO scripts.py:1493 -- Did not find any active Ray processes.\n") \
+        == "Did not find any active Ray processes."
