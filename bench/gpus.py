@@ -35,8 +35,8 @@ def main() -> int:
     ap.add_argument("--calls", type=int, default=20)
     args = ap.parse_args()
 
+    from tests.gpu_helpers import A100, install_fake_smi
     from tests.sshd import LoopbackSshd
-    from tests.test_gpus import A100, install_fake_smi
 
     state = {"gpus": [{"uuid": f"GPU-{i}", "name": A100, "memory_total": 81920, "memory_used": 4,
                        "utilization": 0} for i in range(8)],

@@ -29,8 +29,8 @@ def main() -> int:
     args = ap.parse_args()
 
     from tests.conftest import cli_env
+    from tests.gpu_helpers import install_fake_smi
     from tests.sshd import LoopbackSshd, PrivateNetwork
-    from tests.test_gpus import install_fake_smi
     from tests.test_ray_cluster import NODE_STATE, RAY_OPTIONS, cli, on_node, ray_processes
 
     network = PrivateNetwork()

@@ -10,11 +10,8 @@ The parser is also tested alone against odd output.
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
-import stat
-import subprocess
 import tempfile
 import uuid
 from pathlib import Path
@@ -27,12 +24,11 @@ from skill_server.errors import ToolFailure, ToolInputError
 from skill_server.gpus import nvidia_smi
 from skill_server.gpus.tool import free_problems
 from skill_server.hosts.ssh import close_masters
-from tests.conftest import REPO, call_cli, cli_env
+from tests.conftest import call_cli, cli_env
 from tests.experiment_helpers import call, wait_until
+from tests.gpu_helpers import A100, install_fake_smi
 from tests.sshd import LoopbackSshd
 
-FAKE_SMI = REPO / "tests" / "fixtures" / "fake_nvidia_smi.py"
-A100 = "NVIDIA A100-SXM4-80GB"
 GPU_NODES = {
     "gpu1": {"gpus": [{"uuid": "GPU-11111111-aaaa", "name": A100, "memory_total": 81920, "memory_used": 4,
                        "utilization": 0},
@@ -48,19 +44,6 @@ GPU_NODES = {
                                             "driver. Make sure that the latest NVIDIA driver is installed and running."}},
 }
 NODE_PY = "python3"
-
-
-def install_fake_smi(bin_dir: Path, state: dict) -> Path:
-    """A bin directory whose nvidia-smi is the stand-in, with its state file and a device directory."""
-    bin_dir.mkdir(parents=True)
-    (bin_dir / "nvidia-smi").symlink_to(FAKE_SMI)
-    dev = bin_dir.parent / "dev"
-    dev.mkdir()
-    for i in range(len(state.get("gpus", []))):
-        os.mknod(dev / f"nvidia{i}", 0o666 | stat.S_IFCHR, os.makedev(1, 3))  # what /dev/null is: harmless
-        os.chmod(dev / f"nvidia{i}", 0o666)
-    (bin_dir / "nvidia-smi.json").write_text(json.dumps({**state, "device_dir": str(dev)}))
-    return dev
 
 
 @pytest.fixture(scope="module")

@@ -36,8 +36,8 @@ from skill_server.errors import ToolFailure, ToolInputError
 from skill_server.hosts.ssh import close_masters
 from tests.conftest import REPO, cli_env
 from tests.experiment_helpers import call
+from tests.gpu_helpers import A100, install_fake_smi
 from tests.sshd import LoopbackSshd, PrivateNetwork
-from tests.test_gpus import A100, install_fake_smi
 
 RAY = str(Path(sys.executable).parent / "ray")
 PORT = 6380

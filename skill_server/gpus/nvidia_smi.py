@@ -111,7 +111,7 @@ def parse_gpus(text: str) -> tuple[list[Gpu], list[str]]:
     for index, uuid, used, total, util, name in parsed.rows:
         number = _number(index)
         if number is None or not uuid:
-            parsed.notes.append(f"GPU line without an index or uuid: {', '.join([index, uuid, name])[:200]!r}")
+            parsed.notes.append(f"GPU line without an index or uuid: {f'{index}, {uuid}, {name}'[:200]!r}")
             continue
         used_mib, total_mib = _number(used), _number(total)
         gpus.append(Gpu(index=number, uuid=uuid, name=name, memory_used_mib=used_mib, memory_total_mib=total_mib,
@@ -127,7 +127,7 @@ def parse_processes(text: str) -> tuple[list[tuple[str, GpuProcess]], list[str]]
     for pid, uuid, used, name in parsed.rows:
         number = _number(pid)
         if number is None:
-            parsed.notes.append(f"process line without a pid: {', '.join([pid, uuid, name])[:200]!r}")
+            parsed.notes.append(f"process line without a pid: {f'{pid}, {uuid}, {name}'[:200]!r}")
             continue
         out.append((uuid, GpuProcess(pid=number, used_memory_mib=_number(used), name=name)))
     return out, parsed.notes

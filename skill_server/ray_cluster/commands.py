@@ -16,15 +16,15 @@ import shlex
 import subprocess
 
 from skill_server.errors import ToolInputError
-from skill_server.hosts.agent.wrapper import MARK
 from skill_server.hosts import LOCAL
+from skill_server.hosts.agent.wrapper import MARK
 
 DEFAULT_RAY = "ray"
 DEFAULT_JOIN_TIMEOUT_S = 300
 #: Options the tool sets itself; given again in ray_args or head_args they would contradict it.
 MANAGED_OPTIONS = ("--head", "--address", "--port", "--block", "--num-gpus", "--num-cpus")
 _COMMAND_NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
-_OPTION = re.compile(r"^--[A-Za-z0-9][A-Za-z0-9-]*(=.*)?$", re.S)
+_OPTION = re.compile(r"^--[A-Za-z0-9][A-Za-z0-9-]*(=.*)?$", re.DOTALL)
 _ADDRESS = re.compile(r"^[A-Za-z0-9._:\[\]-]+$")
 
 
@@ -33,7 +33,7 @@ def check_ray(value: str | None) -> str:
     ray = DEFAULT_RAY if value is None else value
     if not ray or any(ch in ray for ch in "\x00\n\r"):
         raise ToolInputError("give the path of the ray executable (no NUL or newline)", field="ray")
-    if not (ray.startswith("/") or ray.startswith("~/") or _COMMAND_NAME.match(ray)):
+    if not (ray.startswith(("/", "~/")) or _COMMAND_NAME.match(ray)):
         raise ToolInputError(f"{ray!r} is neither an absolute path, '~/...', nor a command name", field="ray")
     return ray
 
@@ -118,7 +118,7 @@ def ssh_hostname(destination: str) -> str | None:
         argv += ["-F", config]
     try:
         done = subprocess.run(argv + ["-G", "--", destination], stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=15)
+                              text=True, timeout=15, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if done.returncode != 0:

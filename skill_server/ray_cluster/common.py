@@ -83,9 +83,8 @@ def ask_ray(head: str, ray: str, address: str, *, with_version: bool, timeout_s:
     if isinstance(reply, HostUnreachable):
         return RayView(None, None, f"head {head} is unreachable: {reply.reason}")
     version = None
-    if with_version:
-        if _run_failure(reply[0], "ray --version", VERSION_TIMEOUT_S) is None:
-            version = parse_version(str(reply[0].get("stdout") or ""))
+    if with_version and _run_failure(reply[0], "ray --version", VERSION_TIMEOUT_S) is None:
+        version = parse_version(str(reply[0].get("stdout") or ""))
     result = reply[-1]
     failure = _run_failure(result, f"ray status on {head}", timeout_s)
     if failure is not None:

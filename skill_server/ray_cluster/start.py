@@ -32,7 +32,6 @@ from skill_server.ray_cluster.common import (
     SPEC_KEY,
     RayView,
     ask_ray,
-    default_session,
     find_cluster,
     node_fields,
     run_fields,

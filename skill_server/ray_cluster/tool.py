@@ -10,7 +10,7 @@ from skill_server.models import Progress
 from skill_server.ray_cluster import commands
 from skill_server.ray_cluster.common import MAX_LINES, SPEC_KEY, ask_ray, find_cluster, node_fields, run_fields
 from skill_server.ray_cluster.models import DEFAULT_PORT, RayClusterInput, RayClusterOutput
-from skill_server.ray_cluster.start import check_workers, head_address, start_cluster
+from skill_server.ray_cluster.start import check_workers, start_cluster
 from skill_server.ray_cluster.stop import stop_cluster
 
 START_ONLY = ("head_address", "num_gpus", "num_cpus", "ray_args", "head_args", "env", "workdir", "log_dir",
