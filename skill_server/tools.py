@@ -187,7 +187,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "id, session, log_path and the attach command. Output goes to a log file on the process's host, the exit "
             "code to a file; env is set explicitly; a process with wait_for_url starts once that URL answers; the "
             "max time is enforced on the host (state timed_out). Runs survive the ssh connection dropping. A running "
-            "name is refused. Follow with wait_experiment / experiment_status."
+            "name is refused; with require_free_gpus (e.g. 0.95) a GPU on the host with less memory free refuses "
+            "the start, naming the pids that hold it. Follow with wait_experiment / experiment_status."
         ),
         input_model="skill_server.experiments.models:LaunchInput",
         output_model="skill_server.experiments.models:LaunchOutput",

@@ -207,6 +207,8 @@ def test_a_head_and_a_worker_join_over_ssh_and_stop_cleans_both_nodes(cluster: L
         assert ray_processes(cluster, node) == []
         assert [p for p in node_processes(cluster, node) if p[1].startswith(f"AGENTJET_SKILL_RUN={first_id}/")] == []
     assert alive_on(cluster, "node2", mine) and alive_on(cluster, "node2", nobodys)  # not Ray's: left alone
+    rc, after, err = cli(cluster, "ray_cluster", {"action": "status", "head": "node1", "port": PORT})
+    assert rc == 0 and after["state"] == "stopped" and after["alive_nodes"] is None and "stopped" in after["reason"]
 
     rc, cleaned, err = cli(cluster, "ray_cluster", {"action": "stop", "head": "node1", "port": PORT, "grace_s": 2,
                                                      "kill_gpu_processes": True})

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from skill_server.errors import ToolInputError
+from skill_server.experiments.models import TERMINAL
 from skill_server.experiments.status import observe_with_lines
 from skill_server.experiments.store import open_registry
 from skill_server.hosts import normalise
 from skill_server.models import Progress
 from skill_server.ray_cluster import commands
-from skill_server.ray_cluster.common import MAX_LINES, SPEC_KEY, ask_ray, find_cluster, node_fields, run_fields
+from skill_server.ray_cluster.common import (
+    MAX_LINES,
+    SPEC_KEY,
+    RayView,
+    ask_ray,
+    find_cluster,
+    node_fields,
+    run_fields,
+)
 from skill_server.ray_cluster.models import DEFAULT_PORT, RayClusterInput, RayClusterOutput
 from skill_server.ray_cluster.start import check_workers, start_cluster
 from skill_server.ray_cluster.stop import stop_cluster
@@ -63,7 +72,10 @@ def cluster_status(inp: RayClusterInput, head: str) -> RayClusterOutput:
         address = f"{host}:{port}"
         note = "not a cluster this server started: ray status asked on the head at " + address
     expected = 1 + len(workers)
-    view = ask_ray(head, ray, address, with_version=True)
+    if fields is not None and fields["state"] in TERMINAL:  # its nodes are gone: ray status would only time out
+        view = RayView(None, None, f"the cluster's run is {fields['state']} (ray_cluster start starts a new one)")
+    else:
+        view = ask_ray(head, ray, address, with_version=True)
     nodes = node_fields(view)
     alive = nodes["alive_nodes"]
     ready = alive is not None and alive >= expected
