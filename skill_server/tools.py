@@ -192,7 +192,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "id, session, log_path and the attach command. Output goes to a log file on the process's host, the exit "
             "code to a file; env is set explicitly; a process with wait_for_url starts once that URL answers; the "
             "max time is enforced on the host (state timed_out). Runs survive the ssh connection dropping. A running "
-            "name is refused. Follow with wait_experiment / experiment_status."
+            "name is refused; with require_free_gpus (e.g. 0.95) a GPU on the host with less memory free refuses "
+            "the start, naming the pids that hold it. Follow with wait_experiment / experiment_status."
         ),
         input_model="skill_server.experiments.models:LaunchInput",
         output_model="skill_server.experiments.models:LaunchOutput",
@@ -252,6 +253,44 @@ TOOLS: tuple[ToolSpec, ...] = (
         destructive=True,
         idempotent=True,
         open_world=True,
+    ),
+    ToolSpec(
+        name="gpu_status",
+        title="GPU memory, utilisation and processes of hosts",
+        description=(
+            "Read-only. For each host ('local' or ssh destinations, asked in parallel, one round trip each): every "
+            "GPU's index, uuid, name, memory used/total (MiB), utilisation and free_fraction ((total-used)/total, "
+            "what AgentJet's launcher checks against 0.95), with the compute processes holding memory (pid, MiB, "
+            "name), from nvidia-smi's CSV queries. A host without nvidia-smi, a failing driver or an unreachable "
+            "host is reported per host with the reason (gpus null), never as an error of the whole call."
+        ),
+        input_model="skill_server.gpus.models:GpuStatusInput",
+        output_model="skill_server.gpus.models:GpuStatusOutput",
+        run="skill_server.gpus.tool:gpu_status",
+        read_only=True,
+        idempotent=True,
+        open_world=True,
+    ),
+    ToolSpec(
+        name="ray_cluster",
+        title="Start, check or stop a Ray cluster across nodes",
+        description=(
+            "For multi-node training. action='start': ray start --head on head and --address on every worker (ssh "
+            "hosts), each in tmux as processes of one run of this server (logs, max time, stop guarantees), after "
+            "checking ray on every node (same version; require_free_gpus checks GPUs); then waits up to timeout_s "
+            "(<= 50, progress reported) until ray status lists every node; call again to keep waiting. "
+            "action='status': alive nodes and their resources from ray status on the head (bounded). "
+            "action='stop': stops the run, runs ray stop --force on every node, reports what still holds GPUs; "
+            "kill_gpu_processes=true also ends those owned by the ssh user."
+        ),
+        input_model="skill_server.ray_cluster.models:RayClusterInput",
+        output_model="skill_server.ray_cluster.models:RayClusterOutput",
+        run="skill_server.ray_cluster.tool:ray_cluster",
+        read_only=False,
+        destructive=True,
+        idempotent=False,
+        open_world=True,
+        reports_progress=True,
     ),
     ToolSpec(
         name="collect_results",

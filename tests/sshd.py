@@ -13,7 +13,14 @@ As root, sshd runs in private PID and mount namespaces (``unshare``): a private 
 login user /bin/sh as shell and a temporary home (no shell start-up files of the machine run), a private
 /run holds sshd's privilege-separation directory, and stopping the fixture kills the namespace: sshd,
 every session, every remote tmux server and every process a test started "remotely". Pids that the host
-agent reports are pids inside that namespace (``node_pid_alive`` asks the node itself).
+agent reports are pids inside that namespace (``node_exec`` runs a command on the node itself).
+
+``one_per_node=True`` (root only) gives every node its own sshd in its own PID namespace, so a program
+that acts on every process it can see (``ray stop``) acts on one node only. Options for that mode:
+``network`` puts every sshd into a ``PrivateNetwork`` (only loopback; the tool under test joins it with
+``network.argv``), ``node_paths`` puts directories first on a node's PATH (sshd's own ``SetEnv``, for
+example a bin directory holding a stand-in ``nvidia-smi``), and ``private_tmp`` gives each node its own
+/tmp and /dev/shm (the fixture's directory stays visible at its path), as separate machines have.
 """
 
 from __future__ import annotations
@@ -24,12 +31,66 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 SSHD = "/usr/sbin/sshd"
 NODES = ("node1", "node2")
+#: PATH of a session on the nodes (sshd's default for a non-login command), after any ``node_paths``.
+DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+class PrivateNetwork:
+    """A network namespace that has only loopback, held open by a sleeping process; the machine's own
+    network is never touched. Processes join it through ``argv`` (``nsenter --net``); it ends when the
+    holder is killed and nothing else is inside."""
+
+    def __init__(self) -> None:
+        if os.getuid() != 0 or shutil.which("unshare") is None or shutil.which("nsenter") is None:
+            raise RuntimeError("a private network namespace needs root, unshare and nsenter (util-linux)")
+        self.proc = subprocess.Popen(["unshare", "--net", "sleep", "infinity"], stdin=subprocess.DEVNULL)
+        mine = os.readlink("/proc/self/ns/net")
+        deadline = time.monotonic() + 10
+        while True:  # until the holder has left this namespace (unshare runs before it execs sleep)
+            try:
+                if os.readlink(self.path) != mine:
+                    break
+            except OSError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("unshare --net did not start")
+            time.sleep(0.02)
+        subprocess.run(self.argv(["ip", "link", "set", "lo", "up"]), check=True, timeout=20)
+
+    @property
+    def path(self) -> str:
+        return f"/proc/{self.proc.pid}/ns/net"
+
+    def argv(self, argv: list[str]) -> list[str]:
+        """``argv`` run inside this network."""
+        return ["nsenter", f"--net={self.path}", "--", *argv]
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(timeout=10)
+
+
+#: Run inside a private network: exit 0 once every port given accepts a connection on 127.0.0.1.
+_PROBE = """import socket, sys, time
+pending = {int(p) for p in sys.argv[1:]}
+deadline = time.monotonic() + 20
+while pending and time.monotonic() < deadline:
+    for port in list(pending):
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                pending.discard(port)
+    time.sleep(0.05)
+sys.exit(1 if pending else 0)
+"""
 
 
 def free_port() -> int:
@@ -45,16 +106,26 @@ def _keygen(path: Path) -> str:
 
 
 class LoopbackSshd:
-    def __init__(self) -> None:
+    def __init__(self, nodes: tuple[str, ...] = NODES, *, one_per_node: bool = False,
+                 network: PrivateNetwork | None = None, node_paths: dict[str, list[str]] | None = None,
+                 private_tmp: bool = False) -> None:
         if not Path(SSHD).exists():
             raise RuntimeError(f"{SSHD} is missing: apt-get install -y openssh-server (.ci/run does it)")
+        self.nodes = tuple(nodes)
+        self.one_per_node = one_per_node
+        self.network = network
+        self.node_paths = dict(node_paths or {})
+        self.private_tmp = private_tmp
         # Short root: control sockets and tmux sockets under it must fit in ~100 bytes.
         self.root = Path(tempfile.mkdtemp(prefix="ajss", dir="/tmp"))
         self.user = pwd.getpwuid(os.getuid()).pw_name
-        self.ports = {"node1": free_port(), "node2": free_port(), "fail": free_port()}
+        self.ports = {**{node: free_port() for node in self.nodes}, "fail": free_port()}
         self.down_port = free_port()
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.namespaced = os.getuid() == 0 and shutil.which("unshare") is not None
+        if (one_per_node or network or node_paths or private_tmp) and not (self.namespaced and one_per_node):
+            raise RuntimeError("network, node_paths and private_tmp need one_per_node=True, which needs root "
+                               "and unshare")
 
     # ---- files
     def node_dir(self, node: str) -> Path:
@@ -69,14 +140,47 @@ class LoopbackSshd:
         (r / "empty").write_text("")
         home = r / "home"
         home.mkdir()
-        for node in NODES:
+        for node in self.nodes:
             (r / node / "state").mkdir(parents=True)
             (r / node / "tmux").mkdir(parents=True)
-        (r / "sshd_config").write_text("\n".join([
-            *(f"Port {p}" for p in self.ports.values()),
+        if self.one_per_node:
+            for i, node in enumerate(self.nodes):
+                ports = [self.ports[node]] + ([self.ports["fail"]] if i == 0 else [])
+                extra = []
+                if self.node_paths.get(node):
+                    extra.append("SetEnv PATH=" + ":".join(self.node_paths[node] + [DEFAULT_PATH]))
+                self._write_sshd_config(f"sshd_config_{node}", ports, f"sshd_{node}.pid", extra)
+        else:
+            self._write_sshd_config("sshd_config", list(self.ports.values()), "sshd.pid", [])
+        known = {node: f"[127.0.0.1]:{self.ports[node]} {' '.join(host_pub.split()[:2])}\n" for node in self.nodes}
+        known["fail"] = f"[127.0.0.1]:{self.ports['fail']} {' '.join(host_pub.split()[:2])}\n"
+        for name, line in known.items():
+            (r / f"known_hosts_{name}").write_text(line)
+        first = self.nodes[0]
+        blocks = []
+        for node in self.nodes:
+            blocks.append(self._host_block(node, self.ports[node], "user_key", f"known_hosts_{node}", node))
+        blocks.append(self._host_block("badkey", self.ports["fail"], "other_key", "known_hosts_fail", first))
+        blocks.append(self._host_block("nohostkey", self.ports["fail"], "user_key", "empty", first))
+        blocks.append(self._host_block("down", self.down_port, "user_key", "known_hosts_fail", first))
+        (r / "ssh_config").write_text("\n".join(blocks))
+        if self.namespaced:
+            entry = pwd.getpwuid(os.getuid())
+            lines = []
+            for line in Path("/etc/passwd").read_text().splitlines():
+                fields = line.split(":")
+                if len(fields) == 7 and fields[0] == entry.pw_name:
+                    fields[5], fields[6] = str(home), "/bin/sh"
+                lines.append(":".join(fields))
+            (r / "passwd").write_text("\n".join(lines) + "\n")
+
+    def _write_sshd_config(self, name: str, ports: list[int], pid_file: str, extra: list[str]) -> None:
+        r = self.root
+        (r / name).write_text("\n".join([
+            *(f"Port {p}" for p in ports),
             "ListenAddress 127.0.0.1",
             f"HostKey {r / 'host_key'}",
-            f"PidFile {r / 'sshd.pid'}",
+            f"PidFile {r / pid_file}",
             f"AuthorizedKeysFile {r / 'authorized_keys'}",
             "PubkeyAuthentication yes",
             "PasswordAuthentication no",
@@ -90,28 +194,9 @@ class LoopbackSshd:
             "MaxSessions 64",
             "MaxStartups 64",
             "LogLevel ERROR",
+            *extra,
             "",
         ]))
-        known = {node: f"[127.0.0.1]:{self.ports[node]} {' '.join(host_pub.split()[:2])}\n" for node in NODES}
-        known["fail"] = f"[127.0.0.1]:{self.ports['fail']} {' '.join(host_pub.split()[:2])}\n"
-        for name, line in known.items():
-            (r / f"known_hosts_{name}").write_text(line)
-        blocks = []
-        for node in NODES:
-            blocks.append(self._host_block(node, self.ports[node], "user_key", f"known_hosts_{node}", node))
-        blocks.append(self._host_block("badkey", self.ports["fail"], "other_key", "known_hosts_fail", "node1"))
-        blocks.append(self._host_block("nohostkey", self.ports["fail"], "user_key", "empty", "node1"))
-        blocks.append(self._host_block("down", self.down_port, "user_key", "known_hosts_fail", "node1"))
-        (r / "ssh_config").write_text("\n".join(blocks))
-        if self.namespaced:
-            entry = pwd.getpwuid(os.getuid())
-            lines = []
-            for line in Path("/etc/passwd").read_text().splitlines():
-                fields = line.split(":")
-                if len(fields) == 7 and fields[0] == entry.pw_name:
-                    fields[5], fields[6] = str(home), "/bin/sh"
-                lines.append(":".join(fields))
-            (r / "passwd").write_text("\n".join(lines) + "\n")
 
     def _host_block(self, alias: str, port: int, key: str, known: str, node: str) -> str:
         r = self.root
@@ -135,48 +220,88 @@ class LoopbackSshd:
         return self.root / "ssh_config"
 
     # ---- lifecycle
+    def _namespace_script(self, config: str) -> str:
+        r = self.root
+        steps = [f"mount --bind {r / 'passwd'} /etc/passwd", "mount -t tmpfs -o mode=755 tmpfs /run",
+                 "mkdir -p /run/sshd"]
+        if self.private_tmp:  # the node's own /tmp and /dev/shm; the fixture's directory stays where it is
+            steps += ["mkdir -p /run/ajs-root", f"mount --bind {r} /run/ajs-root",
+                      "mount -t tmpfs -o mode=1777 tmpfs /tmp", f"mkdir -p {r}", f"mount --bind /run/ajs-root {r}",
+                      "mount -t tmpfs -o mode=1777,size=1g tmpfs /dev/shm"]
+        return " && ".join(steps + [f"exec {SSHD} -D -e -f {r / config}"])
+
+    def _spawn(self, key: str, config: str) -> None:
+        log = open(self.root / f"sshd_{key}.log", "wb")
+        if self.namespaced:
+            argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount", "--propagation", "private",
+                    "--mount-proc", "sh", "-c", self._namespace_script(config)]
+        else:
+            argv = [SSHD, "-D", "-e", "-f", str(self.root / config)]
+        if self.network is not None:
+            argv = self.network.argv(argv)
+        self.procs[key] = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        log.close()
+
+    def _logs(self) -> str:
+        return " | ".join(p.read_text()[-1000:] for p in self.root.glob("sshd_*.log"))
+
     def start(self) -> LoopbackSshd:
         self._write_files()
-        log = open(self.root / "sshd.log", "wb")
-        if self.namespaced:
-            script = (f"mount --bind {self.root / 'passwd'} /etc/passwd && mount -t tmpfs -o mode=755 tmpfs /run && "
-                      f"mkdir -p /run/sshd && exec {SSHD} -D -e -f {self.root / 'sshd_config'}")
-            argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount", "--propagation", "private",
-                    "--mount-proc", "sh", "-c", script]
+        if self.one_per_node:
+            for node in self.nodes:
+                self._spawn(node, f"sshd_config_{node}")
         else:
-            argv = [SSHD, "-D", "-e", "-f", str(self.root / "sshd_config")]
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-        log.close()
+            self._spawn("all", "sshd_config")
+        ports = [str(p) for p in self.ports.values()]
+        if self.network is not None:
+            probe = subprocess.run(self.network.argv([sys.executable, "-c", _PROBE, *ports]), timeout=60)
+            if probe.returncode != 0:
+                self.stop()
+                raise RuntimeError("sshd did not listen: " + self._logs())
+            return self
         deadline = time.monotonic() + 20
-        pending = set(self.ports.values())
+        pending = {int(p) for p in ports}
         while pending and time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError("sshd exited: " + (self.root / "sshd.log").read_text()[-2000:])
+            if any(p.poll() is not None for p in self.procs.values()):
+                logs = self._logs()
+                self.stop()
+                raise RuntimeError("sshd exited: " + logs)
             for port in list(pending):
                 with socket.socket() as s:
                     if s.connect_ex(("127.0.0.1", port)) == 0:
                         pending.discard(port)
             time.sleep(0.05)
         if pending:
+            logs = self._logs()
             self.stop()
-            raise RuntimeError("sshd did not listen: " + (self.root / "sshd.log").read_text()[-2000:])
+            raise RuntimeError("sshd did not listen: " + logs)
         return self
 
     def stop(self) -> None:
         """Kill sshd and (in the namespace) everything that runs "on the nodes"; remove the files."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                # unshare ignores SIGTERM while it waits; killing it kills the namespace (--kill-child)
+                proc.send_signal(signal.SIGKILL if self.namespaced else signal.SIGTERM)
             try:
-                self.proc.wait(timeout=10)
+                proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+                proc.kill()
+                proc.wait(timeout=10)
         if not self.namespaced:  # without a namespace, end the remote tmux servers one by one
-            for node in NODES:
+            for node in self.nodes:
                 for sock in (self.root / node / "tmux").glob("tmux-*/*"):
                     subprocess.run(["tmux", "-S", str(sock), "kill-server"], stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL, timeout=10)
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def node_exec(self, node: str, argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` on a node (one_per_node mode): in its PID, mount and network namespaces, as sshd sees
+        them, with no ssh in between (for checks that must not depend on the tool under test)."""
+        proc = self.procs[node]  # unshare (nsenter execs it): its child is sshd, pid 1 of the node
+        target = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[0])
+        return subprocess.run(["nsenter", f"--target={target}", "--pid", "--mount", "--net", "--", *argv],
+                              capture_output=True, text=True, timeout=timeout)
 
     def set_port(self, alias: str, port: int) -> None:
         """Point an alias at another port (to make a node unreachable, or reachable again)."""

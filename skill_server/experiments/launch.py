@@ -2,11 +2,13 @@
 
 A launch is two rounds, each one call per host in parallel: a dry run (each host resolves and checks
 its workdirs, interpreter, result and log paths, that tmux and bash exist, that the session name is
-free) and the real start (run directory, wrapper scripts, the agent program for the watchdog, one tmux
-session per host with one window per process). tmux is the arbiter of names: of two concurrent
-launches of one name on a host, one gets the session and the other is refused. If any host refuses or
-fails to start, the hosts that did start are rolled back (processes killed, run directory removed), so
-a refused launch leaves nothing behind; the registry row is written once every host has started.
+free; with ``require_free_gpus`` the experiment's host also answers nvidia-smi's GPU and process
+queries in that round, and a GPU below the fraction refuses the launch) and the real start (run
+directory, wrapper scripts, the agent program for the watchdog, one tmux session per host with one
+window per process). tmux is the arbiter of names: of two concurrent launches of one name on a host,
+one gets the session and the other is refused. If any host refuses or fails to start, the hosts that
+did start are rolled back (processes killed, run directory removed), so a refused launch leaves
+nothing behind; the registry row is written once every host has started.
 """
 
 from __future__ import annotations
@@ -32,6 +34,8 @@ from skill_server.experiments.models import (
 )
 from skill_server.experiments.observe import observe
 from skill_server.experiments.store import Registry, open_registry
+from skill_server.gpus import nvidia_smi
+from skill_server.gpus.tool import free_problems, from_reply
 from skill_server.hosts import LOCAL, HostUnreachable, call_hosts, expect, get_host, normalise
 from skill_server.hosts.agent.procs import MARKER
 
@@ -254,10 +258,12 @@ def launch_experiment(inp: LaunchInput) -> LaunchOutput:
     exp_id = f"{session}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(created))}-{secrets.token_hex(2)}"
 
     def request(host: str, dry_run: bool, replace: list[int]) -> list[dict[str, Any]]:
+        check_gpus = dry_run and host == main_host and inp.require_free_gpus is not None
+        gpu_ops = nvidia_smi.query_ops() if check_gpus else []
         return [{"op": "launch", "exp_id": exp_id, "session": session, "socket_name": socket, "dry_run": dry_run,
                  "replace_pids": replace, "python": python, "workdir": workdir, "result_dir": result_dir,
                  "max_time_s": max_time_s, "deadline_grace_s": DEADLINE_GRACE_S,
-                 "procs": [p.request() for p in procs if p.host == host]}]
+                 "procs": [p.request() for p in procs if p.host == host]}] + gpu_ops
 
     with open_registry() as reg:
         replace = _check_previous(reg, socket, session, hosts)
@@ -268,6 +274,8 @@ def launch_experiment(inp: LaunchInput) -> LaunchOutput:
             if isinstance(reply, HostUnreachable):
                 raise _host_error(reply, procs, main_host)
             plans[h] = expect(reply[0])
+        if inp.require_free_gpus is not None:
+            _check_free_gpus(main_host, checked[main_host], inp.require_free_gpus)
         resolved = {(h, p["role"]): p for h in hosts for p in plans[h]["procs"]}
         spec: dict[str, Any] = {
             "format": 2, "host": main_host, "result_dir": plans[main_host]["result_dir"],
@@ -315,6 +323,14 @@ def launch_experiment(inp: LaunchInput) -> LaunchOutput:
                                pid=p["pid"], attach=spec["hosts"][p["host"]]["attach"]) for p in spec["processes"]],
         max_time_s=max_time_s, first_step_timeout_s=first_step_s,
     )
+
+
+def _check_free_gpus(host: str, reply: Any, required: float) -> None:
+    """Refuse the launch (nothing has started yet) unless every GPU of ``host`` is free enough; the
+    nvidia-smi queries rode along with the host's check op."""
+    problems = free_problems(from_reply(host, reply, first=1), required)
+    if problems:
+        raise ToolFailure("refusing to start: " + "; ".join(problems), field="require_free_gpus")
 
 
 def _roll_back(exp_id: str, session: str, sockets: dict[str, str], started: dict[str, Any]) -> None:

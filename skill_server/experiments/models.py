@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field, StrictInt, StrictStr
 
 from skill_server.experiments import logs
+from skill_server.gpus.models import FreeFraction
 from skill_server.models import NonNegativeInt, PositiveInt, ToolInput, ToolOutput
 
 State = Literal["running", "succeeded", "failed", "stopped", "timed_out", "lost", "unreachable"]
@@ -74,6 +75,10 @@ class LaunchInput(ToolInput):
     processes: list[ProcessSpec] | None = Field(default=None, min_length=1, max_length=MAX_PROCESSES,
                                                 description="Several processes as windows of one session per host, "
                                                 "started in order.")
+    require_free_gpus: FreeFraction | None = Field(
+        default=None, description="Refuse to start unless every GPU on the experiment's host has at least this "
+        "fraction of its memory free (AgentJet's launcher wants 0.95); the refusal names the pids holding memory. "
+        "Checked with nvidia-smi in the launch's own check round; a host without nvidia-smi is refused too.")
 
 
 class ProcessInfo(ToolOutput):
