@@ -22,3 +22,12 @@ class ToolInputError(SkillError):
 
 class ToolFailure(SkillError):
     """The arguments were fine but the operation failed (a file exists, a session is gone, ...)."""
+
+
+def internal_error_message(exc: BaseException) -> str:
+    """One line for an unexpected exception (a bug): its type and text, never a traceback."""
+    text = " ".join(str(exc).split())
+    if len(text) > 300:
+        text = text[:297] + "..."
+    return f"internal error: {type(exc).__name__}" + (f": {text}" if text else "") + \
+        " (a bug in agentjet-swarm-skill; please report it)"

@@ -8,6 +8,10 @@ refreshing the schema manifest (``python -m skill_server schemas --write``).
 Models and functions are named as ``"module:attribute"`` and imported on first use, so listing the
 tools or calling one imports only that tool's module: the CLI answers fast and the MCP server starts
 about as fast as an empty one (its schemas come from ``tool_schemas.json``, checked by a test).
+
+``ToolSpec.invoke`` is the single path both front ends call, so a given argument gets the same
+answer from both: the raw tree is checked (``arguments``), a top-level ``null`` means "not given",
+and the rest is validated as JSON in pydantic's strict mode (no ``"3"`` -> 3, no ``"yes"`` -> True).
 """
 
 from __future__ import annotations
@@ -21,9 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
 
+from skill_server.arguments import check_argument_tree
 from skill_server.errors import ToolInputError
-from skill_server.models import Progress, describe_validation_error
+from skill_server.models import JSON_VALUE_SCHEMA, Progress, describe_validation_error
 
 SCHEMA_MANIFEST = Path(__file__).with_name("tool_schemas.json")
 
@@ -38,6 +45,22 @@ def _import_ref(ref: str) -> Any:
 
 def _resolve(ref: Ref) -> Any:
     return _import_ref(ref) if isinstance(ref, str) else ref
+
+
+class PortableJsonSchema(GenerateJsonSchema):
+    """Pydantic's schemas, with every untyped value (``Any``) spelled as the typed JSON-value union.
+
+    An untyped property accepts any JSON value anyway; saying so with one ``type`` per branch keeps
+    the schemas portable (the MCP Inspector flags a bare ``{}``) without changing what they accept.
+    """
+
+    def any_schema(self, schema: core_schema.AnySchema) -> JsonSchemaValue:
+        return json.loads(json.dumps(JSON_VALUE_SCHEMA))
+
+
+def model_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schema the tool table publishes for a model."""
+    return model.model_json_schema(schema_generator=PortableJsonSchema)
 
 
 @dataclass(frozen=True)
@@ -69,21 +92,34 @@ class ToolSpec:
         """The tool function (imported on first use)."""
         return _resolve(self.run)
 
-    def validate(self, arguments: dict[str, Any]) -> BaseModel:
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        """The published input schema (from the manifest: no model import needed)."""
+        return schema_manifest()[self.name]["input"]
+
+    def validate(self, arguments: Any) -> BaseModel:
         """Validate raw arguments into the input model, or raise ``ToolInputError`` naming the field."""
         if not isinstance(arguments, dict):
-            raise ToolInputError(f"arguments must be a JSON object, got {type(arguments).__name__}")
+            kind = "an array" if isinstance(arguments, list) else type(arguments).__name__
+            raise ToolInputError(f"arguments must be a JSON object, got {kind}")
+        check_argument_tree(arguments)
+        given = {name: value for name, value in arguments.items() if value is not None}
         try:
-            return self.input_type.model_validate(arguments)
+            return self.input_type.model_validate_json(json.dumps(given), strict=True)
         except ValidationError as exc:
-            raise describe_validation_error(exc) from None
+            raise describe_validation_error(exc, self.input_schema) from None
 
-    def invoke(self, arguments: dict[str, Any], progress: Progress | None = None) -> BaseModel:
+    def invoke(self, arguments: Any, progress: Progress | None = None) -> BaseModel:
         """Validate and run; the single code path shared by both front ends."""
         model = self.validate(arguments)
         if self.reports_progress:
             return self.function(model, progress=progress)
         return self.function(model)
+
+    @staticmethod
+    def dump(result: BaseModel) -> dict[str, Any]:
+        """The result as JSON types, as both front ends send it (``SparseOutput`` models omit unknowns)."""
+        return result.model_dump(mode="json")
 
 
 TOOLS: tuple[ToolSpec, ...] = (
@@ -260,7 +296,7 @@ def get_tool(name: str) -> ToolSpec | None:
 def build_schema_manifest() -> dict[str, Any]:
     """Input and output JSON schemas of every tool, computed from the models (imports them all)."""
     return {
-        spec.name: {"input": spec.input_type.model_json_schema(), "output": spec.output_type.model_json_schema()}
+        spec.name: {"input": model_schema(spec.input_type), "output": model_schema(spec.output_type)}
         for spec in TOOLS
     }
 
@@ -275,5 +311,5 @@ def schema_manifest() -> dict[str, Any]:
 def write_schema_manifest() -> Path:
     from skill_server.fsutil import write_text_atomic
 
-    text = json.dumps(build_schema_manifest(), indent=1, sort_keys=True) + "\n"
+    text = json.dumps(build_schema_manifest(), indent=1) + "\n"  # model order: the order help lists arguments in
     return write_text_atomic(SCHEMA_MANIFEST, text, overwrite=True)
