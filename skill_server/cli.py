@@ -128,7 +128,7 @@ def _call(tool_name: str, json_args: str | None, pairs: list[str]) -> int:
         raise _UsageError(str(exc)) from None
     try:
         result = spec.invoke(arguments)
-        text = json.dumps(spec.dump(result))
+        text = json.dumps(spec.dump(result), separators=(",", ":"), ensure_ascii=False)
     except SkillError as exc:
         sys.stderr.write(f"{tool_name}: {_one_line(str(exc))}\n")
         return EXIT_TOOL_ERROR
@@ -142,8 +142,15 @@ def _call(tool_name: str, json_args: str | None, pairs: list[str]) -> int:
             raise
         sys.stderr.write(f"{tool_name}: {internal_error_message(exc)}\n")
         return EXIT_TOOL_ERROR
-    sys.stdout.write(text + "\n")
+    _write_stdout(text + "\n")
     return EXIT_OK
+
+
+def _write_stdout(text: str) -> None:
+    """UTF-8 whatever the locale: JSON consumers expect it, and an ASCII terminal must not crash the call."""
+    sys.stdout.flush()
+    sys.stdout.buffer.write(text.encode("utf-8"))
+    sys.stdout.buffer.flush()
 
 
 def _one_line(text: str) -> str:
