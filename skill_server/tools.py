@@ -118,8 +118,31 @@ class ToolSpec:
 
     @staticmethod
     def dump(result: BaseModel) -> dict[str, Any]:
-        """The result as JSON types, as both front ends send it (``SparseOutput`` models omit unknowns)."""
-        return result.model_dump(mode="json")
+        """The result as JSON types, as both front ends send it (``SparseOutput`` models omit unknowns).
+
+        Text UTF-8 cannot carry (lone surrogates, from undecodable file names or a hostile server) is
+        escaped, so no result ever fails to serialise.
+        """
+        return _printable_strings(result.model_dump(mode="json"))
+
+
+def _printable_strings(data: Any) -> Any:
+    """``data`` with every string (and key) encodable as UTF-8; unchanged objects are returned as they are."""
+
+    def fix(text: str) -> str:
+        try:
+            text.encode("utf-8")
+            return text
+        except UnicodeEncodeError:
+            return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
+
+    if isinstance(data, str):
+        return fix(data)
+    if isinstance(data, list):
+        return [_printable_strings(item) for item in data]
+    if isinstance(data, dict):
+        return {fix(key) if isinstance(key, str) else key: _printable_strings(value) for key, value in data.items()}
+    return data
 
 
 TOOLS: tuple[ToolSpec, ...] = (
