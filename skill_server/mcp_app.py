@@ -38,10 +38,12 @@ SERVER_NAME = "agentjet-swarm-skill"
 INSTRUCTIONS = (
     "Tools for operating AgentJet swarm-mode RL training. episode_cap: the exact ceiling of overwatch's "
     "'Running Episodes' gauge and which knob lifts it. build_config: the YAML AgentJetJob hands to the engine. "
-    "check_config: static lint of a swarm client script and YAML. swarm_status: live swarm servers. "
+    "check_config: static lint of a swarm client script and YAML. swarm_status: live swarm servers (by url or "
+    "experiment id). "
     "blueprint, launch_experiment, wait_experiment (bounded, use next_wait_s), experiment_status, "
-    "stop_experiment, collect_results: experiments in tmux. Without MCP, the same tools run as "
-    "`python -m skill_server call TOOL --json '{...}'`."
+    "stop_experiment, collect_results: experiments in tmux. Arguments are strict JSON (unknown names are "
+    "refused, null means not given). Without MCP, the same tools run as "
+    "`python -m skill_server call TOOL --json '{...}'` (`call TOOL --help` lists a tool's arguments)."
 )
 
 

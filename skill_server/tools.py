@@ -201,11 +201,13 @@ TOOLS: tuple[ToolSpec, ...] = (
         title="Live AgentJet swarm server status",
         description=(
             "Read one or more live AgentJet swarm servers (GET /get_engine_status and "
-            "/get_current_batch_rollout_pool_information) and explain overwatch's 'Running Episodes' gauge: "
-            "engine state, step, claimed episodes (what the gauge counts), completed episodes/tasks against their "
-            "targets, the stalest episodes against their discard timeout, the episode cap (from cap arguments or a "
-            "dumped config yaml) and plain-sentence diagnosis. watch_s samples the gauge for up to 50 s. "
-            "An unreachable or non-AgentJet server is reported as reachable=false with the reason."
+            "/get_current_batch_rollout_pool_information), or the one an experiment of this skill launched (id), "
+            "and explain overwatch's 'Running Episodes' gauge: engine state, step, claimed episodes (what the gauge "
+            "counts), completed episodes/tasks against their targets, the stalest episodes against their discard "
+            "timeout, the episode cap (from cap arguments, a dumped config yaml, or the yaml_backup.yaml the engine "
+            "wrote) and plain-sentence diagnosis. An unreachable server is reachable=false with the reason and what "
+            "to check next. watch_s samples the gauge; every call ends within watch_s + timeout_s. Unknown values "
+            "are omitted, never null."
         ),
         input_model="skill_server.swarm:SwarmStatusInput",
         output_model="skill_server.swarm:SwarmStatusResult",
