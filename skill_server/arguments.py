@@ -3,7 +3,7 @@
 Arguments arrive as JSON from a shell or an MCP client. Before validation they are walked once,
 without recursion, and refused with a message naming the offending field when they are deeper or
 larger than any tool needs, hold text that is not valid Unicode (lone surrogates, which cannot be
-written back out as UTF-8), numbers JSON cannot carry (NaN, infinities) or integers beyond 64 bits
+written back out as UTF-8) or a NUL character (no path, command or name can hold one), numbers JSON cannot carry (NaN, infinities) or integers beyond 64 bits
 (which would overflow a float somewhere downstream). Standard library only: the CLI imports it.
 """
 
@@ -60,6 +60,8 @@ def _check_text(text: str, path: tuple[Any, ...], what: str = "text") -> None:
     except UnicodeEncodeError as exc:
         raise ToolInputError(f"{what} is not valid Unicode (a lone surrogate at position {exc.start})",
                              field=field_name(path)) from None
+    if "\x00" in text:  # no path, command, environment value or name can hold one
+        raise ToolInputError(f"{what} contains a NUL character", field=field_name(path))
 
 
 def field_name(path: tuple[Any, ...]) -> str | None:

@@ -130,7 +130,7 @@ def _call(tool_name: str, json_args: str | None, pairs: list[str]) -> int:
         result = spec.invoke(arguments)
         text = json.dumps(spec.dump(result), separators=(",", ":"), ensure_ascii=False)
     except SkillError as exc:
-        sys.stderr.write(f"{tool_name}: {_one_line(str(exc))}\n")
+        sys.stderr.write(f"{tool_name}: {exc}\n")  # one line by construction (SkillError escapes breaks)
         return EXIT_TOOL_ERROR
     except ModuleNotFoundError as exc:
         if _is_requirement(exc):

@@ -44,7 +44,24 @@ def resolve_path(value: str, *, field: str, base: str | Path | None = None) -> P
     if not path.is_absolute():
         anchor = Path(base).expanduser() if base is not None else Path(os.getcwd())
         path = anchor / path
-    return Path(os.path.normpath(str(path)))
+    resolved = Path(os.path.normpath(str(path)))
+    check_path_length(resolved, field=field)
+    return resolved
+
+
+def check_path_length(path: Path, *, field: str | None) -> None:
+    """File systems refuse names over 255 bytes and paths over 4096; say so instead of failing later."""
+    encoded = os.fsencode(str(path))
+    if len(encoded) > PATH_MAX:
+        raise ToolInputError(f"path is {len(encoded)} bytes, over the {PATH_MAX}-byte limit", field=field)
+    longest = max((len(os.fsencode(part)) for part in path.parts), default=0)
+    if longest > NAME_MAX:
+        raise ToolInputError(f"a name in {_shorten(str(path))} is {longest} bytes, over the {NAME_MAX}-byte "
+                             "limit of file systems", field=field)
+
+
+def _shorten(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[:60] + "..." + text[-57:]
 
 
 def describe_kind(mode: int) -> str:
@@ -73,6 +90,8 @@ def _absolute(path: str | Path, field: str | None) -> Path:
 
 def _check_writable_location(target: Path, field: str | None) -> None:
     text = str(target)
+    if len(os.fsencode(target.name)) <= NAME_MAX:
+        check_path_length(target.parent, field=field)
     for root in VIRTUAL_ROOTS:
         if text == root or text.startswith(root + "/"):
             raise ToolInputError(f"{target} is under {root}, a kernel view rather than storage; choose a path "

@@ -29,7 +29,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from skill_server.arguments import check_argument_tree
-from skill_server.errors import ToolInputError
+from skill_server.errors import ToolFailure, ToolInputError
 from skill_server.models import JSON_VALUE_SCHEMA, Progress, describe_validation_error
 
 SCHEMA_MANIFEST = Path(__file__).with_name("tool_schemas.json")
@@ -110,11 +110,18 @@ class ToolSpec:
             raise describe_validation_error(exc, self.input_schema) from None
 
     def invoke(self, arguments: Any, progress: Progress | None = None) -> BaseModel:
-        """Validate and run; the single code path shared by both front ends."""
+        """Validate and run; the single code path shared by both front ends.
+
+        An ``OSError`` that escapes the tool (a file system refusing a path the user gave) becomes a
+        one-line ``ToolFailure`` naming the argument that holds that path, when one does.
+        """
         model = self.validate(arguments)
-        if self.reports_progress:
-            return self.function(model, progress=progress)
-        return self.function(model)
+        try:
+            if self.reports_progress:
+                return self.function(model, progress=progress)
+            return self.function(model)
+        except OSError as exc:
+            raise _os_failure(exc, arguments) from None
 
     @staticmethod
     def dump(result: BaseModel) -> dict[str, Any]:
@@ -124,6 +131,25 @@ class ToolSpec:
         escaped, so no result ever fails to serialise.
         """
         return _printable_strings(result.model_dump(mode="json"))
+
+
+def _os_failure(exc: OSError, arguments: dict[str, Any]) -> ToolFailure:
+    """Name the argument whose value is (or holds) the path the file system refused."""
+    path = exc.filename if isinstance(exc.filename, str) else None
+    field = None
+    if path:
+        stack: list[tuple[Any, str]] = [(value, name) for name, value in arguments.items()]
+        while stack and field is None:
+            value, name = stack.pop()
+            if isinstance(value, str) and value and (value in path or path in value):
+                field = name
+            elif isinstance(value, dict):
+                stack.extend((item, f"{name}.{key}") for key, item in value.items())
+            elif isinstance(value, list):
+                stack.extend((item, f"{name}.{index}") for index, item in enumerate(value))
+    what = exc.strerror or type(exc).__name__
+    shown = path if path is None or len(path) <= 160 else path[:80] + "..." + path[-77:]
+    return ToolFailure(f"{what}: {shown}" if shown else f"file system error: {what}", field=field)
 
 
 def _printable_strings(data: Any) -> Any:
