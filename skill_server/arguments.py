@@ -3,8 +3,9 @@
 Arguments arrive as JSON from a shell or an MCP client. Before validation they are walked once,
 without recursion, and refused with a message naming the offending field when they are deeper or
 larger than any tool needs, hold text that is not valid Unicode (lone surrogates, which cannot be
-written back out as UTF-8) or a NUL character (no path, command or name can hold one), numbers JSON cannot carry (NaN, infinities) or integers beyond 64 bits
-(which would overflow a float somewhere downstream). Standard library only: the CLI imports it.
+written back out as UTF-8) or a NUL character (no path, command or name can hold one), numbers JSON
+cannot carry (NaN, infinities) or integers beyond 64 bits (which would overflow a float somewhere
+downstream). Standard library only: the CLI imports it.
 """
 
 from __future__ import annotations

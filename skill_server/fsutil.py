@@ -4,7 +4,8 @@ file, and bounded reads that only ever read a regular file.
 Writes go to a temp file in the target's directory (fsync, then rename, or a hard link when an
 existing file must never be clobbered). Whatever ``overwrite`` says, a directory, FIFO, socket or
 device at the path (or a symlink to one) is refused: the rename would replace it, as it once turned a
-machine's ``/dev/null`` into a regular file. Temp files carry their writer's pid and start time, so
+machine's ``/dev/null`` into a regular file; a symlink to a regular file is written through, so the
+link survives. Temp files carry their writer's pid and start time, so
 the leftovers of a writer killed mid-write are removed by the next write to that directory, and
 only once that writer is gone.
 

@@ -715,7 +715,8 @@ def _watch_stats(samples: list[WatchSample], duration: float) -> WatchStats:
     if len(done) >= 2 and done[-1].t_s > done[0].t_s:
         total = 0
         for prev, cur in zip(done, done[1:]):
-            new_step = prev.global_step is not None and cur.global_step is not None and cur.global_step != prev.global_step
+            new_step = (prev.global_step is not None and cur.global_step is not None
+                        and cur.global_step != prev.global_step)
             if new_step or cur.completed_episodes < prev.completed_episodes:  # type: ignore[operator]
                 total += cur.completed_episodes  # type: ignore[operator]  # the counter restarted
             else:

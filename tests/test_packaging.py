@@ -124,7 +124,8 @@ def export_checkout(dest: Path) -> Path:
 
 QUICKSTART_MARKER = "<!-- quickstart:"
 #: What the inner `python -m pytest` of the Quick start runs (a real slice of the suite, not all of it again).
-INNER_PYTEST = "-q -p no:cacheprovider tests/test_safe_yaml.py tests/test_tool_table.py::test_schema_manifest_matches_the_models"
+INNER_PYTEST = ("-q -p no:cacheprovider tests/test_safe_yaml.py "
+                "tests/test_tool_table.py::test_schema_manifest_matches_the_models")
 
 
 def quickstart_lines() -> list[str]:

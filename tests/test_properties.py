@@ -43,7 +43,7 @@ from hypothesis import strategies as st
 
 from skill_server.errors import SkillError
 from skill_server.tools import TOOLS, ToolSpec
-from tests.conftest import REPO, cli_env
+from tests.conftest import cli_env
 from tests.schema_walk import branches, resolve
 from tests.swarm_standin import SwarmStandin, SwarmState
 

@@ -19,11 +19,9 @@ from skill_server.http_json import FetchError, http_get
 from skill_server.swarm import (
     ROUTE_ENGINE,
     ROUTE_POOL,
-    SwarmStatusInput,
     SwarmStatusResult,
     normalize_url,
     parse_seconds,
-    swarm_status,
 )
 from skill_server.tools import TOOLS_BY_NAME
 from tests.conftest import call_cli, cli_env
