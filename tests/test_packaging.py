@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -149,6 +150,36 @@ def files_under(root: Path) -> set[str]:
             if p.is_file() and ".git" not in p.relative_to(root).parts and "__pycache__" not in p.parts}
 
 
+def list_tools_over_stdio(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[int, set[str]]:
+    """A minimal MCP client: initialize, list the tools, close stdin; (exit code, tool names)."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=cwd, env=env)
+    watchdog = threading.Timer(120, proc.kill)  # never hang the suite
+    watchdog.start()
+    try:
+        assert proc.stdin and proc.stdout
+
+        def ask(message: dict) -> dict:
+            proc.stdin.write(json.dumps(message) + "\n")
+            proc.stdin.flush()
+            while True:
+                reply = json.loads(proc.stdout.readline())
+                if reply.get("id") == message["id"]:
+                    return reply
+
+        ask({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}})
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
+        listed = ask({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+        proc.stdin.close()
+        return proc.wait(timeout=60), {t["name"] for t in listed["result"]["tools"]}
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
 def test_quick_start_works_as_written_then_the_skill_installs_lean(node22, tmp_path):
     lines = quickstart_lines()
     assert len(lines) == 4 and lines[0].startswith("python3 -m venv ") and "python -m skill_server" in lines[1]
@@ -182,16 +213,9 @@ def test_quick_start_works_as_written_then_the_skill_installs_lean(node22, tmp_p
     server = json.loads((checkout / ".mcp.json").read_text())["mcpServers"]["agentjet-swarm"]
     command = server["command"].replace("${HOME}", str(home))
     assert Path(command).is_file()
-    init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}}
-    listed = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
-    talk = "\n".join(json.dumps(m) for m in (init, {"jsonrpc": "2.0", "method": "notifications/initialized"},
-                                               listed)) + "\n"
     bare_env = {k: v for k, v in env.items() if k != "PYTEST_ADDOPTS"} | server["env"]
-    answer = subprocess.run([command, *server["args"]], input=talk, capture_output=True, text=True, cwd=tmp_path,
-                            env=bare_env, timeout=120)
-    replies = [json.loads(line) for line in answer.stdout.splitlines() if line.strip()]
-    assert answer.returncode == 0 and "episode_cap" in {t["name"] for t in replies[-1]["result"]["tools"]}
+    code, tools = list_tools_over_stdio([command, *server["args"]], bare_env, tmp_path)
+    assert code == 0 and "episode_cap" in tools
 
     # now install the skill from that checkout, as the README says
     project = tmp_path / "project"
