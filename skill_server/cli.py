@@ -1,8 +1,9 @@
-"""Command-line front end: ``serve`` (the MCP server), ``tools`` and ``call``.
+"""Command-line front end: ``serve`` (the MCP server), ``tools``, ``call`` and ``schemas``.
 
 ``tools`` and ``call`` never import the ``mcp`` package: they are how an assistant without MCP
 registration uses the skill from a shell, so they must start fast. Exit codes of ``call``: 0 with one
-JSON object on stdout; 1 for a tool error (one line on stderr naming the field); 2 for a usage error.
+JSON object on stdout; 1 for a tool error (one line on stderr naming the field); 2 for a usage error;
+3 when a package the skill needs is not installed in this interpreter.
 """
 
 from __future__ import annotations
@@ -10,10 +11,19 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from typing import Any
 
-EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_MISSING_PACKAGE = 0, 1, 2, 3
+PROG = "python -m skill_server"
+#: Largest ``--json`` text accepted (Linux caps one argv string at 128 KiB anyway).
+MAX_JSON_ARGUMENT_BYTES = 1024 * 1024
+
+#: Import name -> what to install, for the one-line message when a dependency is missing.
+REQUIREMENTS = {"pydantic": "pydantic>=2", "pydantic_core": "pydantic>=2", "yaml": "pyyaml", "libtmux": "libtmux>=0.62",
+                "mcp": "mcp>=2.3,<3", "anyio": "mcp>=2.3,<3", "uvicorn": "mcp>=2.3,<3"}
+SHELL_REQUIREMENTS = ("pyyaml", "pydantic>=2", "libtmux>=0.62")
 
 
 class _UsageError(Exception):
@@ -26,7 +36,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="python -m skill_server", description="AgentJet swarm skill: MCP server and CLI.")
+    parser = _Parser(prog=PROG, description="AgentJet swarm skill: MCP server and CLI.")
     sub = parser.add_subparsers(dest="command")
 
     serve = sub.add_parser("serve", help="run the MCP server (default: stdio)")
@@ -51,54 +61,123 @@ def _build_parser() -> argparse.ArgumentParser:
     snapshot.add_argument("--repo", default=None, help="owner/name of the repository (default: the origin remote)")
     snapshot.add_argument("--releases-dir", default=None, help=argparse.SUPPRESS)
 
-    call = sub.add_parser("call", help="run one tool and print its result as JSON")
+    call = sub.add_parser("call", help="run one tool and print its result as JSON (call TOOL --help: its arguments)")
     call.add_argument("tool")
     call.add_argument("--json", dest="json_args", default=None, help="arguments as one JSON object")
     call.add_argument("pairs", nargs="*", help="arguments as key=value (values parsed as JSON when they parse)")
     return parser
 
 
-def _parse_pairs(pairs: list[str]) -> dict[str, Any]:
+# ------------------------------------------------------------------------------------------- call
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _parse_json_object(text: str) -> dict[str, Any]:
+    """``--json`` text -> a dict, or a one-line usage error (bad JSON, too big or deep, not an object)."""
+    if len(text.encode("utf-8", errors="surrogateescape")) > MAX_JSON_ARGUMENT_BYTES:
+        raise _UsageError(f"--json is larger than {MAX_JSON_ARGUMENT_BYTES // 1024} KiB")
+    try:
+        value = json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as exc:
+        raise _UsageError(f"--json is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise _UsageError("--json is nested too deeply") from None
+    except ValueError as exc:  # NaN/Infinity, or an integer with thousands of digits
+        reason = "an integer has too many digits" if "digits" in str(exc) else str(exc)
+        raise _UsageError(f"--json is not usable JSON: {reason}") from None
+    if not isinstance(value, dict):
+        kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(type(value), "a number")
+        raise _UsageError(f"--json must be a JSON object, got {kind}")
+    return value
+
+
+def _string_only(schema: dict[str, Any] | None) -> bool:
+    """True when a property accepts text and nothing JSON would parse a bare word into."""
+    if not isinstance(schema, dict):
+        return False
+    branches = schema.get("anyOf", [schema])
+    types = {b.get("type") for b in branches if isinstance(b, dict)}
+    return "string" in types and types <= {"string", "null"}
+
+
+def _parse_pairs(pairs: list[str], properties: dict[str, Any]) -> dict[str, Any]:
+    """``key=value`` arguments: a text-only field takes the value as written, others parse it as JSON."""
     out: dict[str, Any] = {}
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or not key:
             raise _UsageError(f"argument {pair!r} is not key=value")
+        if _string_only(properties.get(key)):
+            out[key] = raw
+            continue
         try:
-            out[key] = json.loads(raw)
-        except json.JSONDecodeError:
+            out[key] = json.loads(raw, parse_constant=_reject_constant)
+        except RecursionError:
+            raise _UsageError(f"argument {key} is nested too deeply") from None
+        except ValueError:
             out[key] = raw
     return out
 
 
 def _call(tool_name: str, json_args: str | None, pairs: list[str]) -> int:
-    from skill_server.errors import SkillError
+    from skill_server.arguments import check_argument_tree
+    from skill_server.errors import SkillError, ToolInputError, internal_error_message
     from skill_server.tools import TOOLS_BY_NAME
 
     spec = TOOLS_BY_NAME.get(tool_name)
     if spec is None:
         raise _UsageError(f"unknown tool {tool_name!r}; known: {', '.join(sorted(TOOLS_BY_NAME))}")
-    arguments: dict[str, Any] = {}
-    if json_args is not None:
-        try:
-            arguments = json.loads(json_args)
-        except json.JSONDecodeError as exc:
-            raise _UsageError(f"--json is not valid JSON: {exc}") from None
-        if not isinstance(arguments, dict):
-            raise _UsageError("--json must be a JSON object")
-    arguments.update(_parse_pairs(pairs))
+    arguments: dict[str, Any] = {} if json_args is None else _parse_json_object(json_args)
+    arguments.update(_parse_pairs(pairs, spec.input_schema.get("properties", {})))
+    try:
+        check_argument_tree(arguments)
+    except ToolInputError as exc:
+        raise _UsageError(str(exc)) from None
     try:
         result = spec.invoke(arguments)
+        text = json.dumps(spec.dump(result), separators=(",", ":"), ensure_ascii=False)
     except SkillError as exc:
-        sys.stderr.write(f"{tool_name}: {_one_line(str(exc))}\n")
+        sys.stderr.write(f"{tool_name}: {exc}\n")  # one line by construction (SkillError escapes breaks)
         return EXIT_TOOL_ERROR
-    sys.stdout.write(result.model_dump_json() + "\n")
+    except ModuleNotFoundError as exc:
+        if _is_requirement(exc):
+            raise
+        sys.stderr.write(f"{tool_name}: {internal_error_message(exc)}\n")
+        return EXIT_TOOL_ERROR
+    except Exception as exc:  # a bug: one line, the traceback only on request
+        if os.environ.get("SKILL_SERVER_DEBUG"):
+            raise
+        sys.stderr.write(f"{tool_name}: {internal_error_message(exc)}\n")
+        return EXIT_TOOL_ERROR
+    _write_stdout(text + "\n")
     return EXIT_OK
+
+
+def _write_stdout(text: str) -> None:
+    """UTF-8 whatever the locale: JSON consumers expect it, and an ASCII terminal must not crash the call."""
+    sys.stdout.flush()
+    sys.stdout.buffer.write(text.encode("utf-8"))
+    sys.stdout.buffer.flush()
 
 
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
+
+def _tool_help(tool_name: str) -> int:
+    from skill_server.schema_text import tool_help
+    from skill_server.tools import TOOLS_BY_NAME
+
+    spec = TOOLS_BY_NAME.get(tool_name)
+    if spec is None:
+        raise _UsageError(f"unknown tool {tool_name!r}; known: {', '.join(sorted(TOOLS_BY_NAME))}")
+    sys.stdout.write(tool_help(spec, prog=PROG))
+    return EXIT_OK
+
+
+# ------------------------------------------------------------------------------------------- tools
 
 def _list_tools(as_json: bool) -> int:
     from skill_server.tools import TOOLS, schema_manifest
@@ -124,6 +203,7 @@ def _list_tools(as_json: bool) -> int:
         width = max(len(t.name) for t in TOOLS)
         for t in TOOLS:
             sys.stdout.write(f"{t.name.ljust(width)}  {t.title}\n")
+        sys.stdout.write(f"\n{PROG} call TOOL --help  shows a tool's arguments\n")
     return EXIT_OK
 
 
@@ -136,7 +216,7 @@ def _schemas(write: bool) -> int:
         return EXIT_OK
     stale = sorted(name for name, schemas in build_schema_manifest().items() if schema_manifest().get(name) != schemas)
     if stale:
-        sys.stderr.write(f"tool_schemas.json is stale for: {', '.join(stale)}; run python -m skill_server schemas --write\n")
+        sys.stderr.write(f"tool_schemas.json is stale for: {', '.join(stale)}; run {PROG} schemas --write\n")
         return EXIT_TOOL_ERROR
     sys.stdout.write("tool_schemas.json is up to date\n")
     return EXIT_OK
@@ -155,16 +235,46 @@ def _snapshot(args: argparse.Namespace) -> int:
         return EXIT_TOOL_ERROR
 
 
+# ------------------------------------------------------------------------------------------- serve
+
 def _serve(transport: str, host: str, port: int, allowed_hosts: list[str]) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    import mcp  # noqa: F401  (first, so a missing SDK is reported by its own name)
+
     from skill_server.mcp_app import serve  # the only path that imports the MCP SDK
 
     return serve(transport=transport, host=host, port=port, allowed_hosts=allowed_hosts)
 
 
+# ------------------------------------------------------------------------------------------- main
+
+def _wants_tool_help(args: list[str]) -> str | None:
+    """``call TOOL --help`` (or ``-h``): the tool's own arguments instead of the generic usage."""
+    if len(args) >= 3 and args[0] == "call" and not args[1].startswith("-") and \
+            any(a in ("--help", "-h") for a in args[2:]):
+        return args[1]
+    return None
+
+
+def _missing_package_message(exc: ModuleNotFoundError, serving: bool) -> str:
+    needed = list(SHELL_REQUIREMENTS) + (["mcp>=2.3,<3"] if serving else [])
+    quoted = " ".join(f"'{r}'" if any(c in r for c in "<>=,") else r for r in needed)
+    return (f"{PROG}: this Python ({sys.executable}) lacks the package {exc.name!r}; the skill needs "
+            f"{', '.join(needed)}. Install them with: {sys.executable} -m pip install {quoted} "
+            "(or pip install <skill folder>, which also installs the command)")
+
+
+def _is_requirement(exc: ModuleNotFoundError) -> bool:
+    return bool(exc.name) and exc.name.split(".")[0] in REQUIREMENTS
+
+
 def main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else argv
+    serving = not args_list or args_list[0] == "serve"
     try:
+        tool = _wants_tool_help(args_list)
+        if tool is not None:
+            return _tool_help(tool)
         args = _build_parser().parse_args(args_list)
         if args.command in (None, "serve"):
             return _serve(getattr(args, "transport", "stdio"), getattr(args, "host", "127.0.0.1"),
@@ -177,8 +287,14 @@ def main(argv: list[str] | None = None) -> int:
             return _snapshot(args)
         return _call(args.tool, args.json_args, args.pairs)
     except _UsageError as exc:
-        sys.stderr.write(f"usage error: {_one_line(str(exc))} (see python -m skill_server --help)\n")
+        sys.stderr.write(f"usage error: {_one_line(str(exc))} (see {PROG} --help)\n")
         return EXIT_USAGE
+    except ModuleNotFoundError as exc:
+        if _is_requirement(exc):
+            sys.stderr.write(_missing_package_message(exc, serving) + "\n")
+            return EXIT_MISSING_PACKAGE
+        sys.stderr.write(f"{PROG}: cannot import {exc.name!r}: {exc}\n")
+        return EXIT_TOOL_ERROR
 
 
 if __name__ == "__main__":

@@ -28,7 +28,16 @@ _T = TypeVar("_T")
 
 
 class FetchError(Exception):
-    """A request did not produce the expected document; ``str(exc)`` is the reason."""
+    """A request did not produce the expected document; ``str(exc)`` is the reason.
+
+    ``kind`` says what to check next: ``"unreachable"`` (nothing answered: refused, unknown host, no
+    route), ``"timeout"`` (no complete answer in time) or ``"answer"`` (something answered, wrongly).
+    """
+
+    def __init__(self, message: str, kind: str = "answer", status: int | None = None) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.status = status  # the HTTP status of a non-200 answer
 
 
 @dataclass(frozen=True)
@@ -58,7 +67,7 @@ def http_get(url: str, *, timeout: float, max_bytes: int = MAX_BODY_BYTES,
     def remaining() -> float:
         left = end - time.monotonic()
         if left <= 0:
-            raise FetchError(f"no complete answer within {timeout:g}s (server too slow or stalled)")
+            raise FetchError(f"no complete answer within {timeout:g}s (server too slow or stalled)", "timeout")
         return left
 
     try:
@@ -66,13 +75,13 @@ def http_get(url: str, *, timeout: float, max_bytes: int = MAX_BODY_BYTES,
     except FetchError:
         raise
     except ConnectionRefusedError:
-        raise FetchError(f"connection refused: nothing listens on {host}:{port}") from None
+        raise FetchError(f"connection refused: nothing listens on {host}:{port}", "unreachable") from None
     except socket.gaierror:
-        raise FetchError(f"cannot resolve host {host!r}") from None
+        raise FetchError(f"cannot resolve host {host!r}", "unreachable") from None
     except (socket.timeout, TimeoutError):
-        raise FetchError(f"could not connect to {host}:{port} within {timeout:g}s") from None
+        raise FetchError(f"could not connect to {host}:{port} within {timeout:g}s", "timeout") from None
     except OSError as exc:
-        raise FetchError(f"cannot connect to {host}:{port}: {exc.strerror or exc}") from None
+        raise FetchError(f"cannot connect to {host}:{port}: {exc.strerror or exc}", "unreachable") from None
     try:
         if parts.scheme == "https":
             try:
@@ -90,7 +99,7 @@ def http_get(url: str, *, timeout: float, max_bytes: int = MAX_BODY_BYTES,
             sock.sendall(request)
         except (socket.timeout, TimeoutError):
             remaining()  # raises the deadline message
-            raise FetchError("timed out sending the request") from None
+            raise FetchError("timed out sending the request", "timeout") from None
         except OSError as exc:
             raise FetchError(f"connection failed while sending: {exc.strerror or exc}") from None
         return _read_response(sock, remaining, max_bytes)
@@ -119,7 +128,7 @@ def _read_response(sock: socket.socket, remaining: Callable[[], float], max_byte
             piece = sock.recv(65536)
         except (socket.timeout, TimeoutError):
             remaining()
-            raise FetchError("timed out reading the answer") from None
+            raise FetchError("timed out reading the answer", "timeout") from None
         except (ConnectionResetError, ConnectionAbortedError):
             piece = b""  # treated like a close; an incomplete body is reported below
         except OSError as exc:
@@ -219,14 +228,39 @@ def get_json(url: str, *, timeout: float, max_bytes: int = MAX_BODY_BYTES, deadl
         elif resp.status in (401, 403):
             hint = " (access denied: a proxy or another service in front?)"
         detail = "" if looks_html else _snippet(resp.body)
-        raise FetchError(f"HTTP {resp.status}{hint}" + (f": {detail}" if detail else ""))
+        raise FetchError(f"HTTP {resp.status}{hint}" + (f": {detail}" if detail else ""), status=resp.status)
     if looks_html:
         raise FetchError("answered with an HTML page, not JSON (a web UI or proxy, not an AgentJet swarm server)")
     try:
-        return json.loads(resp.body.decode("utf-8"))
+        return json.loads(resp.body.decode("utf-8"), parse_int=_bounded_int, parse_constant=_no_constant)
+    except RecursionError:
+        raise FetchError(f"answer is JSON nested too deeply ({len(resp.body)} bytes): not an AgentJet swarm "
+                         "server") from None
     except (UnicodeDecodeError, ValueError):
         raise FetchError(f"answer is not valid JSON ({len(resp.body)} bytes): truncated, or not an AgentJet "
                          "swarm server") from None
+
+
+class OversizedNumber(str):
+    """A JSON integer too long to be any count a server reports; kept as (the start of) its text."""
+
+    def __repr__(self) -> str:
+        return f"<a {len(self)}-digit number>"
+
+
+#: Longest integer text parsed as an int (int64 needs 19 digits); longer ones become ``OversizedNumber``.
+MAX_INT_DIGITS = 20
+
+
+def _bounded_int(text: str) -> int | OversizedNumber:
+    if len(text.lstrip("-")) > MAX_INT_DIGITS:
+        return OversizedNumber(text)
+    return int(text)
+
+
+def _no_constant(name: str) -> float:
+    """NaN and Infinity are not JSON; a server sending them is read as sending nothing usable."""
+    return float("nan")
 
 
 def _snippet(body: bytes, limit: int = 120) -> str:

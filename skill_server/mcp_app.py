@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import functools
 import hmac
-import inspect
 import json
 import logging
 import os
 import re
 import secrets
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,10 +25,11 @@ import anyio.from_thread
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.types import ToolAnnotations
 
 from skill_server import __version__
-from skill_server.errors import SkillError
+from skill_server.errors import SkillError, internal_error_message
 from skill_server.tools import TOOLS, ToolSpec, schema_manifest
 
 log = logging.getLogger("skill_server.mcp")
@@ -37,30 +38,31 @@ SERVER_NAME = "agentjet-swarm-skill"
 INSTRUCTIONS = (
     "Tools for operating AgentJet swarm-mode RL training. episode_cap: the exact ceiling of overwatch's "
     "'Running Episodes' gauge and which knob lifts it. build_config: the YAML AgentJetJob hands to the engine. "
-    "check_config: static lint of a swarm client script and YAML. swarm_status: live swarm servers. "
+    "check_config: static lint of a swarm client script and YAML. swarm_status: live swarm servers (by url or "
+    "experiment id). "
     "blueprint, launch_experiment, wait_experiment (bounded, use next_wait_s), experiment_status, "
-    "stop_experiment, collect_results: experiments in tmux. Without MCP, the same tools run as "
-    "`python -m skill_server call TOOL --json '{...}'`."
+    "stop_experiment, collect_results: experiments in tmux. Arguments are strict JSON (unknown names are "
+    "refused, null means not given). Without MCP, the same tools run as "
+    "`python -m skill_server call TOOL --json '{...}'` (`call TOOL --help` lists a tool's arguments)."
 )
 
 
-def _flat_parameters(input_schema: dict[str, Any]) -> list[inspect.Parameter]:
-    """One keyword parameter per input property, accepting anything at the SDK layer.
+class _RawArguments(FuncMetadata):
+    """Hands the client's arguments to the handler exactly as sent.
 
-    Validation happens once, in the tool's input model, with the same one-line messages as the CLI;
-    the published schema is the model's own (from the manifest). Absent arguments arrive as None,
-    which the handler treats as "not given".
+    The SDK would otherwise validate them against a signature first: unknown names dropped, JSON in
+    strings parsed. The tool table validates instead (``ToolSpec.invoke``), so a bad argument gets
+    the same one-line message over MCP as from the CLI.
     """
-    return [
-        inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=Any)
-        for name in input_schema.get("properties", {})
-    ]
+
+    def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:
+        return {"arguments": dict(arguments_to_validate)}
 
 
-def _handler_for(spec: ToolSpec, input_schema: dict[str, Any]) -> Any:
-    """Build ``async def <tool>(*, <flat fields>, ctx: Context) -> dict`` for one table entry."""
+def _handler_for(spec: ToolSpec) -> Any:
+    """``async def <tool>(arguments, ctx) -> dict`` for one table entry."""
 
-    async def handler(ctx: Context, **arguments: Any) -> dict[str, Any]:
+    async def handler(arguments: dict[str, Any], ctx: Context) -> dict[str, Any]:
         progress = None
         if spec.reports_progress:
 
@@ -70,20 +72,15 @@ def _handler_for(spec: ToolSpec, input_schema: dict[str, Any]) -> Any:
                 except Exception:  # progress is best effort; never fail the tool over it
                     log.debug("progress notification failed", exc_info=True)
 
-        given = {name: value for name, value in arguments.items() if value is not None}
         try:
-            result = await anyio.to_thread.run_sync(functools.partial(spec.invoke, given, progress))
+            result = await anyio.to_thread.run_sync(functools.partial(spec.invoke, arguments, progress))
+            return spec.dump(result)
         except SkillError as exc:
             raise ToolError(str(exc)) from None
         except Exception as exc:  # an unexpected bug: say what it was instead of a generic failure
             log.exception("tool %s failed", spec.name)
-            raise ToolError(f"internal error: {type(exc).__name__}: {exc}") from None
-        return result.model_dump(mode="json")
+            raise ToolError(internal_error_message(exc)) from None
 
-    parameters = _flat_parameters(input_schema)
-    parameters.append(inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=Context))
-    handler.__signature__ = inspect.Signature(parameters, return_annotation=dict[str, Any])  # type: ignore[attr-defined]
-    handler.__annotations__ = {p.name: p.annotation for p in parameters} | {"return": dict[str, Any]}
     handler.__name__ = spec.name
     handler.__qualname__ = spec.name
     handler.__doc__ = spec.description
@@ -95,9 +92,8 @@ def build_server() -> MCPServer:
     server = MCPServer(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS)
     manifest = schema_manifest()
     for spec in TOOLS:
-        schemas = manifest[spec.name]
         server.add_tool(
-            _handler_for(spec, schemas["input"]),
+            _handler_for(spec),
             name=spec.name,
             title=spec.title,
             description=spec.description,
@@ -110,22 +106,24 @@ def build_server() -> MCPServer:
             ),
             structured_output=True,
         )
-        _publish_schemas(server, spec.name, schemas)
+        _publish_schemas(server, spec.name, manifest[spec.name])
     _register_resources_and_prompts(server)
     return server
 
 
 def _publish_schemas(server: MCPServer, name: str, schemas: dict[str, Any]) -> None:
-    """Advertise the models' own schemas (from the manifest) instead of the permissive SDK-side ones.
+    """Advertise the models' own schemas (from the manifest) and pass arguments through untouched.
 
-    The handler returns ``model.model_dump(mode="json")``, validated by the SDK as a plain mapping,
-    while clients see the output model's schema. ``FuncMetadata`` reads these fields live.
+    The handler returns the output model dumped to JSON types, validated by the SDK as a plain
+    mapping, while clients see the output model's schema. ``Tool.run`` reads ``fn_metadata`` live.
     """
     tool = server._tool_manager.get_tool(name)  # the SDK has no public setter for a tool's schemas
     if tool is None:  # pragma: no cover - registered just above
         raise RuntimeError(f"tool {name} was not registered")
+    sdk = tool.fn_metadata
     tool.parameters = schemas["input"]
-    tool.fn_metadata.output_schema = schemas["output"]
+    tool.fn_metadata = _RawArguments(arg_model=sdk.arg_model, output_schema=schemas["output"],
+                                     output_model=sdk.output_model, wrap_output=sdk.wrap_output)
 
 
 # --- resources and prompts ---------------------------------------------------------------------
@@ -219,6 +217,8 @@ def _register_resources_and_prompts(server: MCPServer) -> None:
 # --- transports ---------------------------------------------------------------------------------
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+#: Open streams get this long to finish when the HTTP server is told to stop.
+GRACEFUL_SHUTDOWN_S = 3
 
 
 class BearerAuth:
@@ -270,11 +270,48 @@ def resolve_token(host: str) -> tuple[str, bool]:
     return secrets.token_urlsafe(32), True
 
 
+SMOKE_TEST = "python -m skill_server call episode_cap max_env_worker=128 num_repeat=6"
+
+
+def _stop_on_signals() -> None:
+    """Ctrl-C (SIGINT) and SIGTERM end the server at once: exit 130 / 0, one line on stderr, no traceback.
+
+    Without this, stdio needs EOF to end (its stdin reader blocks in a worker thread that a cancelled
+    event loop waits for) and a second Ctrl-C prints a traceback. Over HTTP, uvicorn installs its own
+    handlers while it serves, shuts down (bounded), then re-raises the signal, which lands here.
+    """
+
+    def stop(signum: int, frame: Any) -> None:
+        try:
+            sys.stderr.write(f"skill_server: stopped by {signal.Signals(signum).name}\n")
+            sys.stderr.flush()
+        finally:
+            os._exit(130 if signum == signal.SIGINT else 0)
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+
+
+def _announce_on_terminal() -> None:
+    """A person who runs the server by hand sees what it is and how to leave, on one stderr line."""
+    try:
+        interactive = sys.stdin.isatty()
+    except (AttributeError, ValueError, OSError):
+        interactive = False
+    if interactive:
+        sys.stderr.write(
+            f"{SERVER_NAME} {__version__}: MCP server speaking JSON-RPC on stdin/stdout, started by an MCP client "
+            f"(nothing to type here). Stop: Ctrl-D or Ctrl-C. Smoke test: {SMOKE_TEST}\n")
+        sys.stderr.flush()
+
+
 def serve(transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
           allowed_hosts: list[str] | None = None) -> int:
-    """Run the server until the client disconnects (stdio) or the process is interrupted (http)."""
+    """Run the server until the client disconnects (stdio EOF) or a signal stops it."""
+    _stop_on_signals()
     server = build_server()
     if transport == "stdio":
+        _announce_on_terminal()
         server.run()
         return 0
     import uvicorn
@@ -282,8 +319,8 @@ def serve(transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
     token, generated = resolve_token(host)
     if generated:
         sys.stderr.write(f"skill_server: bearer token for this run (set SKILL_SERVER_TOKEN to choose one): {token}\n")
-    sys.stderr.write(f"skill_server: streamable HTTP on http://{host}:{port}/mcp\n")
+    sys.stderr.write(f"skill_server: streamable HTTP on http://{host}:{port}/mcp (Ctrl-C stops it)\n")
     sys.stderr.flush()
     app = http_app(server, host=host, token=token, allowed_hosts=allowed_hosts)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     return 0

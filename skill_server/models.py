@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import difflib
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, Strict, ValidationError, \
+    WithJsonSchema, model_serializer
 
 from skill_server.errors import ToolInputError
 
@@ -31,9 +33,13 @@ JsonValue = Annotated[Any, WithJsonSchema(JSON_VALUE_SCHEMA)]
 
 
 class ToolInput(BaseModel):
-    """Input of a tool: unknown arguments are rejected by name."""
+    """Input of a tool: unknown arguments are rejected by name, floats must be finite.
 
-    model_config = ConfigDict(extra="forbid")
+    The front ends validate arguments as JSON in strict mode (``ToolSpec.validate``), so ``"3"`` is not
+    an integer and ``"yes"`` is not a boolean in any tool, whatever its field annotations say.
+    """
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class ToolOutput(BaseModel):
@@ -42,16 +48,57 @@ class ToolOutput(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def describe_validation_error(exc: ValidationError) -> ToolInputError:
-    """Condense a pydantic error into one line that names each offending field."""
+def _optional_fields_without_null(schema: dict[str, Any], cls: type[BaseModel] | None = None) -> None:
+    """Schema side of ``SparseOutput``: an optional field is absent when unknown, never ``null``."""
+    required = set(schema.get("required", ()))
+    for name, prop in schema.get("properties", {}).items():
+        if name in required:
+            continue
+        branches = prop.get("anyOf")
+        if isinstance(branches, list) and {"type": "null"} in branches:
+            rest = [b for b in branches if b != {"type": "null"}]
+            del prop["anyOf"]
+            if len(rest) == 1:
+                prop.update(rest[0])
+            else:
+                prop["anyOf"] = rest
+        if "default" in prop and prop["default"] is None:
+            del prop["default"]
+
+
+class SparseOutput(ToolOutput):
+    """An output whose optional fields are left out when their value is unknown (None).
+
+    The published schema says so: such fields are not ``required`` and carry no ``null`` branch. Only
+    this model's own fields are pruned; nested models keep their own rule.
+    """
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_optional_fields_without_null)
+
+    @model_serializer(mode="wrap")
+    def _omit_unknown(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        if not isinstance(data, dict):
+            return data
+        required = {name for name, info in type(self).model_fields.items() if info.is_required()}
+        return {key: value for key, value in data.items() if value is not None or key in required}
+
+
+def describe_validation_error(exc: ValidationError, schema: dict[str, Any] | None = None) -> ToolInputError:
+    """Condense a pydantic error into one line that names each offending field.
+
+    With the model's JSON ``schema``, an unknown argument gets the closest valid name as a suggestion
+    (or the list of valid names when none is close).
+    """
     parts: list[str] = []
     fields: list[str] = []
     for err in exc.errors(include_url=False):
-        loc = ".".join(str(p) for p in err.get("loc", ()))
+        path = tuple(err.get("loc", ()))
+        loc = ".".join(str(p) for p in path)
         msg = str(err.get("msg", "invalid value"))
         kind = err.get("type", "")
         if kind == "extra_forbidden":
-            msg = "unknown argument"
+            msg = "unknown argument" + _suggestion(schema, path)
         elif kind == "value_error":
             msg = msg.removeprefix("Value error, ")
         shown = "" if kind in ("missing", "extra_forbidden", "value_error") else f" (got {_short(err.get('input'))})"
@@ -63,6 +110,53 @@ def describe_validation_error(exc: ValidationError) -> ToolInputError:
     error = ToolInputError("; ".join(parts))
     error.field = fields[0] if fields else None
     return error
+
+
+def _suggestion(schema: dict[str, Any] | None, path: Sequence[Any]) -> str:
+    if schema is None or not path:
+        return ""
+    valid = property_names_at(schema, path[:-1])
+    if not valid:
+        return ""
+    close = difflib.get_close_matches(str(path[-1]), valid, n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean {close[0]}?"
+    return f" (valid: {', '.join(valid)})"
+
+
+def property_names_at(schema: dict[str, Any], path: Sequence[Any]) -> list[str]:
+    """The property names an object at ``path`` (keys and list indexes) may have, per the JSON schema."""
+    defs = schema.get("$defs", {})
+    nodes = [schema]
+    for step in path:
+        following: list[dict[str, Any]] = []
+        for node in _expand(nodes, defs):
+            if isinstance(step, int) and isinstance(node.get("items"), dict):
+                following.append(node["items"])
+            elif isinstance(step, str) and isinstance(node.get("properties"), dict) and step in node["properties"]:
+                following.append(node["properties"][step])
+            elif isinstance(step, str) and isinstance(node.get("additionalProperties"), dict):
+                following.append(node["additionalProperties"])
+        nodes = following
+    names: list[str] = []
+    for node in _expand(nodes, defs):
+        names.extend(name for name in node.get("properties", {}) if name not in names)
+    return names
+
+
+def _expand(nodes: list[dict[str, Any]], defs: dict[str, Any]) -> list[dict[str, Any]]:
+    """Follow ``$ref`` and ``anyOf``/``oneOf``/``allOf`` to the concrete schemas."""
+    out: list[dict[str, Any]] = []
+    stack = list(nodes)
+    while stack:
+        node = stack.pop(0)
+        ref = node.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/") and ref[8:] in defs:
+            stack.append(defs[ref[8:]])
+        for key in ("anyOf", "oneOf", "allOf"):
+            stack.extend(b for b in node.get(key, ()) if isinstance(b, dict))
+        out.append(node)
+    return out
 
 
 def _short(value: Any, limit: int = 60) -> str:

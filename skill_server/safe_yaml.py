@@ -1,11 +1,21 @@
-"""Loading untrusted YAML safely: size cap, alias cap, expanded-size cap, safe constructors only."""
+"""Loading untrusted YAML safely, the way AgentJet's OmegaConf reads it.
+
+Safe constructors only, and bounded: file size, alias references, expanded size, nesting depth and
+integer width. Values are JSON-like (mappings, lists, strings, numbers, booleans, null): explicit
+``!!set``, ``!!omap``, ``!!pairs``, ``!!binary`` and ``!!timestamp`` are refused, and dates stay
+strings, as in OmegaConf (which also reads ``1e-5`` as a float and refuses duplicate keys; so does
+this loader). Every problem is one ``ToolInputError`` line naming the field and the place in the text.
+"""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
+from yaml.composer import ComposerError
+from yaml.constructor import ConstructorError
 
 from skill_server.errors import ToolInputError
 from skill_server.fsutil import read_text_bounded
@@ -13,21 +23,77 @@ from skill_server.fsutil import read_text_bounded
 MAX_YAML_BYTES = 4 * 1024 * 1024
 MAX_ALIASES = 1000
 MAX_EXPANDED_NODES = 500_000
+MAX_DEPTH = 100
+#: Integers must fit in 64 bits: what configs, the engine and its tensors can hold.
+MAX_ABS_INT = 2**63 - 1
+
+_TIMESTAMP = "tag:yaml.org,2002:timestamp"
+_REFUSED_TAGS = ("tag:yaml.org,2002:set", "tag:yaml.org,2002:omap", "tag:yaml.org,2002:pairs",
+                 "tag:yaml.org,2002:binary", _TIMESTAMP)
+#: OmegaConf's float rule: also ``1e5`` and ``1_000.5`` (YAML 1.1 alone wants a dot).
+_OMEGACONF_FLOAT = re.compile(r"""^(?:
+     [-+]?[0-9]+(?:_[0-9]+)*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?[0-9]+(?:_[0-9]+)*(?:[eE][-+]?[0-9]+)
+    |\.[0-9]+(?:_[0-9]+)*(?:[eE][-+][0-9]+)?
+    |[-+]?[0-9]+(?:_[0-9]+)*(?::[0-5]?[0-9])+\.[0-9_]*
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""", re.X)
 
 
-class _CountingLoader(yaml.SafeLoader):
-    """SafeLoader that refuses documents with too many alias references."""
+class _ConfigLoader(yaml.SafeLoader):
+    """SafeLoader with OmegaConf's scalar rules and limits on aliases and depth."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self.alias_count = 0
+        self.depth = 0
 
     def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
         if self.check_event(yaml.AliasEvent):
             self.alias_count += 1
             if self.alias_count > MAX_ALIASES:
-                raise yaml.YAMLError(f"more than {MAX_ALIASES} alias references")
-        return super().compose_node(parent, index)
+                raise ComposerError(None, None, f"more than {MAX_ALIASES} alias references",
+                                    self.peek_event().start_mark)
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH:
+                raise ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark)
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[str] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == yaml.resolver.BaseResolver.DEFAULT_SCALAR_TAG:
+                if key_node.value in seen:
+                    raise ConstructorError(None, None, f"duplicate key {key_node.value!r}", key_node.start_mark)
+                seen.add(key_node.value)
+        return super().construct_mapping(node, deep=deep)
+
+    def construct_bounded_int(self, node: yaml.ScalarNode) -> int:
+        try:
+            value = self.construct_yaml_int(node)
+        except ValueError:  # Python refuses to parse integers of thousands of digits
+            raise ConstructorError(None, None, "integer with too many digits", node.start_mark) from None
+        if abs(value) > MAX_ABS_INT:
+            raise ConstructorError(None, None, "integer out of range (more than 64 bits)", node.start_mark)
+        return value
+
+    def refuse_tag(self, node: yaml.Node) -> Any:
+        tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+        raise ConstructorError(None, None, f"the tag {tag} is not supported (config values are mappings, lists, "
+                                           "strings, numbers, booleans or null)", node.start_mark)
+
+
+_ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:float", _OMEGACONF_FLOAT, list("-+0123456789."))
+_ConfigLoader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag != _TIMESTAMP]
+    for first, resolvers in _ConfigLoader.yaml_implicit_resolvers.items()
+}
+_ConfigLoader.add_constructor("tag:yaml.org,2002:int", _ConfigLoader.construct_bounded_int)
+for _tag in _REFUSED_TAGS:
+    _ConfigLoader.add_constructor(_tag, _ConfigLoader.refuse_tag)
 
 
 def _check_expanded_size(data: Any, field: str) -> None:
@@ -47,24 +113,43 @@ def _check_expanded_size(data: Any, field: str) -> None:
             stack.extend(node)
 
 
-def parse_yaml_text(text: str, *, field: str, source: str = "YAML") -> Any:
+def parse_yaml_text(text: str, *, field: str, source: str = "the text") -> Any:
     """Parse YAML text with the limits above; errors name ``field`` and say where the problem is."""
     if len(text.encode("utf-8", errors="replace")) > MAX_YAML_BYTES:
         raise ToolInputError(f"{source} is larger than {MAX_YAML_BYTES // (1024 * 1024)} MiB", field=field)
-    loader = _CountingLoader(text)
+    loader: _ConfigLoader | None = None
     try:
+        loader = _ConfigLoader(text)  # the reader checks for control characters here
         data = loader.get_single_data()
     except yaml.YAMLError as exc:
-        where = ""
-        mark = getattr(exc, "problem_mark", None)
-        if mark is not None:
-            where = f" at line {mark.line + 1}, column {mark.column + 1}"
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ToolInputError(f"{source} is not valid YAML{where}: {' '.join(str(problem).split())}", field=field) from None
+        raise ToolInputError(f"{source} is not valid YAML{_where(exc)}: {_problem(exc)}", field=field) from None
+    except RecursionError:
+        raise ToolInputError(f"{source} is nested too deeply", field=field) from None
+    except (ValueError, OverflowError, TypeError) as exc:
+        raise ToolInputError(f"{source} is not usable YAML: {' '.join(str(exc).split())}", field=field) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     _check_expanded_size(data, field)
     return data
+
+
+def _where(exc: yaml.YAMLError) -> str:
+    mark = getattr(exc, "problem_mark", None)
+    if mark is not None:
+        return f" at line {mark.line + 1}, column {mark.column + 1}"
+    position = getattr(exc, "position", None)  # a ReaderError (control character, bad encoding)
+    return f" at character {position}" if isinstance(position, int) else ""
+
+
+def _problem(exc: yaml.YAMLError) -> str:
+    if isinstance(exc, yaml.reader.ReaderError):
+        char = exc.character
+        code = ord(char) if isinstance(char, str) else char
+        shown = f"{code:#04x}" if isinstance(code, int) else repr(code)
+        return f"it contains the unprintable character {shown}"
+    problem = getattr(exc, "problem", None) or str(exc)
+    return " ".join(str(problem).split())
 
 
 def load_yaml_file(path: str | Path, *, field: str, require_mapping: bool = True) -> Any:

@@ -1,14 +1,16 @@
 """Live status of AgentJet swarm servers, related to the episode cap (tool ``swarm_status``).
 
 Reads two read-only routes of each server, ``GET /get_engine_status`` and
-``GET /get_current_batch_rollout_pool_information``, and explains the number overwatch shows as
-"Running Episodes": it counts *claimed* episodes only (the entries of ``running_episode_details``),
-so it sits between zero and the engine's episode cap. The explanation is a list of plain sentences:
-gauge at the cap and the knob that lifts it, far below the cap so the clients are the limit, engine
-not rolling so zero is expected, episodes near their discard timeout, step targets nearly met.
+``GET /get_current_batch_rollout_pool_information`` (plus ``/get_server_experiment_dir`` when no cap
+settings were given, to read the config the engine dumped there), and explains the number overwatch
+shows as "Running Episodes": it counts *claimed* episodes only (the entries of
+``running_episode_details``), so it sits between zero and the engine's episode cap. The sentences of
+``diagnosis`` are written in ``swarm_diagnosis``.
 
 Servers are read concurrently with one hard deadline (``timeout_s``); a server that is down, slow,
-not AgentJet or broken yields ``reachable: false`` with the reason, never an exception.
+not AgentJet, broken or hostile yields ``reachable: false`` (or a per-field error) with the reason,
+never an exception, and never costs the other servers their results. A whole call, watch included,
+returns within ``watch_s + timeout_s``. Unknown values are left out of the output, not set to null.
 """
 
 from __future__ import annotations
@@ -20,47 +22,42 @@ import re
 import time
 from collections import Counter
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, StrictStr, field_validator, model_validator
 
 from skill_server.agentjet.compose import get_path
 from skill_server.cap import EpisodeCapInput, EpisodeCapResult, compute_episode_cap
-from skill_server.errors import ToolInputError
+from skill_server.errors import SkillError, ToolInputError, internal_error_message
 from skill_server.http_json import FetchError, get_json, run_parallel
-from skill_server.models import NonNegativeInt, PositiveInt, Progress, ToolInput, ToolOutput
+from skill_server.models import MAX_JSON_INT, NonNegativeInt, PositiveInt, Progress, SparseOutput, ToolInput
 from skill_server.safe_yaml import load_yaml_file
+from skill_server.swarm_diagnosis import (
+    NEAR_TIMEOUT_FRACTION,
+    ROUTE_ENGINE,
+    ROUTE_POOL,
+    diagnose,
+    unreachable_advice,
+    watch_sentences,
+)
+from skill_server.swarm_experiments import ExperimentLink, experiment_server, experiments_on_port, is_local
 
 log = logging.getLogger("skill_server.swarm")
 
+__all__ = ["ROUTE_ENGINE", "ROUTE_POOL", "SwarmStatusInput", "SwarmStatusResult", "ServerStatus", "swarm_status",
+           "normalize_url", "parse_seconds"]
+
 ENV_URL = "AJET_SWARM_URL"
 DEFAULT_URL = "http://localhost:10086"
-ROUTE_ENGINE = "/get_engine_status"
-ROUTE_POOL = "/get_current_batch_rollout_pool_information"
+ROUTE_EXPERIMENT_DIR = "/get_server_experiment_dir"
+DUMPED_CONFIG = "yaml_backup.yaml"
 MAX_URLS = 32
 MAX_WATCH_S = 50.0
+#: watch_s + timeout_s bound a call; keep it under the ~60 s after which MCP clients give up.
+MAX_CALL_S = 55.0
 STALEST_SHOWN = 5
-#: An episode idle for this share of its discard timeout is "close to" it.
-NEAR_TIMEOUT_FRACTION = 0.75
-#: The step's own target counts as "nearly met" from this share on.
-NEAR_TARGET_FRACTION = 0.9
-#: The gauge is "far below" the cap under this share of it.
-FAR_BELOW_FRACTION = 0.5
-
-ENGINE_STATES = (
-    "ENGINE.OFFLINE", "ENGINE.BOOTING", "ENGINE.ROLLING", "ENGINE.ROLLING_POST",
-    "ENGINE.WEIGHT_SYNCING", "ENGINE.WEIGHT_EXPORTING",
-)
-_NOT_ROLLING_WHY = {
-    "ENGINE.OFFLINE": "no training runs: a client has to sync a config and start the engine",
-    "ENGINE.BOOTING": "the trainer is starting (Ray, model load, vLLM); this can take minutes",
-    "ENGINE.ROLLING_POST": "this step's target is met, so the engine hands out no new episodes and waits for the "
-                           "claimed ones to end before the weight update",
-    "ENGINE.WEIGHT_SYNCING": "the trainer is updating the model between steps; leaving ROLLING wiped the episode "
-                             "records, and claiming resumes when the next step sets ROLLING",
-    "ENGINE.WEIGHT_EXPORTING": "the trainer is exporting weights; claiming resumes when it sets ROLLING again",
-}
 _METHOD_TARGETS = {
     "rollout_until_finish_enough_episodes": ("completed_episodes", "completed_episode_target", "episodes"),
     "rollout_until_finish_enough_tasks": ("completed_tasks", "completed_task_target", "tasks"),
@@ -69,19 +66,25 @@ _METHOD_TARGETS = {
 }
 _CAP_FIELDS = ("max_env_worker", "num_repeat", "train_batch_size", "client_parallelism")
 _SECONDS = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(?:s|sec|secs|seconds)?\s*$")
+_DIGITS = re.compile(r"^\s*-?[0-9]{1,16}\s*$")
 
 
 # ----------------------------------------------------------------------------------------------- models
 
 class SwarmStatusInput(ToolInput):
-    url: str | None = Field(
+    url: StrictStr | None = Field(
         default=None,
         description=f"One swarm server, e.g. http://10.0.0.5:10086. Default: ${ENV_URL}, else {DEFAULT_URL}. "
                     "The result is then that server's status object.",
     )
-    urls: list[str] | None = Field(
+    urls: list[StrictStr] | None = Field(
         default=None, min_length=1, max_length=MAX_URLS,
         description="Several swarm servers, read at once; the result then lists them under `servers`.",
+    )
+    id: StrictStr | None = Field(
+        default=None, min_length=1, max_length=200,
+        description="An experiment this skill launched (id or session name): read the swarm server it started, "
+                    "at the port it was given (--swarm-port, AJET_SWARM_URL or a wait_for_url; default 10086).",
     )
     timeout_s: float = Field(
         default=3.0, gt=0, le=30,
@@ -97,17 +100,19 @@ class SwarmStatusInput(ToolInput):
         default=None, description="ajet.data.train_batch_size. When omitted, the server's published task "
                                   "target is used if it has one.")
     client_parallelism: list[NonNegativeInt] | None = Field(
-        default=None, description="Each swarm client's own concurrency, one entry per client.")
-    yaml: str | None = Field(
+        default=None, max_length=10_000, description="Each swarm client's own concurrency, one entry per client.")
+    yaml: StrictStr | None = Field(
         default=None,
         description="Path to a dumped AgentJet config (e.g. yaml_backup.yaml) to read max_env_worker, num_repeat, "
                     "train_batch_size, max_inference_tracker_threads and the sample collection method from. "
-                    "Explicit cap arguments override its values.",
+                    "Explicit cap arguments override its values. Without yaml and cap arguments, the config the "
+                    "server dumped in its experiment directory is read when that directory is on this machine.",
     )
     watch_s: float | None = Field(
         default=None, gt=0, le=MAX_WATCH_S,
         description="Watch this many seconds (at most 50): sample the gauge repeatedly, with progress "
-                    "notifications, and report min/max/mean running episodes and completions per minute.",
+                    "notifications, and report min/max/mean running episodes and completions per minute. "
+                    f"watch_s + timeout_s must stay within {MAX_CALL_S:g} s, the bound on the whole call.",
     )
 
     @field_validator("url")
@@ -130,12 +135,17 @@ class SwarmStatusInput(ToolInput):
 
     @model_validator(mode="after")
     def _consistent(self) -> SwarmStatusInput:
-        if self.url is not None and self.urls is not None:
-            raise ValueError("url and urls: give one server (url) or several (urls), not both")
+        given_targets = [name for name in ("url", "urls", "id") if getattr(self, name) is not None]
+        if len(given_targets) > 1:
+            raise ValueError(f"{' and '.join(given_targets)}: give one server (url), several (urls) or an "
+                             "experiment (id), not more than one of them")
         given = [name for name in ("num_repeat", "train_batch_size", "client_parallelism")
                  if getattr(self, name) is not None]
         if given and self.max_env_worker is None and self.yaml is None:
             raise ValueError(f"max_env_worker is required with {', '.join(given)} (or give yaml to read it from)")
+        if self.watch_s is not None and self.watch_s + self.timeout_s > MAX_CALL_S:
+            raise ValueError(f"watch_s + timeout_s is {self.watch_s + self.timeout_s:g} s; keep it within "
+                             f"{MAX_CALL_S:g} s (MCP clients give up after about a minute)")
         return self
 
 
@@ -162,7 +172,8 @@ def normalize_url(value: str) -> str:
     return text.rstrip("/")
 
 
-class CapConfig(ToolOutput):
+
+class CapConfig(SparseOutput):
     """The engine settings the diagnosis used, and where each came from."""
 
     max_env_worker: int | None = None
@@ -171,12 +182,13 @@ class CapConfig(ToolOutput):
     client_parallelism: list[int] | None = None
     max_inference_tracker_threads: int | None = None
     sample_collection_method: str | None = None
-    sources: dict[str, Literal["argument", "yaml"]] = Field(
-        default_factory=dict, description="Per setting: given as an argument or read from the yaml file.")
+    sources: dict[str, Literal["argument", "yaml", "server"]] = Field(
+        default_factory=dict, description="Per setting: given as an argument, read from the yaml argument, or read "
+                                          "from the config the server dumped in its experiment directory.")
     yaml: str | None = Field(default=None, description="The yaml file read, if any.")
 
 
-class StaleEpisode(ToolOutput):
+class StaleEpisode(SparseOutput):
     episode_uuid: str
     client_uuid: str | None = None
     task_id: str | None = None
@@ -187,7 +199,7 @@ class StaleEpisode(ToolOutput):
     idle_fraction: float | None = Field(default=None, description="idle_s / discard_timeout_s.")
 
 
-class StepProgress(ToolOutput):
+class StepProgress(SparseOutput):
     """The count whose target ends the current step, for this sample collection method."""
 
     counter: str = Field(description="Which field ends the step, e.g. completed_tasks.")
@@ -196,7 +208,7 @@ class StepProgress(ToolOutput):
     fraction: float
 
 
-class WatchSample(ToolOutput):
+class WatchSample(SparseOutput):
     t_s: float = Field(description="Seconds since the watch began.")
     reachable: bool
     engine_status: str | None = None
@@ -205,7 +217,7 @@ class WatchSample(ToolOutput):
     completed_episodes: int | None = None
 
 
-class WatchStats(ToolOutput):
+class WatchStats(SparseOutput):
     duration_s: float
     samples: int
     samples_read: int = Field(description="Samples in which the server answered.")
@@ -218,13 +230,18 @@ class WatchStats(ToolOutput):
     series: list[WatchSample]
 
 
-class ServerStatus(ToolOutput):
+class ServerStatus(SparseOutput):
+    """One server. Every optional field is left out when the server did not say (no nulls)."""
+
     url: str
     reachable: bool = Field(description="True when at least one route answered like an AgentJet swarm server.")
     reason: str | None = Field(default=None, description="Why the server could not be read (reachable false).")
     field_errors: dict[str, str] = Field(
         default_factory=dict, description="Parts that could not be read although the server answered, by route "
                                           "or field.")
+    experiment: ExperimentLink | None = Field(
+        default=None, description="The experiment this skill launched that runs this server (from id, or the "
+                                  "one given this port when the server cannot be read).")
     engine_status: str | None = None
     engine_status_detail: str | None = None
     global_step: int | None = None
@@ -243,12 +260,15 @@ class ServerStatus(ToolOutput):
     task_expected_num_repeat: int | None = None
     active_clients: int | None = Field(
         default=None, description="Clients the server counts as active (newer servers only).")
+    experiment_dir: str | None = Field(
+        default=None, description="The server's experiment directory (/get_server_experiment_dir), once started.")
     step_progress: StepProgress | None = None
     stalest_episodes: list[StaleEpisode] | None = Field(
         default=None, description=f"The {STALEST_SHOWN} running episodes idle the longest.")
     episodes_near_timeout: int | None = Field(
         default=None, description=f"Running episodes idle for at least {NEAR_TIMEOUT_FRACTION:.0%} of their "
                                   "discard timeout.")
+    config: CapConfig | None = Field(default=None, description="Cap settings used for this server, when known.")
     episode_cap: EpisodeCapResult | None = Field(
         default=None, description="The full episode_cap result, when max_env_worker is known.")
     diagnosis: list[str] = Field(default_factory=list, description="Plain sentences explaining the gauge.")
@@ -256,59 +276,62 @@ class ServerStatus(ToolOutput):
 
 
 class SwarmStatusResult(ServerStatus):
-    """With ``url`` (or the default): the server's own fields at the top level and ``servers`` null.
-    With ``urls``: ``servers`` lists one object per URL in the given order and the top-level server
-    fields stay null (``url``, ``reachable``) or empty."""
+    """With ``url``, ``id`` (or the default): the server's own fields at the top level. With ``urls``:
+    ``servers`` lists one object per URL in the given order, and the top level holds only the summary."""
 
-    url: str | None = Field(default=None, description="The server read (single-server form); null with urls.")
-    reachable: bool | None = Field(default=None, description="Single-server form only; null with urls.")
+    url: str | None = Field(default=None, description="The server read (single-server form).")
+    reachable: bool | None = Field(default=None, description="Single-server form only.")
     servers: list[ServerStatus] | None = Field(
-        default=None, description="One status per URL when urls was given; null in the single-server form.")
-    config: CapConfig | None = Field(default=None, description="Cap settings used, when any were given.")
+        default=None, description="One status per URL when urls was given.")
     summary: str = Field(description="One line over all servers.")
     checked_at: str = Field(description="UTC time of the (last) read, ISO 8601.")
 
 
 # ----------------------------------------------------------------------------------------------- inputs
 
-def _yaml_int(data: dict[str, Any], path: str) -> int | None:
+def _yaml_int(data: dict[str, Any], path: str, field: str) -> int | None:
     node = get_path(data, path, None)
     if node is None:
         return None
-    if isinstance(node, bool) or not isinstance(node, int) or node < 1:
-        raise ToolInputError(f"{path} in the file must be a positive integer, got {node!r}", field="yaml")
+    if isinstance(node, bool) or not isinstance(node, int) or not 1 <= node <= MAX_JSON_INT:
+        raise ToolInputError(f"{path} in the file must be a positive integer, got {node!r}"[:300], field=field)
     return node
 
 
-def _yaml_str(data: dict[str, Any], path: str) -> str | None:
+def _yaml_str(data: dict[str, Any], path: str, field: str) -> str | None:
     node = get_path(data, path, None)
     if node is None:
         return None
     if not isinstance(node, str):
-        raise ToolInputError(f"{path} in the file must be a string, got {node!r}", field="yaml")
+        raise ToolInputError(f"{path} in the file must be a string, got {node!r}"[:300], field=field)
     return node
+
+
+def config_from_yaml(path: str | Path, *, field: str, source: Literal["yaml", "server"]) -> CapConfig:
+    """The cap settings of a dumped AgentJet config."""
+    data = load_yaml_file(path, field=field)
+    if not isinstance(data.get("ajet"), dict):
+        raise ToolInputError(f"{path} has no 'ajet' mapping; give a config dumped by AgentJetJob "
+                             "(for example saved_experiments/<name>/yaml_backup.yaml)", field=field)
+    cfg = CapConfig(yaml=str(path))
+    found = {
+        "max_env_worker": _yaml_int(data, "ajet.rollout.max_env_worker", field),
+        "num_repeat": _yaml_int(data, "ajet.rollout.num_repeat", field),
+        "train_batch_size": _yaml_int(data, "ajet.data.train_batch_size", field),
+        "max_inference_tracker_threads": _yaml_int(data, "ajet.interchange_server.max_inference_tracker_threads",
+                                                   field),
+        "sample_collection_method": _yaml_str(data, "ajet.swarm_mode_sample_collection_method", field),
+    }
+    for name, value in found.items():
+        if value is not None:
+            setattr(cfg, name, value)
+            cfg.sources[name] = source
+    return cfg
 
 
 def resolve_config(inp: SwarmStatusInput) -> CapConfig | None:
     """Merge cap arguments with values from ``yaml`` (arguments win); None when nothing was given."""
-    cfg = CapConfig()
-    if inp.yaml is not None:
-        data = load_yaml_file(inp.yaml, field="yaml")
-        if not isinstance(data.get("ajet"), dict):
-            raise ToolInputError(f"{inp.yaml} has no 'ajet' mapping; give a config dumped by AgentJetJob "
-                                 "(for example saved_experiments/<name>/yaml_backup.yaml)", field="yaml")
-        from_yaml: dict[str, Any] = {
-            "max_env_worker": _yaml_int(data, "ajet.rollout.max_env_worker"),
-            "num_repeat": _yaml_int(data, "ajet.rollout.num_repeat"),
-            "train_batch_size": _yaml_int(data, "ajet.data.train_batch_size"),
-            "max_inference_tracker_threads": _yaml_int(data, "ajet.interchange_server.max_inference_tracker_threads"),
-            "sample_collection_method": _yaml_str(data, "ajet.swarm_mode_sample_collection_method"),
-        }
-        for name, value in from_yaml.items():
-            if value is not None:
-                setattr(cfg, name, value)
-                cfg.sources[name] = "yaml"
-        cfg.yaml = str(inp.yaml)
+    cfg = config_from_yaml(inp.yaml, field="yaml", source="yaml") if inp.yaml is not None else CapConfig()
     for name in _CAP_FIELDS:
         value = getattr(inp, name)
         if value is not None:
@@ -317,32 +340,37 @@ def resolve_config(inp: SwarmStatusInput) -> CapConfig | None:
     if inp.yaml is None and not cfg.sources:
         return None
     if cfg.max_env_worker is None and any(cfg.sources.get(n) == "argument" for n in _CAP_FIELDS):
-        raise ToolInputError(f"{inp.yaml} has no ajet.rollout.max_env_worker; give max_env_worker", field="max_env_worker")
+        raise ToolInputError(f"{cfg.yaml} has no ajet.rollout.max_env_worker; give max_env_worker",
+                             field="max_env_worker")
     return cfg
 
 
-def _target_urls(inp: SwarmStatusInput) -> tuple[list[str], bool]:
+def _target_urls(inp: SwarmStatusInput) -> tuple[list[str], bool, ExperimentLink | None]:
     if inp.urls is not None:
-        return list(inp.urls), True
+        return list(inp.urls), True, None
     if inp.url is not None:
-        return [inp.url], False
+        return [inp.url], False, None
+    if inp.id is not None:
+        link = experiment_server(inp.id)
+        return [link.url], False, link
     env = os.environ.get(ENV_URL, "").strip()
     if env:
         try:
-            return [normalize_url(env)], False
+            return [normalize_url(env)], False, None
         except ValueError as exc:
             raise ToolInputError(f"${ENV_URL} is not usable ({exc}); pass url explicitly", field="url") from None
-    return [DEFAULT_URL], False
+    return [DEFAULT_URL], False, None
 
 
 # ----------------------------------------------------------------------------------------------- reading
 
 class _Raw:
-    """What the two routes of one server gave: a document or the reason it is missing."""
+    """What the routes of one server gave: a document or the reason it is missing."""
 
-    def __init__(self, engine: Any, pool: Any) -> None:
-        self.engine = engine  # dict | FetchError
-        self.pool = pool      # dict | None (published nothing yet) | FetchError
+    def __init__(self, engine: Any, pool: Any, experiment_dir: Any = None) -> None:
+        self.engine = engine                  # dict | FetchError
+        self.pool = pool                      # dict | None (published nothing yet) | FetchError
+        self.experiment_dir = experiment_dir  # dict | FetchError | None (not asked)
 
 
 def _json_kind(doc: Any) -> str:
@@ -371,72 +399,100 @@ def _check_pool(doc: Any) -> dict[str, Any] | None:
     return doc
 
 
-def _read_servers(urls: list[str], timeout: float) -> list[_Raw]:
-    """Both routes of every server at once; returns when all answered or the deadline passed."""
-    deadline = time.monotonic() + timeout
-    calls = []
-    for base in urls:
-        calls.append(lambda b=base: _check_engine(get_json(b + ROUTE_ENGINE, timeout=timeout, deadline=deadline)))
-        calls.append(lambda b=base: _check_pool(get_json(b + ROUTE_POOL, timeout=timeout, deadline=deadline)))
+def _check_experiment_dir(doc: Any) -> dict[str, Any]:
+    if not isinstance(doc, dict):
+        raise FetchError(f"answer is JSON {_json_kind(doc)}, not an object")
+    return doc
+
+
+def _read_servers(urls: list[str], timeout: float, *, deadline: float | None = None,
+                  with_experiment_dir: bool = False) -> list[_Raw]:
+    """The routes of every server at once; returns when all answered or the deadline passed."""
+    now = time.monotonic()
+    if deadline is None or deadline - now >= timeout:
+        per_read, end = timeout, now + timeout
+    else:  # the call's own bound comes first
+        per_read, end = max(0.05, round(deadline - now, 2)), max(now + 0.05, deadline)
+    routes: list[tuple[str, Any]] = [(ROUTE_ENGINE, _check_engine), (ROUTE_POOL, _check_pool)]
+    if with_experiment_dir:
+        routes.append((ROUTE_EXPERIMENT_DIR, _check_experiment_dir))
+    calls = [
+        (lambda b=base, r=route, check=check: check(get_json(b + r, timeout=per_read, deadline=end)))
+        for base in urls for route, check in routes
+    ]
     results = run_parallel(
-        calls, deadline=deadline + 0.25,
-        late=lambda: FetchError(f"no complete answer within {timeout:g}s (server too slow or stalled)"),
+        calls, deadline=end + 0.25,
+        late=lambda: FetchError(f"no complete answer within {per_read:g}s (server too slow or stalled)", "timeout"),
     )
     out = []
-    for index in range(len(urls)):
-        engine, pool = results[2 * index], results[2 * index + 1]
-        for item in (engine, pool):
-            if isinstance(item, BaseException) and not isinstance(item, FetchError):
-                log.warning("unexpected error reading %s: %r", urls[index], item)
-        out.append(_Raw(_as_fetch(engine), _as_fetch(pool)))
+    width = len(routes)
+    for index, url in enumerate(urls):
+        got = [_as_fetch(item, url) for item in results[index * width:(index + 1) * width]]
+        out.append(_Raw(got[0], got[1], got[2] if with_experiment_dir else None))
     return out
 
 
-def _as_fetch(item: Any) -> Any:
+def _as_fetch(item: Any, url: str) -> Any:
     if isinstance(item, BaseException) and not isinstance(item, FetchError):
-        return FetchError(f"unexpected {type(item).__name__}: {item}")
+        log.warning("unexpected error reading %s: %r", url, item)
+        return FetchError(f"unexpected {type(item).__name__}: {item}"[:300])
     return item
 
 
 # ----------------------------------------------------------------------------------------------- parsing
 
 def _int_or_none(value: Any) -> tuple[int | None, bool]:
-    """(integer, ok). None is fine; strings of digits and integral floats are accepted."""
+    """(integer, ok). None is fine; integral numbers and ASCII digit strings within JSON's exact range are
+    accepted; anything else (another type, '²', a 5,000-digit number, 10**400, NaN) is not."""
     if value is None:
         return None, True
     if isinstance(value, bool):
         return None, False
     if isinstance(value, int):
-        return value, True
-    if isinstance(value, float) and value.is_integer():
-        return int(value), True
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value.strip()), True
+        return (value, True) if abs(value) <= MAX_JSON_INT else (None, False)
+    if isinstance(value, float):
+        if math.isfinite(value) and value.is_integer() and abs(value) <= MAX_JSON_INT:
+            return int(value), True
+        return None, False
+    if isinstance(value, str) and _DIGITS.match(value):
+        number = int(value.strip())
+        return (number, True) if abs(number) <= MAX_JSON_INT else (None, False)
     return None, False
 
 
+def _not_an_integer(value: Any) -> str:
+    return f"not an integer in range: {value!r}"[:160]
+
+
 def parse_seconds(value: Any) -> float | None:
-    """'12.3s' / '240.0s' / 12.3 → seconds; anything else (garbage, negative, NaN) → None."""
+    """'12.3s' / '240.0s' / 12.3 → seconds; anything else (garbage, negative, NaN, huge) → None."""
     if isinstance(value, bool) or value is None:
         return None
-    if isinstance(value, (int, float)):
-        seconds = float(value)
-    elif isinstance(value, str):
-        match = _SECONDS.match(value)
-        if not match:
+    try:
+        if isinstance(value, (int, float)):
+            seconds = float(value)
+        elif isinstance(value, str) and len(value) <= 64:
+            match = _SECONDS.match(value)
+            if not match:
+                return None
+            seconds = float(match.group(1))
+        else:
             return None
-        seconds = float(match.group(1))
-    else:
+    except (OverflowError, ValueError):
         return None
     if not math.isfinite(seconds) or seconds < 0:
         return None
     return seconds
 
 
-def _opt_str(value: Any) -> str | None:
+def _opt_str(value: Any, limit: int = 500) -> str | None:
+    """Text a server sent, bounded, with anything UTF-8 cannot carry (lone surrogates) escaped."""
     if value is None:
         return None
-    return value if isinstance(value, str) else str(value)
+    text = value if isinstance(value, str) else str(value)
+    if len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
 
 
 def _parse_running(details: Any, status: ServerStatus) -> None:
@@ -459,7 +515,7 @@ def _parse_running(details: Any, status: ServerStatus) -> None:
         if client:
             clients[client] += 1
         episodes.append(StaleEpisode(
-            episode_uuid=str(uuid),
+            episode_uuid=_opt_str(uuid, 200) or "",
             client_uuid=client,
             task_id=_opt_str(info.get("optional_task_id")) or None,
             llm_call_count=calls,
@@ -485,9 +541,9 @@ def _parse_pool(pool: dict[str, Any], status: ServerStatus) -> None:
         value, ok = _int_or_none(pool.get(name))
         setattr(status, name, value)
         if not ok:
-            status.field_errors[name] = f"not an integer: {pool.get(name)!r}"[:160]
+            status.field_errors[name] = _not_an_integer(pool.get(name))
     method = pool.get("sample_collection_method")
-    status.sample_collection_method = _opt_str(method) or None
+    status.sample_collection_method = _opt_str(method, 200) or None
     _parse_running(pool.get("running_episode_details"), status)
     instruction = pool.get("swarm_client_instruction")
     if isinstance(instruction, dict) and isinstance(instruction.get("active_clients"), list):
@@ -500,37 +556,112 @@ def _parse_pool(pool: dict[str, Any], status: ServerStatus) -> None:
                                                 fraction=round(done / target, 3))
 
 
-def build_status(url: str, raw: _Raw, cfg: CapConfig | None) -> ServerStatus:
-    """One server's status object from what its two routes gave."""
-    status = ServerStatus(url=url, reachable=False)
+def build_status(url: str, raw: _Raw, cfg: CapConfig | None, *, timeout: float = 3.0,
+                 link: ExperimentLink | None = None) -> ServerStatus:
+    """One server's status object from what its routes gave; a server that sends nonsense costs only
+    its own fields, never the call (an unexpected failure is reported as this server's reason)."""
+    try:
+        return _build_status(url, raw, cfg, timeout, link)
+    except Exception as exc:  # a hostile answer found a path the parser did not expect
+        log.warning("could not interpret the answer of %s", url, exc_info=True)
+        status = ServerStatus(url=url, reachable=False, experiment=link,
+                              reason=f"could not interpret its answer ({internal_error_message(exc)})")
+        status.diagnosis = [f"Could not read the swarm server at {url}: {status.reason}."]
+        return status
+
+
+def _build_status(url: str, raw: _Raw, cfg: CapConfig | None, timeout: float,
+                  link: ExperimentLink | None) -> ServerStatus:
+    status = ServerStatus(url=url, reachable=False, experiment=link)
     engine_ok = isinstance(raw.engine, dict)
     if not engine_ok and not isinstance(raw.pool, dict):
         status.reason = _combine_reasons(raw.engine, raw.pool)
+        kind = _failure_kind(raw.engine, raw.pool)
+        links = [link] if link is not None else _experiments_for(url) if kind != "answer" else []
+        if link is None and len(links) == 1:
+            status.experiment = links[0]
         status.diagnosis = [f"Could not read the swarm server at {url}: {status.reason}."]
+        status.diagnosis += unreachable_advice(url, kind, links, timeout)
         return status
     status.reachable = True
     if engine_ok:
         eng = raw.engine
-        status.engine_status = _opt_str(eng.get("engine_status"))
+        status.engine_status = _opt_str(eng.get("engine_status"), 200)
         status.engine_status_detail = _opt_str(eng.get("engine_status_detail"))
         status.global_step, ok = _int_or_none(eng.get("global_step"))
         if not ok:
-            status.field_errors["global_step"] = f"not an integer: {eng.get('global_step')!r}"[:160]
+            status.field_errors["global_step"] = _not_an_integer(eng.get("global_step"))
     else:
         status.field_errors[ROUTE_ENGINE] = str(raw.engine)
     if isinstance(raw.pool, dict):
         _parse_pool(raw.pool, status)
         if status.engine_status is None:  # fall back to the engine fields the pool info carries
-            status.engine_status = _opt_str(raw.pool.get("engine_status"))
+            status.engine_status = _opt_str(raw.pool.get("engine_status"), 200)
         if status.global_step is None:
             status.global_step, _ = _int_or_none(raw.pool.get("global_step"))
     elif raw.pool is None:
         status.field_errors[ROUTE_POOL] = "the server has published no rollout pool information yet"
     else:
         status.field_errors[ROUTE_POOL] = str(raw.pool)
+    if cfg is None and raw.experiment_dir is not None:
+        cfg = _config_from_experiment_dir(url, raw.experiment_dir, status, link)
+    status.config = cfg
     status.episode_cap = _cap_for(status, cfg)
     status.diagnosis = diagnose(status, cfg)
     return status
+
+
+def _failure_kind(engine: Any, pool: Any) -> str:
+    kinds = {getattr(item, "kind", "answer") for item in (engine, pool) if isinstance(item, FetchError)}
+    for kind in ("answer", "timeout", "unreachable"):  # anything that answered says the most
+        if kind in kinds:
+            return kind
+    return "answer"
+
+
+def _experiments_for(url: str) -> list[ExperimentLink]:
+    """Experiments of this skill that gave a swarm server the port of ``url`` (local URLs only)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return []
+    if not is_local(url):
+        return []
+    return [x for x in experiments_on_port(port) if x.host is None][:3]
+
+
+def _config_from_experiment_dir(url: str, answer: Any, status: ServerStatus,
+                                link: ExperimentLink | None) -> CapConfig | None:
+    """The cap settings of the config the running engine dumped, when its directory is on this machine."""
+    if isinstance(answer, FetchError):
+        if answer.status != 404:  # 404: an AgentJet without the route; nothing to report
+            status.field_errors[ROUTE_EXPERIMENT_DIR] = str(answer)
+        return None
+    directory = answer.get("server_experiment_dir") if isinstance(answer, dict) else None
+    if not isinstance(directory, str) or not directory.strip():
+        return None  # the engine has not started an experiment yet
+    status.experiment_dir = _opt_str(directory, 1000)
+    where = Path(directory)
+    if not where.is_absolute():
+        if link is None or not link.workdir:
+            status.field_errors["config"] = (f"the experiment directory {directory!r} is relative to the server's "
+                                             "working directory, which is unknown; give yaml")
+            return None
+        where = Path(link.workdir) / where
+    if not is_local(url) and (link is None or link.host is not None):
+        status.field_errors["config"] = (f"the server runs on another machine; its config is {where / DUMPED_CONFIG} "
+                                         "there (copy it here and give yaml)")
+        return None
+    dumped = where / DUMPED_CONFIG
+    if not dumped.is_file():
+        status.field_errors["config"] = f"{dumped} is not on this machine; give yaml"
+        return None
+    try:
+        return config_from_yaml(dumped, field="config", source="server")
+    except SkillError as exc:
+        status.field_errors["config"] = exc.message
+        return None
 
 
 def _combine_reasons(engine: Any, pool: Any) -> str:
@@ -559,120 +690,8 @@ def _cap_for(status: ServerStatus, cfg: CapConfig | None) -> EpisodeCapResult | 
             max_inference_tracker_threads=cfg.max_inference_tracker_threads,
         ))
     except Exception as exc:  # the cap is an extra; never lose the live status over it
-        status.field_errors["episode_cap"] = f"{type(exc).__name__}: {exc}"
+        status.field_errors["episode_cap"] = f"{type(exc).__name__}: {exc}"[:300]
         return None
-
-
-# ----------------------------------------------------------------------------------------------- diagnosis
-
-_KNOB = {
-    "max_env_worker": "max_env_worker (the engine's thread pool)",
-    "train_batch_size": "train_batch_size (only train_batch_size x num_repeat loops exist per step)",
-    "clients": "the clients' combined concurrency",
-}
-
-
-def diagnose(s: ServerStatus, cfg: CapConfig | None) -> list[str]:
-    """Plain sentences relating the live numbers to the cap and the engine state."""
-    out: list[str] = []
-    state = s.engine_status
-    rolling = state == "ENGINE.ROLLING"
-    running = s.running_episodes
-    cap = s.episode_cap
-    step = s.step_progress
-    step_ending = step is not None and step.fraction >= NEAR_TARGET_FRACTION
-
-    if state is not None and state not in ENGINE_STATES:
-        out.append(f"Engine status {state!r} is not one this tool knows ({', '.join(ENGINE_STATES)}); "
-                   "the server may be a newer or older AgentJet.")
-    if state in _NOT_ROLLING_WHY:
-        count = f"{running} running episodes" if running is not None else "no running episodes"
-        zero = "zero is expected" if state != "ENGINE.ROLLING_POST" else "the gauge falls toward zero"
-        out.append(f"The engine is {state}, not ROLLING: {_NOT_ROLLING_WHY[state]}. {count.capitalize()}; {zero}.")
-        if s.engine_status_detail:
-            out.append(f"The server's status detail: {s.engine_status_detail}")
-    if running is None:
-        if s.reachable and ROUTE_POOL in s.field_errors:
-            out.append("The running-episode count is unknown because the rollout pool information could not be read.")
-    elif cap is not None and (rolling or state is None):
-        limit = cap.episode_cap
-        binding = [b for b in cap.binding] or ["max_env_worker"]
-        if running > limit:
-            out.append(f"The gauge ({running}) is above the computed cap ({limit}): the engine runs a different "
-                       "config than the cap inputs describe; check max_env_worker, num_repeat and train_batch_size "
-                       "against the engine's yaml_backup.yaml.")
-        elif running >= limit or (limit >= 20 and running >= 0.95 * limit):
-            knob = " and ".join(_KNOB[b] for b in binding)
-            out.append(f"The gauge ({running}) is at the episode cap ({limit}), which {knob} sets: more clients "
-                       "will not raise it.")
-            out.extend(_lifting_advice(cap, binding))
-        elif running < FAR_BELOW_FRACTION * limit:
-            if step_ending:
-                out.append(f"The gauge ({running}) is far below the cap ({limit}), but this step is nearly done "
-                           f"({step.done}/{step.target} {step.counter}): fewer episodes are handed out near the "
-                           "end of a step.")
-            else:
-                held = (f"; {s.running_clients} client(s) hold the claimed episodes"
-                        if s.running_clients is not None else "")
-                out.append(f"The gauge ({running}) is far below the cap ({limit}): the engine has room, so the "
-                           f"clients are the limit{held}. Raise each client's parallelism (threads / concurrent "
-                           "episodes) or start more clients.")
-        else:
-            out.append(f"The gauge ({running}) is below the cap ({limit}) but not far: the clients nearly "
-                       "saturate the engine.")
-    elif running is not None and rolling and cap is None:
-        out.append(f"{running} episodes are claimed (overwatch's gauge). Give max_env_worker (with num_repeat and "
-                   "train_batch_size) or yaml to relate it to the episode cap.")
-    if cfg is not None:
-        out.extend(_config_mismatch(s, cfg, cap is not None))
-    if s.episodes_near_timeout:
-        stale = s.stalest_episodes[0] if s.stalest_episodes else None
-        example = ""
-        if stale is not None and stale.idle_s is not None and stale.discard_timeout_s is not None:
-            example = (f" (stalest: {stale.episode_uuid}, idle {stale.idle_s:g}s of {stale.discard_timeout_s:g}s"
-                       + (f", client {stale.client_uuid}" if stale.client_uuid else "") + ")")
-        out.append(f"{s.episodes_near_timeout} running episode(s) are close to their discard timeout{example}: "
-                   "the server returns an episode to the pool once it is idle past the timeout (checked every "
-                   "10 s) and the client's late result is dropped. A stuck client or a very slow LLM call or "
-                   "environment is likely; raise discard_episode_timeout in begin_episode if such waits are normal.")
-    if step is not None and rolling and step_ending:
-        out.append(f"The step's target is nearly met ({step.done} of {step.target} {step.counter.replace('_', ' ')}"
-                   f" for {s.sample_collection_method}): a weight sync is near, and the gauge will drop to zero "
-                   "during it.")
-    elif s.sample_collection_method and "agree_sync_weight" in s.sample_collection_method and rolling:
-        out.append(f"With {s.sample_collection_method} the step ends when the clients agree to sync weights, "
-                   "not at an episode count.")
-    return out
-
-
-def _lifting_advice(cap: EpisodeCapResult, binding: list[str]) -> list[str]:
-    picked: list[str] = []
-    for sentence in cap.suggestions:
-        if ("max_env_worker" in binding and sentence.startswith("To lift the cap")) \
-                or ("train_batch_size" in binding and sentence.startswith("train_batch_size=")) \
-                or ("clients" in binding and sentence.startswith("The clients together")):
-            picked.append(sentence)
-    return picked
-
-
-def _config_mismatch(s: ServerStatus, cfg: CapConfig, have_cap: bool) -> list[str]:
-    out = []
-    if cfg.num_repeat and s.task_expected_num_repeat and cfg.num_repeat != s.task_expected_num_repeat:
-        out.append(f"num_repeat is {cfg.num_repeat} in the given config but the engine expects "
-                   f"{s.task_expected_num_repeat} episodes per task: the cap above may not match the running engine.")
-    if cfg.train_batch_size and s.completed_task_target and cfg.train_batch_size != s.completed_task_target:
-        out.append(f"train_batch_size is {cfg.train_batch_size} in the given config but the engine's task target "
-                   f"is {s.completed_task_target}.")
-    if cfg.sample_collection_method and s.sample_collection_method \
-            and cfg.sample_collection_method != s.sample_collection_method:
-        out.append(f"The config says {cfg.sample_collection_method} but the engine uses "
-                   f"{s.sample_collection_method}.")
-    filled = [name for name, mine, theirs in (
-        ("num_repeat", cfg.num_repeat, s.task_expected_num_repeat),
-        ("train_batch_size", cfg.train_batch_size, s.completed_task_target)) if not mine and theirs]
-    if filled and have_cap:
-        out.append(f"{' and '.join(filled)} for the cap came from the server's published targets.")
-    return out
 
 
 # ----------------------------------------------------------------------------------------------- watching
@@ -696,7 +715,8 @@ def _watch_stats(samples: list[WatchSample], duration: float) -> WatchStats:
     if len(done) >= 2 and done[-1].t_s > done[0].t_s:
         total = 0
         for prev, cur in zip(done, done[1:]):
-            new_step = prev.global_step is not None and cur.global_step is not None and cur.global_step != prev.global_step
+            new_step = (prev.global_step is not None and cur.global_step is not None
+                        and cur.global_step != prev.global_step)
             if new_step or cur.completed_episodes < prev.completed_episodes:  # type: ignore[operator]
                 total += cur.completed_episodes  # type: ignore[operator]  # the counter restarted
             else:
@@ -711,10 +731,16 @@ def _watch_stats(samples: list[WatchSample], duration: float) -> WatchStats:
 # ----------------------------------------------------------------------------------------------- the tool
 
 def swarm_status(inp: SwarmStatusInput, progress: Progress | None = None) -> SwarmStatusResult:
-    """Read each server (once, or repeatedly with watch_s) and explain its Running Episodes gauge."""
-    urls, many = _target_urls(inp)
+    """Read each server (once, or repeatedly with watch_s) and explain its Running Episodes gauge.
+
+    Bounded: the call returns within ``watch_s + timeout_s`` (``timeout_s`` without a watch), however
+    silent or slow the servers are.
+    """
+    started = time.monotonic()
+    urls, many, link = _target_urls(inp)
     cfg = resolve_config(inp)
     timeout = inp.timeout_s
+    want_dir = cfg is None
 
     def report(done: float, total: float, message: str) -> None:
         if progress is not None:
@@ -723,53 +749,57 @@ def swarm_status(inp: SwarmStatusInput, progress: Progress | None = None) -> Swa
             except Exception:  # progress is best effort
                 log.debug("progress callback failed", exc_info=True)
 
+    def read_all(deadline: float | None = None) -> list[ServerStatus]:
+        raws = _read_servers(urls, timeout, deadline=deadline, with_experiment_dir=want_dir)
+        return [build_status(u, r, cfg, timeout=timeout, link=link) for u, r in zip(urls, raws)]
+
     if not inp.watch_s:
         report(0, 1, f"reading {len(urls)} swarm server(s)")
-        raws = _read_servers(urls, timeout)
-        statuses = [build_status(u, r, cfg) for u, r in zip(urls, raws)]
+        statuses = read_all()
         report(1, 1, _progress_line(statuses))
     else:
-        times = _watch_times(inp.watch_s)
-        series: list[list[WatchSample]] = [[] for _ in urls]
-        statuses = []
-        start = time.monotonic()
-        for k, at in enumerate(times):
-            wait = start + at - time.monotonic()
-            if wait > 0:
-                time.sleep(wait)
-            t = round(time.monotonic() - start, 2)
-            raws = _read_servers(urls, timeout)
-            statuses = [build_status(u, r, cfg) for u, r in zip(urls, raws)]
-            for i, st in enumerate(statuses):
-                series[i].append(WatchSample(t_s=t, reachable=st.reachable, engine_status=st.engine_status,
-                                             global_step=st.global_step, running_episodes=st.running_episodes,
-                                             completed_episodes=st.completed_episodes))
-            report(k + 1, len(times), f"sample {k + 1}/{len(times)}: {_progress_line(statuses)}")
-        duration = time.monotonic() - start
-        for st, samples in zip(statuses, series):
-            st.watch = _watch_stats(samples, duration)
-            st.diagnosis.extend(_watch_sentences(st.watch))
+        statuses = _watch(inp.watch_s, timeout, started, urls, read_all, report)
 
     checked = datetime.now(timezone.utc).isoformat(timespec="seconds")
     summary = _summary(statuses)
     if many:
-        return SwarmStatusResult(servers=statuses, config=cfg, summary=summary, checked_at=checked)
-    fields = statuses[0].model_dump()
-    fields["episode_cap"] = statuses[0].episode_cap
-    fields["watch"] = statuses[0].watch
-    return SwarmStatusResult(**fields, config=cfg, summary=summary, checked_at=checked)
+        return SwarmStatusResult(servers=statuses, summary=summary, checked_at=checked)
+    first = statuses[0]
+    fields = {name: getattr(first, name) for name in ServerStatus.model_fields}
+    return SwarmStatusResult(**fields, summary=summary, checked_at=checked)
 
 
-def _watch_sentences(w: WatchStats) -> list[str]:
-    if not w.samples_read:
-        return [f"During the {w.duration_s:g}s watch the server never answered ({w.samples} tries)."]
-    text = (f"Over {w.duration_s:g}s ({w.samples_read} of {w.samples} samples read) the gauge ranged "
-            f"{w.running_min}-{w.running_max} (mean {w.running_mean:g})")
-    if w.completions_per_minute is not None:
-        text += f", with {w.completions_per_minute:g} episodes completed per minute"
-    if w.steps_advanced:
-        text += f", and {w.steps_advanced} training step(s) finished"
-    return [text + "."]
+def _watch(watch_s: float, timeout: float, started: float, urls: list[str], read_all: Any,
+           report: Any) -> list[ServerStatus]:
+    """Sample every server on a schedule; a read that runs long skips the samples it overran, and no read
+    runs past ``watch_s + timeout_s`` after the start."""
+    times = _watch_times(watch_s)
+    end = started + watch_s + timeout
+    series: list[list[WatchSample]] = [[] for _ in urls]
+    statuses: list[ServerStatus] = []
+    taken = 0
+    for k, at in enumerate(times):
+        due = started + at
+        now = time.monotonic()
+        if taken and k + 1 < len(times) and now > started + times[k + 1]:
+            continue  # the previous read ran past this sample's slot
+        if due > now:
+            time.sleep(due - now)
+        if taken and time.monotonic() >= end:
+            break
+        t = round(time.monotonic() - started, 2)
+        statuses = read_all(end)
+        taken += 1
+        for i, st in enumerate(statuses):
+            series[i].append(WatchSample(t_s=t, reachable=st.reachable, engine_status=st.engine_status,
+                                         global_step=st.global_step, running_episodes=st.running_episodes,
+                                         completed_episodes=st.completed_episodes))
+        report(k + 1, len(times), f"sample {k + 1}/{len(times)}: {_progress_line(statuses)}")
+    duration = time.monotonic() - started
+    for st, samples in zip(statuses, series):
+        st.watch = _watch_stats(samples, duration)
+        st.diagnosis.extend(watch_sentences(st.watch))
+    return statuses
 
 
 def _progress_line(statuses: list[ServerStatus]) -> str:

@@ -8,6 +8,10 @@ refreshing the schema manifest (``python -m skill_server schemas --write``).
 Models and functions are named as ``"module:attribute"`` and imported on first use, so listing the
 tools or calling one imports only that tool's module: the CLI answers fast and the MCP server starts
 about as fast as an empty one (its schemas come from ``tool_schemas.json``, checked by a test).
+
+``ToolSpec.invoke`` is the single path both front ends call, so a given argument gets the same
+answer from both: the raw tree is checked (``arguments``), a top-level ``null`` means "not given",
+and the rest is validated as JSON in pydantic's strict mode (no ``"3"`` -> 3, no ``"yes"`` -> True).
 """
 
 from __future__ import annotations
@@ -21,9 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import core_schema
 
-from skill_server.errors import ToolInputError
-from skill_server.models import Progress, describe_validation_error
+from skill_server.arguments import check_argument_tree
+from skill_server.errors import ToolFailure, ToolInputError
+from skill_server.models import JSON_VALUE_SCHEMA, Progress, describe_validation_error
 
 SCHEMA_MANIFEST = Path(__file__).with_name("tool_schemas.json")
 
@@ -38,6 +45,22 @@ def _import_ref(ref: str) -> Any:
 
 def _resolve(ref: Ref) -> Any:
     return _import_ref(ref) if isinstance(ref, str) else ref
+
+
+class PortableJsonSchema(GenerateJsonSchema):
+    """Pydantic's schemas, with every untyped value (``Any``) spelled as the typed JSON-value union.
+
+    An untyped property accepts any JSON value anyway; saying so with one ``type`` per branch keeps
+    the schemas portable (the MCP Inspector flags a bare ``{}``) without changing what they accept.
+    """
+
+    def any_schema(self, schema: core_schema.AnySchema) -> JsonSchemaValue:
+        return json.loads(json.dumps(JSON_VALUE_SCHEMA))
+
+
+def model_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schema the tool table publishes for a model."""
+    return model.model_json_schema(schema_generator=PortableJsonSchema)
 
 
 @dataclass(frozen=True)
@@ -69,21 +92,83 @@ class ToolSpec:
         """The tool function (imported on first use)."""
         return _resolve(self.run)
 
-    def validate(self, arguments: dict[str, Any]) -> BaseModel:
+    @property
+    def input_schema(self) -> dict[str, Any]:
+        """The published input schema (from the manifest: no model import needed)."""
+        return schema_manifest()[self.name]["input"]
+
+    def validate(self, arguments: Any) -> BaseModel:
         """Validate raw arguments into the input model, or raise ``ToolInputError`` naming the field."""
         if not isinstance(arguments, dict):
-            raise ToolInputError(f"arguments must be a JSON object, got {type(arguments).__name__}")
+            kind = "an array" if isinstance(arguments, list) else type(arguments).__name__
+            raise ToolInputError(f"arguments must be a JSON object, got {kind}")
+        check_argument_tree(arguments)
+        given = {name: value for name, value in arguments.items() if value is not None}
         try:
-            return self.input_type.model_validate(arguments)
+            return self.input_type.model_validate_json(json.dumps(given), strict=True)
         except ValidationError as exc:
-            raise describe_validation_error(exc) from None
+            raise describe_validation_error(exc, self.input_schema) from None
 
-    def invoke(self, arguments: dict[str, Any], progress: Progress | None = None) -> BaseModel:
-        """Validate and run; the single code path shared by both front ends."""
+    def invoke(self, arguments: Any, progress: Progress | None = None) -> BaseModel:
+        """Validate and run; the single code path shared by both front ends.
+
+        An ``OSError`` that escapes the tool (a file system refusing a path the user gave) becomes a
+        one-line ``ToolFailure`` naming the argument that holds that path, when one does.
+        """
         model = self.validate(arguments)
-        if self.reports_progress:
-            return self.function(model, progress=progress)
-        return self.function(model)
+        try:
+            if self.reports_progress:
+                return self.function(model, progress=progress)
+            return self.function(model)
+        except OSError as exc:
+            raise _os_failure(exc, arguments) from None
+
+    @staticmethod
+    def dump(result: BaseModel) -> dict[str, Any]:
+        """The result as JSON types, as both front ends send it (``SparseOutput`` models omit unknowns).
+
+        Text UTF-8 cannot carry (lone surrogates, from undecodable file names or a hostile server) is
+        escaped, so no result ever fails to serialise.
+        """
+        return _printable_strings(result.model_dump(mode="json"))
+
+
+def _os_failure(exc: OSError, arguments: dict[str, Any]) -> ToolFailure:
+    """Name the argument whose value is (or holds) the path the file system refused."""
+    path = exc.filename if isinstance(exc.filename, str) else None
+    field = None
+    if path:
+        stack: list[tuple[Any, str]] = [(value, name) for name, value in arguments.items()]
+        while stack and field is None:
+            value, name = stack.pop()
+            if isinstance(value, str) and value and (value in path or path in value):
+                field = name
+            elif isinstance(value, dict):
+                stack.extend((item, f"{name}.{key}") for key, item in value.items())
+            elif isinstance(value, list):
+                stack.extend((item, f"{name}.{index}") for index, item in enumerate(value))
+    what = exc.strerror or type(exc).__name__
+    shown = path if path is None or len(path) <= 160 else path[:80] + "..." + path[-77:]
+    return ToolFailure(f"{what}: {shown}" if shown else f"file system error: {what}", field=field)
+
+
+def _printable_strings(data: Any) -> Any:
+    """``data`` with every string (and key) encodable as UTF-8; unchanged objects are returned as they are."""
+
+    def fix(text: str) -> str:
+        try:
+            text.encode("utf-8")
+            return text
+        except UnicodeEncodeError:
+            return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
+
+    if isinstance(data, str):
+        return fix(data)
+    if isinstance(data, list):
+        return [_printable_strings(item) for item in data]
+    if isinstance(data, dict):
+        return {fix(key) if isinstance(key, str) else key: _printable_strings(value) for key, value in data.items()}
+    return data
 
 
 TOOLS: tuple[ToolSpec, ...] = (
@@ -150,11 +235,13 @@ TOOLS: tuple[ToolSpec, ...] = (
         title="Live AgentJet swarm server status",
         description=(
             "Read one or more live AgentJet swarm servers (GET /get_engine_status and "
-            "/get_current_batch_rollout_pool_information) and explain overwatch's 'Running Episodes' gauge: "
-            "engine state, step, claimed episodes (what the gauge counts), completed episodes/tasks against their "
-            "targets, the stalest episodes against their discard timeout, the episode cap (from cap arguments or a "
-            "dumped config yaml) and plain-sentence diagnosis. watch_s samples the gauge for up to 50 s. "
-            "An unreachable or non-AgentJet server is reported as reachable=false with the reason."
+            "/get_current_batch_rollout_pool_information), or the one an experiment of this skill launched (id), "
+            "and explain overwatch's 'Running Episodes' gauge: engine state, step, claimed episodes (what the gauge "
+            "counts), completed episodes/tasks against their targets, the stalest episodes against their discard "
+            "timeout, the episode cap (from cap arguments, a dumped config yaml, or the yaml_backup.yaml the engine "
+            "wrote) and plain-sentence diagnosis. An unreachable server is reachable=false with the reason and what "
+            "to check next. watch_s samples the gauge; every call ends within watch_s + timeout_s. Unknown values "
+            "are omitted, never null."
         ),
         input_model="skill_server.swarm:SwarmStatusInput",
         output_model="skill_server.swarm:SwarmStatusResult",
@@ -321,7 +408,7 @@ def get_tool(name: str) -> ToolSpec | None:
 def build_schema_manifest() -> dict[str, Any]:
     """Input and output JSON schemas of every tool, computed from the models (imports them all)."""
     return {
-        spec.name: {"input": spec.input_type.model_json_schema(), "output": spec.output_type.model_json_schema()}
+        spec.name: {"input": model_schema(spec.input_type), "output": model_schema(spec.output_type)}
         for spec in TOOLS
     }
 
@@ -336,5 +423,5 @@ def schema_manifest() -> dict[str, Any]:
 def write_schema_manifest() -> Path:
     from skill_server.fsutil import write_text_atomic
 
-    text = json.dumps(build_schema_manifest(), indent=1, sort_keys=True) + "\n"
+    text = json.dumps(build_schema_manifest(), indent=1) + "\n"  # model order: the order help lists arguments in
     return write_text_atomic(SCHEMA_MANIFEST, text, overwrite=True)

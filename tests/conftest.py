@@ -49,3 +49,26 @@ def call_cli(tool: str, arguments: dict[str, Any], **kw: Any) -> tuple[int, Any,
     proc = run_cli("call", tool, "--json", json.dumps(arguments), **kw)
     out = json.loads(proc.stdout) if proc.returncode == 0 else None
     return proc.returncode, out, proc.stderr
+
+
+@pytest.fixture
+def private_tmux(monkeypatch: pytest.MonkeyPatch):
+    """A private tmux server for experiment tools: its own socket name in its own TMUX_TMPDIR, killed after.
+
+    ``SHELL=/bin/sh`` keeps pane shells free of login hooks that a killed test could leave half-run.
+    """
+    import shutil
+    import tempfile
+    import uuid
+
+    name = f"ajs-{uuid.uuid4().hex[:8]}"
+    tmpdir = tempfile.mkdtemp(prefix="ajs", dir="/tmp")  # short: socket paths are limited to ~100 bytes
+    monkeypatch.setenv("TMUX_TMPDIR", tmpdir)
+    monkeypatch.setenv("SKILL_SERVER_TMUX_SOCKET", name)
+    monkeypatch.setenv("SHELL", "/bin/sh")
+    yield name
+    try:
+        subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True, timeout=30,
+                       env={**os.environ, "TMUX_TMPDIR": tmpdir})
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)

@@ -1,11 +1,12 @@
 """A stand-in for AgentJet's swarm server, for tests only.
 
 AgentJet's real swarm server cannot run here: it needs GPUs (a verl trainer with vLLM behind it).
-This stand-in answers the two read-only routes ``swarm_status`` uses, with response shapes written
-from the documented pydantic models (the engine status triple and ``CurrentBatchRolloutPoolInformation``
-with its server-side ``running_episode_details``), and can misbehave on purpose: HTML page, HTTP 500
+This stand-in answers the read-only routes ``swarm_status`` uses, with response shapes written from
+the documented pydantic models (the engine status triple, ``CurrentBatchRolloutPoolInformation`` with
+its server-side ``running_episode_details``, and ``{server_experiment_dir}``), and can misbehave on purpose: HTML page, HTTP 500
 or 404, slow answer, one-byte drip, truncated body, JSON of the wrong shape, invalid JSON, a huge body.
-It listens on 127.0.0.1 on a free port chosen by the OS.
+Or it answers with exact bytes (``raw``): numbers of thousands of digits, wrong types, odd unicode.
+It listens on 127.0.0.1 on a free port chosen by the OS (or the one given).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any, Callable
 
 ENGINE_ROUTE = "/get_engine_status"
 POOL_ROUTE = "/get_current_batch_rollout_pool_information"
+EXPERIMENT_DIR_ROUTE = "/get_server_experiment_dir"
 
 #: Misbehaviours a route can be set to (``None`` = answer normally).
 FAILURES = ("html", "500", "404", "slow", "drip", "truncated", "wrong_json", "not_json", "huge", "null", "list",
@@ -51,7 +53,13 @@ class SwarmState:
     completed_non_dummy_tasks: int = 8
     completed_non_dummy_task_target: int = 32
     task_expected_num_repeat: int = 4
+    #: What /get_server_experiment_dir reports (None before an experiment starts, as in AgentJet).
+    experiment_dir: str | None = None
+    #: False: an older server without /get_server_experiment_dir (404).
+    has_experiment_dir_route: bool = True
     failures: dict[str, str] = field(default_factory=dict)  # route -> one of FAILURES
+    #: route -> exact body bytes to answer with (HTTP 200, application/json): hostile JSON on purpose.
+    raw: dict[str, bytes] = field(default_factory=dict)
     slow_s: float = 5.0
     #: Called on each pool read with the read's index; lets a test change the state between samples.
     on_pool_read: Callable[[int, SwarmState], None] | None = None
@@ -88,7 +96,7 @@ class SwarmState:
 class SwarmStandin:
     """``with SwarmStandin() as s: s.url ...``; ``s.state`` is mutable while it runs."""
 
-    def __init__(self, state: SwarmState | None = None) -> None:
+    def __init__(self, state: SwarmState | None = None, port: int = 0) -> None:
         self.state = state or SwarmState()
         self._closing = threading.Event()
         standin = self
@@ -102,7 +110,7 @@ class SwarmStandin:
             def do_GET(self) -> None:
                 standin._answer(self)
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
         self.url = f"http://127.0.0.1:{self.port}"
@@ -124,6 +132,8 @@ class SwarmStandin:
         st = self.state
         if h.path == ENGINE_ROUTE:
             doc: Any = st.engine_doc()
+        elif h.path == EXPERIMENT_DIR_ROUTE and st.has_experiment_dir_route:
+            doc = {"server_experiment_dir": st.experiment_dir}
         elif h.path == POOL_ROUTE:
             if st.on_pool_read is not None:
                 st.on_pool_read(st.pool_reads, st)
@@ -133,7 +143,7 @@ class SwarmStandin:
             self._send(h, 404, b'{"detail":"Not Found"}')
             return
         mode = st.failures.get(h.path)
-        body = json.dumps(doc).encode()
+        body = st.raw[h.path] if h.path in st.raw else json.dumps(doc).encode()
         if mode is None:
             self._send(h, 200, body)
         elif mode == "html":

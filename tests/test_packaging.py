@@ -13,10 +13,12 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
 
+from skill_server.tools import TOOLS
 from tests.conftest import REPO, cli_env
 from tests.test_http_transport import TOKEN, http_server
 
@@ -45,8 +47,6 @@ def test_skill_md_frontmatter_and_body():
     assert len(body.splitlines()) < 500
     for link in re.findall(r"\]\((references/[^)]+)\)", body):
         assert (REPO / link).is_file(), link
-    from skill_server.tools import TOOLS
-
     for spec in TOOLS:  # every tool is explained in the skill
         assert f"`{spec.name}`" in body, spec.name
 
@@ -116,24 +116,120 @@ def export_checkout(dest: Path) -> Path:
         target = dest / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         if src.is_symlink():
+            if target.is_symlink() or target.exists():
+                target.unlink()
             target.symlink_to(os.readlink(src))
         elif src.is_file():
             shutil.copy2(src, target)
     return dest
 
 
-def test_npx_skills_add_installs_a_working_lean_skill(node22, tmp_path):
-    checkout = export_checkout(tmp_path / "checkout")
-    home, project = tmp_path / "home", tmp_path / "project"
-    home.mkdir()
-    project.mkdir()
-    env = npx_env(node22, home)
-    proc = run(["npx", "-y", SKILLS_CLI, "add", str(checkout), "--skill", SKILL_NAME, "-a", "claude-code", "-a",
-                "codex", "-y"], env=env, cwd=project)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+# --- the README's Quick start, then the skill install, from a clean clone ---------------------------
 
+QUICKSTART_MARKER = "<!-- quickstart:"
+#: What the inner `python -m pytest` of the Quick start runs (a real slice of the suite, not all of it again).
+INNER_PYTEST = ("-q -p no:cacheprovider tests/test_safe_yaml.py "
+                "tests/test_tool_table.py::test_schema_manifest_matches_the_models")
+
+
+def quickstart_lines() -> list[str]:
+    """The command lines of the README's Quick start block, exactly as written."""
+    text = (REPO / "README.md").read_text()
+    start = text.index(QUICKSTART_MARKER)
+    block = re.search(r"```bash\n(.*?)```", text[start:], re.S)
+    assert block, "the Quick start marker must precede a ```bash block"
+    return [line for line in block.group(1).splitlines() if line.strip()]
+
+
+def clean_clone(dest: Path) -> Path:
+    """A git clone of this checkout's commit, plus the working tree's uncommitted edits (never its ignored files)."""
+    subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(dest)], check=True, timeout=300,
+                   capture_output=True)
+    return export_checkout(dest)
+
+
+def files_under(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")
+            if p.is_file() and ".git" not in p.relative_to(root).parts and "__pycache__" not in p.parts}
+
+
+def list_tools_over_stdio(argv: list[str], env: dict[str, str], cwd: Path) -> tuple[int, set[str]]:
+    """A minimal MCP client: initialize, list the tools, close stdin; (exit code, tool names)."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=cwd, env=env)
+    watchdog = threading.Timer(120, proc.kill)  # never hang the suite
+    watchdog.start()
+    try:
+        assert proc.stdin and proc.stdout
+
+        def ask(message: dict) -> dict:
+            proc.stdin.write(json.dumps(message) + "\n")
+            proc.stdin.flush()
+            while True:
+                reply = json.loads(proc.stdout.readline())
+                if reply.get("id") == message["id"]:
+                    return reply
+
+        ask({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}})
+        proc.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
+        listed = ask({"jsonrpc": "2.0", "id": 2, "method": "tools/list"})
+        proc.stdin.close()
+        return proc.wait(timeout=60), {t["name"] for t in listed["result"]["tools"]}
+    finally:
+        watchdog.cancel()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_quick_start_works_as_written_then_the_skill_installs_lean(node22, tmp_path):
+    lines = quickstart_lines()
+    assert len(lines) == 4 and lines[0].startswith("python3 -m venv ") and "python -m skill_server" in lines[1]
+    assert "python -m pytest" in lines[2] and lines[3].startswith("python -m skill_server call episode_cap")
+    ci = (REPO / ".ci" / "run").read_text()
+    assert lines[0] in ci and lines[2] in ci  # CI runs the same venv and test command
+
+    checkout = clean_clone(tmp_path / "checkout")
+    before = files_under(checkout)
+    home = tmp_path / "home"
+    home.mkdir()
+    env = {k: v for k, v in cli_env().items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_ADDOPTS")}
+    env.update(HOME=str(home), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
+               PIP_CACHE_DIR=str(CACHE / "pip"), PIP_DISABLE_PIP_VERSION_CHECK="1", PYTEST_ADDOPTS=INNER_PYTEST)
+    script = "set -e\n" + "\n".join(lines) + "\n"
+    proc = subprocess.run(["bash", "-c", script], cwd=checkout, env=env, input="", capture_output=True, text=True,
+                          timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert re.search(r"^\d+ passed", proc.stdout, re.M), proc.stdout[-2000:]
+    smoke = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert smoke["episode_cap"] == 128 and smoke["binding"] == ["max_env_worker"]
+
+    venv = home / ".venvs" / "agentjet-swarm-skill"
+    created = files_under(checkout) - before
+    assert not created, f"the Quick start left files in the checkout: {sorted(created)[:10]}"
+    assert not any((checkout / name).exists() for name in ("build", "dist", ".venv", ".hypothesis", ".pytest_cache"))
+    assert not list(checkout.glob("*.egg-info"))
+
+    # the committed .mcp.json starts the server from the Quick start's venv (Claude Code expands ${HOME})
+    server = json.loads((checkout / ".mcp.json").read_text())["mcpServers"]["agentjet-swarm"]
+    command = server["command"].replace("${HOME}", str(home))
+    assert Path(command).is_file()
+    bare_env = {k: v for k, v in env.items() if k != "PYTEST_ADDOPTS"} | server["env"]
+    code, tools = list_tools_over_stdio([command, *server["args"]], bare_env, tmp_path)
+    assert code == 0 and "episode_cap" in tools
+
+    # now install the skill from that checkout, as the README says
+    project = tmp_path / "project"
+    project.mkdir()
+    npx = npx_env(node22, home)
+    proc = run(["npx", "-y", SKILLS_CLI, "add", str(checkout), "--skill", SKILL_NAME, "-a", "claude-code", "-a",
+                "codex", "-y"], env=npx, cwd=project)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     installed = project / ".agents" / "skills" / SKILL_NAME
     claude = project / ".claude" / "skills" / SKILL_NAME
+    assert claude.is_symlink() and claude.resolve() == installed.resolve()  # what the README's table says
     for folder in (installed, claude):
         for rel in ("SKILL.md", "LICENSE.txt", "references/episode-cap.md", "skill_server/__main__.py",
                     *BUNDLED_RELEASE_FILES, "skill_server/tool_schemas.json"):
@@ -143,17 +239,19 @@ def test_npx_skills_add_installs_a_working_lean_skill(node22, tmp_path):
 
     files = [p for p in installed.rglob("*") if p.is_file()]
     names = {part for p in files for part in p.relative_to(installed).parts}
-    assert not names & {".venv", "venv", "__pycache__", ".pytest_cache", "node_modules", ".git"}
+    assert not names & {".venv", "venv", "build", "dist", "__pycache__", ".pytest_cache", ".hypothesis",
+                        "node_modules", ".git", ".benchmarks"}
     assert not any(n.endswith(".egg-info") for n in names)
-    assert max(p.stat().st_size for p in files) < 256 * 1024
-    assert sum(p.stat().st_size for p in files) < 3 * 1024 * 1024
+    assert files_under(installed) - {f for f in files_under(installed) if f.startswith("skill_server/references/")} \
+        <= files_under(checkout)  # only the checkout's own files (references/ appears twice: a symlink)
+    total = sum(p.stat().st_size for p in files)
+    assert total < 2 * 1024 * 1024, f"{total} bytes installed"
 
-    # the installed copy answers from its own folder, with no PYTHONPATH pointing back at the checkout
-    call = run([sys.executable, "-m", "skill_server", "call", "episode_cap", "max_env_worker=128", "num_repeat=6",
-                "train_batch_size=32"], env=env, cwd=claude)
+    # the installed copy answers from its own folder with the venv's interpreter, no PYTHONPATH
+    call = run([str(venv / "bin" / "python"), "-m", "skill_server", "call", "episode_cap", "max_env_worker=512",
+                "num_repeat=8", "train_batch_size=32"], env=npx, cwd=claude)
     assert call.returncode == 0, call.stderr
-    assert json.loads(call.stdout)["episode_cap"] == 128
-
+    assert json.loads(call.stdout)["episode_cap"] == 256
     if sys.version_info >= (3, 11):
         from skills_ref import validate
 
@@ -188,16 +286,31 @@ def test_inspector_cli_over_http(node22, tmp_path):
         assert code == 0 and result["result"]["structuredContent"]["episode_cap"] == 126
 
 
-@pytest.mark.anyio
-async def test_committed_mcp_json_starts_the_server():
-    from mcp import Client, StdioServerParameters
+def test_committed_mcp_json_names_the_quick_start_venv():
+    """Its command is the console script of the README's venv; the Quick start test starts it for real."""
+    server = json.loads((REPO / ".mcp.json").read_text())["mcpServers"]["agentjet-swarm"]
+    venv_line = quickstart_lines()[0]
+    venv = re.search(r"python3 -m venv (\S+)", venv_line).group(1).replace("~", "${HOME}")
+    script = re.search(r'^(\S+) = "skill_server\.cli:main"', (REPO / "pyproject.toml").read_text(), re.M).group(1)
+    assert server["command"] == f"{venv}/bin/{script}" and server["args"] == []
+    assert server["env"] == {"SKILL_SERVER_TMUX_SOCKET": "agentjet"}
 
-    config = json.loads((REPO / ".mcp.json").read_text())["mcpServers"]["agentjet-swarm"]
-    assert config["command"] == "python" and config["args"] == ["-m", "skill_server"]
-    env = {k: v for k, v in cli_env().items() if k != "PYTHONPATH"} | config["env"]
-    params = StdioServerParameters(command=sys.executable, args=config["args"], env=env, cwd=str(REPO))
-    async with Client(params) as client:
-        assert "episode_cap" in {t.name for t in (await client.list_tools()).tools}
+
+def test_inspector_finds_no_schema_portability_problem(node22, tmp_path):
+    """The MCP Inspector's strict lint, over every tool's input and output schema (0 errors, 0 warnings)."""
+    args = ["--strict", "--cwd", str(REPO), sys.executable, "-m", "skill_server", "--method", "tools/list"]
+    proc = run(["npx", "-y", INSPECTOR, "--cli", "--format", "json", *args], env=npx_env(node22, tmp_path),
+               cwd=REPO, timeout=300)
+    envelope = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert proc.returncode == 0 and len(envelope["result"]["tools"]) == len(TOOLS)
+    assert "schemaFindings" not in envelope, envelope.get("schemaFindings")
+    assert "Warning:" not in proc.stderr and "Error:" not in proc.stderr, proc.stderr[-2000:]
+    # control: the same check does see an untyped field
+    control = run(["npx", "-y", INSPECTOR, "--cli", "--format", "json", "--strict", sys.executable,
+                   str(REPO / "tests" / "fixtures" / "untyped_tool_server.py"), "--method", "tools/list"],
+                  env=npx_env(node22, tmp_path), cwd=REPO, timeout=300)
+    findings = json.loads(control.stdout.strip().splitlines()[-1]).get("schemaFindings")
+    assert findings and findings[0]["findings"][0]["rule"] == "untyped-schema"
 
 
 def test_wheel_carries_data_and_works_outside_the_checkout(tmp_path):

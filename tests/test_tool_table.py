@@ -1,13 +1,19 @@
-"""The tool table: manifest freshness, lazy imports, CLI listing and usage errors."""
+"""The tool table: manifest freshness, lazy imports, CLI listing and help, one strict rule, usage errors."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
 
-from skill_server.tools import TOOLS, build_schema_manifest, schema_manifest
+import pytest
+
+from skill_server.errors import ToolInputError
+from skill_server.models import MAX_JSON_INT
+from skill_server.tools import TOOLS, TOOLS_BY_NAME, build_schema_manifest, schema_manifest
 from tests.conftest import REPO, cli_env, run_cli
+from tests.schema_walk import _type_of, branches, input_fields, place, untyped_nodes
 
 
 def test_schema_manifest_matches_the_models():
@@ -53,3 +59,175 @@ def test_usage_errors_exit_2_with_one_line():
 def test_schemas_command_reports_fresh_manifest():
     proc = run_cli("schemas")
     assert proc.returncode == 0 and "up to date" in proc.stdout
+
+
+# --- one strict rule for every field of every tool (generic: new tools and fields are covered) ----
+
+#: For each JSON type a field accepts, values a lax validator would coerce into it.
+COERCIBLE = {
+    "integer": ["3", 3.0, True],
+    "number": ["1.5", True],
+    "boolean": ["yes", "true", 1],
+    "string": [5, True],
+}
+
+
+def _strict_cases():
+    for spec in TOOLS:
+        for field in input_fields(spec.input_schema):
+            for json_type, wrong_values in COERCIBLE.items():
+                if json_type not in field.types:
+                    continue
+                for wrong in wrong_values:
+                    if json_type == "number" and "integer" in field.types and isinstance(wrong, int):
+                        continue
+                    if _type_of(wrong) in field.types or (wrong is not True and isinstance(wrong, float)
+                                                          and "number" in field.types):
+                        continue  # the field legitimately accepts this JSON type too
+                    yield pytest.param(spec.name, field.path, wrong, id=f"{spec.name}.{field.name}={wrong!r}")
+
+
+@pytest.mark.parametrize("tool, path, wrong", list(_strict_cases()))
+def test_no_field_coerces_a_wrong_json_type(tool, path, wrong):
+    spec = TOOLS_BY_NAME[tool]
+    with pytest.raises(ToolInputError) as err:
+        spec.validate(place(path, wrong))
+    dotted = ".".join(str(p) for p in path)
+    assert f"{dotted}: " in str(err.value), str(err.value)
+
+
+def test_the_strict_walk_covers_nested_fields():
+    names = {f.name for spec in TOOLS for f in input_fields(spec.input_schema)}
+    assert {"max_env_worker", "timeout_s"} <= names
+    assert sum(1 for _ in _strict_cases()) > 50
+
+
+def test_every_integer_argument_has_an_upper_bound():
+    unbounded = []
+    for spec in TOOLS:
+        defs = spec.input_schema.get("$defs", {})
+        for field in input_fields(spec.input_schema):
+            for branch in branches(field.schema, defs):
+                if branch.get("type") == "integer" and branch.get("maximum", MAX_JSON_INT + 1) > MAX_JSON_INT:
+                    unbounded.append(f"{spec.name}.{field.name}")
+                items = branch.get("items")
+                if branch.get("type") == "array" and isinstance(items, dict) and items.get("type") == "integer" \
+                        and items.get("maximum", MAX_JSON_INT + 1) > MAX_JSON_INT:
+                    unbounded.append(f"{spec.name}.{field.name}[]")
+    assert not unbounded
+
+
+def test_every_schema_node_declares_a_type():
+    problems = {spec.name + ":" + kind: untyped_nodes(schema_manifest()[spec.name][kind])
+                for spec in TOOLS for kind in ("input", "output")}
+    assert not {k: v for k, v in problems.items() if v}
+
+
+def test_arguments_beyond_json_are_refused_by_name():
+    spec = TOOLS_BY_NAME["episode_cap"]
+    for arguments, needle in (
+        ({"max_env_worker": float("nan"), "num_repeat": 2}, "max_env_worker: must be a finite number"),
+        ({"max_env_worker": 8, "client_parallelism": [1, 10**400]}, "client_parallelism.1: integer out of range"),
+        ({"max_env_worker": 8, "agentjet_root": "/x\udcff"}, "agentjet_root: text is not valid Unicode"),
+        ({"max_env_worker": 8, "client_parallelism": json.loads("[" * 40 + "]" * 40)},
+         "client_parallelism: nested deeper than 32 levels"),
+        ({"max_env_worker": 8, "\ud800": 1}, "not valid Unicode"),
+        ([1, 2], "arguments must be a JSON object, got an array"),
+    ):
+        with pytest.raises(ToolInputError) as err:
+            spec.validate(arguments)
+        assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+# --- call TOOL --help ---------------------------------------------------------------------------------
+
+def test_call_tool_help_lists_every_argument_with_type_default_and_description():
+    for spec in TOOLS:
+        proc = run_cli("call", spec.name, "--help")
+        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+        text = proc.stdout
+        assert text.startswith(f"usage: python -m skill_server call {spec.name} ")
+        for name, prop in spec.input_schema["properties"].items():
+            assert f"\n  {name}: " in text, (spec.name, name)
+            if prop.get("description"):
+                assert prop["description"].split()[0] in text
+    cap = run_cli("call", "episode_cap", "-h").stdout
+    assert "  max_env_worker: integer >= 1, <= 9007199254740991 (required)" in cap
+    assert '  thread_rule: one of "ceil", "floor", "auto" (default "auto")' in cap
+
+
+def test_call_help_imports_neither_mcp_nor_the_tool_module():
+    code = ("import sys; from skill_server import cli; cli.main(['call', 'swarm_status', '--help']); "
+            "sys.stderr.write(repr(sorted(m for m in sys.modules if m in ('skill_server.swarm', 'mcp'))))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env())
+    assert proc.stderr.strip() == "[]" and "watch_s" in proc.stdout
+
+
+# --- hostile command lines: one-line usage errors ----------------------------------------------------
+
+@pytest.mark.parametrize("json_text, needle", [
+    ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ('{"max_env_worker": ' + "[" * 40 + "]" * 40 + "}", "nested deeper than 32 levels"),
+    ('{"max_env_worker": 1' + "0" * 5000 + "}", "too many digits"),
+    ('{"max_env_worker": NaN}', "NaN is not a JSON number"),
+    ('{"max_env_worker": 8, "agentjet_root": "\\ud800"}', "agentjet_root: text is not valid Unicode"),
+    ('"just a string"', "must be a JSON object, got a string"),
+    ("null", "must be a JSON object, got null"),
+    ("{" + '"k": 1, ' * 200_000 + '"z": 1}', "larger than 1024 KiB"),
+], ids=["deep", "deep-field", "digits", "nan", "surrogate", "string", "null", "huge"])
+def test_hostile_json_is_a_one_line_usage_error(json_text, needle):
+    code = ("import sys; from skill_server import cli; "
+            "raise SystemExit(cli.main(['call', 'episode_cap', '--json', sys.stdin.read()]))")
+    proc = subprocess.run([sys.executable, "-c", code], input=json_text, capture_output=True, text=True,
+                          cwd=REPO, env=cli_env(), timeout=60)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("usage error: ") and proc.stderr.count("\n") == 1 and needle in proc.stderr, \
+        proc.stderr[:300]
+
+
+def test_undecodable_bytes_in_argv_are_a_usage_error():
+    proc = subprocess.run([sys.executable.encode(), b"-m", b"skill_server", b"call", b"episode_cap",
+                           b"max_env_worker=8", b"agentjet_root=/tmp/\xff"], capture_output=True, cwd=REPO,
+                          env=cli_env(), timeout=60)
+    assert proc.returncode == 2 and b"agentjet_root: text is not valid Unicode" in proc.stderr
+    assert proc.stderr.count(b"\n") == 1
+
+
+def test_key_value_pairs_keep_text_fields_as_written():
+    """`name=123` is the text 123 for a text-only field; numbers still parse for numeric fields."""
+    from skill_server.cli import _parse_pairs
+
+    props = TOOLS_BY_NAME["episode_cap"].input_schema["properties"]
+    assert _parse_pairs(["agentjet_root=123", "max_env_worker=8", "client_parallelism=[1,2]"], props) == {
+        "agentjet_root": "123", "max_env_worker": 8, "client_parallelism": [1, 2]}
+    assert _parse_pairs(["num_repeat=four"], props) == {"num_repeat": "four"}
+
+
+def test_an_unexpected_exception_is_one_line(monkeypatch, capsys):
+    """A bug in a tool still gives one line on stderr and exit 1, never a traceback."""
+    from skill_server import cli, tools
+
+    def boom(model):
+        raise ZeroDivisionError("division by zero\nsecond line")
+
+    spec = dataclasses.replace(TOOLS_BY_NAME["episode_cap"], run=boom)
+    monkeypatch.setitem(tools.TOOLS_BY_NAME, "episode_cap", spec)
+    code = cli.main(["call", "episode_cap", "max_env_worker=8", "num_repeat=2"])
+    err = capsys.readouterr().err
+    assert code == 1 and err.count("\n") == 1
+    assert err.startswith("episode_cap: internal error: ZeroDivisionError: division by zero second line")
+
+
+def test_a_python_without_the_dependencies_says_what_to_install(tmp_path):
+    """A bare interpreter (a venv without packages) gets one line naming what to install, exit 3."""
+    venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    env = {k: v for k, v in cli_env().items() if k not in ("PYTHONHOME",)}
+    for args in (["tools"], ["call", "episode_cap", "max_env_worker=8", "num_repeat=2"], []):
+        proc = subprocess.run([str(python), "-m", "skill_server", *args], capture_output=True, text=True,
+                              cwd=REPO, env=env, timeout=60, input="")
+        assert proc.returncode == 3, (args, proc.stderr)
+        assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+        assert "lacks the package" in proc.stderr and "pip install pyyaml 'pydantic>=2' 'libtmux>=0.62'" in proc.stderr
+    assert "'mcp>=2.3,<3'" in proc.stderr  # the server needs the SDK too
