@@ -31,7 +31,7 @@ def check_argument_tree(arguments: dict[str, Any]) -> None:
         if nodes > MAX_NODES:
             raise ToolInputError(f"arguments hold more than {MAX_NODES} values; nothing here needs that many")
         if len(path) > MAX_DEPTH:
-            raise ToolInputError(f"nested deeper than {MAX_DEPTH} levels", field=field_name(path[:1]))
+            raise ToolInputError(f"nested deeper than {MAX_DEPTH} levels", field=field_name(_named_prefix(path)))
         if isinstance(value, str):
             _check_text(value, path)
         elif isinstance(value, bool) or value is None:
@@ -70,6 +70,16 @@ def field_name(path: tuple[Any, ...]) -> str | None:
     if not path:
         return None
     return ".".join(_printable(str(step)) for step in path)
+
+
+def _named_prefix(path: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The object keys leading to a value, up to its first list index: the field a user would name."""
+    named: list[Any] = []
+    for step in path:
+        if not isinstance(step, str):
+            break
+        named.append(step)
+    return tuple(named)
 
 
 def _printable(text: str) -> str:

@@ -122,8 +122,7 @@ def _parse_pairs(pairs: list[str], properties: dict[str, Any]) -> dict[str, Any]
 
 
 def _call(tool_name: str, json_args: str | None, pairs: list[str]) -> int:
-    from skill_server.arguments import check_argument_tree
-    from skill_server.errors import SkillError, ToolInputError, internal_error_message
+    from skill_server.errors import SkillError, internal_error_message
     from skill_server.tools import TOOLS_BY_NAME
 
     spec = TOOLS_BY_NAME.get(tool_name)
@@ -131,11 +130,7 @@ def _call(tool_name: str, json_args: str | None, pairs: list[str]) -> int:
         raise _UsageError(f"unknown tool {tool_name!r}; known: {', '.join(sorted(TOOLS_BY_NAME))}")
     arguments: dict[str, Any] = {} if json_args is None else _parse_json_object(json_args)
     arguments.update(_parse_pairs(pairs, spec.input_schema.get("properties", {})))
-    try:
-        check_argument_tree(arguments)
-    except ToolInputError as exc:
-        raise _UsageError(str(exc)) from None
-    try:
+    try:  # a parsed but unusable value (too deep, out of range, a lone surrogate) is a bad argument: exit 1
         result = spec.invoke(arguments)
         text = json.dumps(spec.dump(result), separators=(",", ":"), ensure_ascii=False)
     except SkillError as exc:
@@ -157,9 +152,13 @@ def _call(tool_name: str, json_args: str | None, pairs: list[str]) -> int:
 
 def _write_stdout(text: str) -> None:
     """UTF-8 whatever the locale: JSON consumers expect it, and an ASCII terminal must not crash the call."""
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:  # stdout replaced by a text stream (an embedding caller): it takes str
+        sys.stdout.write(text)
+        return
     sys.stdout.flush()
-    sys.stdout.buffer.write(text.encode("utf-8"))
-    sys.stdout.buffer.flush()
+    buffer.write(text.encode("utf-8"))
+    buffer.flush()
 
 
 def _one_line(text: str) -> str:

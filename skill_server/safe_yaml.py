@@ -1,17 +1,24 @@
-"""Loading untrusted YAML safely, the way AgentJet's OmegaConf reads it.
+"""Loading untrusted YAML safely, in the dialect of whoever reads the file for real.
 
-Safe constructors only, and bounded: file size, alias references, expanded size, nesting depth and
-integer width. Values are JSON-like (mappings, lists, strings, numbers, booleans, null): explicit
-``!!set``, ``!!omap``, ``!!pairs``, ``!!binary`` and ``!!timestamp`` are refused, and dates stay
-strings, as in OmegaConf (which also reads ``1e-5`` as a float and refuses duplicate keys; so does
-this loader). Every problem is one ``ToolInputError`` line naming the field and the place in the text.
+Two readers meet in AgentJet's pipeline and disagree on some scalars, so the loader takes a dialect:
+
+* ``"omegaconf"`` (the default: every file Hydra composes, and configs in general): no timestamp type,
+  OmegaConf's extra float spellings (``1e-5`` is a float), a duplicate key is an error, and only
+  JSON-like values (explicit ``!!set``, ``!!omap``, ``!!pairs``, ``!!binary``, ``!!timestamp`` are
+  refused); integers must fit in 64 bits.
+* ``"pyyaml"``: exactly what ``yaml.safe_load`` returns (AgentJetJob reads a base YAML that way before
+  its round trip through OmegaConf, see ``agentjet/yamltypes.py``): PyYAML's scalar rules, the last of
+  duplicate keys wins, every safe tag is constructed (callers refuse what they cannot carry).
+
+Both are bounded the same way (file size, alias references, expanded size, nesting depth, digits of an
+integer), and every problem is one ``ToolInputError`` line naming the field and the place in the text.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from yaml.composer import ComposerError
@@ -24,24 +31,29 @@ MAX_YAML_BYTES = 4 * 1024 * 1024
 MAX_ALIASES = 1000
 MAX_EXPANDED_NODES = 500_000
 MAX_DEPTH = 100
-#: Integers must fit in 64 bits: what configs, the engine and its tensors can hold.
+#: Integers must fit in 64 bits in the omegaconf dialect: what configs, the engine and its tensors can hold.
 MAX_ABS_INT = 2**63 - 1
 
+Dialect = Literal["omegaconf", "pyyaml"]
+FLOAT_TAG = "tag:yaml.org,2002:float"
 _TIMESTAMP = "tag:yaml.org,2002:timestamp"
 _REFUSED_TAGS = ("tag:yaml.org,2002:set", "tag:yaml.org,2002:omap", "tag:yaml.org,2002:pairs",
                  "tag:yaml.org,2002:binary", _TIMESTAMP)
-#: OmegaConf's float rule: also ``1e5`` and ``1_000.5`` (YAML 1.1 alone wants a dot).
-_OMEGACONF_FLOAT = re.compile(r"""^(?:
+#: OmegaConf's float rule, the one place it is written down: besides YAML 1.1's floats, digits with an
+#: exponent and no dot (``1e5``), an exponent whose sign is optional, a leading dot, base-60 floats and
+#: the inf/nan words (first match wins after PyYAML's own resolvers).
+OMEGACONF_FLOAT = re.compile(r"""^(?:
      [-+]?[0-9]+(?:_[0-9]+)*\.[0-9_]*(?:[eE][-+]?[0-9]+)?
     |[-+]?[0-9]+(?:_[0-9]+)*(?:[eE][-+]?[0-9]+)
     |\.[0-9]+(?:_[0-9]+)*(?:[eE][-+][0-9]+)?
     |[-+]?[0-9]+(?:_[0-9]+)*(?::[0-5]?[0-9])+\.[0-9_]*
     |[-+]?\.(?:inf|Inf|INF)
-    |\.(?:nan|NaN|NAN))$""", re.X)
+    |\.(?:nan|NaN|NAN))$""", re.VERBOSE | re.ASCII)
+FLOAT_FIRST_CHARS = "-+0123456789."
 
 
-class _ConfigLoader(yaml.SafeLoader):
-    """SafeLoader with OmegaConf's scalar rules and limits on aliases and depth."""
+class PyYAMLLoader(yaml.SafeLoader):
+    """``yaml.safe_load``'s reading, bounded: alias references, nesting depth, digits of an integer."""
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
@@ -62,6 +74,19 @@ class _ConfigLoader(yaml.SafeLoader):
         finally:
             self.depth -= 1
 
+    def construct_bounded_int(self, node: yaml.ScalarNode) -> int:
+        try:
+            return self.construct_yaml_int(node)
+        except ValueError:  # Python refuses to parse integers of thousands of digits
+            raise ConstructorError(None, None, "integer with too many digits", node.start_mark) from None
+
+
+PyYAMLLoader.add_constructor("tag:yaml.org,2002:int", PyYAMLLoader.construct_bounded_int)
+
+
+class OmegaConfLoader(PyYAMLLoader):
+    """OmegaConf's reading: its scalar rules, duplicate keys refused, JSON-like values, 64-bit integers."""
+
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[str] = set()
         for key_node, _ in node.value:
@@ -72,10 +97,7 @@ class _ConfigLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
     def construct_bounded_int(self, node: yaml.ScalarNode) -> int:
-        try:
-            value = self.construct_yaml_int(node)
-        except ValueError:  # Python refuses to parse integers of thousands of digits
-            raise ConstructorError(None, None, "integer with too many digits", node.start_mark) from None
+        value = super().construct_bounded_int(node)
         if abs(value) > MAX_ABS_INT:
             raise ConstructorError(None, None, "integer out of range (more than 64 bits)", node.start_mark)
         return value
@@ -86,14 +108,16 @@ class _ConfigLoader(yaml.SafeLoader):
                                            "strings, numbers, booleans or null)", node.start_mark)
 
 
-_ConfigLoader.add_implicit_resolver("tag:yaml.org,2002:float", _OMEGACONF_FLOAT, list("-+0123456789."))
-_ConfigLoader.yaml_implicit_resolvers = {
+OmegaConfLoader.yaml_implicit_resolvers = {
     first: [(tag, pattern) for tag, pattern in resolvers if tag != _TIMESTAMP]
-    for first, resolvers in _ConfigLoader.yaml_implicit_resolvers.items()
+    for first, resolvers in PyYAMLLoader.yaml_implicit_resolvers.items()
 }
-_ConfigLoader.add_constructor("tag:yaml.org,2002:int", _ConfigLoader.construct_bounded_int)
+OmegaConfLoader.add_implicit_resolver(FLOAT_TAG, OMEGACONF_FLOAT, list(FLOAT_FIRST_CHARS))
+OmegaConfLoader.add_constructor("tag:yaml.org,2002:int", OmegaConfLoader.construct_bounded_int)
 for _tag in _REFUSED_TAGS:
-    _ConfigLoader.add_constructor(_tag, _ConfigLoader.refuse_tag)
+    OmegaConfLoader.add_constructor(_tag, OmegaConfLoader.refuse_tag)
+
+_LOADERS: dict[str, type[PyYAMLLoader]] = {"omegaconf": OmegaConfLoader, "pyyaml": PyYAMLLoader}
 
 
 def _check_expanded_size(data: Any, field: str) -> None:
@@ -113,13 +137,13 @@ def _check_expanded_size(data: Any, field: str) -> None:
             stack.extend(node)
 
 
-def parse_yaml_text(text: str, *, field: str, source: str = "the text") -> Any:
-    """Parse YAML text with the limits above; errors name ``field`` and say where the problem is."""
+def parse_yaml_text(text: str, *, field: str, source: str = "the text", dialect: Dialect = "omegaconf") -> Any:
+    """Parse YAML text in ``dialect`` with the limits above; errors name ``field`` and say where."""
     if len(text.encode("utf-8", errors="replace")) > MAX_YAML_BYTES:
         raise ToolInputError(f"{source} is larger than {MAX_YAML_BYTES // (1024 * 1024)} MiB", field=field)
-    loader: _ConfigLoader | None = None
+    loader: PyYAMLLoader | None = None
     try:
-        loader = _ConfigLoader(text)  # the reader checks for control characters here
+        loader = _LOADERS[dialect](text)  # the reader checks for control characters here
         data = loader.get_single_data()
     except yaml.YAMLError as exc:
         raise ToolInputError(f"{source} is not valid YAML{_where(exc)}: {_problem(exc)}", field=field) from None
@@ -152,10 +176,11 @@ def _problem(exc: yaml.YAMLError) -> str:
     return " ".join(str(problem).split())
 
 
-def load_yaml_file(path: str | Path, *, field: str, require_mapping: bool = True) -> Any:
+def load_yaml_file(path: str | Path, *, field: str, require_mapping: bool = True,
+                   dialect: Dialect = "omegaconf") -> Any:
     """Read and parse a YAML file; a missing, unreadable, oversized or non-mapping file is a clear error."""
     p, text = read_text_bounded(path, field=field, max_bytes=MAX_YAML_BYTES)
-    data = parse_yaml_text(text, field=field, source=str(p))
+    data = parse_yaml_text(text, field=field, source=str(p), dialect=dialect)
     if data is None:
         data = {}
     if require_mapping and not isinstance(data, dict):

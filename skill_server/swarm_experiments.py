@@ -24,6 +24,8 @@ _PORT_FLAG = re.compile(r"--swarm-port(?:=|\s+)([0-9]{1,5})\b")
 _URL_ASSIGNMENT = re.compile(r"\bAJET_SWARM_URL=(\S+)")
 _SERVER_COMMAND = re.compile(r"\bajet-swarm\s+start\b|\bajet\.swarm_cli\b.*\bstart\b")
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "0.0.0.0")
+#: How the registry names this machine (``skill_server.hosts.LOCAL``; not imported: keep this module light).
+LOCAL = "local"
 
 
 class ExperimentLink(SparseOutput):
@@ -48,7 +50,9 @@ def server_address(spec: dict[str, Any]) -> dict[str, Any] | None:
         server = next((p for p in processes if "server" in str(p.get("role", "")).lower()), None)
     found: dict[str, Any] = {}
     if server is not None:
-        found.update(role=str(server.get("role")), host=server.get("host"), workdir=server.get("workdir"))
+        host = server.get("host")
+        found.update(role=str(server.get("role")), host=None if host in (None, LOCAL) else host,
+                     workdir=server.get("workdir"))
         flag = _PORT_FLAG.search(str(server.get("command", "")))
         if flag and 0 < int(flag.group(1)) < 65536:
             return found | {"port": int(flag.group(1)), "port_source": "--swarm-port in the server's command"}

@@ -167,14 +167,12 @@ def test_call_help_imports_neither_mcp_nor_the_tool_module():
 
 @pytest.mark.parametrize("json_text, needle", [
     ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
-    ('{"max_env_worker": ' + "[" * 40 + "]" * 40 + "}", "nested deeper than 32 levels"),
     ('{"max_env_worker": 1' + "0" * 5000 + "}", "too many digits"),
     ('{"max_env_worker": NaN}', "NaN is not a JSON number"),
-    ('{"max_env_worker": 8, "agentjet_root": "\\ud800"}', "agentjet_root: text is not valid Unicode"),
     ('"just a string"', "must be a JSON object, got a string"),
     ("null", "must be a JSON object, got null"),
     ("{" + '"k": 1, ' * 200_000 + '"z": 1}', "larger than 1024 KiB"),
-], ids=["deep", "deep-field", "digits", "nan", "surrogate", "string", "null", "huge"])
+], ids=["deep", "digits", "nan", "string", "null", "huge"])
 def test_hostile_json_is_a_one_line_usage_error(json_text, needle):
     code = ("import sys; from skill_server import cli; "
             "raise SystemExit(cli.main(['call', 'episode_cap', '--json', sys.stdin.read()]))")
@@ -185,11 +183,28 @@ def test_hostile_json_is_a_one_line_usage_error(json_text, needle):
         proc.stderr[:300]
 
 
-def test_undecodable_bytes_in_argv_are_a_usage_error():
+@pytest.mark.parametrize("json_text, needle", [
+    ('{"max_env_worker": ' + "[" * 40 + "]" * 40 + "}", "max_env_worker: nested deeper than 32 levels"),
+    ('{"max_env_worker": 8, "agentjet_root": "\\ud800"}', "agentjet_root: text is not valid Unicode"),
+    ('{"max_env_worker": 1' + "0" * 400 + ', "num_repeat": 4}', "max_env_worker: integer out of range"),
+], ids=["deep-field", "surrogate", "huge-int"])
+def test_parsed_but_unusable_values_are_bad_arguments_like_over_mcp(json_text, needle):
+    """JSON that parses but holds a value no tool takes is a bad argument (exit 1, the field named), the
+    same message MCP gives; only text that cannot be read as arguments is a usage error (exit 2)."""
+    code = ("import sys; from skill_server import cli; "
+            "raise SystemExit(cli.main(['call', 'episode_cap', '--json', sys.stdin.read()]))")
+    proc = subprocess.run([sys.executable, "-c", code], input=json_text, capture_output=True, text=True,
+                          cwd=REPO, env=cli_env(), timeout=60)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr.startswith("episode_cap: ") and proc.stderr.count("\n") == 1 and needle in proc.stderr, \
+        proc.stderr[:300]
+
+
+def test_undecodable_bytes_in_argv_are_a_bad_argument():
     proc = subprocess.run([sys.executable.encode(), b"-m", b"skill_server", b"call", b"episode_cap",
                            b"max_env_worker=8", b"agentjet_root=/tmp/\xff"], capture_output=True, cwd=REPO,
                           env=cli_env(), timeout=60)
-    assert proc.returncode == 2 and b"agentjet_root: text is not valid Unicode" in proc.stderr
+    assert proc.returncode == 1 and b"agentjet_root: text is not valid Unicode" in proc.stderr
     assert proc.stderr.count(b"\n") == 1
 
 

@@ -87,7 +87,7 @@ def default_base(release: Release) -> Base:
 
 def load_base(path: Path, *, field: str, release: Release) -> Base:
     """Read a base YAML as AgentJetJob does (``yaml.safe_load``), bounded, refusing what it cannot carry."""
-    from skill_server.safe_yaml import parse_yaml_text  # PyYAML's SafeLoader with size and alias limits
+    from skill_server.safe_yaml import parse_yaml_text  # yaml.safe_load's reading, bounded
 
     try:
         st = os.stat(path)
@@ -109,12 +109,12 @@ def load_base(path: Path, *, field: str, release: Release) -> Base:
     except UnicodeDecodeError:
         raise ToolInputError(f"{path} is not UTF-8 text", field=field) from None
     try:
-        data = parse_yaml_text(text, field=field, source=str(path))
+        data = parse_yaml_text(text, field=field, source=str(path), dialect="pyyaml")
     except RecursionError:
         raise ToolInputError(f"{path} nests too deeply to read", field=field) from None
     except ToolInputError:
         raise
-    except Exception as exc:  # safe_yaml is being hardened separately; whatever escapes it is still one line
+    except Exception as exc:  # defensive: whatever a YAML library raises still becomes one line
         raise ToolInputError(f"{path} is not valid YAML: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}",
                              field=field) from None
     if data is None:

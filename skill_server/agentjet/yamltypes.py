@@ -10,43 +10,27 @@ Two loaders meet in AgentJet's pipeline, and they disagree on some scalars:
 
 So a base value takes the type OmegaConf's loader gives to the text ``yaml.dump`` writes for it
 (:func:`retype_base`), while a layer value takes the type OmegaConf's loader gives to its own text
-(:class:`LayerLoader`). The rules here were learned from OmegaConf 2.3 and PyYAML 6 as facts; nothing
+(``safe_yaml.OmegaConfLoader``). The rules here were learned from OmegaConf 2.3 and PyYAML 6 as facts; nothing
 of either is imported at run time except PyYAML itself.
 """
 
 from __future__ import annotations
 
 import datetime
-import re
 from typing import Any
 
 import yaml
 
-STR_TAG = "tag:yaml.org,2002:str"
-FLOAT_TAG = "tag:yaml.org,2002:float"
-TIMESTAMP_TAG = "tag:yaml.org,2002:timestamp"
+# OmegaConf's float rule and loader are written once, in safe_yaml (the bounded loader both readers share).
+from skill_server.safe_yaml import FLOAT_FIRST_CHARS, OMEGACONF_FLOAT, OmegaConfLoader
 
-#: The extra float spellings OmegaConf's loader accepts (first match wins after PyYAML's own resolvers):
-#: digits with a dot and an optional exponent whose sign is optional, digits with an exponent and no dot,
-#: a leading dot, base-60 floats, and the inf/nan words.
-OMEGACONF_FLOAT = re.compile(
-    r"""^(?:
-        [-+]?\d+(?:_\d+)*\.[\d_]*(?:[eE][-+]?\d+)?
-      | [-+]?\d+(?:_\d+)*[eE][-+]?\d+
-      | \.\d+(?:_\d+)*(?:[eE][-+]\d+)?
-      | [-+]?\d+(?:_\d+)*(?::[0-5]?\d)+\.[\d_]*
-      | [-+]?\.(?:inf|Inf|INF)
-      | \.(?:nan|NaN|NAN)
-    )$""",
-    re.VERBOSE | re.ASCII,
-)
-_FLOAT_FIRST_CHARS = frozenset("-+0123456789.")
+STR_TAG = "tag:yaml.org,2002:str"
+_FLOAT_FIRST_CHARS = frozenset(FLOAT_FIRST_CHARS)
 
 #: Nesting deeper than this is refused before any recursive walk (PyYAML and Python would hit their
 #: recursion limits well before a config needs it).
 MAX_DEPTH = 100
-#: Alias references and expanded nodes allowed in one file (an alias bomb expands exponentially).
-MAX_ALIASES = 1000
+#: Values allowed in one tree (an alias bomb expands exponentially).
 MAX_NODES = 500_000
 
 
@@ -73,43 +57,9 @@ class TooLarge(ValueError):
 # --- OmegaConf's typing of a YAML text --------------------------------------------------------------
 
 
-def _without_timestamps(resolvers: dict[Any, list[tuple[str, Any]]]) -> dict[Any, list[tuple[str, Any]]]:
-    return {first: [(tag, rx) for tag, rx in pairs if tag != TIMESTAMP_TAG] for first, pairs in resolvers.items()}
-
-
-class LayerLoader(yaml.SafeLoader):
-    """Reads a YAML file the way Hydra does through OmegaConf: no timestamps, OmegaConf's extra floats,
-    and a duplicate key in one mapping is an error (PyYAML would silently keep the last one)."""
-
-    aliases = 0
-
-    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
-        if self.check_event(yaml.AliasEvent):
-            self.aliases += 1
-            if self.aliases > MAX_ALIASES:
-                raise yaml.YAMLError(f"more than {MAX_ALIASES} alias references")
-        return super().compose_node(parent, index)
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> Any:  # type: ignore[override]
-        seen: set[str] = set()
-        for key_node, _ in node.value:
-            if key_node.tag != STR_TAG:
-                continue
-            if key_node.value in seen:
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping", node.start_mark,
-                    f"found duplicate key {key_node.value}", key_node.start_mark)
-            seen.add(key_node.value)
-        return super().construct_mapping(node, deep=deep)
-
-
-LayerLoader.yaml_implicit_resolvers = _without_timestamps(yaml.SafeLoader.yaml_implicit_resolvers)
-LayerLoader.add_implicit_resolver(FLOAT_TAG, OMEGACONF_FLOAT, list(_FLOAT_FIRST_CHARS))
-
-
 def load_layer_text(text: str) -> Any:
     """Parse one composed file as OmegaConf would (raises ``yaml.YAMLError`` on bad YAML)."""
-    loader = LayerLoader(text)
+    loader = OmegaConfLoader(text)
     try:
         return loader.get_single_data()
     finally:

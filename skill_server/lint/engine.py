@@ -36,7 +36,7 @@ def check_config(inp: CheckConfigInput) -> CheckConfigResult:
     explicit: Path | None = None
     if inp.yaml:
         explicit = resolve_path(inp.yaml, field="yaml", base=cwd)
-        load_yaml_file(explicit, field="yaml")  # clear errors first: missing, not a mapping, too large
+        load_yaml_file(explicit, field="yaml", dialect="pyyaml")  # clear errors first: missing, not a mapping, too large
         explicit = explicit.resolve()
     scan = scan_script(resolve_path(inp.script, field="script", base=cwd), field="script") if inp.script else None
     ctx = LintContext(inp, aj, scan, cwd)
