@@ -21,9 +21,9 @@ PROG = "python -m skill_server"
 MAX_JSON_ARGUMENT_BYTES = 1024 * 1024
 
 #: Import name -> what to install, for the one-line message when a dependency is missing.
-REQUIREMENTS = {"pydantic": "pydantic>=2", "pydantic_core": "pydantic>=2", "yaml": "pyyaml", "libtmux": "libtmux>=0.62",
+REQUIREMENTS = {"pydantic": "pydantic>=2", "pydantic_core": "pydantic>=2", "yaml": "pyyaml",
                 "mcp": "mcp>=2.3,<3", "anyio": "mcp>=2.3,<3", "uvicorn": "mcp>=2.3,<3"}
-SHELL_REQUIREMENTS = ("pyyaml", "pydantic>=2", "libtmux>=0.62")
+SHELL_REQUIREMENTS = ("pyyaml", "pydantic>=2")
 
 
 class _UsageError(Exception):
