@@ -44,6 +44,26 @@ CREATE TABLE IF NOT EXISTS experiments (
     timeouts INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS experiments_by_session ON experiments(session, created);
+-- Metric history (``experiments.history``): one series per (run, metric name), one point per step line.
+CREATE TABLE IF NOT EXISTS metric_series (
+    id INTEGER PRIMARY KEY,
+    exp_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    UNIQUE (exp_id, name)
+);
+CREATE TABLE IF NOT EXISTS metric_points (
+    series INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    value REAL,
+    PRIMARY KEY (series, seq)
+) WITHOUT ROWID;
+-- What a run's training YAML says (``experiments.runconfig``), cached between calls.
+CREATE TABLE IF NOT EXISTS run_configs (
+    exp_id TEXT PRIMARY KEY,
+    checked_at REAL NOT NULL,
+    data TEXT NOT NULL
+);
 """
 
 
