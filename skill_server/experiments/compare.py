@@ -246,8 +246,7 @@ def compare_experiments(inp: CompareInput) -> CompareOutput:
             if not matched:
                 raise ToolInputError("no run has a metric matching it", field="primary")
             primary = matched[0]
-            if primary not in metrics:
-                metrics.insert(0, primary)
+            metrics = [primary] + [m for m in metrics if m != primary]  # the deciding metric comes first
         table: dict[str, dict[str, MetricStats]] = {}
         for r in rows:
             table[r.id] = {}

@@ -39,6 +39,8 @@ _INT = re.compile(r"^[-+]?\d+$")
 #: What runs launched before "steps are steps" stored as their first-step pattern (a printed kl_loss value);
 #: such a stored pattern is not an override: those runs use the step-line rule too.
 LEGACY_FIRST_STEP_PATTERN = r"\bkl_loss:\s*[-+]?(?:\d|\.\d|nan|inf)"
+#: The end of a tqdm ``Training Progress`` bar with more text glued after it on the same line.
+_AFTER_BAR = re.compile(r"(Training Progress:[^\n\]]*\])(?=[^\n])")
 #: Most metrics kept from one step line (verl prints about 60-100).
 MAX_METRICS_PER_LINE = 500
 
@@ -146,6 +148,10 @@ class ScanState:
     first_step_at: float | None = None
     #: The step number of the first training step seen (None when a custom first-step pattern proved it).
     first_step: int | None = None
+    #: The first step was printed after this time: the previous scan, which had not seen it yet.
+    first_step_not_before: float | None = None
+    #: When bytes of this run's logs were last scanned.
+    scanned_at: float | None = None
     global_step: int | None = None
     metrics_step: int | None = None
     last_metrics: dict[str, Any] = field(default_factory=dict)
@@ -161,6 +167,8 @@ class ScanState:
             "first_step_seen": self.first_step_seen,
             "first_step_at": self.first_step_at,
             "first_step": self.first_step,
+            "first_step_not_before": self.first_step_not_before,
+            "scanned_at": self.scanned_at,
             "global_step": self.global_step,
             "metrics_step": self.metrics_step,
             "last_metrics": self.last_metrics,
@@ -181,6 +189,8 @@ class ScanState:
                 first_step_seen=bool(data.get("first_step_seen", False)),
                 first_step_at=_finite_or_none(data.get("first_step_at")),
                 first_step=_step_or_none(data.get("first_step")),
+                first_step_not_before=_finite_or_none(data.get("first_step_not_before")),
+                scanned_at=_finite_or_none(data.get("scanned_at")),
                 global_step=_step_or_none(data.get("global_step")),
                 metrics_step=_step_or_none(data.get("metrics_step")),
                 last_metrics={str(k): v for k, v in dict(data.get("last_metrics", {})).items()
@@ -254,8 +264,10 @@ def scan_text(text: str, state: ScanState, first_step_re: re.Pattern[str] | None
     """
     if not text:
         return []
-    if "\r" in text:  # a tqdm bar redraws with \r and the next line often starts right after it
+    if "\r" in text:  # a tqdm bar redraws with \r ...
         text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if "Training Progress" in text:  # ... and the next writer's line starts right after the bar
+        text = _AFTER_BAR.sub("\\1\n", text)
     for sig in SIGNATURES:
         if sig.needles and not any(needle in text for needle in sig.needles):
             continue

@@ -209,6 +209,7 @@ def _fold_scan(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanSt
     changed = False
     lines: list[history.StepLine] = []
     first_seq = scan.points_seq
+    seen_before = scan.first_step_seen
     for i, p in enumerate(procs):
         if not p.reads:
             continue
@@ -220,6 +221,10 @@ def _fold_scan(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanSt
             changed = True
         p.reads = p.reads[1:]
     scan.points_seq = first_seq + len(lines)
+    if changed:
+        if scan.first_step_seen and not seen_before:  # printed after the previous scan (or the launch)
+            scan.first_step_not_before = scan.scanned_at if scan.scanned_at is not None else row.created
+        scan.scanned_at = now
     if changed and not history.save_scan_and_points(reg, row.id, scan.to_json(), row.scan_version, lines, first_seq):
         fresh = reg.get(row.id)  # another caller scanned the same bytes first: use its result
         if fresh is not None:

@@ -135,8 +135,9 @@ def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int,
                                count=int(hit.get("count", 0)), hint=sig.hint, role=hit.get("role")))
     errors.sort(key=lambda e: (e.severity != "error", -e.count))
     overdue = not scan.first_step_seen and view.elapsed_s > first_step_s
-    if scan.first_step_seen and scan.first_step_at is not None and scan.first_step_at - row.created > first_step_s:
-        overdue = True
+    if scan.first_step_seen:  # late only if a look at the log after the deadline had not seen it yet
+        late_from = scan.first_step_not_before if scan.first_step_not_before is not None else scan.first_step_at
+        overdue = late_from is not None and late_from - row.created > first_step_s
     hosts = row.spec.get("hosts") or {}
     return dict(
         id=row.id, session=row.session, socket=row.socket, host=row.host, attach=row.spec.get("attach", ""),

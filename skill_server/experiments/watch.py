@@ -137,7 +137,7 @@ class Watcher:
     def _step_event(self, step: int, last: dict[str, Any], progress: ProgressInfo) -> Event:
         metrics = self._metrics(last)
         total = f"/{progress.total_steps}" if progress.total_steps else ""
-        parts = [f"step {step}{total}"] + [f"{k}={_fmt(v)}" for k, v in metrics.items()]
+        parts = [f"{step}{total}"] + [f"{k}={_fmt(v)}" for k, v in metrics.items()]
         if progress.seconds_per_step is not None:
             parts.append(f"| {progress.seconds_per_step:.3g} s/step")
         if progress.eta_s is not None:
