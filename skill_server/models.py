@@ -6,8 +6,17 @@ import difflib
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, SerializerFunctionWrapHandler, Strict, \
-    ValidationError, WithJsonSchema, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    Strict,
+    ValidationError,
+    WithJsonSchema,
+    model_serializer,
+)
 
 from skill_server.errors import ToolInputError
 

@@ -213,7 +213,8 @@ def test_collect_results_without_markdown_uses_the_log_and_draws_the_plot(tmux_s
 
 def test_collect_results_without_matplotlib_returns_the_data(tmux_socket: str, workdir: Path,
                                                              monkeypatch: pytest.MonkeyPatch):
-    out = call("launch_experiment", name="noplot", workdir=str(workdir), command=trainer("--steps", "5", "--delay", "0"))
+    out = call("launch_experiment", name="noplot", workdir=str(workdir),
+               command=trainer("--steps", "5", "--delay", "0"))
     wait_exit(out["id"])
     for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
         monkeypatch.delitem(sys.modules, name)

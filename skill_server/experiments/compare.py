@@ -158,7 +158,8 @@ def _leader(rows: list[Row], metric: str, table: dict[str, MetricStats], higher:
     runner, runner_value = rest[0] if rest else (None, None)
     margin = abs(value - runner_value) if runner_value is not None else None  # type: ignore[operator]
     relative = margin / abs(runner_value) if margin is not None and runner_value else None
-    return Leader(metric=metric, statistic=f"mean of the last {last_k} values", direction="lower" if lower else "higher",
+    return Leader(metric=metric, statistic=f"mean of the last {last_k} values",
+                  direction="lower" if lower else "higher",
                   direction_source=source, leader=lead, value=value, runner_up=runner,  # type: ignore[arg-type]
                   runner_up_value=runner_value, margin=margin, relative_margin=relative,
                   ranking=[r for r, _ in scored])

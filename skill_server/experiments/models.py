@@ -237,7 +237,8 @@ class StatusInput(ToolInput):
         default=None, min_length=1, max_length=20,
         description="With id: metric names or glob patterns (fnmatch: 'critic/score/*', '*loss*') whose history "
         "over steps to return, from every step line scanned so far.")
-    history_from_step: NonNegativeInt | None = Field(default=None, le=MAX_STEP, description="First step of the history.")
+    history_from_step: NonNegativeInt | None = Field(default=None, le=MAX_STEP,
+                                                     description="First step of the history.")
     history_to_step: NonNegativeInt | None = Field(default=None, le=MAX_STEP, description="Last step of the history.")
     history_points: PositiveInt | None = Field(default=None, le=MAX_HISTORY_POINTS,
                                                description="Most points per metric (default 200): longer histories "

@@ -285,9 +285,10 @@ def collect_results(inp: CollectInput) -> CollectOutput:
         why = "is still running" if state == "running" else "cannot be asked about (host unreachable)"
         notes.append(f"the experiment {why}: results.md is interim and finish.flag was not written")
     picture = None
-    labels = run_labels([row] + overlays) if row is not None else []
-    title = f"{labels[0]}: metrics over steps" + (f" (with {', '.join(labels[1:])})" if len(labels) > 1 else "")
     if want_plot and curves:
+        assert row is not None
+        labels = run_labels([row] + overlays)
+        title = f"{labels[0]}: metrics over steps" + (f" (with {', '.join(labels[1:])})" if len(labels) > 1 else "")
         try:
             picture = plots.render(curves, title)
         except plots.PlotsUnavailable as exc:
@@ -307,9 +308,9 @@ def collect_results(inp: CollectInput) -> CollectOutput:
     written = [expect(r, field="result_dir")["path"] for r in host.call(writes)]
     image = None
     if picture is not None:
+        encoded = base64.b64encode(picture.png).decode("ascii") if inp.image_data else None
         image = ImageAttachment.of(picture.png, mime_type="image/png", title=title, width=picture.width,
-                                   height=picture.height, path=written.pop(0), host=host_name,
-                                   data_base64=base64.b64encode(picture.png).decode("ascii") if inp.image_data else None)
+                                   height=picture.height, path=written.pop(0), host=host_name, data_base64=encoded)
     return CollectOutput(
         host=host_name, results_path=written[0], finish_flag_path=written[1] if flag_wanted else None, state=state,
         exit_code=exit_code, val_markdown=val_md, train_markdown=train_md, val_metrics=val_metrics,

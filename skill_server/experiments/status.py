@@ -13,10 +13,9 @@ The metric history (``history``) is read from the local registry.
 
 from __future__ import annotations
 
-from typing import Any
-
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from skill_server.errors import ToolInputError
 from skill_server.experiments import blueprint as bp
@@ -175,7 +174,7 @@ class HistoryRequest:
 
 
 @dataclass
-class _Plan:
+class ExtraPlan:
     """The extra operations of one run in a status round trip, and where their answers are."""
 
     config_checked_at: float | None
@@ -185,15 +184,18 @@ class _Plan:
     list_checkpoints: bool
 
 
-def _plan(reg: Registry, row: Row, want_checkpoints: bool, now: float) -> _Plan:
+def plan_extras(reg: Registry, row: Row, want_checkpoints: bool, now: float) -> ExtraPlan:
+    """What this call must ask the run's hosts besides the observation: its YAML (when the cached summary is
+    missing or stale) and its checkpoint listing (when wanted and the directory is known)."""
     checked_at, config = runconfig.cached(reg, row.id)
     read = runconfig.needs_check(checked_at, config, now) and not (row.final_state and checked_at is not None)
     cands = runconfig.candidates(row) if read else []
     listing = want_checkpoints and ckpt.listing_op(config) is not None  # the cached directory, if known
-    return _Plan(checked_at, config, cands, read, listing)
+    return ExtraPlan(checked_at, config, cands, read, listing)
 
 
-def _extra_ops(plan: _Plan) -> list[tuple[str, dict[str, Any]]]:
+def extra_ops(plan: ExtraPlan) -> list[tuple[str, dict[str, Any]]]:
+    """The (host, op) pairs of a plan, for ``observe(extra_ops=...)``; the checkpoint listing comes last."""
     ops = [(c.host, runconfig.read_op(c.path)) for c in plan.candidates]
     if plan.list_checkpoints:
         listing = ckpt.listing_op(plan.config)
@@ -202,7 +204,14 @@ def _extra_ops(plan: _Plan) -> list[tuple[str, dict[str, Any]]]:
     return ops
 
 
-def _checkpoints(plan: _Plan, view: View) -> CheckpointList:
+def absorb_config(reg: Registry, view: View, plan: ExtraPlan, now: float) -> None:
+    """Fold the YAML reads that came back with ``view`` into the plan's config and cache it."""
+    if plan.read_config:
+        plan.config = runconfig.fold_answers(view.row, plan.candidates, view.extra[: len(plan.candidates)])
+        runconfig.store(reg, view.row.id, plan.config, now)
+
+
+def _checkpoints(plan: ExtraPlan, view: View) -> CheckpointList:
     """The listing that rode along, or (once per run, right after the YAML named the directory) one more call."""
     if plan.list_checkpoints:
         return ckpt.from_answer(plan.config, view.extra[-1])
@@ -222,20 +231,17 @@ def observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_li
     when asked, checkpoints and metric history."""
     now = time.time()
     starts: dict[str, list[int]] = {}
-    plans: dict[str, _Plan] = {}
+    plans: dict[str, ExtraPlan] = {}
     for row in rows:
         starts[row.id] = parse_cursor(since, len(row.processes), "since") if since is not None else stored_cursor(row)
-        plans[row.id] = _plan(reg, row, checkpoints, now)
+        plans[row.id] = plan_extras(reg, row, checkpoints, now)
     views = observe(reg, rows, extra_reads=lambda row: line_reads(row, starts[row.id], max_lines),
-                    extra_ops=lambda row: _extra_ops(plans[row.id]))
+                    extra_ops=lambda row: extra_ops(plans[row.id]))
     out = []
     for view in views:
         row = view.row
         plan = plans[row.id]
-        if plan.read_config:
-            answers = view.extra[: len(plan.candidates)]
-            plan.config = runconfig.fold_answers(row, plan.candidates, answers)
-            runconfig.store(reg, row.id, plan.config, now)
+        absorb_config(reg, view, plan, now)
         offsets = starts[row.id]
         lines, new, skipped = lines_from(view, offsets, max_lines)
         if since is None and new != offsets:

@@ -15,8 +15,6 @@ import math
 import re
 from typing import Any
 
-from pydantic import Field
-
 from skill_server.experiments import logs
 from skill_server.models import ToolOutput
 

@@ -27,12 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from skill_server.experiments import history, plots, runconfig
+from skill_server.experiments import history, plots
 from skill_server.experiments.models import TERMINAL, ProgressInfo
 from skill_server.experiments.observe import View, observe
 from skill_server.experiments.progress import iso
 from skill_server.experiments.signatures import SIGNATURES_BY_NAME
-from skill_server.experiments.status import find, progress_info
+from skill_server.experiments.status import absorb_config, extra_ops, find, plan_extras, progress_info
 from skill_server.experiments.store import open_registry
 
 EXIT_BY_STATE = {"succeeded": 0, "failed": 10, "stopped": 11, "timed_out": 12, "lost": 13}
@@ -91,8 +91,8 @@ class Watcher:
         step = scan.global_step
         if not self.started:
             self.started = True
-            out.append(Event("started", f"{row.id} state={view.state} host={row.host} elapsed={_duration(view.elapsed_s)}"
-                             + (f" step={step}" if step is not None else ""),
+            out.append(Event("started", f"{row.id} state={view.state} host={row.host} "
+                             f"elapsed={_duration(view.elapsed_s)}" + (f" step={step}" if step is not None else ""),
                              {"state": view.state, "host": row.host, "elapsed_s": round(view.elapsed_s, 1),
                               "global_step": step}))
         elif view.state != self.state and view.state not in TERMINAL:  # a final state is the finished line
@@ -176,12 +176,13 @@ def watch(key: str, *, every: int = DEFAULT_EVERY, interval_s: float = DEFAULT_I
         with open_registry() as reg:
             row = find(reg, key)
         while True:
+            now = time.time()
             with open_registry() as reg:
                 row = reg.get(row.id) or row
-                view = observe(reg, [row])[0]
-                _, config = runconfig.cached(reg, row.id)
-            now = time.time()
-            for event in watcher.events(view, progress_info(view, config, now)):
+                plan = plan_extras(reg, row, False, now)  # the run's YAML, while its total steps are unknown
+                view = observe(reg, [row], extra_ops=lambda r: extra_ops(plan))[0]
+                absorb_config(reg, view, plan, now)
+            for event in watcher.events(view, progress_info(view, plan.config, now)):
                 emit(format_line(event, row.session, as_json, now))
             if view.state in TERMINAL:
                 return EXIT_BY_STATE[view.state]
