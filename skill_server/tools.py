@@ -335,8 +335,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "the best value and its step, and the mean of the last k values, from every step:N line scanned; which "
             "run leads on the primary metric by its last-k mean and by how much (higher is better unless the metric "
             "is loss-like or higher_is_better says otherwise; the answer says which was assumed); and the keys "
-            "whose values differ between the runs' YAMLs (bounded). plot=true overlays the runs in one PNG, "
-            "returned as an image."
+            "whose values differ between the runs' YAMLs (their blueprint or --conf YAML, or yaml_paths such as a "
+            "dumped config; bounded). plot=true overlays the runs in one PNG, returned as an image."
         ),
         input_model="skill_server.experiments.compare:CompareInput",
         output_model="skill_server.experiments.compare:CompareOutput",

@@ -268,11 +268,37 @@ def test_compare_experiments_leader_direction_and_config_differences(tmux_socket
     assert loss["metrics"][0] == "actor/pg_loss" and loss["plot"] is None
     flipped = call("compare_experiments", ids=[a, b], metrics=["critic/score/mean"], higher_is_better=False)
     assert flipped["leader"]["leader"] == b and flipped["leader"]["direction_source"] == "given (higher_is_better)"
+    dumped = write_yaml(workdir / "dumped.yaml", "expB", num_repeat=6)
+    given = call("compare_experiments", ids=[a, b], yaml_paths=[None, str(dumped)])
+    assert {d["key"]: d["values"] for d in given["config_differences"]}["ajet.rollout.num_repeat"] == [4, 6]
+    assert given["runs"][1]["config_file"] == str(dumped)
     for args, field in [({"ids": [a, a]}, "ids.1"), ({"ids": [a, "no-such-run"]}, "ids.1"), ({"ids": [a]}, "ids"),
-                        ({"ids": [a, b], "primary": "zzz*"}, "primary")]:
+                        ({"ids": [a, b], "primary": "zzz*"}, "primary"),
+                        ({"ids": [a, b], "yaml_paths": [None, "rel.yaml"]}, "yaml_paths.1"),
+                        ({"ids": [a, b], "yaml_paths": [None, None, None]}, "yaml_paths")]:
         with pytest.raises(ToolInputError) as err:
             call("compare_experiments", **args)
         assert err.value.field == field, args
+
+
+def test_compare_without_matplotlib_returns_the_series(tmux_socket: str, workdir: Path,
+                                                      monkeypatch: pytest.MonkeyPatch):
+    a, b = _two_runs(workdir)
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    out = call("compare_experiments", ids=[a, b], metrics=["critic/score/mean"], plot=True)
+    assert out["plot"] is None and any("pip install 'agentjet-swarm-skill[plots]'" in n for n in out["notes"])
+    assert out["plot_data"][a]["series"][0]["steps"] == list(range(1, 13))
+    assert out["plot_data"][b]["series"][0]["points"] == 8
+
+
+def test_watch_imports_neither_mcp_nor_matplotlib(tmux_socket: str):
+    code = ("import sys; from skill_server import cli; rc = cli.main(['watch', 'no-such-run']); "
+            "sys.stderr.write(repr(sorted(m for m in ('mcp', 'matplotlib') if m in sys.modules)) + str(rc))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env(),
+                          timeout=60)
+    assert proc.stderr.strip().endswith("[]1"), proc.stderr
 
 
 @pytest.mark.anyio

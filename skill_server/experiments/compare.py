@@ -19,6 +19,8 @@ from pydantic import Field, StrictBool, StrictStr
 
 from skill_server.errors import ToolInputError
 from skill_server.experiments import history, plots, runconfig
+from skill_server.experiments.launch import host_path
+from skill_server.experiments.models import MetricsHistory
 from skill_server.experiments.results import run_labels
 from skill_server.experiments.status import find, observe_with_lines
 from skill_server.experiments.store import Registry, Row, open_registry
@@ -55,6 +57,11 @@ class CompareInput(ToolInput):
                                     "image (default false; needs matplotlib).")
     image_data: StrictBool | None = Field(default=None, description="Also put the PNG in the JSON as base64 (the CLI "
                                           "has no other way to carry it; MCP clients get an image block anyway).")
+    yaml_paths: list[Annotated[StrictStr, Field(max_length=4096)] | None] | None = Field(
+        default=None, min_length=2, max_length=MAX_RUNS,
+        description="One per id, in the same order: the YAML to compare for that run (absolute, on the run's main "
+        "host; e.g. the config AgentJetJob dumped), or null for the run's own (its blueprint's exp_yaml_path or a "
+        "--conf argument).")
 
 
 class MetricStats(ToolOutput):
@@ -107,6 +114,8 @@ class CompareOutput(ToolOutput):
     config_differences: list[ConfigDifference]
     config_keys_differing: int = Field(description="All differing keys (the list is bounded by max_config_keys).")
     plot: ImageAttachment | None = None
+    plot_data: dict[str, MetricsHistory] | None = Field(default=None, description="Per run id, the series a plot "
+                                                        "would show, when matplotlib is not installed.")
     notes: list[str]
 
 
@@ -169,9 +178,12 @@ def _leader(rows: list[Row], metric: str, table: dict[str, MetricStats], higher:
 # configuration
 
 
-def _config_files(rows: list[Row], notes: list[str]) -> list[tuple[str | None, dict[str, Any] | None]]:
-    """Per run: ('host:path' or path, flattened YAML) of its first readable YAML candidate; one call per host."""
-    cands = {r.id: runconfig.candidates(r) for r in rows}
+def _config_files(rows: list[Row], given: list[str | None], notes: list[str]
+                  ) -> list[tuple[str | None, dict[str, Any] | None]]:
+    """Per run: ('host:path' or path, flattened YAML) of its first readable YAML candidate (the given path, else
+    its own candidates); one call per host."""
+    cands = {r.id: ([runconfig.Candidate(r.host, path, path.rsplit("/", 1)[0] or "/")] if path is not None
+                    else runconfig.candidates(r)) for r, path in zip(rows, given)}
     requests: dict[str, list[dict[str, Any]]] = {}
     where: dict[tuple[str, int], tuple[str, int]] = {}
     for r in rows:
@@ -232,9 +244,19 @@ def _find_all(reg: Registry, keys: list[str]) -> list[Row]:
     return rows
 
 
+def _given_yaml_paths(inp: CompareInput) -> list[str | None]:
+    if inp.yaml_paths is None:
+        return [None] * len(inp.ids)
+    if len(inp.yaml_paths) != len(inp.ids):
+        raise ToolInputError(f"needs one entry per id ({len(inp.ids)}; null for a run's own YAML)", field="yaml_paths")
+    return [None if p is None else host_path(p, f"yaml_paths.{i}") for i, p in enumerate(inp.yaml_paths)]
+
+
 def compare_experiments(inp: CompareInput) -> CompareOutput:
     notes: list[str] = []
     last_k = inp.last_k or DEFAULT_LAST_K
+    given = _given_yaml_paths(inp)
+    plot_data: dict[str, MetricsHistory] | None = None
     with open_registry() as reg:
         rows = _find_all(reg, list(inp.ids))
         fields = observe_with_lines(reg, rows, None, 0)
@@ -259,12 +281,14 @@ def compare_experiments(inp: CompareInput) -> CompareOutput:
         if inp.plot:
             shown = metrics[:plots.MAX_PANELS]
             curves = plots.curves_from_history(reg, list(zip(run_labels(rows), [r.id for r in rows])), shown)
+            if curves and not plots.available():
+                plot_data = {r.id: history.history_view(reg, r.id, shown, None, None, 200) for r in rows}
     leader = None
     if primary is not None:
         leader = _leader(rows, primary, {r.id: table[r.id][primary] for r in rows}, inp.higher_is_better, last_k)
         if leader is None:
             notes.append(f"no run has a finite value of {primary} yet: no leader")
-    configs = _config_files(rows, notes)
+    configs = _config_files(rows, given, notes)
     differences, differing = config_differences([flat for _, flat in configs],
                                                 inp.max_config_keys or DEFAULT_CONFIG_KEYS)
     runs = []
@@ -288,6 +312,6 @@ def compare_experiments(inp: CompareInput) -> CompareOutput:
                     picture.png, mime_type="image/png", title=title[:120], width=picture.width, height=picture.height,
                     data_base64=base64.b64encode(picture.png).decode("ascii") if inp.image_data else None)
             except plots.PlotsUnavailable as exc:
-                notes.append(f"{exc.message}; the numbers above are the comparison")
+                notes.append(f"{exc.message}; plot_data holds the series instead")
     return CompareOutput(runs=runs, metrics=metrics, leader=leader, config_differences=differences,
-                         config_keys_differing=differing, plot=image, notes=notes)
+                         config_keys_differing=differing, plot=image, plot_data=plot_data, notes=notes)
