@@ -40,7 +40,7 @@ _INT = re.compile(r"^[-+]?\d+$")
 #: such a stored pattern is not an override: those runs use the step-line rule too.
 LEGACY_FIRST_STEP_PATTERN = r"\bkl_loss:\s*[-+]?(?:\d|\.\d|nan|inf)"
 #: The end of a tqdm ``Training Progress`` bar with more text glued after it on the same line.
-_AFTER_BAR = re.compile(r"(Training Progress:[^\n\]]*\])(?=[^\n])")
+_AFTER_BAR = re.compile(r"(Training Progress:[^\n\]]{0,400}\])(?=[^\n])")
 #: Most metrics kept from one step line (verl prints about 60-100).
 MAX_METRICS_PER_LINE = 500
 

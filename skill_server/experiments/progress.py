@@ -24,8 +24,9 @@ from datetime import datetime, timezone
 from typing import Any
 
 #: The trainer's tqdm bar: ``Training Progress:  12%|█▏   | 3/25 [00:41<05:01, 13.70s/it]``.
-TQDM_RE = re.compile(r"Training Progress:[^\n\r|]*\|[^\n\r|]*\|\s*(\d{1,12})/(\d{1,12})\s*\[[^\]\n\r]*?"
-                     r"(?:,\s*(\d+(?:\.\d+)?)(s/it|it/s))?\s*(?:,[^\]\n\r]*)?\]")
+#: Every repetition is bounded, so a hostile line costs linear time.
+TQDM_RE = re.compile(r"Training Progress:[^\n\r|]{0,40}\|[^\n\r|]{0,200}\|\s{0,5}(\d{1,12})/(\d{1,12})\s{0,5}"
+                     r"\[[^\]\n\r,]{0,60}(?:,\s{0,5}(\d{1,12}(?:\.\d{1,12})?)(s/it|it/s))?[^\]\n\r]{0,200}\]")
 STEP_TIME_KEY = "timing_s/step"
 #: Largest step count believed (anything larger is a parse accident, not a run).
 MAX_STEPS = 10**12
