@@ -160,13 +160,6 @@ def downsample(series: Series, max_points: int) -> Downsampled:
     return out
 
 
-def delete_run(reg: Registry, exp_id: str) -> None:
-    """Forget a run's history (its registry row is being removed)."""
-    reg.conn.execute("DELETE FROM metric_points WHERE series IN (SELECT id FROM metric_series WHERE exp_id = ?)",
-                     (exp_id,))
-    reg.conn.execute("DELETE FROM metric_series WHERE exp_id = ?", (exp_id,))
-
-
 def history_view(reg: Registry, exp_id: str, patterns: list[str], from_step: int | None, to_step: int | None,
                  max_points: int, restarts: int = 0) -> MetricsHistory:
     """The ``metrics_history`` answer of ``experiment_status``: matched series, downsampled."""

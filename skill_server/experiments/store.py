@@ -3,7 +3,8 @@
 Shared by every CLI call and MCP server of the same user at the same time, and it survives restarts.
 Each call opens its own short-lived connection (autocommit, busy timeout), so concurrent processes and
 worker threads never share a handle. Scan state is updated with a compare-and-set on ``scan_version``
-so two status calls racing over the same bytes never count an error twice; a final state is recorded
+(``history.save_scan_and_points``, together with the step lines' metrics) so two status calls racing
+over the same bytes never count an error or store a step twice; a final state is recorded
 once (compare-and-set on ``final_state IS NULL``).
 
 A row's ``spec`` holds what the launch decided, including, per process, the host it runs on and the
@@ -212,13 +213,6 @@ class Registry:
 
     def set_exit_code(self, exp_id: str, exit_code: int | None) -> None:
         self.conn.execute("UPDATE experiments SET final_exit_code = ? WHERE id = ?", (exit_code, exp_id))
-
-    def save_scan(self, exp_id: str, scan: dict[str, Any], expected_version: int) -> bool:
-        cur = self.conn.execute(
-            "UPDATE experiments SET scan = ?, scan_version = scan_version + 1 WHERE id = ? AND scan_version = ?",
-            (json.dumps(scan), exp_id, expected_version),
-        )
-        return cur.rowcount == 1
 
     def save_cursor(self, exp_id: str, cursor: str) -> None:
         self.conn.execute("UPDATE experiments SET read_cursor = ? WHERE id = ?", (cursor, exp_id))
