@@ -420,3 +420,29 @@ def test_watch_exit_codes_json_lines_interrupts_and_errors(tmux_socket: str, wor
     assert rc == 1 and err.count("\n") == 1 and "no-such-run" in err
     usage = Watch(hang["id"], "--every", "0")
     assert usage.finish()[0] == 2
+
+
+def test_concurrent_status_calls_store_every_step_once(tmux_socket: str, workdir: Path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    from skill_server.experiments.store import open_registry
+
+    out = call("launch_experiment", name="race", workdir=str(workdir),
+               command=trainer("--steps", "150", "--delay", "0.01", "--tail-sleep", "1"))
+
+    def poll(_: int) -> int:
+        done = 0
+        while status(out["id"], max_lines=0, checkpoints=False)["state"] == "running":
+            done += 1
+        return done
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        assert sum(pool.map(poll, range(6))) > 6
+    s = status(out["id"], max_lines=0, metrics_history=["critic/real_reward"], history_points=1000)
+    series = s["metrics_history"]["series"][0]
+    assert s["unscanned_bytes"] == 0 and series["steps"] == list(range(1, 151))
+    with open_registry() as reg:
+        rows = reg.conn.execute("SELECT COUNT(*), COUNT(DISTINCT p.step) FROM metric_points p JOIN metric_series s "
+                                "ON s.id = p.series WHERE s.exp_id = ? AND s.name = 'critic/real_reward'",
+                                (out["id"],)).fetchone()
+    assert rows == (150, 150)  # racing callers never stored a line twice
