@@ -1,9 +1,10 @@
-"""Command-line front end: ``serve`` (the MCP server), ``tools``, ``call`` and ``schemas``.
+"""Command-line front end: ``serve`` (the MCP server), ``tools``, ``call``, ``watch`` and ``schemas``.
 
-``tools`` and ``call`` never import the ``mcp`` package: they are how an assistant without MCP
+``tools``, ``call`` and ``watch`` never import the ``mcp`` package: they are how an assistant without MCP
 registration uses the skill from a shell, so they must start fast. Exit codes of ``call``: 0 with one
 JSON object on stdout; 1 for a tool error (one line on stderr naming the field); 2 for a usage error;
-3 when a package the skill needs is not installed in this interpreter.
+3 when a package the skill needs is not installed in this interpreter. ``watch`` prints one line per
+event of a run and exits with a code that says how the run ended (``experiments.watch``).
 """
 
 from __future__ import annotations
@@ -61,11 +62,66 @@ def _build_parser() -> argparse.ArgumentParser:
     snapshot.add_argument("--repo", default=None, help="owner/name of the repository (default: the origin remote)")
     snapshot.add_argument("--releases-dir", default=None, help=argparse.SUPPRESS)
 
+    watch = sub.add_parser("watch", help="print one line per event of a run until it ends (exit code: how it ended)")
+    watch.add_argument("id", help="experiment id or session name")
+    watch.add_argument("--every", type=_positive_int, default=10, metavar="K",
+                       help="a step line every K global steps (default 10)")
+    watch.add_argument("--interval", type=_interval, default=5.0, metavar="SECONDS",
+                       help="seconds between looks at the run (default 5, at least 0.2)")
+    watch.add_argument("--metrics", default=None, metavar="GLOBS",
+                       help="comma-separated metric names or globs shown on step lines (default: reward, loss ...)")
+    watch.add_argument("--json", action="store_true", help="one JSON object per line instead of text")
+    watch.add_argument("--max-time", type=_interval, default=None, metavar="SECONDS",
+                       help="give up after this long (exit 124)")
+
     call = sub.add_parser("call", help="run one tool and print its result as JSON (call TOOL --help: its arguments)")
     call.add_argument("tool")
     call.add_argument("--json", dest="json_args", default=None, help="arguments as one JSON object")
     call.add_argument("pairs", nargs="*", help="arguments as key=value (values parsed as JSON when they parse)")
     return parser
+
+
+# ------------------------------------------------------------------------------------------- watch
+
+def _positive_int(text: str) -> int:
+    if not (text.isascii() and text.isdigit()) or len(text) > 9 or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+    return int(text)
+
+
+def _interval(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0.2 <= value <= 366 * 86400:
+        raise argparse.ArgumentTypeError(f"{text!r} is not between 0.2 and {366 * 86400} seconds")
+    return value
+
+
+def _watch(args: argparse.Namespace) -> int:
+    from skill_server.errors import SkillError, internal_error_message
+    from skill_server.experiments.watch import watch
+
+    metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
+    if metrics is not None and (not metrics or any(len(m) > 200 for m in metrics)):
+        raise _UsageError("--metrics needs comma-separated names or globs of at most 200 characters")
+    try:
+        return watch(args.id, every=args.every, interval_s=args.interval, metrics=metrics, as_json=args.json,
+                     max_time_s=args.max_time)
+    except SkillError as exc:
+        sys.stderr.write(f"watch: {exc}\n")
+        return EXIT_TOOL_ERROR
+    except ModuleNotFoundError as exc:
+        if _is_requirement(exc):
+            raise
+        sys.stderr.write(f"watch: {internal_error_message(exc)}\n")
+        return EXIT_TOOL_ERROR
+    except Exception as exc:  # a bug: one line, the traceback only on request
+        if os.environ.get("SKILL_SERVER_DEBUG"):
+            raise
+        sys.stderr.write(f"watch: {internal_error_message(exc)}\n")
+        return EXIT_TOOL_ERROR
 
 
 # ------------------------------------------------------------------------------------------- call
@@ -284,6 +340,8 @@ def main(argv: list[str] | None = None) -> int:
             return _schemas(args.write)
         if args.command == "snapshot":
             return _snapshot(args)
+        if args.command == "watch":
+            return _watch(args)
         return _call(args.tool, args.json_args, args.pairs)
     except _UsageError as exc:
         sys.stderr.write(f"usage error: {_one_line(str(exc))} (see {PROG} --help)\n")

@@ -4,11 +4,13 @@ Each tool gets a flat signature derived from its input model (so clients send pl
 arguments), returns its pydantic output model (so the server publishes an output schema), and carries
 the table's hints as MCP annotations. Domain errors become ``ToolError`` with their one-line message.
 The domain function runs on a worker thread; its progress callback is bridged to MCP progress
-notifications. This module is the only one that imports the MCP SDK.
+notifications. A result holding ``ImageAttachment`` pictures also gets one image content block per
+picture. This module is the only one that imports the MCP SDK.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import hmac
 import json
@@ -23,13 +25,15 @@ from typing import Any
 
 import anyio.from_thread
 import anyio.to_thread
+import pydantic_core
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
-from mcp.types import ToolAnnotations
+from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
 
 from skill_server import __version__
 from skill_server.errors import SkillError, internal_error_message
+from skill_server.models import attached_images
 from skill_server.tools import TOOLS, ToolSpec, schema_manifest
 
 log = logging.getLogger("skill_server.mcp")
@@ -40,8 +44,9 @@ INSTRUCTIONS = (
     "'Running Episodes' gauge and which knob lifts it. build_config: the YAML AgentJetJob hands to the engine. "
     "check_config: static lint of a swarm client script and YAML. swarm_status: live swarm servers (by url or "
     "experiment id). "
-    "blueprint, launch_experiment, wait_experiment (bounded, use next_wait_s), experiment_status, "
-    "stop_experiment, collect_results: experiments in tmux. Arguments are strict JSON (unknown names are "
+    "blueprint, launch_experiment, wait_experiment (bounded, use next_wait_s), experiment_status (progress, ETA, "
+    "checkpoints, metrics_history), compare_experiments, stop_experiment, collect_results (results.md and a "
+    "metrics plot): experiments in tmux. Arguments are strict JSON (unknown names are "
     "refused, null means not given). Without MCP, the same tools run as "
     "`python -m skill_server call TOOL --json '{...}'` (`call TOOL --help` lists a tool's arguments)."
 )
@@ -74,7 +79,7 @@ def _handler_for(spec: ToolSpec) -> Any:
 
         try:
             result = await anyio.to_thread.run_sync(functools.partial(spec.invoke, arguments, progress))
-            return spec.dump(result)
+            return _with_images(result, spec.dump(result))
         except SkillError as exc:
             raise ToolError(str(exc)) from None
         except Exception as exc:  # an unexpected bug: say what it was instead of a generic failure
@@ -85,6 +90,19 @@ def _handler_for(spec: ToolSpec) -> Any:
     handler.__qualname__ = spec.name
     handler.__doc__ = spec.description
     return handler
+
+
+def _with_images(result: Any, dumped: dict[str, Any]) -> Any:
+    """The structured result, plus an image content block per picture the tool attached (``ImageAttachment``):
+    the text block is the same JSON the SDK would have made."""
+    images = attached_images(result)
+    if not images:
+        return dumped
+    text = pydantic_core.to_json(dumped, fallback=str, indent=2).decode()
+    blocks: list[Any] = [TextContent(type="text", text=text)]
+    blocks += [ImageContent(type="image", data=base64.b64encode(image.data).decode("ascii"), mime_type=image.mime_type)
+               for image in images]
+    return CallToolResult(content=blocks, structured_content=dumped)
 
 
 def build_server() -> MCPServer:
@@ -177,11 +195,12 @@ RUN_BLUEPRINT = """Run the AgentJet experiment described by the blueprint {bluep
 1. blueprint(action="validate", path=...) and fix every problem it reports before launching.
 2. check_config on the client script / YAML it names; fix errors (warnings: say why you keep them).
 3. launch_experiment(blueprint=...) returns at once with an id, the log path and the attach command.
-4. wait_experiment(id, until="first_step"): the first step (a kl_loss value) must appear within the
-   blueprint's first-step deadline (20 min by default). Then wait_experiment(id) repeatedly, sleeping as
+4. wait_experiment(id, until="first_step"): the first step (the first step:N line) must appear within
+   the blueprint's first-step deadline (20 min by default). Then wait_experiment(id) repeatedly, sleeping as
    long as each result's next_wait_s says (30 s, 1, 2, 4, 8, 16 min); never poll in a tight loop.
 5. On an error signature, read its hint, fix the cause, record the attempt in the result directory, relaunch.
-6. When the run ends (or plateaus late in training), collect_results(id): it writes results.md and finish.flag.
+6. When the run ends (or plateaus late in training), collect_results(id): it writes results.md, a metrics plot
+   and finish.flag. compare_experiments(ids=[...]) puts it next to earlier attempts.
 """
 
 EXPLAIN_GAUGE = """Explain why overwatch's "Running Episodes" gauge sits where it does for the swarm server at {url}.

@@ -6,8 +6,17 @@ import difflib
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, Strict, ValidationError, \
-    WithJsonSchema, model_serializer
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    Strict,
+    ValidationError,
+    WithJsonSchema,
+    model_serializer,
+)
 
 from skill_server.errors import ToolInputError
 
@@ -82,6 +91,50 @@ class SparseOutput(ToolOutput):
             return data
         required = {name for name, info in type(self).model_fields.items() if info.is_required()}
         return {key: value for key, value in data.items() if value is not None or key in required}
+
+
+class ImageAttachment(ToolOutput):
+    """A picture a tool made. Over MCP its bytes go to the client as an image content block next to the
+    structured result (``mcp_app``); the structured result itself (and the CLI's JSON) carries where it
+    was written and, only when the caller asked, the bytes as base64."""
+
+    mime_type: str = Field(description="Always image/png.")
+    title: str
+    width: int = Field(description="Pixels.")
+    height: int = Field(description="Pixels.")
+    size_bytes: int
+    path: str | None = Field(default=None, description="Where the PNG was written (on host), if it was.")
+    host: str | None = Field(default=None, description="'local' or the ssh destination holding path.")
+    data_base64: str | None = Field(default=None, description="The PNG as base64, only when asked for.")
+    _data: bytes = PrivateAttr(default=b"")
+
+    @classmethod
+    def of(cls, data: bytes, **fields: Any) -> ImageAttachment:
+        image = cls(size_bytes=len(data), **fields)
+        image._data = data
+        return image
+
+    @property
+    def data(self) -> bytes:
+        return self._data
+
+
+def attached_images(model: BaseModel) -> list[ImageAttachment]:
+    """Every ``ImageAttachment`` in a result (fields, lists, dicts, nested models), in field order."""
+    found: list[ImageAttachment] = []
+    stack: list[Any] = [model]
+    while stack:
+        item = stack.pop(0)
+        if isinstance(item, ImageAttachment):
+            if item.data:
+                found.append(item)
+        elif isinstance(item, BaseModel):
+            stack[:0] = [getattr(item, name) for name in type(item).model_fields]
+        elif isinstance(item, (list, tuple)):
+            stack[:0] = list(item)
+        elif isinstance(item, dict):
+            stack[:0] = list(item.values())
+    return found
 
 
 def describe_validation_error(exc: ValidationError, schema: dict[str, Any] | None = None) -> ToolInputError:

@@ -312,13 +312,35 @@ TOOLS: tuple[ToolSpec, ...] = (
         title="Experiment status, new log lines, errors and metrics",
         description=(
             "Read-only. State (running/succeeded/failed/stopped/timed_out/lost, or unreachable when a host cannot "
-            "be asked) of one experiment or all, with elapsed and remaining time, first-step check, last "
-            "`step:N - key:value` metrics, error signatures with fixes, and only the log lines new since the cursor "
-            "(at most 200 lines / 16 KB). Reads only appended bytes; one round trip per host, hosts in parallel."
+            "be asked) of one experiment or all, with elapsed and remaining time, first-step check (the first "
+            "step:N line), last `step:N - key:value` metrics, progress (global and total steps, seconds per step, "
+            "steps per hour, ETA, each with its source or why it is unknown), checkpoints (global_step_N folders: "
+            "step, size, time), error signatures with fixes, and only the log lines new since the cursor (at most "
+            "200 lines / 16 KB). metrics_history returns chosen metrics (globs) over steps, downsampled to "
+            "history_points. Reads only appended bytes; one round trip per host, hosts in parallel."
         ),
         input_model="skill_server.experiments.models:StatusInput",
         output_model="skill_server.experiments.models:StatusOutput",
         run="skill_server.experiments.status:experiment_status",
+        read_only=True,
+        idempotent=True,
+        open_world=True,
+    ),
+    ToolSpec(
+        name="compare_experiments",
+        title="Compare experiments: metrics, speed, leader, config differences",
+        description=(
+            "Read-only. Two to eight runs side by side: per run its state, steps per hour and, for each chosen metric "
+            "(names or globs; default reward, validation, loss and entropy metrics every run has), the final value, "
+            "the best value and its step, and the mean of the last k values, from every step:N line scanned; which "
+            "run leads on the primary metric by its last-k mean and by how much (higher is better unless the metric "
+            "is loss-like or higher_is_better says otherwise; the answer says which was assumed); and the keys "
+            "whose values differ between the runs' YAMLs (their blueprint or --conf YAML, or yaml_paths such as a "
+            "dumped config; bounded). plot=true overlays the runs in one PNG, returned as an image."
+        ),
+        input_model="skill_server.experiments.compare:CompareInput",
+        output_model="skill_server.experiments.compare:CompareOutput",
+        run="skill_server.experiments.compare:compare_experiments",
         read_only=True,
         idempotent=True,
         open_world=True,
@@ -384,10 +406,13 @@ TOOLS: tuple[ToolSpec, ...] = (
         title="Collect results into results.md and finish.flag",
         description=(
             "Summarise the validation and training markdown files (dict-like metric lines; paths from the run's "
-            "YAML or given) and the log: first/best/last per metric, trend, plateau check for mean_reward and "
-            "task_pass_rate, final state and error summary. Writes <result_dir>/results.md (replacing the previous "
-            "one) and, once the run has ended, an empty finish.flag, atomically, on the host where the run's result "
-            "directory is (the answer says which). Reads only regular files, bounded."
+            "YAML or given), or when they are absent the log's step:N lines (metrics_source says which), and the "
+            "log: first/best/last per metric, trend, plateau check for mean_reward and task_pass_rate, final state "
+            "and error summary. Draws metrics over steps (optionally with other runs overlaid) into metrics.png, "
+            "returned as an image and embedded in results.md (needs matplotlib; without it the series are returned "
+            "in plot_data). Writes <result_dir>/results.md and metrics.png (replacing the previous ones) and, once "
+            "the run has ended, an empty finish.flag, atomically, on the host where the run's result directory is "
+            "(the answer says which). Reads only regular files, bounded."
         ),
         input_model="skill_server.experiments.results:CollectInput",
         output_model="skill_server.experiments.results:CollectOutput",

@@ -114,6 +114,30 @@ def test_launch_wait_status_collect_on_a_node(remote: LoopbackSshd):
     assert "**succeeded**" in text and "(on node1)" in text and Path(res["finish_flag_path"]).read_text() == ""
 
 
+def test_progress_checkpoints_history_and_plot_of_a_run_on_a_node(remote: LoopbackSshd):
+    """The run's YAML and checkpoint folders are read on the node, through the host layer; the plot is
+    written there beside results.md."""
+    work = workdir_on(remote)
+    (work / "exp.yaml").write_text("ajet:\n  project_name: p\n  experiment_name: e\n  trainer_common:\n"
+                                   "    total_training_steps: 20\n    checkpoint_base_dir: ./ckpt\n")
+    out = call("launch_experiment", host="node1", name="insight", workdir=str(work), command=trainer(
+        "--steps", "8", "--delay", "0", "--timing", "1.5", "--conf", "exp.yaml", "--save-freq", "4",
+        "--checkpoint-dir", str(work / "ckpt" / "p" / "e")))
+    done = call("wait_experiment", id=out["id"], timeout_s=30)
+    assert done["state"] == "succeeded" and done["global_step"] == 8
+    assert done["progress"]["total_steps"] == 20 and str(work / "exp.yaml") in done["progress"]["total_steps_source"]
+    assert done["progress"]["seconds_per_step"] == 1.5
+    ckpt = done["checkpoints"]
+    assert ckpt["host"] == "node1" and [c["step"] for c in ckpt["checkpoints"]] == [4, 8] and ckpt["latest"] == 8
+    series = status(out["id"], metrics_history=["critic/score/mean"])["metrics_history"]["series"][0]
+    assert series["points"] == 8 and series["steps"] == list(range(1, 9))
+    res = call("collect_results", id=out["id"])
+    assert res["host"] == "node1" and res["plot"]["host"] == "node1"
+    assert res["metrics_source"]["training"].startswith("the log's step lines")
+    assert Path(res["plot"]["path"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert Path(res["plot"]["path"]).parent == Path(res["results_path"]).parent
+
+
 def test_one_experiment_spans_two_nodes(remote: LoopbackSshd):
     work = workdir_on(remote)
     port = free_port()

@@ -45,7 +45,7 @@ def test_signatures_do_not_fire_on_healthy_lines():
         "no errors here; ErrorHandler configured",
     ])
     state = logs.ScanState(offsets=[0])
-    logs.scan_text(healthy, state, re.compile(logs.DEFAULT_FIRST_STEP_PATTERN), role="main", now=1.0)
+    logs.scan_text(healthy, state, None, role="main", now=1.0)
     assert state.errors == {}
     assert state.first_step_seen and state.global_step == 1
 
@@ -79,7 +79,7 @@ def test_scan_keeps_last_metrics_and_counts_errors(tmp_path: Path):
     state = logs.ScanState(offsets=[0])
     text = ("step:1 - actor/kl_loss:0.0 - training/global_step:1\nValueError: x\n"
             "step:2 - actor/kl_loss:nan - training/global_step:2\nValueError: y\n")
-    logs.scan_text(text, state, re.compile(logs.DEFAULT_FIRST_STEP_PATTERN), role="server", now=5.0)
+    logs.scan_text(text, state, None, role="server", now=5.0)
     assert state.global_step == 2 and state.last_metrics["actor/kl_loss"] is None  # NaN is reported as null
     assert state.errors["python_exception"]["count"] == 2 and state.errors["python_exception"]["line"] == "ValueError: y"
     assert state.errors["nan_loss"]["count"] == 1 and state.errors["nan_loss"]["role"] == "server"

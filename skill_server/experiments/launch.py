@@ -24,7 +24,6 @@ from typing import Any
 
 from skill_server.errors import ToolFailure, ToolInputError
 from skill_server.experiments import blueprint as bp
-from skill_server.experiments import logs
 from skill_server.experiments.models import (
     MAX_ENV_VALUE,
     MAX_ENV_VARS,
@@ -250,8 +249,9 @@ def launch_experiment(inp: LaunchInput) -> LaunchOutput:
     procs, workdir, python, result_dir = _plan(inp, main_host, defaults, session)
     max_time_s = _seconds(inp.max_time_s or defaults.get("max_time_s"), bp.DEFAULT_MAX_TIME_S)
     first_step_s = _seconds(inp.first_step_timeout_s or defaults.get("first_step_timeout_s"), bp.DEFAULT_FIRST_STEP_S)
-    first_step_pattern = inp.first_step_pattern or logs.DEFAULT_FIRST_STEP_PATTERN
-    compile_pattern(first_step_pattern, "first_step_pattern")
+    first_step_pattern = inp.first_step_pattern  # None: the first step:N line proves the first step
+    if first_step_pattern is not None:
+        compile_pattern(first_step_pattern, "first_step_pattern")
 
     hosts = [main_host] + [h for h in dict.fromkeys(p.host for p in procs) if h != main_host]
     created = time.time()

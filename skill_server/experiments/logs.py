@@ -3,7 +3,7 @@
 Two independent positions are kept per log file:
 
 * the *cursor* of ``experiment_status`` (which lines the caller has already seen), and
-* the *scan offset* (how far error signatures, metric lines and the first-step pattern were scanned).
+* the *scan offset* (how far error signatures, step lines, progress and the first step were scanned).
 
 Both only move forward over appended bytes, so the cost of a status call depends on how much was
 written since the previous call, never on the size of the log. When a backlog exceeds the budget, the
@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from skill_server.experiments.progress import ProgressState, StepLine
+from skill_server.experiments.progress import fold as fold_progress
 from skill_server.experiments.signatures import RAY_PREFIX, SIGNATURES
 from skill_server.hosts.agent import files as host_files
 
@@ -34,7 +36,13 @@ ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\
 METRIC_LINE_RE = re.compile(r"^" + RAY_PREFIX + r"step:(\d+) - (.*?)\s*$", re.MULTILINE)
 _NUMPY_SCALAR = re.compile(r"^np\.\w+\((.*)\)$")
 _INT = re.compile(r"^[-+]?\d+$")
-DEFAULT_FIRST_STEP_PATTERN = r"\bkl_loss:\s*[-+]?(?:\d|\.\d|nan|inf)"
+#: What runs launched before "steps are steps" stored as their first-step pattern (a printed kl_loss value);
+#: such a stored pattern is not an override: those runs use the step-line rule too.
+LEGACY_FIRST_STEP_PATTERN = r"\bkl_loss:\s*[-+]?(?:\d|\.\d|nan|inf)"
+#: The end of a tqdm ``Training Progress`` bar with more text glued after it on the same line.
+_AFTER_BAR = re.compile(r"(Training Progress:[^\n\]]{0,400}\])(?=[^\n])")
+#: Most metrics kept from one step line (verl prints about 60-100).
+MAX_METRICS_PER_LINE = 500
 
 
 def strip_ansi(text: str) -> str:
@@ -138,10 +146,19 @@ class ScanState:
     unscanned_bytes: int = 0
     first_step_seen: bool = False
     first_step_at: float | None = None
+    #: The step number of the first training step seen (None when a custom first-step pattern proved it).
+    first_step: int | None = None
+    #: The first step was printed after this time: the previous scan, which had not seen it yet.
+    first_step_not_before: float | None = None
+    #: When bytes of this run's logs were last scanned.
+    scanned_at: float | None = None
     global_step: int | None = None
     metrics_step: int | None = None
     last_metrics: dict[str, Any] = field(default_factory=dict)
     errors: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Sequence number the next step line gets in the metric history (``experiments.history``).
+    points_seq: int = 0
+    progress: ProgressState = field(default_factory=ProgressState)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -149,10 +166,15 @@ class ScanState:
             "unscanned_bytes": self.unscanned_bytes,
             "first_step_seen": self.first_step_seen,
             "first_step_at": self.first_step_at,
+            "first_step": self.first_step,
+            "first_step_not_before": self.first_step_not_before,
+            "scanned_at": self.scanned_at,
             "global_step": self.global_step,
             "metrics_step": self.metrics_step,
             "last_metrics": self.last_metrics,
             "errors": self.errors,
+            "points_seq": self.points_seq,
+            "progress": self.progress.to_json(),
         }
 
     @classmethod
@@ -166,11 +188,16 @@ class ScanState:
                 unscanned_bytes=int(data.get("unscanned_bytes", 0)),
                 first_step_seen=bool(data.get("first_step_seen", False)),
                 first_step_at=_finite_or_none(data.get("first_step_at")),
-                global_step=data.get("global_step") if isinstance(data.get("global_step"), int) else None,
-                metrics_step=data.get("metrics_step") if isinstance(data.get("metrics_step"), int) else None,
+                first_step=_step_or_none(data.get("first_step")),
+                first_step_not_before=_finite_or_none(data.get("first_step_not_before")),
+                scanned_at=_finite_or_none(data.get("scanned_at")),
+                global_step=_step_or_none(data.get("global_step")),
+                metrics_step=_step_or_none(data.get("metrics_step")),
                 last_metrics={str(k): v for k, v in dict(data.get("last_metrics", {})).items()
-                              if v is None or isinstance(v, (int, float))},
+                              if v is None or (isinstance(v, (int, float)) and not isinstance(v, bool))},
                 errors={str(k): dict(v) for k, v in dict(data.get("errors", {})).items() if isinstance(v, dict)},
+                points_seq=_step_or_none(data.get("points_seq")) or 0,
+                progress=ProgressState.from_json(data.get("progress")),
             )
         except (TypeError, ValueError, AttributeError):
             return cls(offsets=[0] * n_logs)
@@ -186,6 +213,10 @@ def _finite_or_none(value: Any) -> float | None:
     return None
 
 
+def _step_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_EXACT_INT else None
+
+
 def _line_at(text: str, pos: int) -> str:
     start = text.rfind("\n", 0, pos) + 1
     end = text.find("\n", pos)
@@ -193,37 +224,76 @@ def _line_at(text: str, pos: int) -> str:
     return line if len(line) <= MAX_ERROR_LINE else line[: MAX_ERROR_LINE - 6] + " [...]"
 
 
-def scan_text(text: str, state: ScanState, first_step_re: re.Pattern[str], *, role: str, now: float) -> None:
-    """Fold one chunk of newly appended log text into ``state``."""
+def count_matching_lines(regex: re.Pattern[str], text: str) -> tuple[int, int | None]:
+    """(lines with at least one match, position of the last match): a line matching twice counts once."""
+    count, last, pos = 0, None, 0
+    while pos <= len(text):
+        match = regex.search(text, pos)
+        if match is None:
+            break
+        count += 1
+        last = match.start()
+        line_end = text.find("\n", max(match.start(), match.end() - 1))
+        if line_end < 0:
+            break
+        pos = line_end + 1
+    return count, last
+
+
+def step_lines(text: str, role: str) -> list[StepLine]:
+    """Every ``step:N - key:value`` line of ``text``, in order (steps beyond 15 digits are not steps)."""
+    out = []
+    for match in METRIC_LINE_RE.finditer(text):
+        digits = match.group(1)
+        if len(digits) > 15:
+            continue
+        metrics = parse_metric_pairs(match.group(2))
+        if len(metrics) > MAX_METRICS_PER_LINE:
+            metrics = dict(list(metrics.items())[:MAX_METRICS_PER_LINE])
+        out.append(StepLine(int(digits), metrics, role))
+    return out
+
+
+def scan_text(text: str, state: ScanState, first_step_re: re.Pattern[str] | None, *, role: str,
+              now: float) -> list[StepLine]:
+    """Fold one chunk of newly appended log text into ``state``; returns its step lines (for the history).
+
+    The first training step is the first ``step:N`` line with N >= 1, whatever metrics it carries (a
+    ``step:0`` line is validation before training); ``first_step_re`` (a run's ``first_step_pattern``)
+    replaces that rule when given. Error signatures count lines, not matches.
+    """
     if not text:
-        return
+        return []
+    if "\r" in text:  # a tqdm bar redraws with \r ...
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if "Training Progress" in text:  # ... and the next writer's line starts right after the bar
+        text = _AFTER_BAR.sub("\\1\n", text)
     for sig in SIGNATURES:
         if sig.needles and not any(needle in text for needle in sig.needles):
             continue
-        count, last = 0, None
-        for match in sig.regex.finditer(text):
-            count += 1
-            last = match.start()
+        count, last = count_matching_lines(sig.regex, text)
         if count:
             hit = state.errors.setdefault(sig.name, {"count": 0, "line": "", "role": role})
             hit["count"] = int(hit.get("count", 0)) + count
             hit["line"] = _line_at(text, last)  # type: ignore[arg-type]
             hit["role"] = role
-    if "step:" in text:
-        last_metric = None
-        for last_metric in METRIC_LINE_RE.finditer(text):
-            pass
-        if last_metric is not None:
-            digits = last_metric.group(1)
-            step = int(digits) if len(digits) <= 15 else None
-            metrics = parse_metric_pairs(last_metric.group(2))
-            state.metrics_step = step
-            state.last_metrics = {k: json_safe_number(v) for k, v in metrics.items()}
-            global_step = metrics.get("training/global_step", step)
-            if isinstance(global_step, float) and global_step.is_integer():
-                global_step = int(global_step)
-            if isinstance(global_step, int) and 0 <= global_step <= MAX_EXACT_INT:
-                state.global_step = global_step
-    if not state.first_step_seen and first_step_re.search(text):
-        state.first_step_seen = True
-        state.first_step_at = now
+    lines = step_lines(text, role) if "step:" in text else []
+    if lines:
+        last_line = lines[-1]
+        state.metrics_step = last_line.step
+        state.last_metrics = {k: json_safe_number(v) for k, v in last_line.metrics.items()}
+        global_step = last_line.metrics.get("training/global_step", last_line.step)
+        if isinstance(global_step, float) and global_step.is_integer():
+            global_step = int(global_step)
+        if isinstance(global_step, int) and 0 <= global_step <= MAX_EXACT_INT:
+            state.global_step = global_step
+    fold_progress(state.progress, lines, text, now)
+    if not state.first_step_seen:
+        if first_step_re is not None:
+            if first_step_re.search(text):
+                state.first_step_seen, state.first_step_at = True, now
+        else:
+            first = next((line for line in lines if line.step >= 1), None)
+            if first is not None:
+                state.first_step_seen, state.first_step_at, state.first_step = True, now, first.step
+    return lines

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictInt, StrictStr
+from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from skill_server.experiments import logs
 from skill_server.gpus.models import FreeFraction
@@ -24,6 +24,10 @@ TERMINAL = ("succeeded", "failed", "stopped", "timed_out", "lost")
 #: Longest accepted max time or first-step deadline: one leap year, in seconds.
 MAX_DURATION_S = 366 * 86400
 MAX_PROCESSES = 8
+#: Largest step number accepted in a step range (verl counts steps in int64; runs never get near this).
+MAX_STEP = 10**12
+MAX_HISTORY_POINTS = 5000
+DEFAULT_HISTORY_POINTS = 200
 MAX_ENV_VARS = 200
 MAX_ENV_VALUE = 32 * 1024
 ROLE_RE = r"^[A-Za-z0-9_-]{1,32}$"
@@ -71,7 +75,8 @@ class LaunchInput(ToolInput):
                                         "most 366 days); enforced on the host, where the run ends as timed_out.")
     first_step_timeout_s: Duration | None = Field(default=None, description="First-step deadline (default 1200).")
     first_step_pattern: StrictStr | None = Field(default=None, max_length=500,
-                                                 description="Regex proving step 1 (default: a kl_loss value).")
+                                                 description="Regex proving step 1 (default: the first 'step:N' "
+                                                 "line with N >= 1, whatever metrics it carries).")
     processes: list[ProcessSpec] | None = Field(default=None, min_length=1, max_length=MAX_PROCESSES,
                                                 description="Several processes as windows of one session per host, "
                                                 "started in order.")
@@ -116,6 +121,71 @@ class ErrorHit(ToolOutput):
     role: str | None = None
 
 
+class RestartInfo(ToolOutput):
+    role: str = Field(description="Process whose step counter went back.")
+    from_step: int
+    to_step: int
+    seen_at: str = Field(description="When this tool first saw the lower step (UTC).")
+
+
+class ProgressInfo(ToolOutput):
+    """Steps, rate and ETA; every null value is explained in ``unknown``."""
+
+    global_step: int | None
+    total_steps: int | None
+    total_steps_source: str | None = Field(description="The tqdm bar in the log, or the config key and file.")
+    seconds_per_step: float | None
+    seconds_per_step_source: str | None = Field(description="timing_s/step in the step lines, the tqdm rate, or "
+                                                "observed times of new step lines.")
+    steps_per_hour: float | None
+    eta_s: float | None = Field(description="(total_steps - global_step) x seconds_per_step.")
+    eta_at: str | None = Field(description="Now plus eta_s (UTC).")
+    restarts: list[RestartInfo] = Field(description="Times a step counter went back (resume or relaunch): the "
+                                        "rate restarts there.")
+    unknown: dict[str, str] = Field(description="Why each null value above is unknown.")
+
+
+class CheckpointInfo(ToolOutput):
+    step: int
+    path: str
+    size_bytes: int = Field(description="Regular files inside, summed.")
+    files: int
+    modified_at: str = Field(description="Newest modification inside (UTC).")
+    partial: bool = Field(description="The walk's entry budget ran out inside it: size and files are lower bounds.")
+
+
+class CheckpointList(ToolOutput):
+    host: str | None
+    directory: str | None = Field(description="Where global_step_N folders were looked for.")
+    source: str | None = Field(description="How the directory was found (config key and file).")
+    checkpoints: list[CheckpointInfo] = Field(description="Oldest step first.")
+    more: int = Field(description="Older checkpoints not listed.")
+    latest: int | None = Field(description="verl's latest_checkpointed_iteration.txt, when present.")
+    truncated: bool = Field(description="The bounded walk stopped early; the list may be incomplete.")
+    reason: str | None = Field(default=None, description="Why nothing could be listed, or a caveat.")
+
+
+class MetricSeries(ToolOutput):
+    name: str
+    points: int = Field(description="Points in the step range before downsampling (one per step).")
+    steps: list[int]
+    last: list[float | None] = Field(description="Value at each returned step (the last of its bucket).")
+    min: list[float | None] = Field(description="Smallest value of each bucket.")
+    max: list[float | None] = Field(description="Largest value of each bucket.")
+
+
+class MetricsHistory(ToolOutput):
+    series: list[MetricSeries]
+    method: str = Field(description="How points were downsampled.")
+    max_points: int
+    from_step: int | None
+    to_step: int | None
+    unmatched: list[str] = Field(description="Patterns that matched no metric of this run.")
+    available: list[str] = Field(description="Metric names of this run (at most 300), when a pattern matched "
+                                 "nothing.")
+    note: str | None = None
+
+
 class ExperimentStatus(ToolOutput):
     id: str
     session: str
@@ -141,6 +211,11 @@ class ExperimentStatus(ToolOutput):
     log_path: str
     result_dir: str
     note: str | None = None
+    progress: ProgressInfo | None = Field(default=None, description="Total steps, seconds per step, steps per "
+                                          "hour and ETA, each with its source or the reason it is unknown.")
+    checkpoints: CheckpointList | None = Field(default=None, description="global_step_N folders of the run "
+                                               "(with id; checkpoints=false leaves them out).")
+    metrics_history: MetricsHistory | None = Field(default=None, description="When asked for (metrics_history).")
 
 
 class RegistryProblem(ToolOutput):
@@ -158,6 +233,18 @@ class StatusInput(ToolInput):
                                              description="New lines to return (default 200 for one id, 20 each for all).")
     limit: PositiveInt | None = Field(default=None, le=500, description="When listing all: at most this many "
                                       "(every unfinished one plus the newest finished; default 50).")
+    metrics_history: list[Annotated[StrictStr, Field(min_length=1, max_length=200)]] | None = Field(
+        default=None, min_length=1, max_length=20,
+        description="With id: metric names or glob patterns (fnmatch: 'critic/score/*', '*loss*') whose history "
+        "over steps to return, from every step line scanned so far.")
+    history_from_step: NonNegativeInt | None = Field(default=None, le=MAX_STEP,
+                                                     description="First step of the history.")
+    history_to_step: NonNegativeInt | None = Field(default=None, le=MAX_STEP, description="Last step of the history.")
+    history_points: PositiveInt | None = Field(default=None, le=MAX_HISTORY_POINTS,
+                                               description="Most points per metric (default 200): longer histories "
+                                               "are downsampled into buckets (last value, min and max of each).")
+    checkpoints: StrictBool | None = Field(default=None, description="List the run's global_step_N checkpoints "
+                                           "(default: true with id, false for all runs).")
 
 
 class StatusOutput(ToolOutput):

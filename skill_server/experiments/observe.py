@@ -6,8 +6,10 @@ its log (the scan range always, plus what the caller asks for: new lines, a patt
 into each experiment's scan state (errors, metrics, first step). It never acts on a run: enforcing the
 max time is the watchdog's job on the run's host, so status and wait are read-only.
 
-Hook for later features (metric history, checkpoints): add reads or ops to the per-host request
-built in ``_requests`` and consume them where ``_fold_scan`` consumes the scan text.
+Newly scanned step lines go to the metric history (``history``) in the same transaction as the scan
+state. ``extra_reads`` adds byte ranges of each process's log to the same round trip; ``extra_ops`` adds
+other agent operations (a YAML read, a checkpoint listing) to the request of a chosen host, their
+results land in ``View.extra``.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skill_server.experiments import blueprint as bp
-from skill_server.experiments import logs
+from skill_server.experiments import history, logs
 from skill_server.experiments.models import TERMINAL
 from skill_server.experiments.states import ProcFacts, process_state, run_state
 from skill_server.experiments.store import Registry, Row, RunProcess
@@ -32,6 +34,8 @@ OBSERVE_TIMEOUT_S = 30.0
 
 #: ``extra_reads(row) -> [[(offset, budget), ...] per process]``: more ranges to read in the same call.
 ExtraReads = Callable[[Row], list[list[tuple[int, int]]]]
+#: ``extra_ops(row) -> [(host, op), ...]``: more agent operations in the same call; results in ``View.extra``.
+ExtraOps = Callable[[Row], list[tuple[str, dict[str, Any]]]]
 
 
 @dataclass
@@ -63,6 +67,8 @@ class View:
     scan: logs.ScanState
     elapsed_s: float
     note: str | None = None
+    #: Results of the ``extra_ops`` asked for this row, in order (``{"ok": false, ...}`` for a host not asked).
+    extra: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _scan_budgets(rows: list[Row]) -> dict[str, int]:
@@ -75,7 +81,8 @@ def _scan_budgets(rows: list[Row]) -> dict[str, int]:
 
 def _requests(rows: list[Row], scans: list[logs.ScanState], extra: list[list[list[tuple[int, int]]]]
               ) -> tuple[dict[str, list[dict[str, Any]]], dict[tuple[int, int], tuple[str, int]]]:
-    """One ``observe`` op per host covering every process there; and where each process's answer is."""
+    """One ``observe`` op per host covering every process there (always first in the host's list); and where
+    each process's answer is."""
     budgets = _scan_budgets(rows)
     ops: dict[str, dict[str, Any]] = {}
     where: dict[tuple[int, int], tuple[str, int]] = {}
@@ -98,11 +105,19 @@ def _chunk(raw: dict[str, Any]) -> logs.Chunk:
 
 
 def observe(reg: Registry, rows: list[Row], *, extra_reads: ExtraReads | None = None,
-            now: float | None = None) -> list[View]:
+            extra_ops: ExtraOps | None = None, now: float | None = None) -> list[View]:
     """Current view of each experiment; records final states; never signals or stops anything."""
     scans = [logs.ScanState.from_json(row.scan, len(row.processes)) for row in rows]
     extra = [extra_reads(row) if extra_reads else [[] for _ in row.processes] for row in rows]
     requests, where = _requests(rows, scans, extra)
+    added: list[list[tuple[str, int]]] = []
+    for row in rows:
+        placed = []
+        for host, op in (extra_ops(row) if extra_ops else []):
+            ops = requests.setdefault(host, [{"op": "observe", "sockets": [], "procs": []}])
+            ops.append(op)
+            placed.append((host, len(ops) - 1))
+        added.append(placed)
     replies = call_hosts(requests, timeout_s=OBSERVE_TIMEOUT_S) if requests else {}
     now = time.time() if now is None else now
     views = []
@@ -112,8 +127,18 @@ def observe(reg: Registry, rows: list[Row], *, extra_reads: ExtraReads | None = 
             host, index = where[(r, i)]
             reply = replies.get(host)
             procs.append(_proc_view(p, reply, index))
-        views.append(_view(reg, row, procs, scans[r], now))
+        view = _view(reg, row, procs, scans[r], now)
+        view.extra = [_extra_result(replies.get(host), index) for host, index in added[r]]
+        views.append(view)
     return views
+
+
+def _extra_result(reply: list[dict[str, Any]] | HostUnreachable | None, index: int) -> dict[str, Any]:
+    if isinstance(reply, HostUnreachable):
+        return {"ok": False, "error": reply.message, "kind": "unreachable"}
+    if reply is None or index >= len(reply):
+        return {"ok": False, "error": "no answer", "kind": "unreachable"}
+    return reply[index]
 
 
 def _proc_view(p: RunProcess, reply: list[dict[str, Any]] | HostUnreachable | None, index: int) -> ProcView:
@@ -166,21 +191,41 @@ def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, 
     return View(row, state, exit_code, procs, scan, max(0.0, end - row.created), note)
 
 
+def first_step_pattern(row: Row) -> re.Pattern[str] | None:
+    """The run's own first-step regex, or None for the default rule (the first ``step:N`` line, N >= 1)."""
+    pattern = row.spec.get("first_step_pattern")
+    if not isinstance(pattern, str) or not pattern or pattern == logs.LEGACY_FIRST_STEP_PATTERN:
+        return None
+    try:
+        return re.compile(pattern, re.MULTILINE)
+    except (re.error, RecursionError, OverflowError):
+        return None
+
+
 def _fold_scan(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, now: float) -> None:
-    """Fold the scan range each host returned into the run's scan state and store it (compare-and-set)."""
-    pattern = re.compile(row.spec.get("first_step_pattern") or logs.DEFAULT_FIRST_STEP_PATTERN, re.MULTILINE)
+    """Fold the scan range each host returned into the run's scan state, and its step lines into the metric
+    history; store both at once (compare-and-set)."""
+    pattern = first_step_pattern(row)
     changed = False
+    lines: list[history.StepLine] = []
+    first_seq = scan.points_seq
+    seen_before = scan.first_step_seen
     for i, p in enumerate(procs):
         if not p.reads:
             continue
         chunk = p.reads[0]
         if chunk.end != scan.offsets[i] or chunk.skipped:
-            logs.scan_text(chunk.text, scan, pattern, role=p.role, now=now)
+            lines += logs.scan_text(chunk.text, scan, pattern, role=p.role, now=now)
             scan.offsets[i] = chunk.end
             scan.unscanned_bytes += chunk.skipped
             changed = True
         p.reads = p.reads[1:]
-    if changed and not reg.save_scan(row.id, scan.to_json(), row.scan_version):
+    scan.points_seq = first_seq + len(lines)
+    if changed:
+        if scan.first_step_seen and not seen_before:  # printed after the previous scan (or the launch)
+            scan.first_step_not_before = scan.scanned_at if scan.scanned_at is not None else row.created
+        scan.scanned_at = now
+    if changed and not history.save_scan_and_points(reg, row.id, scan.to_json(), row.scan_version, lines, first_seq):
         fresh = reg.get(row.id)  # another caller scanned the same bytes first: use its result
         if fresh is not None:
             stored = logs.ScanState.from_json(fresh.scan, len(procs))

@@ -1,45 +1,52 @@
-"""collect_results: summarise the validation/training markdown files and the log into results.md, then finish.flag.
+"""collect_results: summarise a run's metrics and log into results.md (with a plot), then finish.flag.
 
-AgentJet appends ``str(metrics)`` (a Python dict repr) to ``val_print_to_markdown_file_path`` once per
-validation and to ``train_print_to_markdown_file_path`` once per step. Each line is parsed with
-``ast.literal_eval`` after turning ``nan``/``inf`` and ``np.float64(x)`` into literals, never ``eval``.
+Metrics come from AgentJet's markdown files (``val_print_to_markdown_file_path`` and
+``train_print_to_markdown_file_path``, dict lines parsed by ``summaries``); when a file is absent or has
+no lines, from the metric history of the run's ``step:N`` log lines (``history``: validation metrics are
+the ``val-*`` keys). The answer and results.md say which source each table came from.
 
-Everything happens on the experiment's main host, in two round trips: one reads the YAML candidates
+Everything on the run's host happens on its main host, in two round trips: one reads the YAML candidates
 and metric files (regular files only, bounded: a FIFO or a device is refused, never read), one writes
-``results.md`` (its documented job is to replace the previous one) and, once the run has ended, an empty
-``finish.flag``, both atomically and only over regular files.
+``metrics.png`` (when matplotlib is installed), ``results.md`` (its documented job is to replace the previous
+ones) and, once the run has ended, an empty ``finish.flag``, all atomically and only over regular files.
 """
 
 from __future__ import annotations
 
-import ast
+import base64
 import math
 import posixpath
-import re
-import shlex
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field, StrictBool, StrictStr
 
 from skill_server.errors import ToolInputError
-from skill_server.experiments import logs
+from skill_server.experiments import history, plots, runconfig
 from skill_server.experiments.launch import host_path
-from skill_server.experiments.models import HOST_DESCRIPTION, ErrorHit
+from skill_server.experiments.models import HOST_DESCRIPTION, ErrorHit, MetricsHistory
 from skill_server.experiments.observe import observe
 from skill_server.experiments.signatures import SIGNATURES
 from skill_server.experiments.status import find, status_fields
-from skill_server.experiments.store import open_registry
+from skill_server.experiments.store import Registry, Row, open_registry
+from skill_server.experiments.summaries import (  # noqa: F401  (parse_dict_line, plateaued: the parsing API)
+    MetricSummary,
+    metric_rows,
+    parse_dict_line,
+    plateaued,
+    summarise,
+    summarise_series,
+)
 from skill_server.hosts import LOCAL, Host, expect, get_host, normalise
-from skill_server.models import ToolInput, ToolOutput
+from skill_server.models import ImageAttachment, ToolInput, ToolOutput
 from skill_server.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
 
 MAX_MARKDOWN_BYTES = 64 * 1024 * 1024
-MAX_DICT_LINE = 1024 * 1024
-PLATEAU_KEYS = ("mean_reward", "task_pass_rate")
-_LOWER_IS_BETTER = ("loss", "error", "timing", "time_per", "madness", "std", "clip_ratio", "grad_norm")
-_NP_SCALAR = re.compile(r"\bnp\.\w+\(\s*([^()]*?)\s*\)")
-_BARE_NONFINITE = re.compile(r"(?<![\w'\".])(-?)(nan|inf|NaN|Infinity)(?![\w'\"])")
-_CONF_ARG = re.compile(r"--conf(?:=|\s+)(\S+)")
+#: Most metrics summarised from the history (verl prints 60-100 per step).
+MAX_SUMMARY_SERIES = 300
+PLOT_NAME = "metrics.png"
+MAX_OVERLAYS = plots.MAX_RUNS - 1
+Pattern = Annotated[StrictStr, Field(min_length=1, max_length=200)]
+RunKey = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 
 
 class CollectInput(ToolInput):
@@ -57,16 +64,17 @@ class CollectInput(ToolInput):
     yaml_path: StrictStr | None = Field(default=None, max_length=4096,
                                         description="Training YAML on the host to read those two paths from.")
     write_finish_flag: StrictBool | None = Field(default=None, description="Default true; only once the run ended.")
-
-
-class MetricSummary(ToolOutput):
-    key: str
-    n: int
-    first: float | None
-    best: float | None
-    last: float | None
-    trend: str
-    plateau: bool | None = None
+    plot: StrictBool | None = Field(default=None, description="Draw metrics over steps into metrics.png beside "
+                                    "results.md, which embeds it (default true with id; needs matplotlib, else the "
+                                    "data is returned in plot_data).")
+    plot_metrics: list[Pattern] | None = Field(default=None, min_length=1, max_length=6,
+                                               description="Metric names or globs to plot (default: reward, "
+                                               "validation, loss and entropy metrics the run has; at most 6 panels).")
+    overlay_ids: list[RunKey] | None = Field(default=None, min_length=1, max_length=MAX_OVERLAYS,
+                                             description="Other experiments (ids or session names) drawn on the "
+                                             "same plot, one colour each.")
+    image_data: StrictBool | None = Field(default=None, description="Also put the PNG in the JSON as base64 "
+                                          "(MCP clients get it as an image block anyway).")
 
 
 class CollectOutput(ToolOutput):
@@ -79,123 +87,19 @@ class CollectOutput(ToolOutput):
     train_markdown: str | None
     val_metrics: list[MetricSummary]
     train_metrics: list[MetricSummary]
+    metrics_source: dict[str, str] = Field(description="Per table (validation, training): the markdown file, the "
+                                           "log's step lines (metric history), or none.")
     plateau: dict[str, bool]
     errors: list[ErrorHit]
     log_paths: list[str]
+    plot: ImageAttachment | None = Field(default=None, description="metrics.png: where it was written.")
+    plot_data: MetricsHistory | None = Field(default=None, description="The series a plot would show, when "
+                                             "matplotlib is not installed.")
     notes: list[str]
 
 
 # --------------------------------------------------------------------------------------------------
-# parsing
-
-
-def _to_number(value: Any) -> float | None:
-    if isinstance(value, bool):
-        return float(value)
-    if isinstance(value, (int, float)):
-        return float(value)
-    if isinstance(value, str) and value.strip().lower() in ("nan", "-nan", "inf", "-inf", "infinity", "-infinity"):
-        return float(value.strip().lower().replace("infinity", "inf"))
-    return None
-
-
-def parse_dict_line(line: str) -> dict[str, float] | None:
-    """The numeric entries of a dict literal found on ``line``; None when there is none."""
-    start, end = line.find("{"), line.rfind("}")
-    if start < 0 or end <= start or end - start > MAX_DICT_LINE:
-        return None
-    text = _NP_SCALAR.sub(r"\1", line[start: end + 1])
-    text = _BARE_NONFINITE.sub(lambda m: f'"{m.group(1)}{m.group(2)}"', text)
-    try:
-        data = ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
-        return None
-    if not isinstance(data, dict):
-        return None
-    out = {}
-    for key, value in data.items():
-        number = _to_number(value)
-        if number is not None:
-            out[str(key)] = number
-    return out
-
-
-def metric_rows(text: str, truncated: bool) -> list[dict[str, float]]:
-    """The dict lines of a metrics file (``truncated``: the text starts mid-file, drop its first line)."""
-    if truncated:
-        text = text.split("\n", 1)[1] if "\n" in text else ""
-    rows = []
-    for line in text.splitlines():
-        if "{" in line:
-            parsed = parse_dict_line(line)
-            if parsed:
-                rows.append(parsed)
-    return rows
-
-
-def _lower_is_better(key: str) -> bool:
-    return any(token in key.lower() for token in _LOWER_IS_BETTER)
-
-
-def _finite(values: list[float]) -> list[float]:
-    return [v for v in values if not (math.isnan(v) or math.isinf(v))]
-
-
-def plateaued(values: list[float]) -> bool | None:
-    """True when the last third brought no real improvement over the best before it (needs 4+ points)."""
-    values = _finite(values)
-    if len(values) < 4:
-        return None
-    recent_n = max(2, len(values) // 3)
-    earlier, recent = values[:-recent_n], values[-recent_n:]
-    best_before = max(earlier)
-    tolerance = max(0.01 * abs(best_before), 1e-3)
-    return max(recent) <= best_before + tolerance
-
-
-def _trend(values: list[float]) -> str:
-    values = _finite(values)
-    if len(values) < 2:
-        return "n/a"
-    k = max(1, len(values) // 3)
-    head, tail = sum(values[:k]) / k, sum(values[-k:]) / k
-    scale = max(abs(head), abs(tail), 1e-9)
-    if abs(tail - head) / scale < 0.02:
-        return "flat"
-    return "up" if tail > head else "down"
-
-
-def summarise(rows: list[dict[str, float]]) -> list[MetricSummary]:
-    series: dict[str, list[float]] = {}
-    for row in rows:
-        for key, value in row.items():
-            series.setdefault(key, []).append(value)
-    out = []
-    for key, values in series.items():
-        finite = _finite(values)
-        best = (min(finite) if _lower_is_better(key) else max(finite)) if finite else None
-        plateau = plateaued(values) if any(k in key for k in PLATEAU_KEYS) else None
-        out.append(MetricSummary(key=key, n=len(values), first=logs.json_safe_number(values[0]), best=best,
-                                 last=logs.json_safe_number(values[-1]), trend=_trend(values), plateau=plateau))
-    return out
-
-
-# --------------------------------------------------------------------------------------------------
 # locating the files
-
-
-def _yaml_candidates(spec: dict[str, Any]) -> list[str]:
-    found = []
-    if spec.get("yaml_path"):
-        found.append(spec["yaml_path"])
-    for proc in spec.get("processes", []):
-        for match in _CONF_ARG.finditer(proc.get("command", "")):
-            try:
-                token = shlex.split(match.group(1))[0]
-            except (ValueError, IndexError):
-                continue
-            found.append(token if posixpath.isabs(token) else posixpath.join(proc.get("workdir", ""), token))
-    return list(dict.fromkeys(found))
 
 
 def _markdown_paths(data: Any, base: str) -> tuple[str | None, str | None]:
@@ -216,13 +120,13 @@ def _read_ops(paths: list[str], length: int) -> list[dict[str, Any]]:
     return [{"op": "read", "path": p, "offset": -length, "length": length, "text": True} for p in paths]
 
 
-def _yaml_markdown_paths(host: Host, candidates: list[str], explicit: bool, base: str,
+def _yaml_markdown_paths(host: Host, candidates: list[runconfig.Candidate], explicit: bool,
                          notes: list[str]) -> tuple[str | None, str | None]:
     """Markdown paths from the first YAML candidates that name them (one round trip for all)."""
     val_md = train_md = None
     if not candidates:
         return None, None
-    for path, result in zip(candidates, host.call(_read_ops(candidates, MAX_YAML_BYTES + 1))):
+    for cand, result in zip(candidates, host.call(_read_ops([c.path for c in candidates], MAX_YAML_BYTES + 1))):
         if val_md and train_md:
             break
         if not result.get("ok"):
@@ -230,18 +134,58 @@ def _yaml_markdown_paths(host: Host, candidates: list[str], explicit: bool, base
                 expect(result, field="yaml_path")
             continue
         if int(result["size"]) > MAX_YAML_BYTES:
-            notes.append(f"{path} is over {MAX_YAML_BYTES // (1024 * 1024)} MiB; not read")
+            notes.append(f"{cand.path} is over {MAX_YAML_BYTES // (1024 * 1024)} MiB; not read")
             continue
         try:
-            data = parse_yaml_text(result["text"], field="yaml_path", source=path)
+            data = parse_yaml_text(result["text"], field="yaml_path", source=cand.path)
         except ToolInputError as exc:
             if explicit:
                 raise
-            notes.append(f"could not read {path}: {exc.message}")
+            notes.append(f"could not read {cand.path}: {exc.message}")
             continue
-        v, t = _markdown_paths(data, base)
+        v, t = _markdown_paths(data, cand.workdir)
         val_md, train_md = val_md or v, train_md or t
     return val_md, train_md
+
+
+# --------------------------------------------------------------------------------------------------
+# the metric history: tables and the plot
+
+
+def is_validation_metric(name: str) -> bool:
+    """verl logs validation metrics as ``val-core/...``, ``val-aux/...`` (older: ``val/...``)."""
+    return name.startswith(("val-", "val/"))
+
+
+def _history_tables(reg: Registry, exp_id: str) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """(validation series, training series) from the run's step lines, values in step order."""
+    val: dict[str, list[float]] = {}
+    train: dict[str, list[float]] = {}
+    for name in history.metric_names(reg, exp_id)[:MAX_SUMMARY_SERIES]:
+        series = history.read_series(reg, exp_id, name)
+        values = [math.nan if v is None else v for v in series.values]
+        (val if is_validation_metric(name) else train)[name] = values
+    return val, train
+
+
+def run_labels(rows: list[Row]) -> list[str]:
+    """Legend labels: session names, or ids where a session name repeats."""
+    sessions = [r.session for r in rows]
+    return [r.session if sessions.count(r.session) == 1 else r.id for r in rows]
+
+
+def _plot_curves(reg: Registry, row: Row, overlays: list[Row], patterns: list[str] | None,
+                 notes: list[str]) -> tuple[list[plots.Curve], list[str]]:
+    names = history.metric_names(reg, row.id)
+    if patterns:
+        metrics, unmatched = history.match_names(names, patterns)
+        if unmatched:
+            notes.append(f"plot_metrics matched nothing in {row.id}: {', '.join(unmatched)}")
+    else:
+        metrics = plots.default_metrics(names)
+    metrics = metrics[:plots.MAX_PANELS]
+    rows = [row] + overlays
+    return plots.curves_from_history(reg, list(zip(run_labels(rows), [r.id for r in rows])), metrics), metrics
 
 
 # --------------------------------------------------------------------------------------------------
@@ -255,53 +199,84 @@ def collect_results(inp: CollectInput) -> CollectOutput:
     log_paths: list[str] = []
     status: dict[str, Any] | None = None
     spec: dict[str, Any] = {}
+    row: Row | None = None
+    overlays: list[Row] = []
+    hist_val: dict[str, list[float]] = {}
+    hist_train: dict[str, list[float]] = {}
+    curves: list[plots.Curve] = []
+    plot_metrics: list[str] = []
+    plot_data: MetricsHistory | None = None
     if inp.id is None and inp.result_dir is None:
         raise ToolInputError("give id (an experiment) or result_dir", field="id")
     if inp.id is not None and inp.host is not None:
         raise ToolInputError("the host is the experiment's own; give host only without id", field="host")
+    for name in ("plot_metrics", "overlay_ids"):
+        if inp.id is None and getattr(inp, name) is not None:
+            raise ToolInputError("plots are drawn from an experiment's metric history: give id too", field=name)
+    want_plot = inp.id is not None and inp.plot is not False
     host_name = normalise(inp.host, field="host") if inp.host is not None else LOCAL
     if inp.id is not None:
         with open_registry() as reg:
             row = find(reg, inp.id)
+            overlays = [find(reg, key, f"overlay_ids.{i}") for i, key in enumerate(inp.overlay_ids or [])]
             view = observe(reg, [row])[0]
             status = status_fields(view, [], [0] * len(view.procs), 0)
-        spec = view.row.spec
-        host_name = view.row.host
+            row = view.row
+            hist_val, hist_train = _history_tables(reg, row.id)
+            if want_plot:
+                curves, plot_metrics = _plot_curves(reg, row, overlays, inp.plot_metrics, notes)
+                if curves and not plots.available():
+                    plot_data = history.history_view(reg, row.id, plot_metrics, None, None, 200)
+        spec = row.spec
+        host_name = row.host
         state, exit_code = status["state"], status["exit_code"]
         errors = status["errors"]
         log_paths = [p.log_path if p.host == host_name else f"{p.host}:{p.log_path}" for p in status["processes"]]
     host = get_host(host_name)
     result_dir = host_path(inp.result_dir, "result_dir") if inp.result_dir else spec.get("result_dir")
     assert result_dir is not None
-    first = (spec.get("processes") or [{}])[0]
-    workdir = first.get("workdir") or spec.get("workdir") or result_dir
 
     val_md = host_path(inp.val_markdown, "val_markdown") if inp.val_markdown else None
     train_md = host_path(inp.train_markdown, "train_markdown") if inp.train_markdown else None
     if not (val_md and train_md):
-        candidates = [host_path(inp.yaml_path, "yaml_path")] if inp.yaml_path else _yaml_candidates(spec)
-        v, t = _yaml_markdown_paths(host, candidates, inp.yaml_path is not None, workdir, notes)
+        if inp.yaml_path:
+            first = (spec.get("processes") or [{}])[0]
+            base = first.get("workdir") or spec.get("workdir") or result_dir
+            candidates = [runconfig.Candidate(host_name, host_path(inp.yaml_path, "yaml_path"), base)]
+        else:
+            candidates = [c for c in runconfig.candidates(row) if c.host == host_name] if row is not None else []
+        v, t = _yaml_markdown_paths(host, candidates, inp.yaml_path is not None, notes)
         val_md, train_md = val_md or v, train_md or t
 
     sources = [("validation", "val_markdown", val_md), ("training", "train_markdown", train_md)]
     wanted = [path for _, _, path in sources if path is not None]
     answers = dict(zip(wanted, host.call(_read_ops(wanted, MAX_MARKDOWN_BYTES)))) if wanted else {}
-    rows: dict[str, list[dict[str, float]]] = {"validation": [], "training": []}
+    tables: dict[str, list[MetricSummary]] = {}
+    metrics_source: dict[str, str] = {}
     for label, arg, path in sources:
+        rows: list[dict[str, float]] = []
         if path is None:
             notes.append(f"no {label} markdown file known (pass {arg}, or set the YAML's "
                          f"{arg.split('_')[0]}_print_to_markdown_file_path)")
-            continue
-        answer = answers[path]
-        if not answer.get("ok"):
-            notes.append(f"cannot read the {label} file {path}: {answer.get('error')}")
-            continue
-        rows[label] = metric_rows(answer["text"], int(answer["size"]) > MAX_MARKDOWN_BYTES)
-        if not rows[label]:
-            notes.append(f"the {label} file {path} has no metric lines yet")
-
-    val_metrics, train_metrics = summarise(rows["validation"]), summarise(rows["training"])
+        elif not answers[path].get("ok"):
+            notes.append(f"cannot read the {label} file {path}: {answers[path].get('error')}")
+        else:
+            rows = metric_rows(answers[path]["text"], int(answers[path]["size"]) > MAX_MARKDOWN_BYTES)
+            if not rows:
+                notes.append(f"the {label} file {path} has no metric lines yet")
+        fallback = hist_val if label == "validation" else hist_train
+        if rows:
+            tables[label], metrics_source[label] = summarise(rows), f"markdown file {path}"
+        elif fallback:
+            steps = max(len(v) for v in fallback.values())
+            tables[label] = summarise_series(fallback)
+            metrics_source[label] = f"the log's step lines (metric history, {steps} steps)"
+            notes.append(f"{label} metrics taken from the log's step lines (no usable markdown file)")
+        else:
+            tables[label], metrics_source[label] = [], "none"
+    val_metrics, train_metrics = tables["validation"], tables["training"]
     plateau = {m.key: bool(m.plateau) for m in val_metrics + train_metrics if m.plateau is not None}
+
     running = state in ("running", "unreachable")
     flag_wanted = inp.write_finish_flag is not False and not running
     if inp.write_finish_flag is False:
@@ -309,16 +284,38 @@ def collect_results(inp: CollectInput) -> CollectOutput:
     elif running:
         why = "is still running" if state == "running" else "cannot be asked about (host unreachable)"
         notes.append(f"the experiment {why}: results.md is interim and finish.flag was not written")
-    text = _render(spec, status, host_name, result_dir, val_md, train_md, val_metrics, train_metrics, plateau, errors,
-                   log_paths, notes)
-    writes = [{"op": "write", "path": posixpath.join(result_dir, "results.md"), "text": text, "replace": True}]
+    picture = None
+    if want_plot and curves:
+        assert row is not None
+        labels = run_labels([row] + overlays)
+        title = f"{labels[0]}: metrics over steps" + (f" (with {', '.join(labels[1:])})" if len(labels) > 1 else "")
+        try:
+            picture = plots.render(curves, title)
+        except plots.PlotsUnavailable as exc:
+            notes.append(f"{exc.message}; plot_data holds the series instead")
+    elif want_plot:
+        notes.append("no plot: no step line with the chosen metrics has been scanned for this run")
+    plot_path = posixpath.join(result_dir, PLOT_NAME)
+    text = _render(spec, status, host_name, result_dir, val_md, train_md, val_metrics, train_metrics, metrics_source,
+                   plateau, errors, log_paths, notes, PLOT_NAME if picture else None)
+    writes = []
+    if picture is not None:
+        writes.append({"op": "write", "path": plot_path, "data": base64.b64encode(picture.png).decode("ascii"),
+                       "replace": True})
+    writes.append({"op": "write", "path": posixpath.join(result_dir, "results.md"), "text": text, "replace": True})
     if flag_wanted:
         writes.append({"op": "write", "path": posixpath.join(result_dir, "finish.flag"), "text": "", "replace": True})
     written = [expect(r, field="result_dir")["path"] for r in host.call(writes)]
+    image = None
+    if picture is not None:
+        encoded = base64.b64encode(picture.png).decode("ascii") if inp.image_data else None
+        image = ImageAttachment.of(picture.png, mime_type="image/png", title=title, width=picture.width,
+                                   height=picture.height, path=written.pop(0), host=host_name, data_base64=encoded)
     return CollectOutput(
         host=host_name, results_path=written[0], finish_flag_path=written[1] if flag_wanted else None, state=state,
         exit_code=exit_code, val_markdown=val_md, train_markdown=train_md, val_metrics=val_metrics,
-        train_metrics=train_metrics, plateau=plateau, errors=errors, log_paths=log_paths, notes=notes,
+        train_metrics=train_metrics, metrics_source=metrics_source, plateau=plateau, errors=errors,
+        log_paths=log_paths, plot=image, plot_data=plot_data, notes=notes,
     )
 
 
@@ -342,7 +339,8 @@ def _table(metrics: list[MetricSummary]) -> list[str]:
 
 def _render(spec: dict[str, Any], status: dict[str, Any] | None, host: str, result_dir: str, val_md: str | None,
             train_md: str | None, val_metrics: list[MetricSummary], train_metrics: list[MetricSummary],
-            plateau: dict[str, bool], errors: list[ErrorHit], log_paths: list[str], notes: list[str]) -> str:
+            sources: dict[str, str], plateau: dict[str, bool], errors: list[ErrorHit], log_paths: list[str],
+            notes: list[str], plot_name: str | None) -> str:
     out = ["# Experiment results", ""]
     if status is not None:
         out += [
@@ -357,12 +355,14 @@ def _render(spec: dict[str, Any], status: dict[str, Any] | None, host: str, resu
     out += [f"- result dir: {result_dir}" + ("" if host == LOCAL else f" (on {host})")]
     out += [f"- log: {p}" for p in log_paths]
     out += [f"- validation file: {val_md or '(none)'}", f"- training file: {train_md or '(none)'}", ""]
+    if plot_name:
+        out += ["## Metrics over steps", "", f"![metrics over steps]({plot_name})", ""]
     if plateau:
         out += ["## Plateau check", ""]
         out += [f"- {key}: {'plateaued' if flat else 'still improving'}" for key, flat in plateau.items()]
         out += [""]
-    out += ["## Validation metrics", ""] + _table(val_metrics)
-    out += ["## Training metrics", ""] + _table(train_metrics)
+    out += ["## Validation metrics", "", f"Source: {sources.get('validation', 'none')}.", ""] + _table(val_metrics)
+    out += ["## Training metrics", "", f"Source: {sources.get('training', 'none')}.", ""] + _table(train_metrics)
     if status is not None and status.get("last_metrics"):
         out += [f"## Last metric line in the log (step {status['global_step']})", ""]
         out += [f"- {k}: {_fmt(v)}" for k, v in list(status["last_metrics"].items())[:40]] + [""]

@@ -205,10 +205,78 @@ SIGNATURES: tuple[Signature, ...] = (
         title="Python environment does not match the backbone",
         pattern=r"Python environment does not match current backbone",
         severity="error",
-        hint="The interpreter lacks the backbone's packages: pass the venv interpreter as `python` "
-        "(or [exp_venv_exe]) and install AgentJet with its verl extra there.",
-        example="Python environment does not match current backbone 'verl'.",
-        source="AgentJet launcher",
+        hint="The launcher's environment check rejected the installed verl: AgentJet c68c154f accepts verl "
+        "0.5.0.post/0.5.0.dev/0.7.0.post/0.7.1/0.8.0.dev, releases before it only the first three (newer verl needs "
+        "a newer AgentJet); pass the venv interpreter as `python` and run `pip install -e .[verl]` (or "
+        "`.[trinity]`) in the AgentJet checkout there.",
+        example="ImportError: Python environment does not match current backbone 'verl'. Please `cd "
+        "/path/to/project/AgentJet` and run `(uv) pip install -e .[verl]` to install the correct environment.",
+        source="AgentJet launcher environment check (ajet/utils/launch_utils.py)",
+    ),
+    Signature(
+        name="tracker_tokenize_failed",
+        title="A failing context tracker (its rollout log is dumped)",
+        pattern=r"Error during tracker\.(?:group_)?tokenize\(\)",
+        severity="error",
+        hint="An episode's context tracker could not be turned into training samples (traceback follows; often a "
+        "malformed tool call or an over-long context); its rollout log was still written under BEST_LOGGER_PATH "
+        "(<experiment_dir>/<date>/<host>/): read that episode there, fix the workflow, restart.",
+        example="2026-05-26 17:07:12.482 | ERROR    | ajet.task_rollout.native_parallel_worker:"
+        "trajectories_to_samples:621 - Error during tracker.group_tokenize()",
+        source="AgentJet trainer rollout (native_parallel_worker)",
+        needles=("tracker.",),
+    ),
+    Signature(
+        name="flash_attn_missing",
+        title="FlashAttention 2 not installed (or built for another torch)",
+        pattern=r"FlashAttention2 has been toggled on, but it cannot be used|No module named '?flash_attn"
+        r"|flash_attn_2_cuda\S*: undefined symbol",
+        severity="error",
+        hint="The model asks for flash_attention_2 but flash-attn is missing or was built for another torch/CUDA: "
+        "install it last in the training venv, matching its torch (`pip install flash-attn --no-deps "
+        "--no-build-isolation`), as AgentJet's install guides say.",
+        example="ImportError: FlashAttention2 has been toggled on, but it cannot be used due to the following error: "
+        "the package flash_attn seems to be not installed. Please refer to the documentation of "
+        "https://huggingface.co/docs/transformers/perf_infer_gpu_one#flashattention-2 to install Flash Attention 2.",
+        source="transformers / verl",
+        needles=("flash_attn", "FlashAttention2"),
+    ),
+    Signature(
+        name="cudart_not_found",
+        title="CUDA runtime library not found (JIT kernel build)",
+        pattern=r"cannot find -lcudart|libcudart\.so[.\d]*: cannot open shared object file",
+        severity="error",
+        hint="A JIT-compiled kernel (flashinfer, triton, a torch extension) could not link the CUDA runtime: set "
+        "CUDA_HOME to a full toolkit matching torch.version.cuda and add its lib64 to LIBRARY_PATH and "
+        "LD_LIBRARY_PATH (pip's nvidia/cu* wheels need a lib64 -> lib link and an unversioned libcudart.so).",
+        example="/usr/bin/ld: cannot find -lcudart: No such file or directory",
+        source="GNU ld / dynamic loader",
+        needles=("cudart",),
+    ),
+    Signature(
+        name="cuda_version_mismatch",
+        title="CUDA driver, runtime or compiler mismatch",
+        pattern=r"CUDA driver version is insufficient for CUDA runtime version|The NVIDIA driver on your system is "
+        r"too old|CUDA compiler and CUDA toolkit headers are incompatible|forward compatibility was attempted on non "
+        r"supported HW",
+        severity="error",
+        hint="The GPU driver, the CUDA runtime torch/vLLM were built for and nvcc disagree: compare `nvidia-smi` "
+        "(driver's CUDA), `python -c 'import torch; print(torch.version.cuda)'` and `nvcc --version`, then install "
+        "wheels built for the driver's CUDA or update the driver.",
+        example="RuntimeError: The NVIDIA driver on your system is too old (found version 11040). Please update your "
+        "GPU driver by downloading and installing a new version from the URL: http://www.nvidia.com/Download/index.aspx",
+        source="PyTorch / CUDA runtime",
+    ),
+    Signature(
+        name="too_many_open_files",
+        title="Too many open files",
+        pattern=r"Too many open files",
+        severity="error",
+        hint="A process hit its open-file limit (env workers, Ray and vLLM hold many sockets): raise it where the run "
+        "starts, e.g. command `ulimit -n 65535 && python -m ...` (check with `ulimit -n`; the hard limit is in "
+        "/etc/security/limits.conf), then restart.",
+        example="OSError: [Errno 24] Too many open files: '/tmp/ajet/3f2a-interchange.sock'",
+        source="operating system (EMFILE)",
     ),
     Signature(
         name="wait_for_url_gave_up",

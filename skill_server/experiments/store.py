@@ -3,7 +3,8 @@
 Shared by every CLI call and MCP server of the same user at the same time, and it survives restarts.
 Each call opens its own short-lived connection (autocommit, busy timeout), so concurrent processes and
 worker threads never share a handle. Scan state is updated with a compare-and-set on ``scan_version``
-so two status calls racing over the same bytes never count an error twice; a final state is recorded
+(``history.save_scan_and_points``, together with the step lines' metrics) so two status calls racing
+over the same bytes never count an error or store a step twice; a final state is recorded
 once (compare-and-set on ``final_state IS NULL``).
 
 A row's ``spec`` holds what the launch decided, including, per process, the host it runs on and the
@@ -44,6 +45,26 @@ CREATE TABLE IF NOT EXISTS experiments (
     timeouts INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS experiments_by_session ON experiments(session, created);
+-- Metric history (``experiments.history``): one series per (run, metric name), one point per step line.
+CREATE TABLE IF NOT EXISTS metric_series (
+    id INTEGER PRIMARY KEY,
+    exp_id TEXT NOT NULL,
+    name TEXT NOT NULL,
+    UNIQUE (exp_id, name)
+);
+CREATE TABLE IF NOT EXISTS metric_points (
+    series INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    step INTEGER NOT NULL,
+    value REAL,
+    PRIMARY KEY (series, seq)
+) WITHOUT ROWID;
+-- What a run's training YAML says (``experiments.runconfig``), cached between calls.
+CREATE TABLE IF NOT EXISTS run_configs (
+    exp_id TEXT PRIMARY KEY,
+    checked_at REAL NOT NULL,
+    data TEXT NOT NULL
+);
 """
 
 
@@ -192,13 +213,6 @@ class Registry:
 
     def set_exit_code(self, exp_id: str, exit_code: int | None) -> None:
         self.conn.execute("UPDATE experiments SET final_exit_code = ? WHERE id = ?", (exit_code, exp_id))
-
-    def save_scan(self, exp_id: str, scan: dict[str, Any], expected_version: int) -> bool:
-        cur = self.conn.execute(
-            "UPDATE experiments SET scan = ?, scan_version = scan_version + 1 WHERE id = ? AND scan_version = ?",
-            (json.dumps(scan), exp_id, expected_version),
-        )
-        return cur.rowcount == 1
 
     def save_cursor(self, exp_id: str, cursor: str) -> None:
         self.conn.execute("UPDATE experiments SET read_cursor = ? WHERE id = ?", (cursor, exp_id))

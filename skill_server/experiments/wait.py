@@ -101,7 +101,7 @@ def wait_experiment(inp: WaitInput, progress: Progress | None = None) -> WaitOut
                 view = observe(reg, [fresh])[0]
             else:
                 view.row = fresh
-        status = observe_with_lines(reg, [reg.get(row.id) or view.row], None, logs.MAX_LINES)[0]
+        status = observe_with_lines(reg, [reg.get(row.id) or view.row], None, logs.MAX_LINES, checkpoints=True)[0]
         if status["state"] in TERMINAL:
             next_wait = 0
             if reason not in ("pattern", "first_step"):

@@ -1,0 +1,216 @@
+"""Training progress from the log: step counter restarts, seconds per step, total steps, steps per hour, ETA.
+
+Folded incrementally, like the rest of the scan: ``fold`` takes the step lines (and the text) of newly
+appended bytes and updates a small ``ProgressState`` stored with the scan state, so the cost follows the
+appended bytes, never the log size. ``estimate`` turns that state (plus the run's config) into numbers,
+each with its source, or null with the reason it is unknown.
+
+Seconds per step, in order of preference:
+
+1. ``timing_s/step`` printed in the step lines (verl's wall time of the whole step): median of the
+   last few steps;
+2. the rate of the trainer's ``Training Progress`` tqdm bar (``13.70s/it`` or ``1.2it/s``);
+3. observed: the times at which this tool first saw new step lines, between observations. This is
+   as precise as the polling interval and needs at least two observations that brought new steps.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import statistics
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+#: The trainer's tqdm bar: ``Training Progress:  12%|█▏   | 3/25 [00:41<05:01, 13.70s/it]``.
+#: Every repetition is bounded, so a hostile line costs linear time.
+TQDM_RE = re.compile(r"Training Progress:[^\n\r|]{0,40}\|[^\n\r|]{0,200}\|\s{0,5}(\d{1,12})/(\d{1,12})\s{0,5}"
+                     r"\[[^\]\n\r,]{0,60}(?:,\s{0,5}(\d{1,12}(?:\.\d{1,12})?)(s/it|it/s))?[^\]\n\r]{0,200}\]")
+STEP_TIME_KEY = "timing_s/step"
+#: Largest step count believed (anything larger is a parse accident, not a run).
+MAX_STEPS = 10**12
+KEEP_STEP_TIMES = 20
+KEEP_BATCHES = 30
+KEEP_RESTARTS = 20
+#: Median of this many most recent ``timing_s/step`` values.
+STEP_TIME_WINDOW = 5
+
+
+@dataclass
+class StepLine:
+    """One ``step:N - key:value - ...`` line: the step number, its numeric metrics and the process role."""
+
+    step: int
+    metrics: dict[str, float | int]
+    role: str
+
+
+@dataclass
+class ProgressState:
+    """What progress estimates need, kept between calls (JSON in the scan state)."""
+
+    last_step_by_role: dict[str, int] = field(default_factory=dict)
+    step_times: list[float] = field(default_factory=list)
+    tqdm_total: int | None = None
+    tqdm_step: int | None = None
+    tqdm_rate_s: float | None = None
+    #: ``[seen_at, highest step seen then]`` per observation that brought new step lines (since the last restart).
+    batches: list[list[float]] = field(default_factory=list)
+    restarts: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"last_step_by_role": self.last_step_by_role, "step_times": self.step_times,
+                "tqdm_total": self.tqdm_total, "tqdm_step": self.tqdm_step, "tqdm_rate_s": self.tqdm_rate_s,
+                "batches": self.batches, "restarts": self.restarts}
+
+    @classmethod
+    def from_json(cls, data: Any) -> ProgressState:
+        """The stored state; malformed parts are dropped, never raised."""
+        if not isinstance(data, dict):
+            return cls()
+        roles = data.get("last_step_by_role")
+        batches = data.get("batches")
+        restarts = data.get("restarts")
+        return cls(
+            last_step_by_role={str(k): v for k, v in roles.items() if _is_step(v)} if isinstance(roles, dict) else {},
+            step_times=[float(x) for x in _list(data.get("step_times")) if _positive(x)][-KEEP_STEP_TIMES:],
+            tqdm_total=data.get("tqdm_total") if _is_step(data.get("tqdm_total")) else None,
+            tqdm_step=data.get("tqdm_step") if _is_step(data.get("tqdm_step")) else None,
+            tqdm_rate_s=float(data["tqdm_rate_s"]) if _positive(data.get("tqdm_rate_s")) else None,
+            batches=[[float(b[0]), int(b[1])] for b in _list(batches)
+                     if isinstance(b, list) and len(b) == 2 and _finite(b[0]) and _is_step(b[1])][-KEEP_BATCHES:],
+            restarts=[dict(r) for r in _list(restarts) if isinstance(r, dict)][-KEEP_RESTARTS:],
+        )
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _positive(value: Any) -> bool:
+    return _finite(value) and value > 0
+
+
+def _is_step(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_STEPS
+
+
+def fold(state: ProgressState, lines: list[StepLine], text: str, now: float) -> None:
+    """Fold the step lines and tqdm bars of one chunk of newly appended text into ``state``."""
+    if lines:
+        top: int | None = None
+        for line in lines:
+            last = state.last_step_by_role.get(line.role)
+            if last is not None and line.step < last:
+                state.restarts.append({"role": line.role, "from_step": last, "to_step": line.step, "seen_at": now})
+                state.restarts = state.restarts[-KEEP_RESTARTS:]
+                state.batches, state.step_times, top = [], [], None
+            state.last_step_by_role[line.role] = line.step
+            top = line.step if top is None else max(top, line.step)
+            step_time = line.metrics.get(STEP_TIME_KEY)
+            if _positive(step_time):
+                state.step_times.append(float(step_time))  # type: ignore[arg-type]
+        state.step_times = state.step_times[-KEEP_STEP_TIMES:]
+        if top is not None:
+            state.batches.append([now, top])
+            state.batches = state.batches[-KEEP_BATCHES:]
+    if "Training Progress" in text:
+        match = None
+        for match in TQDM_RE.finditer(text):
+            pass
+        if match is not None:
+            done, total = int(match.group(1)), int(match.group(2))
+            if 0 < total <= MAX_STEPS and done <= total:
+                state.tqdm_total, state.tqdm_step = total, done
+            if match.group(3):
+                rate = float(match.group(3))
+                if rate > 0 and math.isfinite(rate):
+                    state.tqdm_rate_s = rate if match.group(4) == "s/it" else 1.0 / rate
+
+
+@dataclass
+class Estimate:
+    """Progress numbers for one run; ``unknown`` maps each null field to why it is unknown."""
+
+    global_step: int | None
+    total_steps: int | None
+    total_steps_source: str | None
+    seconds_per_step: float | None
+    seconds_per_step_source: str | None
+    steps_per_hour: float | None
+    eta_s: float | None
+    unknown: dict[str, str]
+    restarts: list[dict[str, Any]]
+
+
+def estimate(state: ProgressState, global_step: int | None, config_total: int | None, config_source: str | None,
+             *, finished: bool) -> Estimate:
+    """Progress of a run from its folded state; nothing is guessed: unknown values come with a reason."""
+    unknown: dict[str, str] = {}
+    if global_step is None:
+        unknown["global_step"] = "no step:N line seen in the log yet"
+    total, total_source = None, None
+    if state.tqdm_total is not None:
+        total, total_source = state.tqdm_total, "log: the trainer's 'Training Progress' bar"
+    elif config_total is not None:
+        total, total_source = config_total, config_source or "the run's config"
+    else:
+        unknown["total_steps"] = ("neither a 'Training Progress' bar in the log nor total_training_steps in the run's "
+                                  "config (when it is null, verl derives it from the dataset size and total_epochs)")
+    per_step, per_step_source = None, None
+    if state.step_times:
+        recent = state.step_times[-STEP_TIME_WINDOW:]
+        per_step = float(statistics.median(recent))
+        per_step_source = f"timing_s/step printed in the step lines (median of the last {len(recent)})"
+    elif state.tqdm_rate_s is not None:
+        per_step, per_step_source = state.tqdm_rate_s, "rate of the trainer's 'Training Progress' bar"
+    else:
+        per_step = _observed_rate(state.batches)
+        if per_step is not None:
+            per_step_source = ("observed: when this tool first saw each step line, over "
+                               f"{len(state.batches)} observations (as precise as the polling interval)")
+        else:
+            unknown["seconds_per_step"] = ("no timing_s/step in the step lines, no tqdm rate, and fewer than two "
+                                           "observations that brought new steps")
+    steps_per_hour = 3600.0 / per_step if per_step else None
+    if steps_per_hour is None:
+        unknown["steps_per_hour"] = unknown.get("seconds_per_step", "seconds per step unknown")
+    eta = None
+    if finished:
+        unknown["eta_s"] = "the run has ended"
+    elif total is None or per_step is None or global_step is None:
+        unknown["eta_s"] = "needs " + " and ".join(
+            name for name, value in (("global_step", global_step), ("total_steps", total),
+                                     ("seconds_per_step", per_step)) if value is None)
+    elif global_step > total:
+        unknown["eta_s"] = f"global step {global_step} is past total_steps {total}"
+    else:
+        eta = (total - global_step) * per_step
+    return Estimate(global_step=global_step, total_steps=total, total_steps_source=total_source,
+                    seconds_per_step=_round(per_step), seconds_per_step_source=per_step_source,
+                    steps_per_hour=_round(steps_per_hour), eta_s=_round(eta), unknown=unknown,
+                    restarts=list(state.restarts))
+
+
+def _observed_rate(batches: list[list[float]]) -> float | None:
+    """Seconds per step between the oldest and newest observation that brought new steps."""
+    if len(batches) < 2:
+        return None
+    (t0, s0), (t1, s1) = batches[0], batches[-1]
+    if s1 <= s0 or t1 <= t0:
+        return None
+    return (t1 - t0) / (s1 - s0)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def iso(ts: float) -> str:
+    """A UTC time as ISO 8601 to the second."""
+    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")

@@ -1,0 +1,231 @@
+"""What a run's training YAML says: total steps, where checkpoints go, and the flattened config for comparisons.
+
+The YAML of a run is the blueprint's ``[exp_yaml_path]`` or a ``--conf PATH`` argument of one of its
+commands (resolved against that process's workdir, read on that process's host). It is read through
+the host layer (regular files only, bounded) and parsed with the project's bounded YAML loader, never
+executed. What status needs from it is cached in the registry's ``run_configs`` table, so the file is
+read again only while something is still unknown, at most every ``RECHECK_S`` seconds.
+
+Checkpoints: verl writes ``<default_local_dir>/global_step_N/``; AgentJet sets ``default_local_dir`` to
+``<checkpoint_base_dir>/<project_name>/<experiment_name>`` (``ajet.trainer_common.checkpoint_base_dir``,
+``./saved_checkpoints`` in AgentJet c68c154f's defaults, relative to the trainer's working directory).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import shlex
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from skill_server.errors import ToolInputError
+from skill_server.experiments.store import Registry, Row
+from skill_server.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
+
+#: Re-read a YAML that left something unknown at most this often.
+RECHECK_S = 300.0
+#: Most YAML candidates read for one run.
+MAX_CANDIDATES = 4
+#: AgentJet's default ``ajet.trainer_common.checkpoint_base_dir`` (ajet_default.yaml, AgentJet c68c154f).
+AGENTJET_CHECKPOINT_BASE = "./saved_checkpoints"
+AGENTJET_VERSION = "c68c154f"
+#: Flattening bounds: keys kept, nesting followed, characters of one value shown.
+MAX_FLAT_KEYS = 20_000
+MAX_FLAT_DEPTH = 32
+MAX_VALUE_CHARS = 200
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A YAML path on a host, and the directory relative paths inside it resolve against."""
+
+    host: str
+    path: str
+    workdir: str
+
+
+def candidates(row: Row) -> list[Candidate]:
+    """The run's YAML candidates: the blueprint's yaml_path first, then each ``--conf`` argument."""
+    out: list[Candidate] = []
+    procs = row.processes
+    first_workdir = procs[0].workdir if procs else str(row.spec.get("workdir") or "")
+    yaml_path = row.spec.get("yaml_path")
+    if isinstance(yaml_path, str) and yaml_path.startswith(("/", "~")):
+        out.append(Candidate(row.host, yaml_path, first_workdir))
+    for p in procs:
+        for token in conf_arguments(p.command):
+            path = token if token.startswith(("/", "~")) else posixpath.normpath(posixpath.join(p.workdir, token))
+            out.append(Candidate(p.host, path, p.workdir))
+    unique: list[Candidate] = []
+    for c in out:
+        if all((c.host, c.path) != (u.host, u.path) for u in unique):
+            unique.append(c)
+    return unique[:MAX_CANDIDATES]
+
+
+def conf_arguments(command: str) -> list[str]:
+    """The values of ``--conf X`` / ``--conf=X`` in a shell command (words as the shell splits them)."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars=True)
+    lexer.whitespace_split = True
+    try:
+        words = list(lexer)
+    except ValueError:
+        return []
+    found = []
+    for i, word in enumerate(words):
+        if word == "--conf" and i + 1 < len(words):
+            found.append(words[i + 1])
+        elif word.startswith("--conf="):
+            found.append(word[len("--conf="):])
+    return [w for w in found if w and "\x00" not in w]
+
+
+def read_op(path: str) -> dict[str, Any]:
+    return {"op": "read", "path": path, "offset": 0, "length": MAX_YAML_BYTES + 1, "text": True}
+
+
+def parse_answer(candidate: Candidate, answer: dict[str, Any]) -> tuple[Any, str | None]:
+    """(parsed YAML or None, why not) from the host's answer to ``read_op``."""
+    if not answer.get("ok"):
+        return None, f"{candidate.path}: {answer.get('error')}"
+    if int(answer.get("size", 0)) > MAX_YAML_BYTES:
+        return None, f"{candidate.path} is over {MAX_YAML_BYTES // (1024 * 1024)} MiB; not read"
+    try:
+        return parse_yaml_text(str(answer.get("text", "")), field="yaml_path", source=candidate.path), None
+    except ToolInputError as exc:
+        return None, f"could not read {candidate.path}: {exc.message}"
+
+
+def _get(data: Any, dotted: str) -> Any:
+    node = data
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _positive_int(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return value if isinstance(value, int) and 0 < value <= 10**12 else None
+
+
+def _plain(value: Any) -> str | None:
+    """A usable path or name: a non-empty string without interpolation (``${...}``) or NUL."""
+    if isinstance(value, str) and value.strip() and "${" not in value and "\x00" not in value:
+        return value.strip()
+    return None
+
+
+def summarise(candidate: Candidate, data: Any) -> dict[str, Any]:
+    """What status needs from one parsed YAML: total steps and the checkpoint directory, with sources."""
+    out: dict[str, Any] = {"host": candidate.host, "path": candidate.path}
+    for key in ("ajet.trainer_common.total_training_steps", "trainer.total_training_steps"):
+        total = _positive_int(_get(data, key))
+        if total is not None:
+            out["total_steps"], out["total_steps_source"] = total, f"{key} in {candidate.path}"
+            break
+    local_dir = _plain(_get(data, "trainer.default_local_dir"))
+    base = _plain(_get(data, "ajet.trainer_common.checkpoint_base_dir"))
+    project = _plain(_get(data, "ajet.project_name"))
+    experiment = _plain(_get(data, "ajet.experiment_name"))
+    if local_dir:
+        directory, source = local_dir, f"trainer.default_local_dir in {candidate.path}"
+    elif isinstance(_get(data, "ajet"), dict):
+        source = f"ajet.trainer_common.checkpoint_base_dir in {candidate.path}"
+        if base is None:
+            base = AGENTJET_CHECKPOINT_BASE
+            source = f"AgentJet's default checkpoint_base_dir ({AGENTJET_VERSION}); {candidate.path} does not set it"
+        if project and experiment:
+            directory = posixpath.join(base, project, experiment)
+            source += " / ajet.project_name / ajet.experiment_name"
+        else:
+            directory = base
+            out["checkpoint_note"] = ("project_name or experiment_name unknown: every global_step_N folder under "
+                                      "the base directory is listed, other experiments' included")
+    else:
+        return out
+    if not directory.startswith(("/", "~")):
+        directory = posixpath.normpath(posixpath.join(candidate.workdir, directory))
+    out["checkpoint_dir"], out["checkpoint_source"] = directory, source
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
+# the cache
+
+
+def cached(reg: Registry, exp_id: str) -> tuple[float | None, dict[str, Any]]:
+    """(when it was checked, what was found) for a run; (None, {}) when never checked."""
+    values = reg.conn.execute("SELECT checked_at, data FROM run_configs WHERE exp_id = ?", (exp_id,)).fetchone()
+    if values is None:
+        return None, {}
+    try:
+        data = json.loads(values[1])
+    except (TypeError, ValueError, RecursionError):
+        return None, {}
+    return float(values[0]), data if isinstance(data, dict) else {}
+
+
+def store(reg: Registry, exp_id: str, data: dict[str, Any], now: float | None = None) -> None:
+    reg.conn.execute("INSERT OR REPLACE INTO run_configs (exp_id, checked_at, data) VALUES (?, ?, ?)",
+                     (exp_id, time.time() if now is None else now, json.dumps(data)))
+
+
+def needs_check(checked_at: float | None, data: dict[str, Any], now: float) -> bool:
+    """Read the YAML again? Never read yet, or something is still unknown and it was read a while ago."""
+    if checked_at is None:
+        return True
+    complete = data.get("total_steps") is not None and data.get("checkpoint_dir") is not None
+    return not complete and now - checked_at >= RECHECK_S
+
+
+def fold_answers(row: Row, cands: list[Candidate], answers: list[dict[str, Any]]) -> dict[str, Any]:
+    """One summary from the answers to ``read_op`` for each candidate: the first YAML that says a thing wins."""
+    merged: dict[str, Any] = {"notes": []}
+    for cand, answer in zip(cands, answers):
+        data, problem = parse_answer(cand, answer)
+        if problem:
+            merged["notes"].append(problem)
+            continue
+        for key, value in summarise(cand, data).items():
+            merged.setdefault(key, value)
+    if not cands:
+        merged["notes"].append("no training YAML known for this run (the blueprint's exp_yaml_path or a --conf "
+                               "argument of its command)")
+    return merged
+
+
+# --------------------------------------------------------------------------------------------------
+# flattening, for config differences
+
+
+def flatten(data: Any) -> dict[str, Any]:
+    """Dotted keys to leaf values (lists are leaves), bounded in keys and depth."""
+    out: dict[str, Any] = {}
+    stack: list[tuple[str, Any, int]] = [("", data, 0)]
+    while stack and len(out) < MAX_FLAT_KEYS:
+        prefix, node, depth = stack.pop()
+        if isinstance(node, dict) and node and depth < MAX_FLAT_DEPTH:
+            for key in reversed(list(node)):
+                stack.append((f"{prefix}.{key}" if prefix else str(key), node[key], depth + 1))
+        else:
+            out[prefix or "(root)"] = node
+    return out
+
+
+def shown(value: Any) -> Any:
+    """A config value as JSON, long ones cut (the cut is marked)."""
+    if isinstance(value, (bool, int, float)) or value is None:
+        if isinstance(value, float) and value != value:
+            return "nan"
+        if isinstance(value, float) and value in (float("inf"), float("-inf")):
+            return str(value)
+        return value
+    text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
+    return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 6] + " [...]"

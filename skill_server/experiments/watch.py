@@ -1,0 +1,216 @@
+"""watch: one line per event of a run until it ends (``python -m skill_server watch ID``).
+
+Made for Claude Code's Monitor tool and for shell loops: every line is one event, written and flushed at
+once; the command ends by itself when the run does and its exit code says how the run ended. Events:
+
+* ``started``: the first line, whatever state the run is in when watching begins;
+* ``first_step``: the first training step was seen;
+* ``step``: every K-th global step (``--every``), with key metrics, seconds per step and the ETA;
+* ``error``: each error signature the first time it appears (with its fix);
+* ``restart``: the step counter went back (a resumed or relaunched trainer);
+* ``state``: the run's state or one of its processes' states changed (``unreachable`` included);
+* ``finished``: the final state and exit code; the last line.
+
+It only observes (one round trip per host per poll, like ``experiment_status`` without lines), so it
+never moves the status cursor and never acts on the run. Exit codes: 0 succeeded, 10 failed, 11
+stopped, 12 timed out, 13 lost; 1 a tool error (an unknown id), 2 a usage error, 124 ``--max-time``
+passed first, 130 interrupted (Ctrl-C or SIGTERM); a closed output pipe ends it quietly with 141.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from skill_server.experiments import history, plots
+from skill_server.experiments.models import TERMINAL, ProgressInfo
+from skill_server.experiments.observe import View, observe
+from skill_server.experiments.progress import iso
+from skill_server.experiments.signatures import SIGNATURES_BY_NAME
+from skill_server.experiments.status import absorb_config, extra_ops, find, plan_extras, progress_info
+from skill_server.experiments.store import open_registry
+
+EXIT_BY_STATE = {"succeeded": 0, "failed": 10, "stopped": 11, "timed_out": 12, "lost": 13}
+EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_MAX_TIME, EXIT_INTERRUPTED, EXIT_PIPE_CLOSED = 1, 2, 124, 130, 141
+DEFAULT_EVERY = 10
+DEFAULT_INTERVAL_S = 5.0
+#: Metrics shown on a step line when none are chosen: the first of plots.DEFAULT_METRICS the run prints.
+DEFAULT_METRIC_COUNT = 4
+
+
+@dataclass
+class Event:
+    kind: str
+    text: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return "null" if value is None else str(value)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s" if minutes else f"{secs}s"
+
+
+class Watcher:
+    """Turns successive views of one run into events (pure: no I/O)."""
+
+    def __init__(self, every: int = DEFAULT_EVERY, metrics: list[str] | None = None) -> None:
+        self.every = max(1, every)
+        self.patterns = metrics
+        self.started = False
+        self.state: str | None = None
+        self.proc_states: dict[str, str] = {}
+        self.first_step = False
+        self.reported_step: int | None = None
+        self.errors: set[str] = set()
+        self.restarts = 0
+
+    def _metrics(self, last: dict[str, Any]) -> dict[str, Any]:
+        names = list(last)
+        if self.patterns:
+            chosen, _ = history.match_names(names, self.patterns)
+        else:
+            chosen = plots.default_metrics(names, DEFAULT_METRIC_COUNT)
+        return {name: last[name] for name in chosen[:8]}
+
+    def events(self, view: View, progress: ProgressInfo) -> list[Event]:
+        out: list[Event] = []
+        row, scan = view.row, view.scan
+        step = scan.global_step
+        if not self.started:
+            self.started = True
+            out.append(Event("started", f"{row.id} state={view.state} host={row.host} "
+                             f"elapsed={_duration(view.elapsed_s)}" + (f" step={step}" if step is not None else ""),
+                             {"state": view.state, "host": row.host, "elapsed_s": round(view.elapsed_s, 1),
+                              "global_step": step}))
+        elif view.state != self.state and view.state not in TERMINAL:  # a final state is the finished line
+            out.append(Event("state", f"{self.state} -> {view.state}" + (f" ({view.note})" if view.note else ""),
+                             {"from": self.state, "to": view.state, "note": view.note}))
+        self.state = view.state
+        for p in view.procs:
+            before = self.proc_states.get(p.role)
+            if before is not None and before != p.state and p.state != view.state and len(view.procs) > 1:
+                out.append(Event("state", f"process {p.role}: {before} -> {p.state}",
+                                 {"role": p.role, "from": before, "to": p.state}))
+            self.proc_states[p.role] = p.state
+        if scan.first_step_seen and not self.first_step:
+            self.first_step = True
+            after = f" {_duration(scan.first_step_at - row.created)} after launch" if scan.first_step_at else ""
+            out.append(Event("first_step", f"first training step seen (step {scan.first_step or step}){after}",
+                             {"step": scan.first_step or step}))
+        for restart in progress.restarts[self.restarts:]:
+            out.append(Event("restart", f"step counter went back from {restart.from_step} to {restart.to_step} "
+                             f"({restart.role}): resumed or relaunched", restart.model_dump()))
+            self.reported_step = None
+        self.restarts = len(progress.restarts)
+        if step is not None and (self.reported_step is None or step // self.every > self.reported_step // self.every):
+            self.reported_step = step  # the first step seen, then each time a multiple of K is passed
+            out.append(self._step_event(step, scan.last_metrics, progress))
+        for name, hit in scan.errors.items():
+            sig = SIGNATURES_BY_NAME.get(name)
+            if sig is None or name in self.errors:
+                continue
+            self.errors.add(name)
+            role = f" [{hit.get('role')}]" if hit.get("role") else ""
+            out.append(Event("error", f"{name} ({sig.severity}){role}: {hit.get('line', '')} | fix: {sig.hint}",
+                             {"signature": name, "severity": sig.severity, "role": hit.get("role"),
+                              "line": hit.get("line"), "count": hit.get("count"), "hint": sig.hint}))
+        if view.state in TERMINAL:
+            out.append(Event("finished", f"{view.state} exit_code={_fmt(view.exit_code)} after "
+                             f"{_duration(view.elapsed_s)}" + (f" at step {step}" if step is not None else ""),
+                             {"state": view.state, "exit_code": view.exit_code, "elapsed_s": round(view.elapsed_s, 1),
+                              "global_step": step}))
+        return out
+
+    def _step_event(self, step: int, last: dict[str, Any], progress: ProgressInfo) -> Event:
+        metrics = self._metrics(last)
+        total = f"/{progress.total_steps}" if progress.total_steps else ""
+        parts = [f"{step}{total}"] + [f"{k}={_fmt(v)}" for k, v in metrics.items()]
+        if progress.seconds_per_step is not None:
+            parts.append(f"| {progress.seconds_per_step:.3g} s/step")
+        if progress.eta_s is not None:
+            parts.append(f"eta {_duration(progress.eta_s)}")
+        return Event("step", " ".join(parts), {"step": step, "total_steps": progress.total_steps, "metrics": metrics,
+                                               "seconds_per_step": progress.seconds_per_step,
+                                               "eta_s": progress.eta_s})
+
+
+def format_line(event: Event, session: str, as_json: bool, now: float) -> str:
+    if as_json:
+        return json.dumps({"time": iso(now), "session": session, "event": event.kind, "text": event.text,
+                           **event.data}, ensure_ascii=False, default=str)
+    return f"{iso(now)} {session} {event.kind} {event.text}"
+
+
+class _Stop(Exception):
+    pass
+
+
+def watch(key: str, *, every: int = DEFAULT_EVERY, interval_s: float = DEFAULT_INTERVAL_S,
+          metrics: list[str] | None = None, as_json: bool = False, max_time_s: float | None = None,
+          write: Callable[[str], None] | None = None) -> int:
+    """Print events of the run ``key`` (id or session) until it ends; returns the exit code (see module doc).
+
+    ``ToolInputError`` (unknown id) propagates to the caller, which prints it as any tool error."""
+    emit = write or _stdout_line
+    watcher = Watcher(every, metrics)
+    started = time.monotonic()
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise _Stop()
+
+    previous = signal.signal(signal.SIGTERM, on_term) if _main_thread() else None
+    try:
+        with open_registry() as reg:
+            row = find(reg, key)
+        while True:
+            now = time.time()
+            with open_registry() as reg:
+                row = reg.get(row.id) or row
+                plan = plan_extras(reg, row, False, now)  # the run's YAML, while its total steps are unknown
+                view = observe(reg, [row], extra_ops=lambda r: extra_ops(plan))[0]
+                absorb_config(reg, view, plan, now)
+            for event in watcher.events(view, progress_info(view, plan.config, now)):
+                emit(format_line(event, row.session, as_json, now))
+            if view.state in TERMINAL:
+                return EXIT_BY_STATE[view.state]
+            if max_time_s is not None and time.monotonic() - started >= max_time_s:
+                return EXIT_MAX_TIME
+            time.sleep(interval_s)
+    except (KeyboardInterrupt, _Stop):
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return EXIT_PIPE_CLOSED
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _stdout_line(text: str) -> None:
+    """One UTF-8 line, flushed at once (a consumer reads it as the event happens)."""
+    buffer = getattr(sys.stdout, "buffer", None)
+    data = (text + "\n").encode("utf-8", errors="backslashreplace")
+    if buffer is None:
+        sys.stdout.write(data.decode("utf-8"))
+        sys.stdout.flush()
+        return
+    buffer.write(data)
+    buffer.flush()
