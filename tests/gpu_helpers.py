@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -18,7 +19,8 @@ def install_fake_smi(bin_dir: Path, state: dict) -> Path:
     holds one character device per GPU (``nvidia<N>``, made with mknod: the numbers of /dev/null, so
     opening one does nothing) for "GPU processes" to hold open."""
     bin_dir.mkdir(parents=True)
-    (bin_dir / "nvidia-smi").symlink_to(FAKE_SMI)
+    # a copy, not a link: a node with its own /tmp cannot see a checkout that lives under /tmp (as CI's does)
+    shutil.copy2(FAKE_SMI, bin_dir / "nvidia-smi")
     dev = bin_dir.parent / "dev"
     dev.mkdir()
     for i in range(len(state.get("gpus", [])) if os.getuid() == 0 else 0):  # mknod needs root

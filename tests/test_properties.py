@@ -429,12 +429,30 @@ def arguments_strategy(spec: ToolSpec, world: World) -> Any:
 
 # --------------------------------------------------------------------------------- fixtures
 
+#: Stand-ins for the two programs tools run on a host that must never act for real here: ``ray`` (a
+#: generated ``ray_cluster start`` would otherwise start a real Ray head on the machine's network) and
+#: ``nvidia-smi`` (a generated ``kill_gpu_processes`` must never meet a real GPU process). The ray
+#: stand-in answers ``--version`` like Ray 2.60 and refuses everything else; the nvidia-smi stand-in
+#: fails the way a machine with a broken driver does.
+STAND_INS = {
+    "ray": 'case "$1" in --version) echo "ray, version 2.60.0";; *) echo "stand-in ray: not started" >&2; exit 1;; '
+           "esac\n",
+    "nvidia-smi": 'echo "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver." >&2\nexit 9\n',
+}
+
+
 @pytest.fixture
 def world(tmp_path, private_tmux, monkeypatch):
     """The hostile world, a temp working directory, and no route to anything real."""
     w = make_world(tmp_path / "world")
     (w.root / "work").mkdir()
     monkeypatch.chdir(w.root)
+    stand_ins = tmp_path / "stand-ins"
+    stand_ins.mkdir()
+    for name, body in STAND_INS.items():
+        (stand_ins / name).write_text("#!/bin/sh\n" + body)
+        (stand_ins / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stand_ins}{os.pathsep}{os.environ['PATH']}")
     closed = socket.socket()
     closed.bind(("127.0.0.1", 0))
     closed_port = closed.getsockname()[1]
