@@ -211,9 +211,6 @@ class Registry:
         )
         return cur.rowcount == 1
 
-    def set_exit_code(self, exp_id: str, exit_code: int | None) -> None:
-        self.conn.execute("UPDATE experiments SET final_exit_code = ? WHERE id = ?", (exit_code, exp_id))
-
     def save_cursor(self, exp_id: str, cursor: str) -> None:
         self.conn.execute("UPDATE experiments SET read_cursor = ? WHERE id = ?", (cursor, exp_id))
 

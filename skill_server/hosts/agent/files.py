@@ -253,17 +253,3 @@ def write_atomic(path: str, data: bytes, replace: bool, mode: int = 0o644, field
             pass
     return target
 
-
-def list_dir(path: str, limit: int) -> list[dict]:
-    """Entries of a directory (name, kind, size, mtime), sorted by name, at most ``limit``."""
-    out = []
-    with os.scandir(expand(path)) as it:
-        for entry in it:
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            kind = "dir" if stat.S_ISDIR(info.st_mode) else "file" if stat.S_ISREG(info.st_mode) else "other"
-            out.append({"name": entry.name, "kind": kind, "size": info.st_size, "mtime": info.st_mtime})
-    out.sort(key=lambda e: e["name"])
-    return out[:limit]
