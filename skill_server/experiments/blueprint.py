@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from skill_server.errors import ToolInputError
+from skill_server.experiments.models import MAX_DURATION_S
 from skill_server.hosts.agent import files as host_files
 
 MAX_BLUEPRINT_BYTES = 256 * 1024
@@ -30,8 +31,6 @@ DEFAULT_FIRST_STEP = "20 min"
 DEFAULT_RESULT_DIR = "./auto_agent/exp_results/"
 DEFAULT_MAX_TIME_S = 24 * 3600
 DEFAULT_FIRST_STEP_S = 20 * 60
-#: Longest max time or first-step deadline a blueprint may ask for (as ``models.MAX_DURATION_S``).
-MAX_DURATION_S = 366 * 86400
 
 _HEADER = re.compile(
     r"^\s*(?:#{1,6}\s*)?(?:[-*+]\s+)?(?:\*\*|__)?\s*\[?\s*(exp_[a-z_]+)\s*\]?\s*(?:\*\*|__)?\s*[:：]?\s*(.*?)\s*$",

@@ -21,7 +21,7 @@ State = Literal["running", "succeeded", "failed", "stopped", "timed_out", "lost"
 ProcessState = Literal["running", "waiting", "succeeded", "failed", "stopped", "timed_out", "lost", "unreachable"]
 TERMINAL = ("succeeded", "failed", "stopped", "timed_out", "lost")
 
-#: Longest accepted max time or first-step deadline: one leap year, in seconds.
+#: Longest accepted max time or first-step deadline (arguments and blueprints alike): one leap year, in seconds.
 MAX_DURATION_S = 366 * 86400
 MAX_PROCESSES = 8
 #: Largest step number accepted in a step range (verl counts steps in int64; runs never get near this).
