@@ -34,6 +34,10 @@ ROLE_RE = r"^[A-Za-z0-9_-]{1,32}$"
 HOST_DESCRIPTION = ("Where it runs: 'local' (default, this machine) or an ssh destination: an alias from your "
                     "ssh config ('gpu1'), 'user@10.0.0.5' or 'ssh://user@host:2222'.")
 Duration = Annotated[int, Field(strict=True, ge=1, le=MAX_DURATION_S)]
+#: A metric name or fnmatch glob ('critic/score/*'), as the history, plot and comparison inputs take them.
+MetricPattern = Annotated[StrictStr, Field(min_length=1, max_length=200)]
+#: An experiment id or session name naming another run (overlays, comparisons).
+RunKey = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 
 
 class ProcessSpec(ToolInput):
@@ -233,7 +237,7 @@ class StatusInput(ToolInput):
                                              description="New lines to return (default 200 for one id, 20 each for all).")
     limit: PositiveInt | None = Field(default=None, le=500, description="When listing all: at most this many "
                                       "(every unfinished one plus the newest finished; default 50).")
-    metrics_history: list[Annotated[StrictStr, Field(min_length=1, max_length=200)]] | None = Field(
+    metrics_history: list[MetricPattern] | None = Field(
         default=None, min_length=1, max_length=20,
         description="With id: metric names or glob patterns (fnmatch: 'critic/score/*', '*loss*') whose history "
         "over steps to return, from every step line scanned so far.")
