@@ -24,7 +24,7 @@ from skill_server.experiments.models import MetricPattern, MetricsHistory, RunKe
 from skill_server.experiments.status import find, observe_with_lines
 from skill_server.experiments.store import Registry, Row, open_registry
 from skill_server.experiments.summaries import lower_is_better
-from skill_server.hosts import HostUnreachable, call_hosts
+from skill_server.hosts import call_hosts, result_of
 from skill_server.models import ImageAttachment, JsonValue, PositiveInt, ToolInput, ToolOutput
 
 MAX_RUNS = plots.MAX_RUNS
@@ -193,10 +193,7 @@ def _config_files(rows: list[Row], given: list[str | None], notes: list[str]
         problems = []
         for i, c in enumerate(cands[r.id]):
             host, index = where[(r.id, i)]
-            reply = replies.get(host)
-            answer = ({"ok": False, "error": reply.message} if isinstance(reply, HostUnreachable)
-                      else reply[index] if reply else {"ok": False, "error": "no answer"})
-            data, problem = runconfig.parse_answer(c, answer)
+            data, problem = runconfig.parse_answer(c, result_of(replies.get(host), index))
             if problem:
                 problems.append(problem)
                 continue

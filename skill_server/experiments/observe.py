@@ -25,7 +25,7 @@ from skill_server.experiments import history, logs
 from skill_server.experiments.models import TERMINAL
 from skill_server.experiments.states import ProcFacts, process_state, run_state
 from skill_server.experiments.store import Registry, Row, RunProcess
-from skill_server.hosts import HostUnreachable, call_hosts
+from skill_server.hosts import HostUnreachable, Reply, call_hosts, result_of
 
 #: Most log bytes one observation asks a host for (scan ranges of all its logs together).
 HOST_SCAN_BUDGET = 16 * 1024 * 1024
@@ -128,20 +128,12 @@ def observe(reg: Registry, rows: list[Row], *, extra_reads: ExtraReads | None = 
             reply = replies.get(host)
             procs.append(_proc_view(p, reply, index))
         view = _view(reg, row, procs, scans[r], now)
-        view.extra = [_extra_result(replies.get(host), index) for host, index in added[r]]
+        view.extra = [result_of(replies.get(host), index) for host, index in added[r]]
         views.append(view)
     return views
 
 
-def _extra_result(reply: list[dict[str, Any]] | HostUnreachable | None, index: int) -> dict[str, Any]:
-    if isinstance(reply, HostUnreachable):
-        return {"ok": False, "error": reply.message, "kind": "unreachable"}
-    if reply is None or index >= len(reply):
-        return {"ok": False, "error": "no answer", "kind": "unreachable"}
-    return reply[index]
-
-
-def _proc_view(p: RunProcess, reply: list[dict[str, Any]] | HostUnreachable | None, index: int) -> ProcView:
+def _proc_view(p: RunProcess, reply: Reply | None, index: int) -> ProcView:
     if isinstance(reply, HostUnreachable) or reply is None:
         reason = reply.reason if isinstance(reply, HostUnreachable) else "no answer"
         return ProcView(p, "unreachable", None, None, False, None, reason=reason)

@@ -38,7 +38,7 @@ from skill_server.experiments.models import (
 from skill_server.experiments.observe import View, observe
 from skill_server.experiments.signatures import SIGNATURES_BY_NAME
 from skill_server.experiments.store import Registry, Row, open_registry
-from skill_server.hosts import HostUnreachable, call_hosts
+from skill_server.hosts import call_hosts, result_of
 
 MAX_CURSOR_OFFSET = 2**62
 
@@ -219,9 +219,7 @@ def _checkpoints(plan: ExtraPlan, view: View) -> CheckpointList:
     if listing is None:
         return ckpt.unknown(plan.config)
     host, op = listing
-    reply = call_hosts({host: [op]}, timeout_s=30.0)[host]
-    answer = ({"ok": False, "error": reply.message} if isinstance(reply, HostUnreachable) else reply[0])
-    return ckpt.from_answer(plan.config, answer)
+    return ckpt.from_answer(plan.config, result_of(call_hosts({host: [op]}, timeout_s=30.0)[host]))
 
 
 def observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_lines: int, *,
