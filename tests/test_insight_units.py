@@ -206,6 +206,23 @@ def test_conf_arguments_and_config_summaries(tmp_path: Path):
     assert runconfig.summarise(cand, {"trainer": {"default_local_dir": "/ck"}})["checkpoint_dir"] == "/ck"
 
 
+def test_default_checkpoint_base_follows_the_bundled_agentjet(monkeypatch: pytest.MonkeyPatch):
+    """The fallback base is read from the newest bundled release, so bundling the next one updates it."""
+    from types import SimpleNamespace
+
+    from skill_server.agentjet import release
+
+    layers = {runconfig.AGENTJET_DEFAULT_LAYER: SimpleNamespace(data={"ajet": {"trainer_common": {
+        "checkpoint_base_dir": "/data/ckpts"}}})}
+    newer = SimpleNamespace(label="AgentJet 9.9.9 (abcdef12)", config_file=layers.get)
+    monkeypatch.setattr(release, "newest_bundled", lambda: newer)
+    cand = runconfig.Candidate("node1", "/w/exp.yaml", "/w")
+    out = runconfig.summarise(cand, {"ajet": {"project_name": "p", "experiment_name": "e"}})
+    assert out["checkpoint_dir"] == "/data/ckpts/p/e" and "AgentJet 9.9.9 (abcdef12)" in out["checkpoint_source"]
+    layers.clear()  # a release whose defaults name no base: the directory is unknown, not guessed
+    assert "checkpoint_dir" not in runconfig.summarise(cand, {"ajet": {"project_name": "p"}})
+
+
 def test_flatten_and_config_differences():
     a = runconfig.flatten({"ajet": {"lr": 1e-6, "rollout": {"n": 4}, "tags": [1, 2]}, "same": "x"})
     b = runconfig.flatten({"ajet": {"lr": 3e-6, "rollout": {"n": 4}}, "same": "x"})
