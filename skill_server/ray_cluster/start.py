@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import ipaddress
 import time
-from typing import Any
 
 from skill_server.errors import ToolFailure, ToolInputError
 from skill_server.experiments.launch import check_env, launch_experiment
 from skill_server.experiments.models import LaunchInput, ProcessSpec
-from skill_server.experiments.observe import observe
+from skill_server.experiments.observe import View, observe
 from skill_server.experiments.status import observe_with_lines
 from skill_server.experiments.store import Row, open_registry
 from skill_server.gpus import nvidia_smi
@@ -119,9 +118,9 @@ def preflight(nodes: list[str], head: str, workers: list[str], ray: str, require
     return versions.get(head)
 
 
-def _launch(inp: RayClusterInput, head: str, workers: list[str], ray: str, port: int, address: str) -> str:
-    common = commands.check_options(inp.ray_args, "ray_args")
-    head_only = commands.check_options(inp.head_args, "head_args")
+def _launch(inp: RayClusterInput, head: str, workers: list[str], ray: str, port: int, address: str,
+            common: list[str], head_only: list[str]) -> str:
+    """Start the cluster's run (``common``: checked ray_args, ``head_only``: checked head_args); its id."""
     join = inp.join_timeout_s or commands.DEFAULT_JOIN_TIMEOUT_S
     processes = [ProcessSpec(role="head", command=commands.head_command(ray, port, inp.num_gpus, inp.num_cpus,
                                                                         common, head_only))]
@@ -141,7 +140,7 @@ def _launch(inp: RayClusterInput, head: str, workers: list[str], ray: str, port:
     return launched.id
 
 
-def _ended(view: Any) -> str | None:
+def _ended(view: View) -> str | None:
     """Why waiting is pointless: a ray start process is no longer running."""
     for p in view.procs:
         if p.state not in ("running", "waiting", "unreachable"):
@@ -176,10 +175,10 @@ def start_cluster(inp: RayClusterInput, head: str, progress: Progress | None) ->
         address, note = head_address(inp.head_address, head, workers)
         if note:
             notes.append(note)
-        commands.check_options(inp.ray_args, "ray_args")
-        commands.check_options(inp.head_args, "head_args")
+        common = commands.check_options(inp.ray_args, "ray_args")
+        head_only = commands.check_options(inp.head_args, "head_args")
         version = preflight([head] + workers, head, workers, ray, inp.require_free_gpus)
-        exp_id = _launch(inp, head, workers, ray, port, address)
+        exp_id = _launch(inp, head, workers, ray, port, address, common, head_only)
     return _wait(exp_id, head, workers, port, ray, version, timeout, started, notes, progress)
 
 
