@@ -40,6 +40,11 @@ class CommandResult:
     error: str | None
 
 
+def tmux_attach_argv(socket_path: str, session: str) -> list[str]:
+    """What attaches a terminal to ``session`` of the tmux server at ``socket_path`` (on its host)."""
+    return ["tmux", "-S", socket_path, "attach", "-t", session]
+
+
 def expect(result: dict[str, Any], *, field: str | None = None) -> dict[str, Any]:
     """The result of a successful op, else raise: ``ToolInputError`` when the host names an argument."""
     if result.get("ok"):

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import re
 import shlex
-import subprocess
 
 from skill_server.errors import ToolInputError
-from skill_server.hosts import LOCAL
 from skill_server.hosts.agent.wrapper import MARK
 
 DEFAULT_RAY = "ray"
@@ -105,26 +103,3 @@ def worker_command(ray: str, head_host: str, port: int, join_timeout_s: int, num
         "exec " + ray_word(ray) + " " + " ".join(shlex.quote(w) for w in words),
     ])
 
-
-def ssh_hostname(destination: str) -> str | None:
-    """The host name ``ssh`` connects to for ``destination`` (``ssh -G``: its config applied, no connection)."""
-    from skill_server.hosts.ssh import ssh_config
-
-    if destination == LOCAL:
-        return None
-    argv = ["ssh"]
-    config = ssh_config()
-    if config:
-        argv += ["-F", config]
-    try:
-        done = subprocess.run(argv + ["-G", "--", destination], stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=15, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if done.returncode != 0:
-        return None
-    for line in done.stdout.splitlines():
-        key, _, value = line.partition(" ")
-        if key == "hostname" and value.strip():
-            return value.strip()
-    return None

@@ -24,6 +24,7 @@ from skill_server.experiments.store import Row, open_registry
 from skill_server.gpus import nvidia_smi
 from skill_server.gpus.tool import free_problems, from_reply
 from skill_server.hosts import LOCAL, HostUnreachable, call_hosts, normalise
+from skill_server.hosts.ssh import configured_hostname
 from skill_server.models import Progress
 from skill_server.ray_cluster import commands
 from skill_server.ray_cluster.common import (
@@ -67,7 +68,7 @@ def head_address(given: str | None, head: str, workers: list[str]) -> tuple[str,
             raise ToolInputError("give the address the workers reach this machine at (its IP or name on the "
                                  "cluster network): the head is 'local'", field="head_address")
         return "127.0.0.1", None
-    name = commands.ssh_hostname(head)
+    name = configured_hostname(head)
     if name is None:
         raise ToolInputError(f"ssh -G could not tell which host {head!r} connects to; give head_address",
                              field="head_address")
