@@ -193,6 +193,21 @@ def test_blueprint_tool_validate_and_template(tmp_path: Path):
     assert err.value.field == "purpose"
 
 
+def test_a_relative_blueprint_path_resolves_against_the_working_directory_in_both_tools(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bp.md").write_text("## [exp_purpose]\n- content: relative\n")
+    assert TOOLS_BY_NAME["blueprint"].invoke({"action": "validate", "path": "bp.md"}).path == str(tmp_path / "bp.md")
+    with pytest.raises(ToolInputError) as err:  # read, then refused for its missing sections (nothing started)
+        TOOLS_BY_NAME["launch_experiment"].invoke({"blueprint": "bp.md"})
+    assert err.value.field == "blueprint" and "blueprint has problems" in err.value.message
+    for tool, arguments in (("blueprint", {"action": "validate", "path": "gone.md"}),
+                            ("launch_experiment", {"blueprint": "gone.md"})):
+        with pytest.raises(ToolInputError) as err:
+            TOOLS_BY_NAME[tool].invoke(arguments)
+        assert f"not found: {tmp_path / 'gone.md'}" in err.value.message
+
+
 # ---- names
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from skill_server.errors import ToolInputError
 from skill_server.experiments.models import MAX_DURATION_S
+from skill_server.fsutil import resolve_path
 from skill_server.hosts.agent import files as host_files
 
 MAX_BLUEPRINT_BYTES = 256 * 1024
@@ -265,10 +266,9 @@ def _normalise(path: Path) -> str:
 
 
 def read_blueprint(path_text: str, field_name: str = "path") -> tuple[str, Path]:
-    """The text of a blueprint file on this machine (regular files only, bounded) and its directory."""
-    path = Path(path_text).expanduser()
-    if not path.is_absolute():
-        raise ToolInputError(f"give an absolute path (got {path_text!r})", field=field_name)
+    """The text of a blueprint file on this machine (regular files only, bounded) and its absolute path;
+    a relative path resolves against the server's working directory (``fsutil.resolve_path``)."""
+    path = resolve_path(path_text, field=field_name)
     try:
         size, data = host_files.read_range(str(path), 0, MAX_BLUEPRINT_BYTES + 1)
     except FileNotFoundError:
@@ -280,7 +280,7 @@ def read_blueprint(path_text: str, field_name: str = "path") -> tuple[str, Path]
     if size > MAX_BLUEPRINT_BYTES:
         raise ToolInputError(f"{path} is {size} bytes, over the {MAX_BLUEPRINT_BYTES // 1024} KiB limit",
                              field=field_name)
-    return data.decode("utf-8", errors="replace"), path.parent
+    return data.decode("utf-8", errors="replace"), path
 
 
 def render(fields: dict[str, str | None]) -> str:

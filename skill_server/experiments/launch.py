@@ -140,8 +140,8 @@ class _Proc:
 
 
 def _blueprint_defaults(path: str, main_host: str) -> dict[str, Any]:
-    text, base = bp.read_blueprint(path, "blueprint")
-    checked = bp.validate_text(text, base, check_paths=main_host == LOCAL)
+    text, where = bp.read_blueprint(path, "blueprint")
+    checked = bp.validate_text(text, where.parent, check_paths=main_host == LOCAL)
     errors = [f"[{p.field}] {p.message}" for p in checked.problems if p.severity == "error"]
     if errors:
         raise ToolInputError("blueprint has problems: " + "; ".join(errors), field="blueprint")

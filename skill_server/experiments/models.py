@@ -60,8 +60,9 @@ class ProcessSpec(ToolInput):
 
 class LaunchInput(ToolInput):
     blueprint: StrictStr | None = Field(default=None, max_length=4096,
-                                        description="Path of a blueprint markdown file on this machine; its fields "
-                                        "are defaults that explicit arguments override.")
+                                        description="Path of a blueprint markdown file on this machine (relative: "
+                                        "against the server's working directory); its fields are defaults that "
+                                        "explicit arguments override.")
     name: StrictStr | None = Field(default=None, max_length=64,
                                    description="Session name ([A-Za-z0-9_-]); 'ajet_' is prefixed unless it contains "
                                    "'ajet'. Default: from the blueprint purpose.")
