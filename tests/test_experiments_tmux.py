@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import shutil
@@ -216,16 +215,6 @@ def test_odd_commands_env_and_venv_are_passed_exactly(tmux_socket: str, workdir:
 
 
 # ---- multi-process
-
-
-class _Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *args):
-        pass
 
 
 def test_processes_with_wait_for_url(tmux_socket: str, workdir: Path):

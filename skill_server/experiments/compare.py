@@ -118,10 +118,6 @@ class CompareOutput(ToolOutput):
 # metrics
 
 
-def _finite(values: list[float | None]) -> list[float]:
-    return [v for v in values if v is not None and math.isfinite(v)]
-
-
 def stats(series: history.Series, last_k: int, lower: bool) -> MetricStats:
     pairs = [(s, v) for s, v in zip(series.steps, series.values) if v is not None and math.isfinite(v)]
     if not pairs:
