@@ -105,7 +105,7 @@ def _chunk(raw: dict[str, Any]) -> logs.Chunk:
 
 
 def observe(reg: Registry, rows: list[Row], *, extra_reads: ExtraReads | None = None,
-            extra_ops: ExtraOps | None = None, now: float | None = None) -> list[View]:
+            extra_ops: ExtraOps | None = None) -> list[View]:
     """Current view of each experiment; records final states; never signals or stops anything."""
     scans = [logs.ScanState.from_json(row.scan, len(row.processes)) for row in rows]
     extra = [extra_reads(row) if extra_reads else [[] for _ in row.processes] for row in rows]
@@ -119,7 +119,7 @@ def observe(reg: Registry, rows: list[Row], *, extra_reads: ExtraReads | None = 
             placed.append((host, len(ops) - 1))
         added.append(placed)
     replies = call_hosts(requests, timeout_s=OBSERVE_TIMEOUT_S) if requests else {}
-    now = time.time() if now is None else now
+    now = time.time()
     views = []
     for r, row in enumerate(rows):
         procs = []

@@ -199,9 +199,6 @@ class Registry:
     def update_spec(self, exp_id: str, spec: dict[str, Any]) -> None:
         self.conn.execute("UPDATE experiments SET spec = ? WHERE id = ?", (json.dumps(spec), exp_id))
 
-    def delete(self, exp_id: str) -> None:
-        self.conn.execute("DELETE FROM experiments WHERE id = ?", (exp_id,))
-
     def finish(self, exp_id: str, state: str, exit_code: int | None, ended: float, note: str | None = None) -> bool:
         """Record a terminal state once; False if another caller recorded one first."""
         cur = self.conn.execute(
