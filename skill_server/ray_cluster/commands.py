@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import re
 import shlex
+from typing import Any
 
 from skill_server.errors import ToolInputError
 from skill_server.hosts.agent.wrapper import MARK
 
 DEFAULT_RAY = "ray"
 DEFAULT_JOIN_TIMEOUT_S = 300
+VERSION_TIMEOUT_S = 60
 #: Options the tool sets itself; given again in ray_args or head_args they would contradict it.
 MANAGED_OPTIONS = ("--head", "--address", "--port", "--block", "--num-gpus", "--num-cpus")
 _COMMAND_NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
@@ -69,6 +71,11 @@ def ray_argv(ray: str, *args: str) -> list[str]:
     if ray.startswith("~/"):
         return ["sh", "-c", 'exec "$HOME/$0" "$@"', ray[2:], *args]
     return [ray, *args]
+
+
+def version_op(ray: str) -> dict[str, Any]:
+    """The run op asking ``ray --version`` on a node (bounded)."""
+    return {"op": "run", "argv": ray_argv(ray, "--version"), "timeout_s": VERSION_TIMEOUT_S, "max_output": 64 * 1024}
 
 
 def _options(num_gpus: int | None, num_cpus: int | None, extra: list[str]) -> list[str]:

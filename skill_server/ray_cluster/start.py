@@ -89,7 +89,7 @@ def _host_field(host: str, head: str, workers: list[str]) -> str:
 
 def preflight(nodes: list[str], head: str, workers: list[str], ray: str, require_free: float | None) -> str | None:
     """Check every node before anything starts; raise what refuses the start, return the head's Ray version."""
-    ops = [{"op": "run", "argv": commands.ray_argv(ray, "--version"), "timeout_s": 60, "max_output": 64 * 1024}]
+    ops = [commands.version_op(ray)]
     if require_free is not None:
         ops += nvidia_smi.query_ops()
     replies = call_hosts({h: list(ops) for h in nodes}, timeout_s=CHECK_TIMEOUT_S)
@@ -104,7 +104,7 @@ def preflight(nodes: list[str], head: str, workers: list[str], ray: str, require
         if not result.get("ok") or result.get("error") or result.get("returncode") != 0:
             detail = result.get("error") or (str(result.get("stderr") or "").strip().splitlines() or [""])[-1]
             if result.get("timed_out"):
-                detail = "it did not answer within 60 s"
+                detail = f"it did not answer within {commands.VERSION_TIMEOUT_S} s"
             raise ToolFailure(f"{ray} --version failed on {host}: {detail or 'exit ' + str(result.get('returncode'))}",
                               field="ray")
         versions[host] = parse_version(str(result.get("stdout") or "")) or "unknown"
