@@ -300,8 +300,8 @@ def render(fields: dict[str, str | None]) -> str:
         ("exp_yaml_path", "Training YAML (written next to this blueprint before launching).", value("exp_yaml_path")),
         ("exp_launch_command", "Command typed into the tmux session (one line).", value("exp_launch_command")),
         ("exp_result_dir", "Where logs, results.md and finish.flag go.", value("exp_result_dir", DEFAULT_RESULT_DIR)),
-        ("exp_max_time", "Wall-clock budget per run, and the deadline for the first training step (a KL-loss "
-         "value in the log).", f"{max_time}; first step within {first_step}"),
+        ("exp_max_time", "Wall-clock budget per run, and the deadline for the first training step (the first "
+         "step:N line in the log).", f"{max_time}; first step within {first_step}"),
     ]
     out = ["# Experiment blueprint", ""]
     for name, description, content in sections:
