@@ -20,6 +20,7 @@ from skill_server.experiments.launch import check_env, launch_experiment
 from skill_server.experiments.models import LaunchInput, ProcessSpec
 from skill_server.experiments.observe import View, observe
 from skill_server.experiments.status import observe_with_lines
+from skill_server.experiments.wait import WAIT_DEFAULT_S, WAIT_MAX_S
 from skill_server.experiments.store import Row, open_registry
 from skill_server.gpus import nvidia_smi
 from skill_server.gpus.tool import free_problems, from_reply
@@ -39,7 +40,6 @@ from skill_server.ray_cluster.common import (
 from skill_server.ray_cluster.models import DEFAULT_PORT, RayClusterInput, RayClusterOutput
 from skill_server.ray_cluster.status_text import parse_version
 
-WAIT_DEFAULT_S, WAIT_MAX_S = 30, 50
 POLL_S = 2.0
 NEXT_WAIT_S = 10
 DEFAULT_MAX_TIME_S = 7 * 86400
