@@ -19,7 +19,6 @@ from tests.experiment_helpers import (  # noqa: F401  (fixtures are used by name
     FAKE,
     PY,
     call,
-    free_port,
     status,
     tmux_socket,
     trainer,
@@ -27,6 +26,7 @@ from tests.experiment_helpers import (  # noqa: F401  (fixtures are used by name
     wait_until,
     workdir,
 )
+from tests.sshd import free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
