@@ -116,7 +116,7 @@ def _yaml_markdown_paths(host: Host, candidates: list[runconfig.Candidate], expl
     val_md = train_md = None
     if not candidates:
         return None, None
-    for cand, result in zip(candidates, host.call(_read_ops([c.path for c in candidates], MAX_YAML_BYTES + 1))):
+    for cand, result in zip(candidates, host.call([runconfig.read_op(c.path) for c in candidates])):
         if val_md and train_md:
             break
         if not result.get("ok"):
