@@ -107,8 +107,8 @@ def _watch(args: argparse.Namespace) -> int:
     if metrics is not None and (not metrics or any(len(m) > 200 for m in metrics)):
         raise _UsageError("--metrics needs comma-separated names or globs of at most 200 characters")
     try:
-        return watch(args.id, every=args.every, interval_s=args.interval, metrics=metrics, as_json=args.json,
-                     max_time_s=args.max_time)
+        return watch(args.id, lambda line: _write_stdout(line + "\n"), every=args.every, interval_s=args.interval,
+                     metrics=metrics, as_json=args.json, max_time_s=args.max_time)
     except SkillError as exc:
         sys.stderr.write(f"watch: {exc}\n")
         return EXIT_TOOL_ERROR

@@ -6,7 +6,6 @@ import os
 import shlex
 import shutil
 import signal
-import socket as socketlib
 import sys
 import tempfile
 import time
@@ -114,9 +113,3 @@ def wait_exit(exp_id: str, timeout_s: int = 20) -> dict[str, Any]:
     out = call("wait_experiment", id=exp_id, timeout_s=timeout_s)
     assert out["reason"] == "exited", out
     return out
-
-
-def free_port() -> int:
-    with socketlib.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

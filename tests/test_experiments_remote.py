@@ -23,8 +23,8 @@ from skill_server.experiments.store import open_registry
 from skill_server.hosts import get_host
 from skill_server.hosts.ssh import close_masters, control_dir, ssh_options
 from tests.conftest import call_cli, cli_env
-from tests.experiment_helpers import FAKE, call, free_port, wait_until
-from tests.sshd import NODES, LoopbackSshd
+from tests.experiment_helpers import FAKE, call, wait_until
+from tests.sshd import NODES, LoopbackSshd, free_port
 
 NODE_PY = "python3"  # the nodes' own interpreter (sshd's default PATH), not this test's
 

@@ -46,10 +46,6 @@ def stubborn_tree(tmp: Path) -> str:
             f"{PY} {shlex.quote(str(script))}; echo tree-ready; wait")
 
 
-def _run_dir(exp_id: str) -> Path:
-    return Path(os.environ["SKILL_SERVER_STATE_DIR"]) / "runs" / exp_id
-
-
 @pytest.mark.parametrize("use_proc", [True, False], ids=["proc", "ps-fallback"])
 def test_stop_ends_every_process_of_the_run_and_says_so(tmux_socket: str, workdir: Path, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch, use_proc: bool):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
 import shutil
@@ -20,7 +19,6 @@ from tests.experiment_helpers import (  # noqa: F401  (fixtures are used by name
     FAKE,
     PY,
     call,
-    free_port,
     status,
     tmux_socket,
     trainer,
@@ -28,6 +26,7 @@ from tests.experiment_helpers import (  # noqa: F401  (fixtures are used by name
     wait_until,
     workdir,
 )
+from tests.sshd import free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
@@ -216,16 +215,6 @@ def test_odd_commands_env_and_venv_are_passed_exactly(tmux_socket: str, workdir:
 
 
 # ---- multi-process
-
-
-class _Health(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):  # noqa: N802
-        self.send_response(200)
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *args):
-        pass
 
 
 def test_processes_with_wait_for_url(tmux_socket: str, workdir: Path):

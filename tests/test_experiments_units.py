@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import math
-import re
 from pathlib import Path
 
 import pytest
 
 from skill_server.errors import ToolInputError
-from skill_server.experiments import blueprint, launch, logs, results
+from skill_server.experiments import blueprint, launch, logs, summaries
 from skill_server.experiments.signatures import SIGNATURES, SIGNATURES_BY_NAME, render_table
 from skill_server.tools import TOOLS_BY_NAME
 from tests.conftest import REPO
@@ -194,6 +193,21 @@ def test_blueprint_tool_validate_and_template(tmp_path: Path):
     assert err.value.field == "purpose"
 
 
+def test_a_relative_blueprint_path_resolves_against_the_working_directory_in_both_tools(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "bp.md").write_text("## [exp_purpose]\n- content: relative\n")
+    assert TOOLS_BY_NAME["blueprint"].invoke({"action": "validate", "path": "bp.md"}).path == str(tmp_path / "bp.md")
+    with pytest.raises(ToolInputError) as err:  # read, then refused for its missing sections (nothing started)
+        TOOLS_BY_NAME["launch_experiment"].invoke({"blueprint": "bp.md"})
+    assert err.value.field == "blueprint" and "blueprint has problems" in err.value.message
+    for tool, arguments in (("blueprint", {"action": "validate", "path": "gone.md"}),
+                            ("launch_experiment", {"blueprint": "gone.md"})):
+        with pytest.raises(ToolInputError) as err:
+            TOOLS_BY_NAME[tool].invoke(arguments)
+        assert f"not found: {tmp_path / 'gone.md'}" in err.value.message
+
+
 # ---- names
 
 
@@ -217,19 +231,19 @@ def test_session_name_from_purpose():
 
 
 def test_parse_dict_line_variants():
-    assert results.parse_dict_line("{'mean_reward': 0.5, 'name': 'x', 'n': 3}") == {"mean_reward": 0.5, "n": 3.0}
-    parsed = results.parse_dict_line("step 3: {'a': nan, 'b': -inf, 'c': np.float64(0.25), 'd': True}")
+    assert summaries.parse_dict_line("{'mean_reward': 0.5, 'name': 'x', 'n': 3}") == {"mean_reward": 0.5, "n": 3.0}
+    parsed = summaries.parse_dict_line("step 3: {'a': nan, 'b': -inf, 'c': np.float64(0.25), 'd': True}")
     assert math.isnan(parsed["a"]) and parsed["b"] == -math.inf and parsed["c"] == 0.25 and parsed["d"] == 1.0
-    assert results.parse_dict_line("{'a': __import__('os').system('true')}") is None
-    assert results.parse_dict_line("| a | b |") is None
+    assert summaries.parse_dict_line("{'a': __import__('os').system('true')}") is None
+    assert summaries.parse_dict_line("| a | b |") is None
 
 
 def test_plateau_and_summary():
-    assert results.plateaued([0.1, 0.3, 0.5, 0.5, 0.5, 0.5]) is True
-    assert results.plateaued([0.1, 0.2, 0.3, 0.4, 0.5, 0.6]) is False
-    assert results.plateaued([0.1, 0.2]) is None
+    assert summaries.plateaued([0.1, 0.3, 0.5, 0.5, 0.5, 0.5]) is True
+    assert summaries.plateaued([0.1, 0.2, 0.3, 0.4, 0.5, 0.6]) is False
+    assert summaries.plateaued([0.1, 0.2]) is None
     rows = [{"mean_reward": v, "actor/pg_loss": 1 - v} for v in (0.1, 0.2, 0.3, 0.3, 0.3, 0.3)]
-    summary = {m.key: m for m in results.summarise(rows)}
+    summary = {m.key: m for m in summaries.summarise(rows)}
     assert summary["mean_reward"].best == 0.3 and summary["mean_reward"].trend == "up"
     assert summary["mean_reward"].plateau is True
     assert summary["actor/pg_loss"].best == 0.7 and summary["actor/pg_loss"].plateau is None

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import stat
 import tempfile
 import uuid
 from pathlib import Path
@@ -240,3 +241,55 @@ def test_the_parser_never_fails_and_returns_only_well_formed_gpus(gpu_text: str,
         assert isinstance(gpu.index, int) and gpu.uuid
         assert gpu.free_fraction is None or 0.0 <= gpu.free_fraction <= 1.0
     assert len(host.notes) <= nvidia_smi.MAX_NOTES + 1
+
+
+def test_reclaim_ends_only_this_users_gpu_processes():
+    """The host agent's reclaim_gpus op on this machine, with real processes: one holding an ``nvidia0``
+    character device (made with mknod under a temp dir: the kernel's null device under that name) and
+    ignoring SIGTERM, one holding it as another user, one holding no device, and a pid that does not exist."""
+    import shutil
+    import signal
+    import subprocess
+    import sys
+
+    from skill_server.hosts.agent import PROTOCOL_VERSION, ops
+
+    if os.getuid() != 0:
+        pytest.skip("mknod and running a process as another user need root; CI runs as root")
+    box = Path(tempfile.mkdtemp(prefix="ajs-reclaim-"))  # not under pytest's 0700 base: nobody must reach it
+    box.chmod(0o711)
+    device = box / "nvidia0"
+    os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    device.chmod(0o666)  # the umask narrowed it
+    children: list[subprocess.Popen] = []
+    hold = ("import os, signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); fd = os.open(sys.argv[1], "
+            "os.O_RDWR); print('ready', flush=True); time.sleep(120)")
+    as_nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    try:
+        children = [subprocess.Popen(prefix + [sys.executable, "-c", hold, str(device)], stdout=subprocess.PIPE,
+                                     text=True) for prefix in ([], as_nobody)]
+        children.append(subprocess.Popen([sys.executable, "-c", "import time; print('ready', flush=True); "
+                                          "time.sleep(120)"], stdout=subprocess.PIPE, text=True))
+        idle = children[2]
+        for child in children:
+            assert child.stdout is not None and child.stdout.readline().strip() == "ready"
+        mine, nobodys = children[0].pid, children[1].pid
+        gone = 4194000
+        reply = ops.handle({"v": PROTOCOL_VERSION, "ops": [
+            {"op": "reclaim_gpus", "pids": [mine, nobodys, idle.pid, gone, mine], "grace_s": 0.5},
+            {"op": "reclaim_gpus", "pids": [0]}]})
+        report, bad = reply["results"]
+        assert report["ok"], report
+        assert [(k["pid"], k["signal"]) for k in report["killed"]] == [(mine, "SIGKILL")]  # SIGTERM was ignored
+        assert report["survivors"] == []
+        skipped = {s["pid"]: s["reason"] for s in report["skipped"]}
+        assert "owned by uid 65534" in skipped[nobodys] and "holds no nvidia device" in skipped[idle.pid]
+        assert "no such process" in skipped[gone] and set(skipped) == {nobodys, idle.pid, gone}
+        assert children[0].wait(timeout=10) == -signal.SIGKILL
+        assert children[1].poll() is None and idle.poll() is None
+        assert not bad["ok"] and bad["field"] == "pids"
+    finally:
+        for child in children:
+            child.kill()
+            child.wait()
+        shutil.rmtree(box)

@@ -102,6 +102,17 @@ def test_attach_commands_quote_paths(monkeypatch: pytest.MonkeyPatch):
     assert get_host("gpu1").attach_command("/t/s", "ajet_x") == "ssh -t gpu1 'tmux -S /t/s attach -t ajet_x'"
 
 
+def test_attach_command_names_the_ssh_config_by_its_absolute_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """The user types it in another directory than the server's: a relative config path would not be found."""
+    (tmp_path / "my config").write_text("Host gpu1\n  HostName 127.0.0.1\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))  # ssh -G below: nothing of the user's ~/.ssh is read
+    monkeypatch.setenv("SKILL_SERVER_SSH_CONFIG", "my config")
+    assert get_host("gpu1").attach_command("/t/s", "ajet_x") == \
+        f"ssh -t -F '{tmp_path}/my config' gpu1 'tmux -S /t/s attach -t ajet_x'"
+    assert ssh_mod.configured_hostname("gpu1") == "127.0.0.1"  # ssh -G reads the same file
+
+
 # ---- the agent's files
 
 

@@ -23,6 +23,7 @@ import pytest
 from skill_server.errors import ToolInputError
 from skill_server.experiments import plots
 from tests.conftest import REPO, cli_env
+from tests.png_helpers import decode_png, has_colour
 from tests.experiment_helpers import (  # noqa: F401  (fixtures are used by name)
     call,
     status,
@@ -42,21 +43,6 @@ def write_yaml(path: Path, name: str, total: int | None = 40, num_repeat: int = 
                     "    checkpoint_base_dir: ./ckpt\n    save_freq: 4\n"
                     f"  rollout:\n    num_repeat: {num_repeat}\n")
     return path
-
-
-def decode_png(data: bytes, tmp_path: Path):
-    from matplotlib.image import imread
-
-    path = tmp_path / f"decoded-{len(data)}.png"
-    path.write_bytes(data)
-    return imread(str(path))
-
-
-def has_colour(pixels, hex_colour: str) -> bool:
-    import numpy as np
-
-    rgb = np.array([int(hex_colour[i:i + 2], 16) / 255 for i in (1, 3, 5)])
-    return bool((np.abs(pixels[:, :, :3] - rgb).max(axis=2) < 0.03).any())
 
 
 # ---- steps are steps
@@ -193,12 +179,12 @@ def test_collect_results_without_markdown_uses_the_log_and_draws_the_plot(tmux_s
     png = Path(plot["path"]).read_bytes()
     assert Path(plot["path"]) == Path(res["results_path"]).parent / "metrics.png" and plot["host"] == "local"
     assert base64.b64decode(plot["data_base64"]) == png and plot["size_bytes"] == len(png)
-    pixels = decode_png(png, tmp_path)
+    pixels = decode_png(png)
     assert pixels.shape[:2] == (plot["height"], plot["width"])
     assert has_colour(pixels, plots.RUN_COLORS[0]) and has_colour(pixels, plots.RUN_COLORS[1])  # both runs
     assert "ajet_resa" in plot["title"] and "ajet_resb" in plot["title"]
     alone = call("collect_results", id=b["id"], plot_metrics=["critic/score/mean"])
-    pixels = decode_png(Path(alone["plot"]["path"]).read_bytes(), tmp_path)
+    pixels = decode_png(Path(alone["plot"]["path"]).read_bytes())
     assert has_colour(pixels, plots.RUN_COLORS[0]) and not has_colour(pixels, plots.RUN_COLORS[1])
     assert alone["plot"]["data_base64"] is None and alone["plot"]["width"] == 640
     skipped = call("collect_results", id=b["id"], plot=False)
@@ -260,7 +246,7 @@ def test_compare_experiments_leader_direction_and_config_differences(tmux_socket
     assert diffs == {"ajet.experiment_name": ["expA", "expB"], "ajet.rollout.num_repeat": [4, 8]}
     assert out["config_keys_differing"] == 2 and out["runs"][0]["config_file"] == str(workdir / "a.yaml")
     assert out["runs"][0]["state"] == "succeeded" and out["runs"][0]["global_step"] == 12
-    pixels = decode_png(base64.b64decode(out["plot"]["data_base64"]), tmp_path)
+    pixels = decode_png(base64.b64decode(out["plot"]["data_base64"]))
     assert has_colour(pixels, plots.RUN_COLORS[0]) and has_colour(pixels, plots.RUN_COLORS[1])
     assert out["plot"]["path"] is None  # read-only: never written
     loss = call("compare_experiments", ids=[a, b], primary="actor/pg_loss")
@@ -315,7 +301,7 @@ async def test_plots_reach_an_mcp_client_as_image_blocks(tmux_socket: str, workd
         assert not compared.is_error, compared.content
         images = [c for c in compared.content if c.type == "image"]
         assert len(images) == 1 and images[0].mime_type == "image/png"
-        assert decode_png(base64.b64decode(images[0].data), tmp_path).shape[1] == 1280
+        assert decode_png(base64.b64decode(images[0].data)).shape[1] == 1280
         assert compared.structured_content["plot"]["data_base64"] is None
         assert json.loads(compared.content[0].text)["leader"]["leader"] == a
         collected = await client.call_tool("collect_results", {"id": a})

@@ -18,6 +18,7 @@ from skill_server.experiments.progress import ProgressState, StepLine
 from skill_server.experiments.store import Row, open_registry
 from skill_server.hosts.agent import ops as agent
 from skill_server.models import ImageAttachment, ToolOutput, attached_images
+from tests.png_helpers import decode_png, has_colour
 
 STEP = ("(TaskRunner pid=48213) step:{n} - critic/llm_call_cnt:4.0 - critic/real_reward:{r} - actor/entropy:1.4 - "
         "actor/pg_loss:-0.0041 - actor/grad_norm:0.71 - training/global_step:{n} - training/epoch:0 - "
@@ -206,6 +207,23 @@ def test_conf_arguments_and_config_summaries(tmp_path: Path):
     assert runconfig.summarise(cand, {"trainer": {"default_local_dir": "/ck"}})["checkpoint_dir"] == "/ck"
 
 
+def test_default_checkpoint_base_follows_the_bundled_agentjet(monkeypatch: pytest.MonkeyPatch):
+    """The fallback base is read from the newest bundled release, so bundling the next one updates it."""
+    from types import SimpleNamespace
+
+    from skill_server.agentjet import release
+
+    layers = {runconfig.AGENTJET_DEFAULT_LAYER: SimpleNamespace(data={"ajet": {"trainer_common": {
+        "checkpoint_base_dir": "/data/ckpts"}}})}
+    newer = SimpleNamespace(label="AgentJet 9.9.9 (abcdef12)", config_file=layers.get)
+    monkeypatch.setattr(release, "newest_bundled", lambda: newer)
+    cand = runconfig.Candidate("node1", "/w/exp.yaml", "/w")
+    out = runconfig.summarise(cand, {"ajet": {"project_name": "p", "experiment_name": "e"}})
+    assert out["checkpoint_dir"] == "/data/ckpts/p/e" and "AgentJet 9.9.9 (abcdef12)" in out["checkpoint_source"]
+    layers.clear()  # a release whose defaults name no base: the directory is unknown, not guessed
+    assert "checkpoint_dir" not in runconfig.summarise(cand, {"ajet": {"project_name": "p"}})
+
+
 def test_flatten_and_config_differences():
     a = runconfig.flatten({"ajet": {"lr": 1e-6, "rollout": {"n": 4}, "tags": [1, 2]}, "same": "x"})
     b = runconfig.flatten({"ajet": {"lr": 3e-6, "rollout": {"n": 4}}, "same": "x"})
@@ -259,32 +277,17 @@ def test_checkpoint_walk_is_bounded_and_never_follows_links(tmp_path: Path):
 # ---- plots
 
 
-def _decode(png: bytes, tmp_path: Path):
-    from matplotlib.image import imread
-
-    path = tmp_path / "p.png"
-    path.write_bytes(png)
-    return imread(str(path))
-
-
-def _has_colour(pixels, hex_colour: str, tolerance: float = 0.03) -> bool:
-    import numpy as np
-
-    rgb = np.array([int(hex_colour[i:i + 2], 16) / 255 for i in (1, 3, 5)])
-    return bool((np.abs(pixels[:, :, :3] - rgb).max(axis=2) < tolerance).any())
-
-
 def test_render_overlays_runs_in_their_colours(tmp_path: Path):
     curves = [plots.Curve("run-a", "critic/score/mean", [1, 2, 3], [0.1, 0.2, 0.4]),
               plots.Curve("run-b", "critic/score/mean", [1, 2, 3], [0.2, 0.1, None]),
               plots.Curve("run-a", "actor/pg_loss", list(range(100)), [0.5] * 100, [0.4] * 100, [0.9] * 100)]
     picture = plots.render(curves, "two runs")
-    pixels = _decode(picture.png, tmp_path)
+    pixels = decode_png(picture.png)
     assert pixels.shape[:2] == (picture.height, picture.width) == (440, 1280)
-    assert _has_colour(pixels, plots.RUN_COLORS[0]) and _has_colour(pixels, plots.RUN_COLORS[1])
-    assert not _has_colour(pixels, plots.RUN_COLORS[2])
+    assert has_colour(pixels, plots.RUN_COLORS[0]) and has_colour(pixels, plots.RUN_COLORS[1])
+    assert not has_colour(pixels, plots.RUN_COLORS[2])
     single = plots.render(curves[:1], "one run")
-    assert _decode(single.png, tmp_path).shape[:2] == (single.height, single.width) == (440, 640)
+    assert decode_png(single.png).shape[:2] == (single.height, single.width) == (440, 640)
     with pytest.raises(ToolFailure, match="nothing to plot"):
         plots.render([], "empty")
 

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from skill_server.errors import ToolInputError
+from skill_server.experiments.models import MAX_DURATION_S
+from skill_server.fsutil import resolve_path
 from skill_server.hosts.agent import files as host_files
 
 MAX_BLUEPRINT_BYTES = 256 * 1024
@@ -30,8 +32,6 @@ DEFAULT_FIRST_STEP = "20 min"
 DEFAULT_RESULT_DIR = "./auto_agent/exp_results/"
 DEFAULT_MAX_TIME_S = 24 * 3600
 DEFAULT_FIRST_STEP_S = 20 * 60
-#: Longest max time or first-step deadline a blueprint may ask for (as ``models.MAX_DURATION_S``).
-MAX_DURATION_S = 366 * 86400
 
 _HEADER = re.compile(
     r"^\s*(?:#{1,6}\s*)?(?:[-*+]\s+)?(?:\*\*|__)?\s*\[?\s*(exp_[a-z_]+)\s*\]?\s*(?:\*\*|__)?\s*[:：]?\s*(.*?)\s*$",
@@ -266,10 +266,9 @@ def _normalise(path: Path) -> str:
 
 
 def read_blueprint(path_text: str, field_name: str = "path") -> tuple[str, Path]:
-    """The text of a blueprint file on this machine (regular files only, bounded) and its directory."""
-    path = Path(path_text).expanduser()
-    if not path.is_absolute():
-        raise ToolInputError(f"give an absolute path (got {path_text!r})", field=field_name)
+    """The text of a blueprint file on this machine (regular files only, bounded) and its absolute path;
+    a relative path resolves against the server's working directory (``fsutil.resolve_path``)."""
+    path = resolve_path(path_text, field=field_name)
     try:
         size, data = host_files.read_range(str(path), 0, MAX_BLUEPRINT_BYTES + 1)
     except FileNotFoundError:
@@ -281,7 +280,7 @@ def read_blueprint(path_text: str, field_name: str = "path") -> tuple[str, Path]
     if size > MAX_BLUEPRINT_BYTES:
         raise ToolInputError(f"{path} is {size} bytes, over the {MAX_BLUEPRINT_BYTES // 1024} KiB limit",
                              field=field_name)
-    return data.decode("utf-8", errors="replace"), path.parent
+    return data.decode("utf-8", errors="replace"), path
 
 
 def render(fields: dict[str, str | None]) -> str:
@@ -301,8 +300,8 @@ def render(fields: dict[str, str | None]) -> str:
         ("exp_yaml_path", "Training YAML (written next to this blueprint before launching).", value("exp_yaml_path")),
         ("exp_launch_command", "Command typed into the tmux session (one line).", value("exp_launch_command")),
         ("exp_result_dir", "Where logs, results.md and finish.flag go.", value("exp_result_dir", DEFAULT_RESULT_DIR)),
-        ("exp_max_time", "Wall-clock budget per run, and the deadline for the first training step (a KL-loss "
-         "value in the log).", f"{max_time}; first step within {first_step}"),
+        ("exp_max_time", "Wall-clock budget per run, and the deadline for the first training step (the first "
+         "step:N line in the log).", f"{max_time}; first step within {first_step}"),
     ]
     out = ["# Experiment blueprint", ""]
     for name, description, content in sections:

@@ -71,8 +71,8 @@ def blueprint_tool(inp: BlueprintInput) -> BlueprintOutput:
             raise ToolInputError("give exactly one of path or text", field="path")
         source = None
         if inp.path is not None:
-            source = str(resolve_path(inp.path, field="path"))
-            text, base = bp.read_blueprint(source, "path")
+            text, path = bp.read_blueprint(inp.path, "path")
+            source, base = str(path), path.parent
         else:
             text, base = inp.text or "", Path.cwd()
         return _output("validate", bp.validate_text(text, base), None, source)

@@ -20,12 +20,11 @@ from pydantic import Field, StrictBool, StrictStr
 from skill_server.errors import ToolInputError
 from skill_server.experiments import history, plots, runconfig
 from skill_server.experiments.launch import host_path
-from skill_server.experiments.models import MetricsHistory
-from skill_server.experiments.results import run_labels
+from skill_server.experiments.models import MetricPattern, MetricsHistory, RunKey
 from skill_server.experiments.status import find, observe_with_lines
 from skill_server.experiments.store import Registry, Row, open_registry
 from skill_server.experiments.summaries import lower_is_better
-from skill_server.hosts import HostUnreachable, call_hosts
+from skill_server.hosts import call_hosts, result_of
 from skill_server.models import ImageAttachment, JsonValue, PositiveInt, ToolInput, ToolOutput
 
 MAX_RUNS = plots.MAX_RUNS
@@ -33,19 +32,15 @@ MAX_METRICS = 10
 DEFAULT_LAST_K = 10
 DEFAULT_CONFIG_KEYS = 40
 ABSENT = "(absent)"
-#: Metrics compared when none are named: the first of these (globs) that every run has.
-DEFAULT_METRICS = plots.DEFAULT_METRICS
-Pattern = Annotated[StrictStr, Field(min_length=1, max_length=200)]
-RunKey = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 
 
 class CompareInput(ToolInput):
     ids: list[RunKey] = Field(min_length=2, max_length=MAX_RUNS,
                               description="Experiment ids or session names (2 to 8, each once).")
-    metrics: list[Pattern] | None = Field(default=None, min_length=1, max_length=MAX_METRICS,
+    metrics: list[MetricPattern] | None = Field(default=None, min_length=1, max_length=MAX_METRICS,
                                           description="Metric names or globs (fnmatch: 'critic/score/*'); default: "
                                           "reward, validation, loss and entropy metrics every run has.")
-    primary: Pattern | None = Field(default=None, description="The metric that decides the leader (a name or a "
+    primary: MetricPattern | None = Field(default=None, description="The metric that decides the leader (a name or a "
                                     "glob matching one; default: the first compared metric).")
     higher_is_better: StrictBool | None = Field(default=None, description="Direction of the primary metric "
                                                 "(default: lower for loss/error/time-like names, else higher).")
@@ -123,10 +118,6 @@ class CompareOutput(ToolOutput):
 # metrics
 
 
-def _finite(values: list[float | None]) -> list[float]:
-    return [v for v in values if v is not None and math.isfinite(v)]
-
-
 def stats(series: history.Series, last_k: int, lower: bool) -> MetricStats:
     pairs = [(s, v) for s, v in zip(series.steps, series.values) if v is not None and math.isfinite(v)]
     if not pairs:
@@ -198,10 +189,7 @@ def _config_files(rows: list[Row], given: list[str | None], notes: list[str]
         problems = []
         for i, c in enumerate(cands[r.id]):
             host, index = where[(r.id, i)]
-            reply = replies.get(host)
-            answer = ({"ok": False, "error": reply.message} if isinstance(reply, HostUnreachable)
-                      else reply[index] if reply else {"ok": False, "error": "no answer"})
-            data, problem = runconfig.parse_answer(c, answer)
+            data, problem = runconfig.parse_answer(c, result_of(replies.get(host), index))
             if problem:
                 problems.append(problem)
                 continue
@@ -280,7 +268,7 @@ def compare_experiments(inp: CompareInput) -> CompareOutput:
         curves = []
         if inp.plot:
             shown = metrics[:plots.MAX_PANELS]
-            curves = plots.curves_from_history(reg, list(zip(run_labels(rows), [r.id for r in rows])), shown)
+            curves = plots.curves_from_history(reg, list(zip(plots.run_labels(rows), [r.id for r in rows])), shown)
             if curves and not plots.available():
                 plot_data = {r.id: history.history_view(reg, r.id, shown, None, None, 200) for r in rows}
     leader = None
@@ -306,7 +294,7 @@ def compare_experiments(inp: CompareInput) -> CompareOutput:
             notes.append("no plot: none of the compared metrics has a scanned step line yet")
         else:
             try:
-                title = "compare: " + ", ".join(run_labels(rows))
+                title = "compare: " + ", ".join(plots.run_labels(rows))
                 picture = plots.render(curves, title[:120])
                 image = ImageAttachment.of(
                     picture.png, mime_type="image/png", title=title[:120], width=picture.width, height=picture.height,

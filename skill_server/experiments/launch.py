@@ -19,7 +19,6 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Any
 
 from skill_server.errors import ToolFailure, ToolInputError
@@ -32,6 +31,7 @@ from skill_server.experiments.models import (
     ProcessInfo,
 )
 from skill_server.experiments.observe import observe
+from skill_server.experiments.progress import iso
 from skill_server.experiments.store import Registry, open_registry
 from skill_server.gpus import nvidia_smi
 from skill_server.gpus.tool import free_problems, from_reply
@@ -58,10 +58,6 @@ def socket_name() -> str:
             f"SKILL_SERVER_TMUX_SOCKET={name!r} is not a usable socket name (letters, digits, '_', '.', '-')",
             field="SKILL_SERVER_TMUX_SOCKET")
     return name
-
-
-def now_iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat(timespec="seconds")
 
 
 def _slug(text: str) -> str:
@@ -144,8 +140,8 @@ class _Proc:
 
 
 def _blueprint_defaults(path: str, main_host: str) -> dict[str, Any]:
-    text, base = bp.read_blueprint(path, "blueprint")
-    checked = bp.validate_text(text, base, check_paths=main_host == LOCAL)
+    text, where = bp.read_blueprint(path, "blueprint")
+    checked = bp.validate_text(text, where.parent, check_paths=main_host == LOCAL)
     errors = [f"[{p.field}] {p.message}" for p in checked.problems if p.severity == "error"]
     if errors:
         raise ToolInputError("blueprint has problems: " + "; ".join(errors), field="blueprint")
@@ -310,7 +306,7 @@ def launch_experiment(inp: LaunchInput) -> LaunchOutput:
             ids = next(x for x in started[p["host"]][0]["procs"] if x["role"] == p["role"])  # type: ignore[index]
             p.update(window_id=ids["window_id"], pane_id=ids["pane_id"], pid=ids["pid"], start=ids["start"])
         try:
-            reg.insert(id=exp_id, session=session, socket=socket, created=created, started_at=now_iso(created),
+            reg.insert(id=exp_id, session=session, socket=socket, created=created, started_at=iso(created),
                        spec=spec)
         except BaseException:
             _roll_back(exp_id, session, sockets, started)
@@ -318,7 +314,7 @@ def launch_experiment(inp: LaunchInput) -> LaunchOutput:
     log.info("launched %s (session %s) on %s", exp_id, session, ", ".join(starting))
     return LaunchOutput(
         id=exp_id, session=session, socket=socket, host=main_host, log_path=spec["processes"][0]["log_path"],
-        result_dir=spec["result_dir"], attach=spec["attach"], started_at=now_iso(created),
+        result_dir=spec["result_dir"], attach=spec["attach"], started_at=iso(created),
         processes=[ProcessInfo(role=p["role"], host=p["host"], state="running", exit_code=None, log_path=p["log_path"],
                                pid=p["pid"], attach=spec["hosts"][p["host"]]["attach"]) for p in spec["processes"]],
         max_time_s=max_time_s, first_step_timeout_s=first_step_s,

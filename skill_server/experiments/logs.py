@@ -88,16 +88,6 @@ def parse_metric_pairs(body: str) -> dict[str, float | int]:
     return metrics
 
 
-def parse_metric_line(line: str) -> tuple[int, dict[str, float | int]] | None:
-    """``(TaskRunner pid=1) step:3 - critic/real_reward:0.25 - ...`` into (3, {...}); None otherwise."""
-    match = METRIC_LINE_RE.match(strip_ansi(line).rstrip("\r\n"))
-    if not match:
-        return None
-    if len(match.group(1)) > 15:
-        return None
-    return int(match.group(1)), parse_metric_pairs(match.group(2))
-
-
 def json_safe_number(value: float | int) -> float | int | None:
     if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
         return None
@@ -252,6 +242,13 @@ def step_lines(text: str, role: str) -> list[StepLine]:
             metrics = dict(list(metrics.items())[:MAX_METRICS_PER_LINE])
         out.append(StepLine(int(digits), metrics, role))
     return out
+
+
+def parse_metric_line(line: str) -> tuple[int, dict[str, float | int]] | None:
+    """One log line as ``step_lines`` reads it: ``(TaskRunner pid=1) step:3 - critic/real_reward:0.25 - ...``
+    into (3, {...}); None when it is not a step line."""
+    found = step_lines(strip_ansi(line).rstrip("\r\n"), "")
+    return (found[0].step, found[0].metrics) if found else None
 
 
 def scan_text(text: str, state: ScanState, first_step_re: re.Pattern[str] | None, *, role: str,

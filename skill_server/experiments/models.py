@@ -21,7 +21,7 @@ State = Literal["running", "succeeded", "failed", "stopped", "timed_out", "lost"
 ProcessState = Literal["running", "waiting", "succeeded", "failed", "stopped", "timed_out", "lost", "unreachable"]
 TERMINAL = ("succeeded", "failed", "stopped", "timed_out", "lost")
 
-#: Longest accepted max time or first-step deadline: one leap year, in seconds.
+#: Longest accepted max time or first-step deadline (arguments and blueprints alike): one leap year, in seconds.
 MAX_DURATION_S = 366 * 86400
 MAX_PROCESSES = 8
 #: Largest step number accepted in a step range (verl counts steps in int64; runs never get near this).
@@ -34,6 +34,10 @@ ROLE_RE = r"^[A-Za-z0-9_-]{1,32}$"
 HOST_DESCRIPTION = ("Where it runs: 'local' (default, this machine) or an ssh destination: an alias from your "
                     "ssh config ('gpu1'), 'user@10.0.0.5' or 'ssh://user@host:2222'.")
 Duration = Annotated[int, Field(strict=True, ge=1, le=MAX_DURATION_S)]
+#: A metric name or fnmatch glob ('critic/score/*'), as the history, plot and comparison inputs take them.
+MetricPattern = Annotated[StrictStr, Field(min_length=1, max_length=200)]
+#: An experiment id or session name naming another run (overlays, comparisons).
+RunKey = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 
 
 class ProcessSpec(ToolInput):
@@ -56,8 +60,9 @@ class ProcessSpec(ToolInput):
 
 class LaunchInput(ToolInput):
     blueprint: StrictStr | None = Field(default=None, max_length=4096,
-                                        description="Path of a blueprint markdown file on this machine; its fields "
-                                        "are defaults that explicit arguments override.")
+                                        description="Path of a blueprint markdown file on this machine (relative: "
+                                        "against the server's working directory); its fields are defaults that "
+                                        "explicit arguments override.")
     name: StrictStr | None = Field(default=None, max_length=64,
                                    description="Session name ([A-Za-z0-9_-]); 'ajet_' is prefixed unless it contains "
                                    "'ajet'. Default: from the blueprint purpose.")
@@ -233,7 +238,7 @@ class StatusInput(ToolInput):
                                              description="New lines to return (default 200 for one id, 20 each for all).")
     limit: PositiveInt | None = Field(default=None, le=500, description="When listing all: at most this many "
                                       "(every unfinished one plus the newest finished; default 50).")
-    metrics_history: list[Annotated[StrictStr, Field(min_length=1, max_length=200)]] | None = Field(
+    metrics_history: list[MetricPattern] | None = Field(
         default=None, min_length=1, max_length=20,
         description="With id: metric names or glob patterns (fnmatch: 'critic/score/*', '*loss*') whose history "
         "over steps to return, from every step line scanned so far.")

@@ -25,7 +25,7 @@ from skill_server.experiments import history, logs
 from skill_server.experiments.models import TERMINAL
 from skill_server.experiments.states import ProcFacts, process_state, run_state
 from skill_server.experiments.store import Registry, Row, RunProcess
-from skill_server.hosts import HostUnreachable, call_hosts
+from skill_server.hosts import HostUnreachable, Reply, call_hosts, result_of
 
 #: Most log bytes one observation asks a host for (scan ranges of all its logs together).
 HOST_SCAN_BUDGET = 16 * 1024 * 1024
@@ -105,7 +105,7 @@ def _chunk(raw: dict[str, Any]) -> logs.Chunk:
 
 
 def observe(reg: Registry, rows: list[Row], *, extra_reads: ExtraReads | None = None,
-            extra_ops: ExtraOps | None = None, now: float | None = None) -> list[View]:
+            extra_ops: ExtraOps | None = None) -> list[View]:
     """Current view of each experiment; records final states; never signals or stops anything."""
     scans = [logs.ScanState.from_json(row.scan, len(row.processes)) for row in rows]
     extra = [extra_reads(row) if extra_reads else [[] for _ in row.processes] for row in rows]
@@ -119,7 +119,7 @@ def observe(reg: Registry, rows: list[Row], *, extra_reads: ExtraReads | None = 
             placed.append((host, len(ops) - 1))
         added.append(placed)
     replies = call_hosts(requests, timeout_s=OBSERVE_TIMEOUT_S) if requests else {}
-    now = time.time() if now is None else now
+    now = time.time()
     views = []
     for r, row in enumerate(rows):
         procs = []
@@ -128,20 +128,12 @@ def observe(reg: Registry, rows: list[Row], *, extra_reads: ExtraReads | None = 
             reply = replies.get(host)
             procs.append(_proc_view(p, reply, index))
         view = _view(reg, row, procs, scans[r], now)
-        view.extra = [_extra_result(replies.get(host), index) for host, index in added[r]]
+        view.extra = [result_of(replies.get(host), index) for host, index in added[r]]
         views.append(view)
     return views
 
 
-def _extra_result(reply: list[dict[str, Any]] | HostUnreachable | None, index: int) -> dict[str, Any]:
-    if isinstance(reply, HostUnreachable):
-        return {"ok": False, "error": reply.message, "kind": "unreachable"}
-    if reply is None or index >= len(reply):
-        return {"ok": False, "error": "no answer", "kind": "unreachable"}
-    return reply[index]
-
-
-def _proc_view(p: RunProcess, reply: list[dict[str, Any]] | HostUnreachable | None, index: int) -> ProcView:
+def _proc_view(p: RunProcess, reply: Reply | None, index: int) -> ProcView:
     if isinstance(reply, HostUnreachable) or reply is None:
         reason = reply.reason if isinstance(reply, HostUnreachable) else "no answer"
         return ProcView(p, "unreachable", None, None, False, None, reason=reason)

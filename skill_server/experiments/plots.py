@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from skill_server.errors import ToolFailure
 from skill_server.experiments import history
-from skill_server.experiments.store import Registry
+from skill_server.experiments.store import Registry, Row
 
 INSTALL_HINT = ("plots need matplotlib, which is not installed in this interpreter: pip install "
                 "'agentjet-swarm-skill[plots]' (or pip install matplotlib) where the tools run")
@@ -74,6 +74,12 @@ def default_metrics(names: list[str], limit: int = DEFAULT_PANELS) -> list[str]:
             if name not in chosen:
                 chosen.append(name)
     return (chosen or names)[:limit]
+
+
+def run_labels(rows: list[Row]) -> list[str]:
+    """Legend labels: session names, or ids where a session name repeats."""
+    sessions = [r.session for r in rows]
+    return [r.session if sessions.count(r.session) == 1 else r.id for r in rows]
 
 
 def curves_from_history(reg: Registry, runs: list[tuple[str, str]], metrics: list[str],

@@ -16,26 +16,18 @@ from __future__ import annotations
 import base64
 import math
 import posixpath
-from typing import Annotated, Any
+from typing import Any
 
 from pydantic import Field, StrictBool, StrictStr
 
 from skill_server.errors import ToolInputError
 from skill_server.experiments import history, plots, runconfig
 from skill_server.experiments.launch import host_path
-from skill_server.experiments.models import HOST_DESCRIPTION, ErrorHit, MetricsHistory
+from skill_server.experiments.models import HOST_DESCRIPTION, ErrorHit, MetricPattern, MetricsHistory, RunKey
 from skill_server.experiments.observe import observe
-from skill_server.experiments.signatures import SIGNATURES
 from skill_server.experiments.status import find, status_fields
 from skill_server.experiments.store import Registry, Row, open_registry
-from skill_server.experiments.summaries import (  # noqa: F401  (parse_dict_line, plateaued: the parsing API)
-    MetricSummary,
-    metric_rows,
-    parse_dict_line,
-    plateaued,
-    summarise,
-    summarise_series,
-)
+from skill_server.experiments.summaries import MetricSummary, metric_rows, summarise, summarise_series
 from skill_server.hosts import LOCAL, Host, expect, get_host, normalise
 from skill_server.models import ImageAttachment, ToolInput, ToolOutput
 from skill_server.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
@@ -45,8 +37,6 @@ MAX_MARKDOWN_BYTES = 64 * 1024 * 1024
 MAX_SUMMARY_SERIES = 300
 PLOT_NAME = "metrics.png"
 MAX_OVERLAYS = plots.MAX_RUNS - 1
-Pattern = Annotated[StrictStr, Field(min_length=1, max_length=200)]
-RunKey = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 
 
 class CollectInput(ToolInput):
@@ -67,7 +57,7 @@ class CollectInput(ToolInput):
     plot: StrictBool | None = Field(default=None, description="Draw metrics over steps into metrics.png beside "
                                     "results.md, which embeds it (default true with id; needs matplotlib, else the "
                                     "data is returned in plot_data).")
-    plot_metrics: list[Pattern] | None = Field(default=None, min_length=1, max_length=6,
+    plot_metrics: list[MetricPattern] | None = Field(default=None, min_length=1, max_length=6,
                                                description="Metric names or globs to plot (default: reward, "
                                                "validation, loss and entropy metrics the run has; at most 6 panels).")
     overlay_ids: list[RunKey] | None = Field(default=None, min_length=1, max_length=MAX_OVERLAYS,
@@ -126,7 +116,7 @@ def _yaml_markdown_paths(host: Host, candidates: list[runconfig.Candidate], expl
     val_md = train_md = None
     if not candidates:
         return None, None
-    for cand, result in zip(candidates, host.call(_read_ops([c.path for c in candidates], MAX_YAML_BYTES + 1))):
+    for cand, result in zip(candidates, host.call([runconfig.read_op(c.path) for c in candidates])):
         if val_md and train_md:
             break
         if not result.get("ok"):
@@ -168,12 +158,6 @@ def _history_tables(reg: Registry, exp_id: str) -> tuple[dict[str, list[float]],
     return val, train
 
 
-def run_labels(rows: list[Row]) -> list[str]:
-    """Legend labels: session names, or ids where a session name repeats."""
-    sessions = [r.session for r in rows]
-    return [r.session if sessions.count(r.session) == 1 else r.id for r in rows]
-
-
 def _plot_curves(reg: Registry, row: Row, overlays: list[Row], patterns: list[str] | None,
                  notes: list[str]) -> tuple[list[plots.Curve], list[str]]:
     names = history.metric_names(reg, row.id)
@@ -185,7 +169,7 @@ def _plot_curves(reg: Registry, row: Row, overlays: list[Row], patterns: list[st
         metrics = plots.default_metrics(names)
     metrics = metrics[:plots.MAX_PANELS]
     rows = [row] + overlays
-    return plots.curves_from_history(reg, list(zip(run_labels(rows), [r.id for r in rows])), metrics), metrics
+    return plots.curves_from_history(reg, list(zip(plots.run_labels(rows), [r.id for r in rows])), metrics), metrics
 
 
 # --------------------------------------------------------------------------------------------------
@@ -287,7 +271,7 @@ def collect_results(inp: CollectInput) -> CollectOutput:
     picture = None
     if want_plot and curves:
         assert row is not None
-        labels = run_labels([row] + overlays)
+        labels = plots.run_labels([row] + overlays)
         title = f"{labels[0]}: metrics over steps" + (f" (with {', '.join(labels[1:])})" if len(labels) > 1 else "")
         try:
             picture = plots.render(curves, title)
@@ -368,11 +352,10 @@ def _render(spec: dict[str, Any], status: dict[str, Any] | None, host: str, resu
         out += [f"- {k}: {_fmt(v)}" for k, v in list(status["last_metrics"].items())[:40]] + [""]
     out += ["## Errors seen in the log", ""]
     if errors:
-        hints = {s.name: s.hint for s in SIGNATURES}
         out += ["| signature | count | last line | fix |", "| --- | --- | --- | --- |"]
         for e in errors:
             line = e.line.replace("|", "\\|")[:200]
-            out.append(f"| {e.signature} | {e.count} | `{line}` | {hints.get(e.signature, e.hint)} |")
+            out.append(f"| {e.signature} | {e.count} | `{line}` | {e.hint} |")
         out += [""]
     else:
         out += ["(none)", ""]

@@ -8,7 +8,8 @@ read again only while something is still unknown, at most every ``RECHECK_S`` se
 
 Checkpoints: verl writes ``<default_local_dir>/global_step_N/``; AgentJet sets ``default_local_dir`` to
 ``<checkpoint_base_dir>/<project_name>/<experiment_name>`` (``ajet.trainer_common.checkpoint_base_dir``,
-``./saved_checkpoints`` in AgentJet c68c154f's defaults, relative to the trainer's working directory).
+relative to the trainer's working directory). When the YAML does not set the base, its default is read
+from the newest bundled AgentJet release's ``ajet_default.yaml`` and the source names that release.
 """
 
 from __future__ import annotations
@@ -28,9 +29,9 @@ from skill_server.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
 RECHECK_S = 300.0
 #: Most YAML candidates read for one run.
 MAX_CANDIDATES = 4
-#: AgentJet's default ``ajet.trainer_common.checkpoint_base_dir`` (ajet_default.yaml, AgentJet c68c154f).
-AGENTJET_CHECKPOINT_BASE = "./saved_checkpoints"
-AGENTJET_VERSION = "c68c154f"
+#: The AgentJet layer that holds ``ajet.trainer_common.checkpoint_base_dir``'s default.
+AGENTJET_DEFAULT_LAYER = "ajet/default_config/ajet_default.yaml"
+CHECKPOINT_BASE_KEY = "ajet.trainer_common.checkpoint_base_dir"
 #: Flattening bounds: keys kept, nesting followed, characters of one value shown.
 MAX_FLAT_KEYS = 20_000
 MAX_FLAT_DEPTH = 32
@@ -122,6 +123,16 @@ def _plain(value: Any) -> str | None:
     return None
 
 
+def agentjet_checkpoint_base() -> tuple[str | None, str]:
+    """(the default checkpoint_base_dir, which AgentJet says so): the newest bundled release's default layer.
+    Imported here, not at the top: only a YAML that leaves the base unset needs AgentJet's data."""
+    from skill_server.agentjet.release import newest_bundled
+
+    release = newest_bundled()
+    layer = release.config_file(AGENTJET_DEFAULT_LAYER)
+    return _plain(_get(layer.data if layer is not None else None, CHECKPOINT_BASE_KEY)), release.label
+
+
 def summarise(candidate: Candidate, data: Any) -> dict[str, Any]:
     """What status needs from one parsed YAML: total steps and the checkpoint directory, with sources."""
     out: dict[str, Any] = {"host": candidate.host, "path": candidate.path}
@@ -131,16 +142,18 @@ def summarise(candidate: Candidate, data: Any) -> dict[str, Any]:
             out["total_steps"], out["total_steps_source"] = total, f"{key} in {candidate.path}"
             break
     local_dir = _plain(_get(data, "trainer.default_local_dir"))
-    base = _plain(_get(data, "ajet.trainer_common.checkpoint_base_dir"))
+    base = _plain(_get(data, CHECKPOINT_BASE_KEY))
     project = _plain(_get(data, "ajet.project_name"))
     experiment = _plain(_get(data, "ajet.experiment_name"))
     if local_dir:
         directory, source = local_dir, f"trainer.default_local_dir in {candidate.path}"
     elif isinstance(_get(data, "ajet"), dict):
-        source = f"ajet.trainer_common.checkpoint_base_dir in {candidate.path}"
+        source = f"{CHECKPOINT_BASE_KEY} in {candidate.path}"
         if base is None:
-            base = AGENTJET_CHECKPOINT_BASE
-            source = f"AgentJet's default checkpoint_base_dir ({AGENTJET_VERSION}); {candidate.path} does not set it"
+            base, release = agentjet_checkpoint_base()
+            if base is None:
+                return out  # no default to fall back on: the directory stays unknown
+            source = f"the default checkpoint_base_dir of the bundled {release}; {candidate.path} does not set it"
         if project and experiment:
             directory = posixpath.join(base, project, experiment)
             source += " / ajet.project_name / ajet.experiment_name"

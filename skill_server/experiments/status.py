@@ -38,7 +38,7 @@ from skill_server.experiments.models import (
 from skill_server.experiments.observe import View, observe
 from skill_server.experiments.signatures import SIGNATURES_BY_NAME
 from skill_server.experiments.store import Registry, Row, open_registry
-from skill_server.hosts import HostUnreachable, call_hosts
+from skill_server.hosts import call_hosts, result_of
 
 MAX_CURSOR_OFFSET = 2**62
 
@@ -71,8 +71,7 @@ def line_reads(row: Row, offsets: list[int], max_lines: int) -> list[list[tuple[
     return [[(offsets[i], budget)] for i in range(len(row.processes))]
 
 
-def lines_from(view: View, offsets: list[int], max_lines: int, read_index: int = 0
-               ) -> tuple[list[str], list[int], int]:
+def lines_from(view: View, offsets: list[int], max_lines: int) -> tuple[list[str], list[int], int]:
     """(lines, new cursor, skipped bytes) from the line reads that came back with ``view``."""
     if max_lines == 0:
         return [], offsets, 0
@@ -81,9 +80,9 @@ def lines_from(view: View, offsets: list[int], max_lines: int, read_index: int =
     new = list(offsets)
     skipped = 0
     for i, p in enumerate(view.procs):
-        if len(p.reads) <= read_index:
+        if not p.reads:
             continue  # host unreachable: the cursor stays where it was
-        chunk = p.reads[read_index]
+        chunk = p.reads[0]
         new[i] = chunk.end
         skipped += chunk.skipped
         lines = logs.split_lines(chunk.text)
@@ -177,7 +176,6 @@ class HistoryRequest:
 class ExtraPlan:
     """The extra operations of one run in a status round trip, and where their answers are."""
 
-    config_checked_at: float | None
     config: dict[str, Any]
     candidates: list[runconfig.Candidate]
     read_config: bool
@@ -191,7 +189,7 @@ def plan_extras(reg: Registry, row: Row, want_checkpoints: bool, now: float) -> 
     read = runconfig.needs_check(checked_at, config, now) and not (row.final_state and checked_at is not None)
     cands = runconfig.candidates(row) if read else []
     listing = want_checkpoints and ckpt.listing_op(config) is not None  # the cached directory, if known
-    return ExtraPlan(checked_at, config, cands, read, listing)
+    return ExtraPlan(config, cands, read, listing)
 
 
 def extra_ops(plan: ExtraPlan) -> list[tuple[str, dict[str, Any]]]:
@@ -219,9 +217,7 @@ def _checkpoints(plan: ExtraPlan, view: View) -> CheckpointList:
     if listing is None:
         return ckpt.unknown(plan.config)
     host, op = listing
-    reply = call_hosts({host: [op]}, timeout_s=30.0)[host]
-    answer = ({"ok": False, "error": reply.message} if isinstance(reply, HostUnreachable) else reply[0])
-    return ckpt.from_answer(plan.config, answer)
+    return ckpt.from_answer(plan.config, result_of(call_hosts({host: [op]}, timeout_s=30.0)[host]))
 
 
 def observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_lines: int, *,

@@ -199,9 +199,6 @@ class Registry:
     def update_spec(self, exp_id: str, spec: dict[str, Any]) -> None:
         self.conn.execute("UPDATE experiments SET spec = ? WHERE id = ?", (json.dumps(spec), exp_id))
 
-    def delete(self, exp_id: str) -> None:
-        self.conn.execute("DELETE FROM experiments WHERE id = ?", (exp_id,))
-
     def finish(self, exp_id: str, state: str, exit_code: int | None, ended: float, note: str | None = None) -> bool:
         """Record a terminal state once; False if another caller recorded one first."""
         cur = self.conn.execute(
@@ -210,9 +207,6 @@ class Registry:
             (state, exit_code, ended, note, exp_id),
         )
         return cur.rowcount == 1
-
-    def set_exit_code(self, exp_id: str, exit_code: int | None) -> None:
-        self.conn.execute("UPDATE experiments SET final_exit_code = ? WHERE id = ?", (exit_code, exp_id))
 
     def save_cursor(self, exp_id: str, cursor: str) -> None:
         self.conn.execute("UPDATE experiments SET read_cursor = ? WHERE id = ?", (cursor, exp_id))

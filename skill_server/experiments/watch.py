@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import signal
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -158,13 +157,13 @@ class _Stop(Exception):
     pass
 
 
-def watch(key: str, *, every: int = DEFAULT_EVERY, interval_s: float = DEFAULT_INTERVAL_S,
-          metrics: list[str] | None = None, as_json: bool = False, max_time_s: float | None = None,
-          write: Callable[[str], None] | None = None) -> int:
-    """Print events of the run ``key`` (id or session) until it ends; returns the exit code (see module doc).
+def watch(key: str, write: Callable[[str], None], *, every: int = DEFAULT_EVERY,
+          interval_s: float = DEFAULT_INTERVAL_S, metrics: list[str] | None = None, as_json: bool = False,
+          max_time_s: float | None = None) -> int:
+    """Hand each event line of the run ``key`` (id or session) to ``write`` (which must deliver it at once)
+    until the run ends; returns the exit code (see module doc).
 
     ``ToolInputError`` (unknown id) propagates to the caller, which prints it as any tool error."""
-    emit = write or _stdout_line
     watcher = Watcher(every, metrics)
     started = time.monotonic()
 
@@ -183,7 +182,7 @@ def watch(key: str, *, every: int = DEFAULT_EVERY, interval_s: float = DEFAULT_I
                 view = observe(reg, [row], extra_ops=lambda r: extra_ops(plan))[0]
                 absorb_config(reg, view, plan, now)
             for event in watcher.events(view, progress_info(view, plan.config, now)):
-                emit(format_line(event, row.session, as_json, now))
+                write(format_line(event, row.session, as_json, now))
             if view.state in TERMINAL:
                 return EXIT_BY_STATE[view.state]
             if max_time_s is not None and time.monotonic() - started >= max_time_s:
@@ -203,14 +202,3 @@ def _main_thread() -> bool:
 
     return threading.current_thread() is threading.main_thread()
 
-
-def _stdout_line(text: str) -> None:
-    """One UTF-8 line, flushed at once (a consumer reads it as the event happens)."""
-    buffer = getattr(sys.stdout, "buffer", None)
-    data = (text + "\n").encode("utf-8", errors="backslashreplace")
-    if buffer is None:
-        sys.stdout.write(data.decode("utf-8"))
-        sys.stdout.flush()
-        return
-    buffer.write(data)
-    buffer.flush()

@@ -2,7 +2,8 @@
 
 ``get_host("local")`` is this machine (the agent runs in-process); any other name is an SSH destination
 (the agent is shipped over the system ``ssh`` client). The experiment tools never branch on which one
-they hold. ``call_hosts`` asks several hosts at once, one round trip each, in parallel.
+they hold. ``call_hosts`` asks several hosts at once, one round trip each, in parallel; ``result_of``
+reads one op's result from a host's reply (a host that could not be asked gives a failed result).
 
 Modules: ``base`` (the interface, ``HostUnreachable``, ``expect``), ``local``, ``ssh``, ``destinations``
 (which strings name a host) and ``agent`` (the stdlib-only program that does the work on a host).
@@ -17,7 +18,11 @@ from typing import Any
 from skill_server.hosts.base import LOCAL, CommandResult, Host, HostUnreachable, expect
 from skill_server.hosts.destinations import normalise
 
-__all__ = ["LOCAL", "CommandResult", "Host", "HostUnreachable", "call_hosts", "expect", "get_host", "normalise"]
+__all__ = ["LOCAL", "CommandResult", "Host", "HostUnreachable", "Reply", "call_hosts", "expect", "get_host", "normalise",
+           "result_of"]
+
+#: What ``call_hosts`` gives per host: one result per op, or why the host could not be asked.
+Reply = list[dict[str, Any]] | HostUnreachable
 
 _LOCK = threading.Lock()
 _HOSTS: dict[str, Host] = {}
@@ -40,11 +45,10 @@ def get_host(name: str) -> Host:
         return host
 
 
-def call_hosts(requests: dict[str, list[dict[str, Any]]], *,
-               timeout_s: float = 60.0) -> dict[str, list[dict[str, Any]] | HostUnreachable]:
+def call_hosts(requests: dict[str, list[dict[str, Any]]], *, timeout_s: float = 60.0) -> dict[str, Reply]:
     """One ``call`` per host, all hosts in parallel; a host that cannot be asked maps to its error."""
 
-    def one(name: str) -> list[dict[str, Any]] | HostUnreachable:
+    def one(name: str) -> Reply:
         try:
             return get_host(name).call(requests[name], timeout_s=timeout_s)
         except HostUnreachable as exc:
@@ -55,3 +59,12 @@ def call_hosts(requests: dict[str, list[dict[str, Any]]], *,
         return {name: one(name) for name in names}
     with ThreadPoolExecutor(max_workers=min(16, len(names))) as pool:
         return dict(zip(names, pool.map(one, names)))
+
+
+def result_of(reply: Reply | None, index: int = 0) -> dict[str, Any]:
+    """Op ``index``'s result in a host's reply; a failed result (kind ``unreachable``) when there is none."""
+    if isinstance(reply, HostUnreachable):
+        return {"ok": False, "error": reply.message, "kind": "unreachable"}
+    if reply is None or index >= len(reply):
+        return {"ok": False, "error": "no answer", "kind": "unreachable"}
+    return reply[index]

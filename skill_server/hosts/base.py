@@ -3,14 +3,12 @@
 ``Host.call(ops)`` sends a batch of agent operations (see ``agent.ops``) and returns one result per op;
 it raises ``HostUnreachable`` when the host could not be asked at all (connection, authentication,
 no Python, no answer in time). A failed op is a result with ``ok: false``; :func:`expect` turns it
-into the tool error it deserves. The convenience methods (``run``, ``read_range``, ``write_file``,
-``list_dir``) are one call each; code that needs several things from one host should batch them into
-one ``call``.
+into the tool error it deserves. ``run`` is one call for one command; code that needs several things
+from one host batches them into one ``call``.
 """
 
 from __future__ import annotations
 
-import base64
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
@@ -40,6 +38,11 @@ class CommandResult:
     timed_out: bool
     truncated: bool
     error: str | None
+
+
+def tmux_attach_argv(socket_path: str, session: str) -> list[str]:
+    """What attaches a terminal to ``session`` of the tmux server at ``socket_path`` (on its host)."""
+    return ["tmux", "-S", socket_path, "attach", "-t", session]
 
 
 def expect(result: dict[str, Any], *, field: str | None = None) -> dict[str, Any]:
@@ -83,7 +86,7 @@ class Host(ABC):
             raise HostUnreachable(self.name, "the host agent's reply is incomplete")
         return results
 
-    # ---- one-op conveniences
+    # ---- a one-op convenience
     def run(self, argv: list[str], *, timeout_s: float = 30.0, stdin: str | None = None, cwd: str | None = None,
             env: dict[str, str] | None = None, max_output: int = 1024 * 1024) -> CommandResult:
         """Run ``argv`` (no shell: each element reaches the program unchanged) with a time bound."""
@@ -91,21 +94,3 @@ class Host(ABC):
               "env": env or {}, "max_output": max_output}
         r = expect(self.call([op], timeout_s=timeout_s + 30.0)[0])
         return CommandResult(r["returncode"], r["stdout"], r["stderr"], r["timed_out"], r["truncated"], r["error"])
-
-    def read_range(self, path: str, offset: int, length: int, *, field: str | None = None) -> tuple[int, bytes]:
-        """(file size, bytes) of one range of a regular file; a negative offset counts from the end."""
-        r = expect(self.call([{"op": "read", "path": path, "offset": offset, "length": length}])[0], field=field)
-        return int(r["size"]), base64.b64decode(r["data"])
-
-    def write_file(self, path: str, data: bytes | str, *, replace: bool, mode: int = 0o644,
-                   field: str | None = None) -> str:
-        """Atomically create ``path``, or (``replace``) replace a regular file there; returns the path."""
-        op: dict[str, Any] = {"op": "write", "path": path, "replace": replace, "mode": mode}
-        if isinstance(data, str):
-            op["text"] = data
-        else:
-            op["data"] = base64.b64encode(data).decode("ascii")
-        return str(expect(self.call([op])[0], field=field)["path"])
-
-    def list_dir(self, path: str, *, limit: int = 1000, field: str | None = None) -> list[dict[str, Any]]:
-        return list(expect(self.call([{"op": "list_dir", "path": path, "limit": limit}])[0], field=field)["entries"])

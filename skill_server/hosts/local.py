@@ -6,7 +6,7 @@ import shlex
 from typing import Any
 
 from skill_server.hosts.agent import ops as agent_ops
-from skill_server.hosts.base import LOCAL, Host
+from skill_server.hosts.base import LOCAL, Host, tmux_attach_argv
 
 
 class LocalHost(Host):
@@ -16,4 +16,4 @@ class LocalHost(Host):
         return self._results(agent_ops.handle(self._request(ops)), len(ops))
 
     def attach_command(self, socket_path: str, session: str) -> str:
-        return shlex.join(["tmux", "-S", socket_path, "attach", "-t", session])
+        return shlex.join(tmux_attach_argv(socket_path, session))

@@ -37,7 +37,7 @@ from typing import IO, Any
 from skill_server.errors import ToolFailure
 from skill_server.hosts.agent import program
 from skill_server.hosts.agent.files import state_dir
-from skill_server.hosts.base import Host, HostUnreachable
+from skill_server.hosts.base import Host, HostUnreachable, tmux_attach_argv
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,7 @@ def control_dir() -> str | None:
 
 
 def ssh_config() -> str | None:
+    """``$SKILL_SERVER_SSH_CONFIG`` as an absolute path (checked to exist), or None when it is not set."""
     value = os.environ.get(SSH_CONFIG_ENV)
     if not value:
         return None
@@ -93,15 +94,18 @@ def ssh_config() -> str | None:
     return str(path.absolute())
 
 
+def config_arguments() -> list[str]:
+    """``-F <config>`` for every ssh invocation (calls, attach commands, ``ssh -G``), or nothing."""
+    config = ssh_config()
+    return ["-F", config] if config else []
+
+
 def ssh_options() -> list[str]:
     """Everything before the destination, shared by every call (and by tests that manage masters)."""
     exe = shutil.which("ssh")
     if exe is None:
         raise ToolFailure("the ssh client is not installed on this machine (remote hosts need OpenSSH's ssh)")
-    argv = [exe]
-    config = ssh_config()
-    if config:
-        argv += ["-F", config]
+    argv = [exe, *config_arguments()]
     argv += ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", "-o", "ServerAliveInterval=15",
              "-o", "ServerAliveCountMax=3"]
     directory = control_dir()
@@ -328,11 +332,26 @@ class SshHost(Host):
             raise HostUnreachable(self.name, f"the host agent failed: {detail}") from None
 
     def attach_command(self, socket_path: str, session: str) -> str:
-        argv = ["ssh", "-t"]
-        config = os.environ.get(SSH_CONFIG_ENV)
-        if config:
-            argv += ["-F", config]
-        return shlex.join(argv + [self.name, shlex.join(["tmux", "-S", socket_path, "attach", "-t", session])])
+        """``ssh -t [-F <absolute config>] <dest> 'tmux ... attach'``: it works from any directory."""
+        argv = ["ssh", "-t", *config_arguments(), self.name]
+        return shlex.join(argv + [shlex.join(tmux_attach_argv(socket_path, session))])
+
+
+def configured_hostname(destination: str) -> str | None:
+    """The host name ``ssh`` connects to for ``destination`` (``ssh -G``: its config applied, no connection);
+    None when ssh cannot tell."""
+    try:
+        done = subprocess.run(["ssh", *config_arguments(), "-G", "--", destination], stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=15, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    if done.returncode != 0:
+        return None
+    for line in done.stdout.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "hostname" and value.strip():
+            return value.strip()
+    return None
 
 
 def close_masters() -> int:

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import re
 import shlex
-import subprocess
+from typing import Any
 
 from skill_server.errors import ToolInputError
-from skill_server.hosts import LOCAL
 from skill_server.hosts.agent.wrapper import MARK
 
 DEFAULT_RAY = "ray"
 DEFAULT_JOIN_TIMEOUT_S = 300
+VERSION_TIMEOUT_S = 60
 #: Options the tool sets itself; given again in ray_args or head_args they would contradict it.
 MANAGED_OPTIONS = ("--head", "--address", "--port", "--block", "--num-gpus", "--num-cpus")
 _COMMAND_NAME = re.compile(r"^[A-Za-z0-9._+-]+$")
@@ -73,6 +73,11 @@ def ray_argv(ray: str, *args: str) -> list[str]:
     return [ray, *args]
 
 
+def version_op(ray: str) -> dict[str, Any]:
+    """The run op asking ``ray --version`` on a node (bounded)."""
+    return {"op": "run", "argv": ray_argv(ray, "--version"), "timeout_s": VERSION_TIMEOUT_S, "max_output": 64 * 1024}
+
+
 def _options(num_gpus: int | None, num_cpus: int | None, extra: list[str]) -> list[str]:
     out = []
     if num_gpus is not None:
@@ -105,26 +110,3 @@ def worker_command(ray: str, head_host: str, port: int, join_timeout_s: int, num
         "exec " + ray_word(ray) + " " + " ".join(shlex.quote(w) for w in words),
     ])
 
-
-def ssh_hostname(destination: str) -> str | None:
-    """The host name ``ssh`` connects to for ``destination`` (``ssh -G``: its config applied, no connection)."""
-    from skill_server.hosts.ssh import ssh_config
-
-    if destination == LOCAL:
-        return None
-    argv = ["ssh"]
-    config = ssh_config()
-    if config:
-        argv += ["-F", config]
-    try:
-        done = subprocess.run(argv + ["-G", "--", destination], stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=15, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    if done.returncode != 0:
-        return None
-    for line in done.stdout.splitlines():
-        key, _, value = line.partition(" ")
-        if key == "hostname" and value.strip():
-            return value.strip()
-    return None

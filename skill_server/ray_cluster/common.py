@@ -22,7 +22,6 @@ from skill_server.ray_cluster.status_text import ClusterStatus, last_message, pa
 SPEC_KEY = "ray_cluster"
 #: ``ray status`` to an address where nothing listens blocks for about 40 s: every call is bounded.
 STATUS_TIMEOUT_S = 20.0
-VERSION_TIMEOUT_S = 60.0
 MAX_LINES = 40
 
 
@@ -75,15 +74,15 @@ def ask_ray(head: str, ray: str, address: str, *, with_version: bool, timeout_s:
     timeout_s = max(3.0, min(timeout_s, STATUS_TIMEOUT_S))
     ops = []
     if with_version:
-        ops.append({"op": "run", "argv": commands.ray_argv(ray, "--version"), "timeout_s": VERSION_TIMEOUT_S,
-                    "max_output": 64 * 1024})
+        ops.append(commands.version_op(ray))
     ops.append({"op": "run", "argv": commands.ray_argv(ray, "status", "-v", f"--address={address}"),
                 "timeout_s": timeout_s, "max_output": 1024 * 1024})
-    reply = call_hosts({head: ops}, timeout_s=(VERSION_TIMEOUT_S if with_version else 0) + timeout_s + 30)[head]
+    bound = (commands.VERSION_TIMEOUT_S if with_version else 0) + timeout_s + 30
+    reply = call_hosts({head: ops}, timeout_s=bound)[head]
     if isinstance(reply, HostUnreachable):
         return RayView(None, None, f"head {head} is unreachable: {reply.reason}")
     version = None
-    if with_version and _run_failure(reply[0], "ray --version", VERSION_TIMEOUT_S) is None:
+    if with_version and _run_failure(reply[0], "ray --version", commands.VERSION_TIMEOUT_S) is None:
         version = parse_version(str(reply[0].get("stdout") or ""))
     result = reply[-1]
     failure = _run_failure(result, f"ray status on {head}", timeout_s)

@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import ipaddress
 import time
-from typing import Any
 
 from skill_server.errors import ToolFailure, ToolInputError
 from skill_server.experiments.launch import check_env, launch_experiment
 from skill_server.experiments.models import LaunchInput, ProcessSpec
-from skill_server.experiments.observe import observe
+from skill_server.experiments.observe import View, observe
 from skill_server.experiments.status import observe_with_lines
+from skill_server.experiments.wait import WAIT_DEFAULT_S, WAIT_MAX_S
 from skill_server.experiments.store import Row, open_registry
 from skill_server.gpus import nvidia_smi
 from skill_server.gpus.tool import free_problems, from_reply
 from skill_server.hosts import LOCAL, HostUnreachable, call_hosts, normalise
+from skill_server.hosts.ssh import configured_hostname
 from skill_server.models import Progress
 from skill_server.ray_cluster import commands
 from skill_server.ray_cluster.common import (
@@ -39,7 +40,6 @@ from skill_server.ray_cluster.common import (
 from skill_server.ray_cluster.models import DEFAULT_PORT, RayClusterInput, RayClusterOutput
 from skill_server.ray_cluster.status_text import parse_version
 
-WAIT_DEFAULT_S, WAIT_MAX_S = 30, 50
 POLL_S = 2.0
 NEXT_WAIT_S = 10
 DEFAULT_MAX_TIME_S = 7 * 86400
@@ -68,7 +68,7 @@ def head_address(given: str | None, head: str, workers: list[str]) -> tuple[str,
             raise ToolInputError("give the address the workers reach this machine at (its IP or name on the "
                                  "cluster network): the head is 'local'", field="head_address")
         return "127.0.0.1", None
-    name = commands.ssh_hostname(head)
+    name = configured_hostname(head)
     if name is None:
         raise ToolInputError(f"ssh -G could not tell which host {head!r} connects to; give head_address",
                              field="head_address")
@@ -89,7 +89,7 @@ def _host_field(host: str, head: str, workers: list[str]) -> str:
 
 def preflight(nodes: list[str], head: str, workers: list[str], ray: str, require_free: float | None) -> str | None:
     """Check every node before anything starts; raise what refuses the start, return the head's Ray version."""
-    ops = [{"op": "run", "argv": commands.ray_argv(ray, "--version"), "timeout_s": 60, "max_output": 64 * 1024}]
+    ops = [commands.version_op(ray)]
     if require_free is not None:
         ops += nvidia_smi.query_ops()
     replies = call_hosts({h: list(ops) for h in nodes}, timeout_s=CHECK_TIMEOUT_S)
@@ -104,7 +104,7 @@ def preflight(nodes: list[str], head: str, workers: list[str], ray: str, require
         if not result.get("ok") or result.get("error") or result.get("returncode") != 0:
             detail = result.get("error") or (str(result.get("stderr") or "").strip().splitlines() or [""])[-1]
             if result.get("timed_out"):
-                detail = "it did not answer within 60 s"
+                detail = f"it did not answer within {commands.VERSION_TIMEOUT_S} s"
             raise ToolFailure(f"{ray} --version failed on {host}: {detail or 'exit ' + str(result.get('returncode'))}",
                               field="ray")
         versions[host] = parse_version(str(result.get("stdout") or "")) or "unknown"
@@ -119,9 +119,9 @@ def preflight(nodes: list[str], head: str, workers: list[str], ray: str, require
     return versions.get(head)
 
 
-def _launch(inp: RayClusterInput, head: str, workers: list[str], ray: str, port: int, address: str) -> str:
-    common = commands.check_options(inp.ray_args, "ray_args")
-    head_only = commands.check_options(inp.head_args, "head_args")
+def _launch(inp: RayClusterInput, head: str, workers: list[str], ray: str, port: int, address: str,
+            common: list[str], head_only: list[str]) -> str:
+    """Start the cluster's run (``common``: checked ray_args, ``head_only``: checked head_args); its id."""
     join = inp.join_timeout_s or commands.DEFAULT_JOIN_TIMEOUT_S
     processes = [ProcessSpec(role="head", command=commands.head_command(ray, port, inp.num_gpus, inp.num_cpus,
                                                                         common, head_only))]
@@ -141,7 +141,7 @@ def _launch(inp: RayClusterInput, head: str, workers: list[str], ray: str, port:
     return launched.id
 
 
-def _ended(view: Any) -> str | None:
+def _ended(view: View) -> str | None:
     """Why waiting is pointless: a ray start process is no longer running."""
     for p in view.procs:
         if p.state not in ("running", "waiting", "unreachable"):
@@ -176,10 +176,10 @@ def start_cluster(inp: RayClusterInput, head: str, progress: Progress | None) ->
         address, note = head_address(inp.head_address, head, workers)
         if note:
             notes.append(note)
-        commands.check_options(inp.ray_args, "ray_args")
-        commands.check_options(inp.head_args, "head_args")
+        common = commands.check_options(inp.ray_args, "ray_args")
+        head_only = commands.check_options(inp.head_args, "head_args")
         version = preflight([head] + workers, head, workers, ray, inp.require_free_gpus)
-        exp_id = _launch(inp, head, workers, ray, port, address)
+        exp_id = _launch(inp, head, workers, ray, port, address, common, head_only)
     return _wait(exp_id, head, workers, port, ray, version, timeout, started, notes, progress)
 
 

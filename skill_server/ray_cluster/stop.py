@@ -82,14 +82,12 @@ def stop_cluster(inp: RayClusterInput, head: str) -> RayClusterOutput:
     left: list[GpuProcessOutcome] = []
     holders = _holders(gpus)
     if inp.kill_gpu_processes and holders:
-        requests = {h: [reclaim.reclaim_op(h, [pid for pid, _ in found], float(grace))] + nvidia_smi.query_ops()
+        requests = {h: [reclaim.reclaim_op([pid for pid, _ in found], float(grace))] + nvidia_smi.query_ops()
                     for h, found in holders.items()}
         answers = call_hosts(requests, timeout_s=grace + reclaim.KILL_WAIT_S + 30 + CALL_TIMEOUT_S)
         for h, found in holders.items():
             answer = answers[h]
-            report, failure = reclaim.read_result(None if isinstance(answer, HostUnreachable) else answer[0])
-            if isinstance(answer, HostUnreachable):
-                failure = f"unreachable: {answer.reason}"
+            report, failure = reclaim.read_result(answer)
             if report is None:
                 left += [GpuProcessOutcome(host=h, pid=pid, name=name, reason=failure) for pid, name in found]
                 continue

@@ -67,6 +67,19 @@ def open_regular(path: str) -> tuple[int, int]:
     return fd, info.st_size
 
 
+def _read_span(fd: int, start: int, length: int) -> bytes:
+    """Up to ``length`` bytes from ``start`` (fewer if the file ends first), read in bounded chunks."""
+    os.lseek(fd, start, os.SEEK_SET)
+    chunks = []
+    while length > 0:
+        data = os.read(fd, min(length, 1024 * 1024))
+        if not data:
+            break
+        chunks.append(data)
+        length -= len(data)
+    return b"".join(chunks)
+
+
 def read_range(path: str, offset: int, length: int) -> tuple[int, bytes]:
     """(size, bytes) of one range of a regular file; a negative offset counts from the end."""
     fd, size = open_regular(path)
@@ -74,16 +87,7 @@ def read_range(path: str, offset: int, length: int) -> tuple[int, bytes]:
         start = max(0, size + offset) if offset < 0 else offset
         if length <= 0 or start >= size:
             return size, b""
-        os.lseek(fd, start, os.SEEK_SET)
-        chunks = []
-        want = min(length, size - start)
-        while want > 0:
-            data = os.read(fd, min(want, 1024 * 1024))
-            if not data:
-                break
-            chunks.append(data)
-            want -= len(data)
-        return size, b"".join(chunks)
+        return size, _read_span(fd, start, min(length, size - start))
     finally:
         os.close(fd)
 
@@ -146,18 +150,7 @@ def read_appended(path: str, offset: int, budget: int, final: bool) -> dict:
         if offset > size:
             offset, reset = 0, True
         start = max(offset, size - budget)
-        data = b""
-        if size > start:
-            os.lseek(fd, start, os.SEEK_SET)
-            parts = []
-            want = size - start
-            while want > 0:
-                chunk = os.read(fd, min(want, 1024 * 1024))
-                if not chunk:
-                    break
-                parts.append(chunk)
-                want -= len(chunk)
-            data = b"".join(parts)
+        data = _read_span(fd, start, size - start) if size > start else b""
     finally:
         os.close(fd)
     skipped = start - offset
@@ -253,17 +246,3 @@ def write_atomic(path: str, data: bytes, replace: bool, mode: int = 0o644, field
             pass
     return target
 
-
-def list_dir(path: str, limit: int) -> list[dict]:
-    """Entries of a directory (name, kind, size, mtime), sorted by name, at most ``limit``."""
-    out = []
-    with os.scandir(expand(path)) as it:
-        for entry in it:
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            kind = "dir" if stat.S_ISDIR(info.st_mode) else "file" if stat.S_ISREG(info.st_mode) else "other"
-            out.append({"name": entry.name, "kind": kind, "size": info.st_size, "mtime": info.st_mtime})
-    out.sort(key=lambda e: e["name"])
-    return out[:limit]

@@ -1,5 +1,5 @@
 """Operations any tool may use on any host: ping, run (argv, bounded time and output), read (size plus
-one byte range, regular files only), write (atomic; create, or replace a regular file only), list_dir."""
+one byte range, regular files only), write (atomic; create, or replace a regular file only)."""
 
 from __future__ import annotations
 
@@ -104,13 +104,3 @@ def op_write(req: dict) -> dict:
     mode = need(req, "mode", int, 0o644) & 0o777
     return {"path": files.write_atomic(path, data, replace=need(req, "replace", bool), mode=mode)}
 
-
-def op_list_dir(req: dict) -> dict:
-    path = need(req, "path", str)
-    limit = max(1, min(need(req, "limit", int, 1000), 10000))
-    try:
-        return {"entries": files.list_dir(path, limit)}
-    except FileNotFoundError:
-        raise AgentError("directory not found: " + files.expand(path), kind="not_found") from None
-    except OSError as exc:
-        raise AgentError("cannot list %s: %s" % (files.expand(path), exc.strerror or exc)) from None

@@ -4,7 +4,7 @@ A request is ``{"v": PROTOCOL_VERSION, "ops": [{"op": NAME, ...}, ...]}``; the r
 ``{"v": ..., "results": [...]}`` with one result per op, in order: ``{"ok": true, ...}`` or
 ``{"ok": false, "error": "one line", "field": ..., "kind": ...}``. An op never raises past
 :func:`handle`, so one bad op costs only its own result. Operations live in ``generic`` (ping, run,
-read, write, list_dir), ``runs`` (launch, discard, observe, stop) and ``checkpoints``.
+read, write), ``runs`` (launch, discard, observe, stop), ``checkpoints`` and ``reclaim`` (reclaim_gpus).
 """
 
 from __future__ import annotations
@@ -16,14 +16,15 @@ import sys
 from . import PROTOCOL_VERSION
 from .checkpoints import op_checkpoints
 from .files import AgentError
-from .generic import op_list_dir, op_ping, op_read, op_run, op_write
+from .generic import op_ping, op_read, op_run, op_write
+from .reclaim import op_reclaim_gpus
 from .runs import op_discard, op_launch, op_observe, op_stop
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
-OPS = {"ping": op_ping, "run": op_run, "read": op_read, "write": op_write, "list_dir": op_list_dir,
+OPS = {"ping": op_ping, "run": op_run, "read": op_read, "write": op_write,
        "launch": op_launch, "discard": op_discard, "observe": op_observe, "stop": op_stop,
-       "checkpoints": op_checkpoints}
+       "checkpoints": op_checkpoints, "reclaim_gpus": op_reclaim_gpus}
 
 
 def handle(request: object) -> dict:

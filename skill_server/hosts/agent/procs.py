@@ -79,7 +79,8 @@ def _marker_value(environ: bytes) -> str | None:
     return None
 
 
-def _cmdline(pid: int) -> str:
+def cmdline(pid: int) -> str:
+    """The command line of ``pid`` (its first 400 bytes), "" when it cannot be read."""
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as handle:
             raw = handle.read(400)
@@ -115,7 +116,7 @@ def marked(prefix: str) -> list[dict]:
             if not fields or fields[0] in ("Z", "X"):
                 continue
             found.append({"pid": int(entry), "pgid": int(fields[2]), "role": value.split("/", 1)[-1],
-                          "start": fields[19] if len(fields) > 19 else None, "command": _cmdline(int(entry))[:200]})
+                          "start": fields[19] if len(fields) > 19 else None, "command": cmdline(int(entry))[:200]})
         return found
     # Without /proc: ps prints the environment after the arguments, so the environment of a process is
     # what its listing with environment adds to its listing without (a marker in an argument, such as

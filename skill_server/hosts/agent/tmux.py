@@ -97,15 +97,6 @@ def list_panes(socket: str) -> list[dict] | None:
     return panes
 
 
-def has_session(socket: str, session: str) -> bool:
-    if not os.path.exists(socket):
-        return False
-    try:
-        return _tmux(socket, ["has-session", "-t", "=" + session]).returncode == 0
-    except AgentError:
-        return False
-
-
 def kill_session(socket: str, session: str) -> bool:
     if not os.path.exists(socket):
         return False
