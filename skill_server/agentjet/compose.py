@@ -12,12 +12,11 @@ AgentJetJob reads the base with ``yaml.safe_load``, writes it to a temporary fil
 * only the primary config may set ``hydra.searchpath``; Hydra's own ``hydra`` node is dropped.
 
 Errors are :class:`~skill_server.agentjet.refusals.AgentJetRefusal` with Hydra's exception and message.
-The generic tree helpers at the end (``flatten``, ``get_path``, ``merge_layers``...) serve the linter too.
+The plain tree helpers at the end (``flatten``, ``get_path``) serve the linter and ``swarm_status`` too.
 """
 
 from __future__ import annotations
 
-import copy
 import os
 import stat
 import threading
@@ -418,34 +417,6 @@ def compose(release: Release, base: Base, *, field: str, cwd: Path | None = None
 # --- plain tree helpers (also used by the linter) ---------------------------------------------------------
 
 
-def merge_layers(layers: list[Layer], start: dict[str, Any] | None = None,
-                 start_origin: str = "schema") -> tuple[dict[str, Any], dict[str, str]]:
-    """Deep-merge the layers in order; returns the tree and, per leaf (dotted), the layer that set it."""
-    tree: dict[str, Any] = copy.deepcopy(start) if start else {}
-    origin: dict[str, str] = {}
-    if start:
-        mark_leaves(tree, "", start_origin, origin)
-    for layer in layers:
-        merge_into(tree, layer.data, layer.name, origin)
-    return tree, origin
-
-
-def merge_into(dst: dict[str, Any], src: dict[str, Any], source: str, origin: dict[str, str], prefix: str = "") -> None:
-    for key, value in src.items():
-        if key == "hydra" and not prefix:
-            continue
-        path = f"{prefix}{key}"
-        current = dst.get(key)
-        if isinstance(value, dict) and isinstance(current, dict):
-            merge_into(current, value, source, origin, path + ".")
-            continue
-        if isinstance(current, dict):
-            for stale in [k for k in origin if k.startswith(path + ".")]:
-                del origin[stale]
-        dst[key] = clone(value)
-        mark_leaves(value, path, source, origin)
-
-
 def mark_leaves(value: Any, path: str, source: str, origin: dict[str, str]) -> None:
     if isinstance(value, dict) and value:
         for key, child in value.items():
@@ -477,17 +448,3 @@ def get_path(tree: dict[str, Any], dotted: str, default: Any = _ABSENT) -> Any:
             return default
         node = node[part]
     return node
-
-
-def set_path(tree: dict[str, Any], dotted: str, value: Any, *, create_parents: bool = True) -> None:
-    parts = dotted.split(".")
-    node = tree
-    for part in parts[:-1]:
-        child = node.get(part)
-        if not isinstance(child, dict):
-            if not create_parents:
-                raise KeyError(dotted)
-            child = {}
-            node[part] = child
-        node = child
-    node[parts[-1]] = copy.deepcopy(value)

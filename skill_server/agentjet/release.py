@@ -44,7 +44,6 @@ SCHEMA_MODULE = "ajet/default_config/ajet_config_schema.py"
 ROLLOUT_MODULE = "ajet/task_rollout/native_parallel_worker.py"
 INIT_MODULE = "ajet/__init__.py"
 
-LENGTH_KWARGS = ("max_prompt_length", "max_response_length", "max_model_len", "max_response_length_in_one_turn")
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
 DATACLASS_MARK = pysource.DATACLASS_MARK
 

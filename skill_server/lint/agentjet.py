@@ -203,9 +203,6 @@ class AgentJet:
     def valid_kwargs(self) -> list[str]:
         return sorted(self._table.constructor_kwargs)
 
-    def closest_kwarg(self, kwarg: str) -> str | None:
-        return self._table.closest(kwarg)
-
     def kwarg_elsewhere(self, kwarg: str) -> tuple[str, str] | None:
         """(dotted key, label) of the newest bundled AgentJet that has ``kwarg``, when this one lacks it."""
         if self.accepts(kwarg):
