@@ -425,14 +425,17 @@ def mark_leaves(value: Any, path: str, source: str, origin: dict[str, str]) -> N
         origin[path] = source
 
 
-def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """Dotted leaf -> value (an empty mapping counts as a leaf)."""
+def flatten(tree: Any) -> dict[str, Any]:
+    """Dotted leaf -> value of a nested mapping, in document order (an empty mapping counts as a leaf);
+    iterative, so deep trees cannot overflow the stack."""
     out: dict[str, Any] = {}
-    if isinstance(tree, dict) and tree:
-        for key, value in tree.items():
-            out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-    elif prefix:
-        out[prefix] = tree
+    stack: list[tuple[str, Any]] = [("", tree)]
+    while stack:
+        prefix, node = stack.pop()
+        if isinstance(node, dict) and node:
+            stack.extend((f"{prefix}.{k}" if prefix else str(k), v) for k, v in reversed(list(node.items())))
+        elif prefix:
+            out[prefix] = node
     return out
 
 
