@@ -442,7 +442,8 @@ def flatten(tree: Any) -> dict[str, Any]:
 _ABSENT = object()
 
 
-def get_path(tree: dict[str, Any], dotted: str, default: Any = _ABSENT) -> Any:
+def get_path(tree: Any, dotted: str, default: Any = _ABSENT) -> Any:
+    """The value at a dotted key; ``default`` (else ``KeyError``) when a part is missing or not a mapping."""
     node: Any = tree
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -451,3 +452,7 @@ def get_path(tree: dict[str, Any], dotted: str, default: Any = _ABSENT) -> Any:
             return default
         node = node[part]
     return node
+
+
+def has_path(tree: Any, dotted: str) -> bool:
+    return get_path(tree, dotted, _ABSENT) is not _ABSENT
