@@ -455,4 +455,5 @@ def get_path(tree: Any, dotted: str, default: Any = _ABSENT) -> Any:
 
 
 def has_path(tree: Any, dotted: str) -> bool:
-    return get_path(tree, dotted, _ABSENT) is not _ABSENT
+    missing = object()
+    return get_path(tree, dotted, missing) is not missing
