@@ -18,7 +18,6 @@ The plain tree helpers at the end (``flatten``, ``get_path``) serve the linter a
 from __future__ import annotations
 
 import os
-import stat
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,13 +27,14 @@ from skill_server.agentjet import yamltypes
 from skill_server.agentjet.refusals import AgentJetRefusal, Cause, base_absent_cause
 from skill_server.agentjet.release import ConfigFile, Release, read_yaml_file
 from skill_server.errors import ToolInputError
+from skill_server.fsutil import read_text_bounded
+from skill_server.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
 
 PRIMARY = "tmp….yaml"  # Hydra calls the base by AgentJetJob's random temporary file name
 SELF = "_self_"
 MISSING = "???"
 MAX_LAYERS = 64
 MAX_NESTING = 16
-MAX_BASE_BYTES = 4 * 1024 * 1024
 
 
 @dataclass
@@ -86,36 +86,14 @@ def default_base(release: Release) -> Base:
 
 def load_base(path: Path, *, field: str, release: Release) -> Base:
     """Read a base YAML as AgentJetJob does (``yaml.safe_load``), bounded, refusing what it cannot carry."""
-    from skill_server.safe_yaml import parse_yaml_text  # yaml.safe_load's reading, bounded
-
     try:
-        st = os.stat(path)
+        os.stat(path)
     except FileNotFoundError:
         raise AgentJetRefusal(base_absent_cause(str(path), field=field, agentjet=release.label)) from None
     except OSError as exc:
         raise ToolInputError(f"cannot read {path}: {exc.strerror or exc}", field=field) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ToolInputError(f"not a regular file: {path} ({_file_kind(st.st_mode)})", field=field)
-    if st.st_size > MAX_BASE_BYTES:
-        raise ToolInputError(f"{path} is {st.st_size} bytes, over the {MAX_BASE_BYTES // (1024 * 1024)} MiB limit",
-                             field=field)
-    try:
-        with open(path, "rb") as handle:  # a regular file (checked above): never blocks
-            raw_bytes = handle.read(MAX_BASE_BYTES + 1)
-        text = raw_bytes.decode("utf-8")
-    except OSError as exc:
-        raise ToolInputError(f"cannot read {path}: {exc.strerror or exc}", field=field) from None
-    except UnicodeDecodeError:
-        raise ToolInputError(f"{path} is not UTF-8 text", field=field) from None
-    try:
-        data = parse_yaml_text(text, field=field, source=str(path), dialect="pyyaml")
-    except RecursionError:
-        raise ToolInputError(f"{path} nests too deeply to read", field=field) from None
-    except ToolInputError:
-        raise
-    except Exception as exc:  # defensive: whatever a YAML library raises still becomes one line
-        raise ToolInputError(f"{path} is not valid YAML: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}",
-                             field=field) from None
+    _, text = read_text_bounded(path, field=field, max_bytes=MAX_YAML_BYTES)  # a regular file only: never blocks
+    data = parse_yaml_text(text, field=field, source=str(path), dialect="pyyaml")
     if data is None:
         raise ToolInputError(f"{path} is empty; a base needs at least defaults and hydra blocks", field=field)
     if not isinstance(data, dict):
@@ -127,14 +105,6 @@ def load_base(path: Path, *, field: str, release: Release) -> Base:
     except (yamltypes.TooDeep, yamltypes.TooLarge) as exc:
         raise ToolInputError(f"{path}: {exc}", field=field) from None
     return Base("file", path, str(path), str(path), path.stem, data)
-
-
-def _file_kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 def _refuse(cid: str, summary: str, exception: str, message: str | None, *, field: str, agentjet: str,
