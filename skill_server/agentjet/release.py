@@ -346,15 +346,9 @@ def _parse_layer(text: str) -> Any:
 
 
 def _parse_raw(text: str) -> Any:
-    import yaml
-
     from skill_server.agentjet import yamltypes
 
-    loader = yaml.SafeLoader(text)
-    try:
-        data = loader.get_single_data()
-    finally:
-        loader.dispose()
+    data = yamltypes.load_base_text(text)
     yamltypes.check_plain(data)
     return data
 

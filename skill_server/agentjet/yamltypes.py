@@ -21,8 +21,8 @@ from typing import Any
 
 import yaml
 
-# OmegaConf's float rule and loader are written once, in safe_yaml (the bounded loader both readers share).
-from skill_server.safe_yaml import FLOAT_FIRST_CHARS, OMEGACONF_FLOAT, OmegaConfLoader
+# OmegaConf's float rule and both loaders are written once, in safe_yaml (bounded).
+from skill_server.safe_yaml import FLOAT_FIRST_CHARS, OMEGACONF_FLOAT, OmegaConfLoader, PyYAMLLoader
 
 STR_TAG = "tag:yaml.org,2002:str"
 _FLOAT_FIRST_CHARS = frozenset(FLOAT_FIRST_CHARS)
@@ -59,7 +59,15 @@ class TooLarge(ValueError):
 
 def load_layer_text(text: str) -> Any:
     """Parse one composed file as OmegaConf would (raises ``yaml.YAMLError`` on bad YAML)."""
-    loader = OmegaConfLoader(text)
+    return _load(OmegaConfLoader(text))
+
+
+def load_base_text(text: str) -> Any:
+    """Parse a base as AgentJetJob's ``yaml.safe_load`` does, bounded (raises ``yaml.YAMLError`` on bad YAML)."""
+    return _load(PyYAMLLoader(text))
+
+
+def _load(loader: PyYAMLLoader) -> Any:
     try:
         return loader.get_single_data()
     finally:
