@@ -280,11 +280,7 @@ def bundled_summary() -> str:
 def find_bundled(wanted: str, *, field: str = "agentjet_version") -> BundledRelease:
     """A bundled release by version ('0.1.0', 'v0.1.0') or commit prefix (at least 4 hex digits)."""
     text = wanted.strip()
-    version = text[1:] if text[:1] in "vV" and text[1:2].isdigit() else text
-    lowered = text.lower()
-    is_hex = len(lowered) >= 4 and all(c in "0123456789abcdef" for c in lowered)
-    matches = [r for r in bundled_releases()
-               if r.ref.version == version or (is_hex and (r.ref.commit or "").lower().startswith(lowered))]
+    matches = [r for r in bundled_releases() if _matches(r.ref, text)]
     if len(matches) == 1:
         return matches[0]
     if not matches:
@@ -512,6 +508,7 @@ def select_agentjet(agentjet_version: str | None = None, agentjet_root: str | No
 
 
 def _matches(ref: AgentJetRef, wanted: str) -> bool:
+    """``wanted`` names this AgentJet: its version ('0.1.0', 'v0.1.0') or a commit prefix of 4+ hex digits."""
     text = wanted.strip()
     version = text[1:] if text[:1] in "vV" and text[1:2].isdigit() else text
     lowered = text.lower()
