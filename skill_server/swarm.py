@@ -30,7 +30,7 @@ from pydantic import Field, StrictStr, field_validator, model_validator
 
 from skill_server.agentjet.compose import get_path
 from skill_server.cap import EpisodeCapInput, EpisodeCapResult, compute_episode_cap
-from skill_server.errors import SkillError, ToolInputError, internal_error_message
+from skill_server.errors import SkillError, ToolInputError, internal_error_message, utf8_safe
 from skill_server.http_json import FetchError, get_json, run_parallel
 from skill_server.models import MAX_JSON_INT, NonNegativeInt, PositiveInt, Progress, SparseOutput, ToolInput
 from skill_server.safe_yaml import load_yaml_file
@@ -492,7 +492,7 @@ def _opt_str(value: Any, limit: int = 500) -> str | None:
     text = value if isinstance(value, str) else str(value)
     if len(text) > limit:
         text = text[: limit - 3] + "..."
-    return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
+    return utf8_safe(text)
 
 
 def _parse_running(details: Any, status: ServerStatus) -> None:

@@ -29,7 +29,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from skill_server.arguments import check_argument_tree
-from skill_server.errors import ToolFailure, ToolInputError
+from skill_server.errors import ToolFailure, ToolInputError, utf8_safe
 from skill_server.models import JSON_VALUE_SCHEMA, Progress, describe_validation_error
 
 SCHEMA_MANIFEST = Path(__file__).with_name("tool_schemas.json")
@@ -153,21 +153,14 @@ def _os_failure(exc: OSError, arguments: dict[str, Any]) -> ToolFailure:
 
 
 def _printable_strings(data: Any) -> Any:
-    """``data`` with every string (and key) encodable as UTF-8; unchanged objects are returned as they are."""
-
-    def fix(text: str) -> str:
-        try:
-            text.encode("utf-8")
-            return text
-        except UnicodeEncodeError:
-            return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
-
+    """``data`` with every string (and key) encodable as UTF-8."""
     if isinstance(data, str):
-        return fix(data)
+        return utf8_safe(data)
     if isinstance(data, list):
         return [_printable_strings(item) for item in data]
     if isinstance(data, dict):
-        return {fix(key) if isinstance(key, str) else key: _printable_strings(value) for key, value in data.items()}
+        return {utf8_safe(key) if isinstance(key, str) else key: _printable_strings(value)
+                for key, value in data.items()}
     return data
 
 
