@@ -222,7 +222,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         read_only=True,
         idempotent=True,
     ),
-    # --- experiment lifecycle in tmux (issue 4) ---
     ToolSpec(
         name="swarm_status",
         title="Live AgentJet swarm server status",
@@ -244,6 +243,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         open_world=True,
         reports_progress=True,
     ),
+    # --- experiments in tmux, here or on ssh hosts (with the GPU and Ray tools they use) ---
     ToolSpec(
         name="blueprint",
         title="Experiment blueprint: template or validate",
