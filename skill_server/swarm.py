@@ -29,6 +29,7 @@ from urllib.parse import urlsplit
 from pydantic import Field, StrictStr, field_validator, model_validator
 
 from skill_server.agentjet.compose import get_path
+from skill_server.agentjet.keys import KEYS
 from skill_server.cap import EpisodeCapInput, EpisodeCapResult, compute_episode_cap
 from skill_server.errors import SkillError, ToolInputError, internal_error_message, utf8_safe
 from skill_server.http_json import FetchError, get_json, run_parallel
@@ -314,14 +315,9 @@ def config_from_yaml(path: str | Path, *, field: str, source: Literal["yaml", "s
         raise ToolInputError(f"{path} has no 'ajet' mapping; give a config dumped by AgentJetJob "
                              "(for example saved_experiments/<name>/yaml_backup.yaml)", field=field)
     cfg = CapConfig(yaml=str(path))
-    found = {
-        "max_env_worker": _yaml_int(data, "ajet.rollout.max_env_worker", field),
-        "num_repeat": _yaml_int(data, "ajet.rollout.num_repeat", field),
-        "train_batch_size": _yaml_int(data, "ajet.data.train_batch_size", field),
-        "max_inference_tracker_threads": _yaml_int(data, "ajet.interchange_server.max_inference_tracker_threads",
-                                                   field),
-        "sample_collection_method": _yaml_str(data, "ajet.swarm_mode_sample_collection_method", field),
-    }
+    found = {name: _yaml_int(data, KEYS[name], field)
+             for name in ("max_env_worker", "num_repeat", "train_batch_size", "max_inference_tracker_threads")}
+    found["sample_collection_method"] = _yaml_str(data, KEYS["swarm_mode_sample_collection_method"], field)
     for name, value in found.items():
         if value is not None:
             setattr(cfg, name, value)

@@ -22,7 +22,9 @@ from typing import Any
 import yaml
 
 from skill_server.agentjet.compose import Base, Composition, clone, compose, get_path, has_path
+from skill_server.agentjet.keys import KEYS
 from skill_server.agentjet.refusals import (
+    CHECK_NAMES,
     LENGTH_KWARGS,
     AgentJetRefusal,
     Cause,
@@ -36,21 +38,10 @@ from skill_server.agentjet.release import DATACLASS_MARK, OverridesTable, Releas
 from skill_server.errors import ToolInputError
 
 NAME_SENTINEL = "read_yaml_name"
-INTERCHANGE_KEY = "ajet.interchange_server.interchange_method"
-#: The config keys of AgentJetJob's checks, for a table that lacks one of these kwargs.
-CHECK_KEYS = {
-    "max_prompt_length": "ajet.data.max_prompt_length",
-    "max_response_length": "ajet.data.max_response_length",
-    "max_model_len": "ajet.rollout.max_model_len",
-    "max_response_length_in_one_turn": "ajet.rollout.max_response_length_in_one_turn",
-    "lora_rank": "ajet.lora.lora_rank",
-    "lora_load_format": "ajet.lora.load_format",
-    "layered_summon": "ajet.lora.layered_summon",
-    "lr": "ajet.trainer_common.optim.lr",
-    "nnodes": "ajet.trainer_common.nnodes",
-    "swarm_mode": "ajet.enable_swarm_mode",
-    "backbone": "ajet.backbone",
-}
+INTERCHANGE_KEY = KEYS["interchange_method"]
+#: The config key of each value AgentJetJob checks (named as ``refusals.CHECK_NAMES``), for a table that lacks
+#: the kwarg of that name.
+CHECK_KEYS = {name: KEYS["enable_swarm_mode" if name == "swarm_mode" else name] for name in CHECK_NAMES}
 
 
 class Obj(dict):  # type: ignore[type-arg]
@@ -194,7 +185,7 @@ def construct(release: Release, base: Base, kwargs: dict[str, Any], writes: dict
         stamp = (now or datetime.datetime.now()).strftime("%Y%m%d-%H%M%S")
         name = kwargs.get("experiment_name")
         if name is None:
-            name = _read(config, "ajet.experiment_name", "ensure_new_experiment", base_field, label)
+            name = _read(config, KEYS["experiment_name"], "ensure_new_experiment", base_field, label)
             if name != NAME_SENTINEL:
                 kwargs["experiment_name"] = f"{name}_{stamp}"
         else:
@@ -376,7 +367,7 @@ def _write(built: Construction, key: str, value: Any) -> None:
         del built.sources[stale]
     built.sources[key] = "set"
     if key == INTERCHANGE_KEY or key.startswith(INTERCHANGE_KEY.rsplit(".", 1)[0]):
-        nnodes = get_path(built.config, "ajet.trainer_common.nnodes", None)
+        nnodes = get_path(built.config, KEYS["nnodes"], None)
         method = get_path(built.config, INTERCHANGE_KEY, None)
         if isinstance(nnodes, int) and not isinstance(nnodes, bool) and nnodes > 1 and method != "tcp":
             built.warnings.append(f"write {key} undoes the tcp switch while nnodes={nnodes}: multi-node runs need tcp")
