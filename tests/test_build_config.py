@@ -170,6 +170,18 @@ def test_relative_paths_resolve_against_cwd(tmp_path, checkout):
     assert info.value.field == "cwd" and str(tmp_path / "no-such-dir") in str(info.value)
 
 
+def test_a_bad_cwd_gets_the_same_words_from_build_config_and_check_config(tmp_path):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "base.yaml").write_text("ajet: {}\n" + TAIL)
+    for cwd, words in ((tmp_path / "missing", "directory not found"), (tmp_path / "file", "not a directory")):
+        errors = []
+        for tool, args in (("build_config", {}), ("check_config", {"yaml": str(tmp_path / "base.yaml")})):
+            with pytest.raises(ToolInputError) as info:
+                get_tool(tool).invoke({**args, "cwd": str(cwd)})
+            errors.append(str(info.value))
+        assert errors[0] == errors[1] == f"cwd: {words}: {cwd}", errors
+
+
 def test_own_layers_through_a_relative_search_path_and_cwd(tmp_path):
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "team.yaml").write_text("ajet:\n  rollout:\n    num_repeat: 6\n  project_name: team\n")
