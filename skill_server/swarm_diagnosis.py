@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from skill_server.cap import EpisodeCapResult
-    from skill_server.swarm import CapConfig, ServerStatus, WatchStats
+    from skill_server.swarm_models import CapConfig, ServerStatus, WatchStats
     from skill_server.swarm_experiments import ExperimentLink
 
 ROUTE_ENGINE = "/get_engine_status"

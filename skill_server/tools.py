@@ -235,8 +235,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "to check next. watch_s samples the gauge; every call ends within watch_s + timeout_s. Unknown values "
             "are omitted, never null."
         ),
-        input_model="skill_server.swarm:SwarmStatusInput",
-        output_model="skill_server.swarm:SwarmStatusResult",
+        input_model="skill_server.swarm_models:SwarmStatusInput",
+        output_model="skill_server.swarm_models:SwarmStatusResult",
         run="skill_server.swarm:swarm_status",
         read_only=True,
         idempotent=True,

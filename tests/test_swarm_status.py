@@ -21,8 +21,8 @@ from skill_server.swarm import (
     ROUTE_POOL,
     SwarmStatusResult,
     normalize_url,
-    parse_seconds,
 )
+from skill_server.swarm_read import parse_seconds
 from skill_server.tools import TOOLS_BY_NAME
 from tests.conftest import call_cli, cli_env
 from tests.swarm_standin import SwarmStandin, SwarmState, episode, free_port_with_nothing_listening
