@@ -16,9 +16,11 @@ returns within ``watch_s + timeout_s``. Unknown values are left out of the outpu
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -26,7 +28,8 @@ from urllib.parse import urlsplit
 
 from skill_server.agentjet.compose import get_path
 from skill_server.agentjet.keys import KEYS
-from skill_server.cap import EpisodeCapInput, EpisodeCapResult, compute_episode_cap
+from skill_server.agentjet.release import Release, select_agentjet
+from skill_server.cap import EpisodeCapInput, EpisodeCapResult, episode_cap_for
 from skill_server.errors import SkillError, ToolInputError, internal_error_message
 from skill_server.http_json import FetchError
 from skill_server.models import MAX_JSON_INT, Progress
@@ -135,12 +138,13 @@ def _target_urls(inp: SwarmStatusInput) -> tuple[list[str], bool, ExperimentLink
 
 # ----------------------------------------------------------------------------------------------- status
 
-def build_status(url: str, raw: RawAnswers, cfg: CapConfig | None, *, timeout: float = 3.0,
-                 link: ExperimentLink | None = None) -> ServerStatus:
+def build_status(url: str, raw: RawAnswers, cfg: CapConfig | None, *, release: Callable[[], Release],
+                 timeout: float = 3.0, link: ExperimentLink | None = None) -> ServerStatus:
     """One server's status object from what its routes gave; a server that sends nonsense costs only
-    its own fields, never the call (an unexpected failure is reported as this server's reason)."""
+    its own fields, never the call (an unexpected failure is reported as this server's reason).
+    ``release()`` is the AgentJet whose thread rule the episode cap follows."""
     try:
-        return _build_status(url, raw, cfg, timeout, link)
+        return _build_status(url, raw, cfg, release, timeout, link)
     except Exception as exc:  # a hostile answer found a path the parser did not expect
         log.warning("could not interpret the answer of %s", url, exc_info=True)
         status = ServerStatus(url=url, reachable=False, experiment=link,
@@ -149,8 +153,8 @@ def build_status(url: str, raw: RawAnswers, cfg: CapConfig | None, *, timeout: f
         return status
 
 
-def _build_status(url: str, raw: RawAnswers, cfg: CapConfig | None, timeout: float,
-                  link: ExperimentLink | None) -> ServerStatus:
+def _build_status(url: str, raw: RawAnswers, cfg: CapConfig | None, release: Callable[[], Release],
+                  timeout: float, link: ExperimentLink | None) -> ServerStatus:
     status = ServerStatus(url=url, reachable=False, experiment=link)
     engine_ok = isinstance(raw.engine, dict)
     if not engine_ok and not isinstance(raw.pool, dict):
@@ -185,7 +189,7 @@ def _build_status(url: str, raw: RawAnswers, cfg: CapConfig | None, timeout: flo
     if cfg is None and raw.experiment_dir is not None:
         cfg = _config_from_experiment_dir(url, raw.experiment_dir, status, link)
     status.config = cfg
-    status.episode_cap = _cap_for(status, cfg)
+    status.episode_cap = _cap_for(status, cfg, release)
     status.diagnosis = diagnose(status, cfg)
     return status
 
@@ -250,7 +254,7 @@ def _combine_reasons(engine: Any, pool: Any) -> str:
     return f"{ROUTE_ENGINE}: {first}; {ROUTE_POOL}: {second}"
 
 
-def _cap_for(status: ServerStatus, cfg: CapConfig | None) -> EpisodeCapResult | None:
+def _cap_for(status: ServerStatus, cfg: CapConfig | None, release: Callable[[], Release]) -> EpisodeCapResult | None:
     if cfg is None:
         return None
     if cfg.max_env_worker is None:
@@ -263,11 +267,11 @@ def _cap_for(status: ServerStatus, cfg: CapConfig | None) -> EpisodeCapResult | 
                                               "the server); give num_repeat")
         return None
     try:
-        return compute_episode_cap(EpisodeCapInput(
+        return episode_cap_for(EpisodeCapInput(
             max_env_worker=cfg.max_env_worker, num_repeat=num_repeat, train_batch_size=batch,
             client_parallelism=cfg.client_parallelism,
             max_inference_tracker_threads=cfg.max_inference_tracker_threads,
-        ))
+        ), release())
     except Exception as exc:  # the cap is an extra; never lose the live status over it
         status.field_errors["episode_cap"] = f"{type(exc).__name__}: {exc}"[:300]
         return None
@@ -320,6 +324,7 @@ def swarm_status(inp: SwarmStatusInput, progress: Progress | None = None) -> Swa
     cfg = resolve_config(inp)
     timeout = inp.timeout_s
     want_dir = cfg is None
+    release = functools.cache(select_agentjet)  # chosen once per call, when a cap is first computed
 
     def report(done: float, total: float, message: str) -> None:
         if progress is not None:
@@ -330,7 +335,7 @@ def swarm_status(inp: SwarmStatusInput, progress: Progress | None = None) -> Swa
 
     def read_all(deadline: float | None = None) -> list[ServerStatus]:
         raws = read_servers(urls, timeout, deadline=deadline, with_experiment_dir=want_dir)
-        return [build_status(u, r, cfg, timeout=timeout, link=link) for u, r in zip(urls, raws)]
+        return [build_status(u, r, cfg, release=release, timeout=timeout, link=link) for u, r in zip(urls, raws)]
 
     if not inp.watch_s:
         report(0, 1, f"reading {len(urls)} swarm server(s)")

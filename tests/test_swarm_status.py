@@ -340,6 +340,20 @@ def test_two_healthy_servers_each_diagnosed():
     assert any("ENGINE.BOOTING, not ROLLING" in d for d in r.servers[1].diagnosis)
 
 
+def test_the_caps_of_one_call_describe_one_agentjet_chosen_once(monkeypatch):
+    """Several servers, several samples: the AgentJet whose thread rule the caps follow is selected once."""
+    import skill_server.swarm as swarm_module
+
+    chosen = []
+    real = swarm_module.select_agentjet
+    monkeypatch.setattr(swarm_module, "select_agentjet", lambda: chosen.append(1) or real())
+    with SwarmStandin() as a, SwarmStandin() as b:
+        r = status(urls=[a.url, b.url], max_env_worker=64, num_repeat=4, watch_s=2.0, timeout_s=1.0)
+    caps = [s.episode_cap for s in r.servers]
+    assert all(c is not None and c.agentjet == caps[0].agentjet for c in caps)
+    assert len(chosen) == 1 and min(s.watch.samples_read for s in r.servers) >= 2
+
+
 # --------------------------------------------------------------------------- watch_s through MCP
 
 @pytest.mark.anyio
