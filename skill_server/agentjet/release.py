@@ -354,23 +354,22 @@ def read_yaml_file(path: Path, *, origin: str, rel: str = "", field: str = "agen
     """A YAML file on disk as layer data (and as base data with ``raw``), cached; None when it does not exist."""
     import yaml
 
+    from skill_server.safe_yaml import yaml_error_text
+
     try:
         data = cached_file(path, "layer", _parse_layer)
         raw_data = cached_file(path, "raw", _parse_raw) if raw else None
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, yaml.YAMLError, RecursionError) as exc:
-        raise ToolInputError(f"cannot read {path}: {_yaml_problem(exc)}", field=field) from None
+    except yaml.YAMLError as exc:
+        raise ToolInputError(f"cannot read {path}: not valid YAML{yaml_error_text(exc)}", field=field) from None
+    except RecursionError:
+        raise ToolInputError(f"cannot read {path}: nested too deeply", field=field) from None
+    except OSError as exc:
+        raise ToolInputError(f"cannot read {path}: {exc.strerror or exc}", field=field) from None
+    except ValueError as exc:  # oversized, or a value a config cannot carry (yamltypes.check_plain)
+        raise ToolInputError(f"cannot read {path}: {' '.join(str(exc).split())}", field=field) from None
     return ConfigFile(rel or str(path), data, raw_data, origin)
-
-
-def _yaml_problem(exc: BaseException) -> str:
-    if isinstance(exc, RecursionError):
-        return "nested too deeply"
-    mark = getattr(exc, "problem_mark", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    problem = getattr(exc, "problem", None) or str(exc)
-    return f"{type(exc).__name__}{where}: {' '.join(str(problem).split())}"
 
 
 class InstallRelease(Release):
