@@ -137,6 +137,16 @@ def test_install_schema_default_that_is_not_a_literal_is_refused(tmp_path):
     assert "HuggingfaceDatRepo.dataset_path" in str(info.value)
 
 
+def test_an_install_layer_that_is_not_yaml_is_named_with_its_line(checkout):
+    layer = checkout / "ajet/default_config/ajet_default.yaml"
+    layer.write_text(layer.read_text() + "broken:\n\t- 1\n")
+    with pytest.raises(ToolInputError) as info:
+        build(agentjet_root=str(checkout))
+    text = str(info.value)
+    assert f"cannot read {layer.resolve()}: not valid YAML at line " in text
+    assert "cannot start any token" in text and "\n" not in text
+
+
 def test_install_facts_are_cached_until_a_file_changes(checkout, monkeypatch):
     calls = []
     real = yamltypes.load_layer_text
