@@ -143,7 +143,7 @@ def test_an_install_layer_that_is_not_yaml_is_named_with_its_line(checkout):
     with pytest.raises(ToolInputError) as info:
         build(agentjet_root=str(checkout))
     text = str(info.value)
-    assert f"cannot read {layer.resolve()}: not valid YAML at line " in text
+    assert info.value.field == "agentjet_root" and f"cannot read {layer.resolve()}: not valid YAML at line " in text
     assert "cannot start any token" in text and "\n" not in text
 
 

@@ -119,8 +119,8 @@ def _refuse(cid: str, summary: str, exception: str, message: str | None, *, fiel
 @dataclass(frozen=True)
 class _SearchDir:
     entry: str  # as written in hydra.searchpath
-    rel: str | None  # a folder under the AgentJet root (bundled or installed)
-    disk: Path | None  # or an absolute folder on disk
+    rel: str | None  # a folder under the AgentJet root, read through the release (bundled or installed)
+    disk: Path | None  # or a folder on disk outside AgentJet (the user's own layers)
 
 
 def _search_dirs(primary: dict[str, Any], release: Release, field: str, cwd: Path | None) -> list[_SearchDir]:
@@ -143,14 +143,11 @@ def _search_dirs(primary: dict[str, Any], release: Release, field: str, cwd: Pat
             if target.is_absolute():
                 dirs.append(_SearchDir(entry, None, target))
             elif release.has_folder(rest):
-                dirs.append(_SearchDir(entry, None, release.root / rest) if release.root is not None
-                            else _SearchDir(entry, rest, None))
+                dirs.append(_SearchDir(entry, rest, None))
             else:
                 dirs.append(_SearchDir(entry, None, (cwd or Path(os.getcwd())) / rest))
         elif scheme == "pkg" and rest.replace("/", ".").split(".")[0] == "ajet":
-            rel = rest.replace(".", "/")
-            dirs.append(_SearchDir(entry, None, release.root / rel) if release.root is not None
-                        else _SearchDir(entry, rel, None))
+            dirs.append(_SearchDir(entry, rest.replace(".", "/"), None))
         else:
             raise ToolInputError(
                 f"hydra.searchpath entry {entry!r} is not supported by this tool (it reads file:// folders and "

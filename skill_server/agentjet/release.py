@@ -179,7 +179,7 @@ class Release:
 
     @property
     def root(self) -> Path | None:
-        """The folder relative ``file://`` search paths resolve against (None: the bundled files)."""
+        """The AgentJet folder on disk, whose files messages and the linter name (None: bundled data)."""
         return None
 
     def config_file(self, rel: str, *, raw: bool = False) -> ConfigFile | None:
