@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from skill_server.errors import ToolInputError
+from skill_server.errors import ToolInputError, utf8_safe
 
 MAX_DEPTH = 32
 MAX_NODES = 100_000
@@ -69,7 +69,7 @@ def field_name(path: tuple[Any, ...]) -> str | None:
     """``("processes", 0, "env")`` -> ``"processes.0.env"``; the empty path names no field."""
     if not path:
         return None
-    return ".".join(_printable(str(step)) for step in path)
+    return ".".join(utf8_safe(str(step)) for step in path)
 
 
 def _named_prefix(path: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -80,7 +80,3 @@ def _named_prefix(path: tuple[Any, ...]) -> tuple[Any, ...]:
             break
         named.append(step)
     return tuple(named)
-
-
-def _printable(text: str) -> str:
-    return text.encode("utf-8", errors="backslashreplace").decode("utf-8")

@@ -11,12 +11,16 @@ never raise it. All arithmetic is on Python integers: exact for any input size.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
 from skill_server.agentjet.identity import AgentJetRef, AgentJetRootArg, AgentJetVersionArg
+from skill_server.errors import ToolInputError
 from skill_server.models import MAX_JSON_INT, NonNegativeInt, PositiveInt, Progress, ToolInput, ToolOutput
+
+if TYPE_CHECKING:
+    from skill_server.agentjet.release import Release
 
 BoundName = Literal["max_env_worker", "train_batch_size", "clients"]
 MAX_CLIENTS = 100_000
@@ -131,9 +135,9 @@ def compute_episode_cap(inp: EpisodeCapInput, progress: Progress | None = None) 
     return episode_cap_for(inp, select_agentjet(inp.agentjet_version, inp.agentjet_root))
 
 
-def episode_cap_for(inp: EpisodeCapInput, release: Any) -> EpisodeCapResult:
-    """The cap under ``release`` (a ``skill_server.agentjet.release.Release`` a caller already selected, such
-    as check_config's; ``inp.agentjet_version`` / ``agentjet_root`` are then not read)."""
+def episode_cap_for(inp: EpisodeCapInput, release: Release) -> EpisodeCapResult:
+    """The cap under ``release``, which a caller already selected (check_config does); ``inp.agentjet_version``
+    and ``agentjet_root`` are then not read."""
     rule, rule_source = _resolve_rule(inp, release)
     mew, n, tbs = inp.max_env_worker, inp.group_size, inp.train_batch_size
 
@@ -180,13 +184,11 @@ def _groups(mew: int, n: int, rule: str) -> int:
     return -(-mew // n) if rule == "ceil" else mew // n
 
 
-def _resolve_rule(inp: EpisodeCapInput, release: Any) -> tuple[str, str]:
+def _resolve_rule(inp: EpisodeCapInput, release: Release) -> tuple[str, str]:
     if inp.thread_rule != "auto":
         return inp.thread_rule, f"given (thread_rule={inp.thread_rule})"
     found = release.thread_rule
     if found.rule is None:
-        from skill_server.errors import ToolInputError
-
         raise ToolInputError(f"thread_rule=auto, but the rule of {found.agentjet} is unknown ({found.evidence}); give "
                              "thread_rule ceil or floor", field="thread_rule")
     return found.rule, found.source

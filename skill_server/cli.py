@@ -14,7 +14,10 @@ import json
 import logging
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from skill_server.tools import ToolSpec
 
 EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_MISSING_PACKAGE = 0, 1, 2, 3
 PROG = "python -m skill_server"
@@ -177,13 +180,20 @@ def _parse_pairs(pairs: list[str], properties: dict[str, Any]) -> dict[str, Any]
     return out
 
 
-def _call(tool_name: str, json_args: str | None, pairs: list[str]) -> int:
-    from skill_server.errors import SkillError, internal_error_message
+def _spec(tool_name: str) -> ToolSpec:
+    """The table entry of a tool, or a usage error listing the known ones."""
     from skill_server.tools import TOOLS_BY_NAME
 
     spec = TOOLS_BY_NAME.get(tool_name)
     if spec is None:
         raise _UsageError(f"unknown tool {tool_name!r}; known: {', '.join(sorted(TOOLS_BY_NAME))}")
+    return spec
+
+
+def _call(tool_name: str, json_args: str | None, pairs: list[str]) -> int:
+    from skill_server.errors import SkillError, internal_error_message
+
+    spec = _spec(tool_name)
     arguments: dict[str, Any] = {} if json_args is None else _parse_json_object(json_args)
     arguments.update(_parse_pairs(pairs, spec.input_schema.get("properties", {})))
     try:  # a parsed but unusable value (too deep, out of range, a lone surrogate) is a bad argument: exit 1
@@ -223,12 +233,8 @@ def _one_line(text: str) -> str:
 
 def _tool_help(tool_name: str) -> int:
     from skill_server.schema_text import tool_help
-    from skill_server.tools import TOOLS_BY_NAME
 
-    spec = TOOLS_BY_NAME.get(tool_name)
-    if spec is None:
-        raise _UsageError(f"unknown tool {tool_name!r}; known: {', '.join(sorted(TOOLS_BY_NAME))}")
-    sys.stdout.write(tool_help(spec, prog=PROG))
+    sys.stdout.write(tool_help(_spec(tool_name), prog=PROG))
     return EXIT_OK
 
 

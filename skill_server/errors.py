@@ -28,6 +28,16 @@ def one_line(text: str) -> str:
                    for ch in text)
 
 
+def utf8_safe(text: str) -> str:
+    """``text`` with what UTF-8 cannot carry (lone surrogates, from undecodable file names or a hostile peer)
+    shown as backslash escapes, so that it can always be printed or sent."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
+
+
 class ToolInputError(SkillError):
     """An argument is invalid; ``field`` names it (dotted for nested values)."""
 

@@ -50,6 +50,22 @@ def resolve_path(value: str, *, field: str, base: str | Path | None = None) -> P
     return resolved
 
 
+def resolve_directory(value: str, *, field: str) -> Path:
+    """An existing directory a user named (a tool's ``cwd``), resolved as :func:`resolve_path` does; missing, not a
+    directory or not searchable is a ``ToolInputError`` naming ``field`` and the absolute path."""
+    path = resolve_path(value, field=field)
+    try:
+        if not path.exists():
+            raise ToolInputError(f"directory not found: {path}", field=field)
+        if not path.is_dir():
+            raise ToolInputError(f"not a directory: {path}", field=field)
+        if not os.access(path, os.X_OK):
+            raise ToolInputError(f"directory not accessible: {path}", field=field)
+    except OSError as exc:
+        raise ToolInputError(f"cannot use {path}: {exc.strerror or exc}", field=field) from None
+    return path
+
+
 def check_path_length(path: Path, *, field: str | None) -> None:
     """File systems refuse names over 255 bytes and paths over 4096; say so instead of failing later."""
     encoded = os.fsencode(str(path))

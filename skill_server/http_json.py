@@ -3,7 +3,7 @@
 Built for reading servers that may be down, slow, wrong or hostile: every request has one hard
 deadline covering connect, TLS, send and the whole read (a server that drips one byte at a time
 cannot stretch it), the body is capped in size, and every failure becomes a ``FetchError`` whose
-message is a short reason a person can act on. ``fetch_many`` runs requests on daemon threads and
+message is a short reason a person can act on. ``run_parallel`` runs requests on daemon threads and
 stops waiting at the deadline, so N slow servers cost about one timeout and a stuck DNS lookup can
 never hold the caller.
 """
@@ -242,7 +242,7 @@ def get_json(url: str, *, timeout: float, max_bytes: int = MAX_BODY_BYTES, deadl
 
 
 class OversizedNumber(str):
-    """A JSON integer too long to be any count a server reports; kept as (the start of) its text."""
+    """A JSON integer too long to be any count a server reports; kept as its text."""
 
     def __repr__(self) -> str:
         return f"<a {len(self)}-digit number>"

@@ -46,7 +46,8 @@ INSTRUCTIONS = (
     "experiment id). "
     "blueprint, launch_experiment, wait_experiment (bounded, use next_wait_s), experiment_status (progress, ETA, "
     "checkpoints, metrics_history), compare_experiments, stop_experiment, collect_results (results.md and a "
-    "metrics plot): experiments in tmux. Arguments are strict JSON (unknown names are "
+    "metrics plot): experiments in tmux, on this machine or ssh hosts. gpu_status and ray_cluster: GPU hosts and "
+    "the Ray cluster multi-node training needs. Arguments are strict JSON (unknown names are "
     "refused, null means not given). Without MCP, the same tools run as "
     "`python -m skill_server call TOOL --json '{...}'` (`call TOOL --help` lists a tool's arguments)."
 )

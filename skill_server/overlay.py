@@ -22,7 +22,7 @@ from skill_server.agentjet.job import Construction, construct, dump, to_plain
 from skill_server.agentjet.refusals import AgentJetRefusal, unknown_kwarg_causes
 from skill_server.agentjet.release import select_agentjet
 from skill_server.errors import ToolFailure, ToolInputError
-from skill_server.fsutil import resolve_path, write_text_atomic
+from skill_server.fsutil import resolve_directory, resolve_path, write_text_atomic
 from skill_server.models import JsonValue, ToolInput, ToolOutput
 
 Path4096 = Annotated[StrictStr, Field(max_length=4096)]
@@ -88,15 +88,6 @@ class BuildConfigResult(ToolOutput):
 # --- inputs ----------------------------------------------------------------------------------------
 
 
-def _cwd(value: str | None) -> Path | None:
-    if value is None:
-        return None
-    path = resolve_path(value, field="cwd")
-    if not path.is_dir():
-        raise ToolInputError(f"not a directory: {path}", field="cwd")
-    return path
-
-
 def _base_path(inp: BuildConfigInput, cwd: Path | None) -> tuple[Path | None, str]:
     from_kwarg = inp.kwargs.get("base_yaml_config")
     if from_kwarg is not None and not isinstance(from_kwarg, str):
@@ -131,7 +122,7 @@ def _output_path(inp: BuildConfigInput, cwd: Path | None) -> Path | None:
 
 def build_config(inp: BuildConfigInput) -> BuildConfigResult:
     """Reproduce ``AgentJetJob(**kwargs)`` + writes + ``dump_job_as_yaml()``; optionally create a file with it."""
-    cwd = _cwd(inp.cwd)
+    cwd = resolve_directory(inp.cwd, field="cwd") if inp.cwd is not None else None
     _check_values(inp)
     release = select_agentjet(inp.agentjet_version, inp.agentjet_root, cwd=cwd)
     output = _output_path(inp, cwd)

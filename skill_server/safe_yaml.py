@@ -146,7 +146,7 @@ def parse_yaml_text(text: str, *, field: str, source: str = "the text", dialect:
         loader = _LOADERS[dialect](text)  # the reader checks for control characters here
         data = loader.get_single_data()
     except yaml.YAMLError as exc:
-        raise ToolInputError(f"{source} is not valid YAML{_where(exc)}: {_problem(exc)}", field=field) from None
+        raise ToolInputError(f"{source} is not valid YAML{yaml_error_text(exc)}", field=field) from None
     except RecursionError:
         raise ToolInputError(f"{source} is nested too deeply", field=field) from None
     except (ValueError, OverflowError, TypeError) as exc:
@@ -156,6 +156,11 @@ def parse_yaml_text(text: str, *, field: str, source: str = "the text", dialect:
             loader.dispose()
     _check_expanded_size(data, field)
     return data
+
+
+def yaml_error_text(exc: yaml.YAMLError) -> str:
+    """Where and what, e.g. `` at line 3, column 1: found character '\\t' that cannot start any token``."""
+    return f"{_where(exc)}: {_problem(exc)}"
 
 
 def _where(exc: yaml.YAMLError) -> str:

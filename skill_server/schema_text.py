@@ -17,27 +17,26 @@ WIDTH = 100
 
 def tool_help(spec: ToolSpec, *, prog: str) -> str:
     schema = spec.input_schema
-    defs = schema.get("$defs", {})
-    required = set(schema.get("required", ()))
     lines = [f"usage: {prog} call {spec.name} [--json '{{...}}'] [key=value ...]", ""]
     lines += textwrap.wrap(spec.description, WIDTH)
-    lines += ["", "arguments:"]
-    for name, prop in schema.get("properties", {}).items():
-        lines.append(f"  {name}: {describe_type(prop, defs)}" + _default_text(name, prop, required))
-        if prop.get("description"):
-            lines += textwrap.wrap(prop["description"], WIDTH, initial_indent="      ", subsequent_indent="      ")
-    nested = _nested_models(schema, defs)
-    for title, model in nested:
-        lines += ["", f"{title} (an object):"]
-        model_required = set(model.get("required", ()))
-        for name, prop in model.get("properties", {}).items():
-            lines.append(f"  {name}: {describe_type(prop, defs)}" + _default_text(name, prop, model_required))
-            if prop.get("description"):
-                lines += textwrap.wrap(prop["description"], WIDTH, initial_indent="      ",
-                                       subsequent_indent="      ")
+    lines += ["", "arguments:", *_argument_lines(schema)]
+    for title, model in schema.get("$defs", {}).items():  # object types the arguments use, each once
+        if isinstance(model, dict) and "properties" in model:
+            lines += ["", f"{title} (an object):", *_argument_lines(model)]
     lines += ["", "Values of key=value are parsed as JSON unless the argument takes only text; "
                   "null means not given."]
     return "\n".join(lines) + "\n"
+
+
+def _argument_lines(model: dict[str, Any]) -> list[str]:
+    """Each property of an object schema: name, type, default, then its description, indented."""
+    required = set(model.get("required", ()))
+    lines: list[str] = []
+    for name, prop in model.get("properties", {}).items():
+        lines.append(f"  {name}: {describe_type(prop)}" + _default_text(name, prop, required))
+        if prop.get("description"):
+            lines += textwrap.wrap(prop["description"], WIDTH, initial_indent="      ", subsequent_indent="      ")
+    return lines
 
 
 def _default_text(name: str, prop: dict[str, Any], required: set[str]) -> str:
@@ -48,11 +47,11 @@ def _default_text(name: str, prop: dict[str, Any], required: set[str]) -> str:
     return " (optional)"
 
 
-def describe_type(prop: dict[str, Any], defs: dict[str, Any]) -> str:
+def describe_type(prop: dict[str, Any]) -> str:
     """``{"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}]}`` -> ``integer >= 1``."""
     branches = prop.get("anyOf")
     if isinstance(branches, list):
-        texts = [describe_type(b, defs) for b in branches if b.get("type") != "null"]
+        texts = [describe_type(b) for b in branches if b.get("type") != "null"]
         return " or ".join(texts) if texts else "null"
     ref = prop.get("$ref")
     if isinstance(ref, str):
@@ -64,12 +63,12 @@ def describe_type(prop: dict[str, Any], defs: dict[str, Any]) -> str:
     kind = prop.get("type", "any JSON value")
     if kind == "array":
         items = prop.get("items")
-        text = f"list of {describe_type(items, defs)}" if isinstance(items, dict) else "list"
+        text = f"list of {describe_type(items)}" if isinstance(items, dict) else "list"
         return text + _bounds(prop, "minItems", "maxItems", "items")
     if kind == "object":
         values = prop.get("additionalProperties")
         if isinstance(values, dict) and values:
-            return f"object of {describe_type(values, defs)}"
+            return f"object of {describe_type(values)}"
         return "object"
     if kind == "string":
         extra = f" matching {prop['pattern']}" if "pattern" in prop else ""
@@ -95,8 +94,3 @@ def _numeric_bounds(prop: dict[str, Any]) -> str:
         if key in prop:
             parts.append(f"{symbol} {prop[key]:g}" if isinstance(prop[key], float) else f"{symbol} {prop[key]}")
     return (" " + ", ".join(parts)) if parts else ""
-
-
-def _nested_models(schema: dict[str, Any], defs: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """Object types referenced by the arguments, each described once."""
-    return [(name, model) for name, model in defs.items() if isinstance(model, dict) and "properties" in model]

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from skill_server.cap import EpisodeCapResult
-    from skill_server.swarm import CapConfig, ServerStatus, WatchStats
     from skill_server.swarm_experiments import ExperimentLink
+    from skill_server.swarm_models import CapConfig, ServerStatus, WatchStats
 
 ROUTE_ENGINE = "/get_engine_status"
 ROUTE_POOL = "/get_current_batch_rollout_pool_information"

@@ -29,7 +29,7 @@ from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import core_schema
 
 from skill_server.arguments import check_argument_tree
-from skill_server.errors import ToolFailure, ToolInputError
+from skill_server.errors import ToolFailure, ToolInputError, utf8_safe
 from skill_server.models import JSON_VALUE_SCHEMA, Progress, describe_validation_error
 
 SCHEMA_MANIFEST = Path(__file__).with_name("tool_schemas.json")
@@ -153,21 +153,14 @@ def _os_failure(exc: OSError, arguments: dict[str, Any]) -> ToolFailure:
 
 
 def _printable_strings(data: Any) -> Any:
-    """``data`` with every string (and key) encodable as UTF-8; unchanged objects are returned as they are."""
-
-    def fix(text: str) -> str:
-        try:
-            text.encode("utf-8")
-            return text
-        except UnicodeEncodeError:
-            return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
-
+    """``data`` with every string (and key) encodable as UTF-8."""
     if isinstance(data, str):
-        return fix(data)
+        return utf8_safe(data)
     if isinstance(data, list):
         return [_printable_strings(item) for item in data]
     if isinstance(data, dict):
-        return {fix(key) if isinstance(key, str) else key: _printable_strings(value) for key, value in data.items()}
+        return {utf8_safe(key) if isinstance(key, str) else key: _printable_strings(value)
+                for key, value in data.items()}
     return data
 
 
@@ -229,7 +222,6 @@ TOOLS: tuple[ToolSpec, ...] = (
         read_only=True,
         idempotent=True,
     ),
-    # --- experiment lifecycle in tmux (issue 4) ---
     ToolSpec(
         name="swarm_status",
         title="Live AgentJet swarm server status",
@@ -243,14 +235,15 @@ TOOLS: tuple[ToolSpec, ...] = (
             "to check next. watch_s samples the gauge; every call ends within watch_s + timeout_s. Unknown values "
             "are omitted, never null."
         ),
-        input_model="skill_server.swarm:SwarmStatusInput",
-        output_model="skill_server.swarm:SwarmStatusResult",
+        input_model="skill_server.swarm_models:SwarmStatusInput",
+        output_model="skill_server.swarm_models:SwarmStatusResult",
         run="skill_server.swarm:swarm_status",
         read_only=True,
         idempotent=True,
         open_world=True,
         reports_progress=True,
     ),
+    # --- experiments in tmux, here or on ssh hosts (with the GPU and Ray tools they use) ---
     ToolSpec(
         name="blueprint",
         title="Experiment blueprint: template or validate",

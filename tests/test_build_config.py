@@ -137,6 +137,16 @@ def test_install_schema_default_that_is_not_a_literal_is_refused(tmp_path):
     assert "HuggingfaceDatRepo.dataset_path" in str(info.value)
 
 
+def test_an_install_layer_that_is_not_yaml_is_named_with_its_line(checkout):
+    layer = checkout / "ajet/default_config/ajet_default.yaml"
+    layer.write_text(layer.read_text() + "broken:\n\t- 1\n")
+    with pytest.raises(ToolInputError) as info:
+        build(agentjet_root=str(checkout))
+    text = str(info.value)
+    assert info.value.field == "agentjet_root" and f"cannot read {layer.resolve()}: not valid YAML at line " in text
+    assert "cannot start any token" in text and "\n" not in text
+
+
 def test_install_facts_are_cached_until_a_file_changes(checkout, monkeypatch):
     calls = []
     real = yamltypes.load_layer_text
@@ -168,6 +178,18 @@ def test_relative_paths_resolve_against_cwd(tmp_path, checkout):
     with pytest.raises(ToolInputError) as info:
         build(cwd=str(tmp_path / "no-such-dir"))
     assert info.value.field == "cwd" and str(tmp_path / "no-such-dir") in str(info.value)
+
+
+def test_a_bad_cwd_gets_the_same_words_from_build_config_and_check_config(tmp_path):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "base.yaml").write_text("ajet: {}\n" + TAIL)
+    for cwd, words in ((tmp_path / "missing", "directory not found"), (tmp_path / "file", "not a directory")):
+        errors = []
+        for tool, args in (("build_config", {}), ("check_config", {"yaml": str(tmp_path / "base.yaml")})):
+            with pytest.raises(ToolInputError) as info:
+                get_tool(tool).invoke({**args, "cwd": str(cwd)})
+            errors.append(str(info.value))
+        assert errors[0] == errors[1] == f"cwd: {words}: {cwd}", errors
 
 
 def test_own_layers_through_a_relative_search_path_and_cwd(tmp_path):

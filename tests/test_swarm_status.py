@@ -21,8 +21,8 @@ from skill_server.swarm import (
     ROUTE_POOL,
     SwarmStatusResult,
     normalize_url,
-    parse_seconds,
 )
+from skill_server.swarm_read import parse_seconds
 from skill_server.tools import TOOLS_BY_NAME
 from tests.conftest import call_cli, cli_env
 from tests.swarm_standin import SwarmStandin, SwarmState, episode, free_port_with_nothing_listening
@@ -338,6 +338,20 @@ def test_two_healthy_servers_each_diagnosed():
     assert [s.engine_status for s in r.servers] == ["ENGINE.ROLLING", "ENGINE.BOOTING"]
     assert any("at the episode cap (64)" in d for d in r.servers[0].diagnosis)
     assert any("ENGINE.BOOTING, not ROLLING" in d for d in r.servers[1].diagnosis)
+
+
+def test_the_caps_of_one_call_describe_one_agentjet_chosen_once(monkeypatch):
+    """Several servers, several samples: the AgentJet whose thread rule the caps follow is selected once."""
+    import skill_server.swarm as swarm_module
+
+    chosen = []
+    real = swarm_module.select_agentjet
+    monkeypatch.setattr(swarm_module, "select_agentjet", lambda: chosen.append(1) or real())
+    with SwarmStandin() as a, SwarmStandin() as b:
+        r = status(urls=[a.url, b.url], max_env_worker=64, num_repeat=4, watch_s=2.0, timeout_s=1.0)
+    caps = [s.episode_cap for s in r.servers]
+    assert all(c is not None and c.agentjet == caps[0].agentjet for c in caps)
+    assert len(chosen) == 1 and min(s.watch.samples_read for s in r.servers) >= 2
 
 
 # --------------------------------------------------------------------------- watch_s through MCP

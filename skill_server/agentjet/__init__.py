@@ -7,6 +7,7 @@
 * ``compose`` + ``yamltypes``: Hydra's composition of a base YAML as AgentJetJob runs it.
 * ``job``: ``AgentJetJob(...)``, post-construction writes and ``dump_job_as_yaml()`` on plain data.
 * ``refusals``: what AgentJet refuses, as structured causes (for errors and for linter findings).
+* ``keys``: the dotted config keys of the values the tools read by name (one table for every tool).
 * ``pysource``, ``gitmeta``, ``locate``: static readers of a checkout (``ast``, ``.git``, finding it).
 * ``snapshot``: the maintainer command that turns a checkout into a bundled release.
 """

@@ -12,14 +12,12 @@ AgentJetJob reads the base with ``yaml.safe_load``, writes it to a temporary fil
 * only the primary config may set ``hydra.searchpath``; Hydra's own ``hydra`` node is dropped.
 
 Errors are :class:`~skill_server.agentjet.refusals.AgentJetRefusal` with Hydra's exception and message.
-The generic tree helpers at the end (``flatten``, ``get_path``, ``merge_layers``...) serve the linter too.
+The plain tree helpers at the end (``flatten``, ``get_path``) serve the linter and ``swarm_status`` too.
 """
 
 from __future__ import annotations
 
-import copy
 import os
-import stat
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,13 +27,14 @@ from skill_server.agentjet import yamltypes
 from skill_server.agentjet.refusals import AgentJetRefusal, Cause, base_absent_cause
 from skill_server.agentjet.release import ConfigFile, Release, read_yaml_file
 from skill_server.errors import ToolInputError
+from skill_server.fsutil import read_text_bounded
+from skill_server.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
 
 PRIMARY = "tmp….yaml"  # Hydra calls the base by AgentJetJob's random temporary file name
 SELF = "_self_"
 MISSING = "???"
 MAX_LAYERS = 64
 MAX_NESTING = 16
-MAX_BASE_BYTES = 4 * 1024 * 1024
 
 
 @dataclass
@@ -87,36 +86,14 @@ def default_base(release: Release) -> Base:
 
 def load_base(path: Path, *, field: str, release: Release) -> Base:
     """Read a base YAML as AgentJetJob does (``yaml.safe_load``), bounded, refusing what it cannot carry."""
-    from skill_server.safe_yaml import parse_yaml_text  # yaml.safe_load's reading, bounded
-
     try:
-        st = os.stat(path)
+        os.stat(path)
     except FileNotFoundError:
         raise AgentJetRefusal(base_absent_cause(str(path), field=field, agentjet=release.label)) from None
     except OSError as exc:
         raise ToolInputError(f"cannot read {path}: {exc.strerror or exc}", field=field) from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ToolInputError(f"not a regular file: {path} ({_file_kind(st.st_mode)})", field=field)
-    if st.st_size > MAX_BASE_BYTES:
-        raise ToolInputError(f"{path} is {st.st_size} bytes, over the {MAX_BASE_BYTES // (1024 * 1024)} MiB limit",
-                             field=field)
-    try:
-        with open(path, "rb") as handle:  # a regular file (checked above): never blocks
-            raw_bytes = handle.read(MAX_BASE_BYTES + 1)
-        text = raw_bytes.decode("utf-8")
-    except OSError as exc:
-        raise ToolInputError(f"cannot read {path}: {exc.strerror or exc}", field=field) from None
-    except UnicodeDecodeError:
-        raise ToolInputError(f"{path} is not UTF-8 text", field=field) from None
-    try:
-        data = parse_yaml_text(text, field=field, source=str(path), dialect="pyyaml")
-    except RecursionError:
-        raise ToolInputError(f"{path} nests too deeply to read", field=field) from None
-    except ToolInputError:
-        raise
-    except Exception as exc:  # defensive: whatever a YAML library raises still becomes one line
-        raise ToolInputError(f"{path} is not valid YAML: {type(exc).__name__}: {' '.join(str(exc).split())[:200]}",
-                             field=field) from None
+    _, text = read_text_bounded(path, field=field, max_bytes=MAX_YAML_BYTES)  # a regular file only: never blocks
+    data = parse_yaml_text(text, field=field, source=str(path), dialect="pyyaml")
     if data is None:
         raise ToolInputError(f"{path} is empty; a base needs at least defaults and hydra blocks", field=field)
     if not isinstance(data, dict):
@@ -128,14 +105,6 @@ def load_base(path: Path, *, field: str, release: Release) -> Base:
     except (yamltypes.TooDeep, yamltypes.TooLarge) as exc:
         raise ToolInputError(f"{path}: {exc}", field=field) from None
     return Base("file", path, str(path), str(path), path.stem, data)
-
-
-def _file_kind(mode: int) -> str:
-    for test, name in ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
-                       (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 def _refuse(cid: str, summary: str, exception: str, message: str | None, *, field: str, agentjet: str,
@@ -150,8 +119,8 @@ def _refuse(cid: str, summary: str, exception: str, message: str | None, *, fiel
 @dataclass(frozen=True)
 class _SearchDir:
     entry: str  # as written in hydra.searchpath
-    rel: str | None  # a folder under the AgentJet root (bundled or installed)
-    disk: Path | None  # or an absolute folder on disk
+    rel: str | None  # a folder under the AgentJet root, read through the release (bundled or installed)
+    disk: Path | None  # or a folder on disk outside AgentJet (the user's own layers)
 
 
 def _search_dirs(primary: dict[str, Any], release: Release, field: str, cwd: Path | None) -> list[_SearchDir]:
@@ -174,14 +143,11 @@ def _search_dirs(primary: dict[str, Any], release: Release, field: str, cwd: Pat
             if target.is_absolute():
                 dirs.append(_SearchDir(entry, None, target))
             elif release.has_folder(rest):
-                dirs.append(_SearchDir(entry, None, release.root / rest) if release.root is not None
-                            else _SearchDir(entry, rest, None))
+                dirs.append(_SearchDir(entry, rest, None))
             else:
                 dirs.append(_SearchDir(entry, None, (cwd or Path(os.getcwd())) / rest))
         elif scheme == "pkg" and rest.replace("/", ".").split(".")[0] == "ajet":
-            rel = rest.replace(".", "/")
-            dirs.append(_SearchDir(entry, None, release.root / rel) if release.root is not None
-                        else _SearchDir(entry, rel, None))
+            dirs.append(_SearchDir(entry, rest.replace(".", "/"), None))
         else:
             raise ToolInputError(
                 f"hydra.searchpath entry {entry!r} is not supported by this tool (it reads file:// folders and "
@@ -418,34 +384,6 @@ def compose(release: Release, base: Base, *, field: str, cwd: Path | None = None
 # --- plain tree helpers (also used by the linter) ---------------------------------------------------------
 
 
-def merge_layers(layers: list[Layer], start: dict[str, Any] | None = None,
-                 start_origin: str = "schema") -> tuple[dict[str, Any], dict[str, str]]:
-    """Deep-merge the layers in order; returns the tree and, per leaf (dotted), the layer that set it."""
-    tree: dict[str, Any] = copy.deepcopy(start) if start else {}
-    origin: dict[str, str] = {}
-    if start:
-        mark_leaves(tree, "", start_origin, origin)
-    for layer in layers:
-        merge_into(tree, layer.data, layer.name, origin)
-    return tree, origin
-
-
-def merge_into(dst: dict[str, Any], src: dict[str, Any], source: str, origin: dict[str, str], prefix: str = "") -> None:
-    for key, value in src.items():
-        if key == "hydra" and not prefix:
-            continue
-        path = f"{prefix}{key}"
-        current = dst.get(key)
-        if isinstance(value, dict) and isinstance(current, dict):
-            merge_into(current, value, source, origin, path + ".")
-            continue
-        if isinstance(current, dict):
-            for stale in [k for k in origin if k.startswith(path + ".")]:
-                del origin[stale]
-        dst[key] = clone(value)
-        mark_leaves(value, path, source, origin)
-
-
 def mark_leaves(value: Any, path: str, source: str, origin: dict[str, str]) -> None:
     if isinstance(value, dict) and value:
         for key, child in value.items():
@@ -454,21 +392,25 @@ def mark_leaves(value: Any, path: str, source: str, origin: dict[str, str]) -> N
         origin[path] = source
 
 
-def flatten(tree: Any, prefix: str = "") -> dict[str, Any]:
-    """Dotted leaf -> value (an empty mapping counts as a leaf)."""
+def flatten(tree: Any) -> dict[str, Any]:
+    """Dotted leaf -> value of a nested mapping, in document order (an empty mapping counts as a leaf);
+    iterative, so deep trees cannot overflow the stack."""
     out: dict[str, Any] = {}
-    if isinstance(tree, dict) and tree:
-        for key, value in tree.items():
-            out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-    elif prefix:
-        out[prefix] = tree
+    stack: list[tuple[str, Any]] = [("", tree)]
+    while stack:
+        prefix, node = stack.pop()
+        if isinstance(node, dict) and node:
+            stack.extend((f"{prefix}.{k}" if prefix else str(k), v) for k, v in reversed(list(node.items())))
+        elif prefix:
+            out[prefix] = node
     return out
 
 
 _ABSENT = object()
 
 
-def get_path(tree: dict[str, Any], dotted: str, default: Any = _ABSENT) -> Any:
+def get_path(tree: Any, dotted: str, default: Any = _ABSENT) -> Any:
+    """The value at a dotted key; ``default`` (else ``KeyError``) when a part is missing or not a mapping."""
     node: Any = tree
     for part in dotted.split("."):
         if not isinstance(node, dict) or part not in node:
@@ -479,15 +421,6 @@ def get_path(tree: dict[str, Any], dotted: str, default: Any = _ABSENT) -> Any:
     return node
 
 
-def set_path(tree: dict[str, Any], dotted: str, value: Any, *, create_parents: bool = True) -> None:
-    parts = dotted.split(".")
-    node = tree
-    for part in parts[:-1]:
-        child = node.get(part)
-        if not isinstance(child, dict):
-            if not create_parents:
-                raise KeyError(dotted)
-            child = {}
-            node[part] = child
-        node = child
-    node[parts[-1]] = copy.deepcopy(value)
+def has_path(tree: Any, dotted: str) -> bool:
+    missing = object()
+    return get_path(tree, dotted, missing) is not missing

@@ -21,8 +21,10 @@ from typing import Any
 
 import yaml
 
-from skill_server.agentjet.compose import Base, Composition, clone, compose
+from skill_server.agentjet.compose import Base, Composition, clone, compose, get_path, has_path
+from skill_server.agentjet.keys import KEYS
 from skill_server.agentjet.refusals import (
+    CHECK_NAMES,
     LENGTH_KWARGS,
     AgentJetRefusal,
     Cause,
@@ -36,21 +38,10 @@ from skill_server.agentjet.release import DATACLASS_MARK, OverridesTable, Releas
 from skill_server.errors import ToolInputError
 
 NAME_SENTINEL = "read_yaml_name"
-INTERCHANGE_KEY = "ajet.interchange_server.interchange_method"
-#: The config keys of AgentJetJob's checks, for a table that lacks one of these kwargs.
-CHECK_KEYS = {
-    "max_prompt_length": "ajet.data.max_prompt_length",
-    "max_response_length": "ajet.data.max_response_length",
-    "max_model_len": "ajet.rollout.max_model_len",
-    "max_response_length_in_one_turn": "ajet.rollout.max_response_length_in_one_turn",
-    "lora_rank": "ajet.lora.lora_rank",
-    "lora_load_format": "ajet.lora.load_format",
-    "layered_summon": "ajet.lora.layered_summon",
-    "lr": "ajet.trainer_common.optim.lr",
-    "nnodes": "ajet.trainer_common.nnodes",
-    "swarm_mode": "ajet.enable_swarm_mode",
-    "backbone": "ajet.backbone",
-}
+INTERCHANGE_KEY = KEYS["interchange_method"]
+#: The config key of each value AgentJetJob checks (named as ``refusals.CHECK_NAMES``), for a table that lacks
+#: the kwarg of that name.
+CHECK_KEYS = {name: KEYS["enable_swarm_mode" if name == "swarm_mode" else name] for name in CHECK_NAMES}
 
 
 class Obj(dict):  # type: ignore[type-arg]
@@ -194,7 +185,7 @@ def construct(release: Release, base: Base, kwargs: dict[str, Any], writes: dict
         stamp = (now or datetime.datetime.now()).strftime("%Y%m%d-%H%M%S")
         name = kwargs.get("experiment_name")
         if name is None:
-            name = _read(config, "ajet.experiment_name", "ensure_new_experiment", base_field, label)
+            name = _read(config, KEYS["experiment_name"], "ensure_new_experiment", base_field, label)
             if name != NAME_SENTINEL:
                 kwargs["experiment_name"] = f"{name}_{stamp}"
         else:
@@ -202,11 +193,11 @@ def construct(release: Release, base: Base, kwargs: dict[str, Any], writes: dict
 
     for kwarg, key in walk_overrides(config, table, kwargs, base_field=base_field, label=label):
         built.sources[key] = "kwarg"
-        _type_warning(kwarg, kwargs[kwarg], _peek(before, key), built.warnings)
+        _type_warning(kwarg, kwargs[kwarg], get_path(before, key, None), built.warnings)
 
     values, where, keys = {}, {}, check_keys(table)
     for name, key in keys.items():
-        values[name] = _peek(config, key)
+        values[name] = get_path(config, key, None)
         given = kwargs.get(name) is not None
         where[name] = f"kwargs.{name}" if given or base.kind == "default" else base_field
     for cause in value_causes(values, where, agentjet=label, keys=keys):
@@ -266,15 +257,6 @@ def walk_overrides(config: Obj, table: OverridesTable, kwargs: dict[str, Any], *
             parent[leaf] = clone(value)
             written.append((kwarg, key))
     return written
-
-
-def _peek(config: Any, dotted: str) -> Any:
-    node = config
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
 
 
 def _snapshot(config: Obj) -> Obj:
@@ -372,7 +354,7 @@ def _write(built: Construction, key: str, value: Any) -> None:
             "write-through-value", f"{'.'.join(parts[:-1])} holds a {type(node).__name__}, not a section, so {key} "
             "cannot be written", "AttributeError", f"'{type(node).__name__}' object has no attribute '{parts[-1]}'",
             field=field_name, key=key, agentjet=label, verified=False))
-    known = _peek(built.before_kwargs, key) is not None or _has(built.before_kwargs, key)
+    known = has_path(built.before_kwargs, key)
     if not known:
         built.warnings.append(f"write {key} creates a key that {label}'s defaults and schema do not have; nothing "
                               "may read it" + _closest_hint(key, built.before_kwargs))
@@ -385,31 +367,22 @@ def _write(built: Construction, key: str, value: Any) -> None:
         del built.sources[stale]
     built.sources[key] = "set"
     if key == INTERCHANGE_KEY or key.startswith(INTERCHANGE_KEY.rsplit(".", 1)[0]):
-        nnodes = _peek(built.config, "ajet.trainer_common.nnodes")
-        method = _peek(built.config, INTERCHANGE_KEY)
+        nnodes = get_path(built.config, KEYS["nnodes"], None)
+        method = get_path(built.config, INTERCHANGE_KEY, None)
         if isinstance(nnodes, int) and not isinstance(nnodes, bool) and nnodes > 1 and method != "tcp":
             built.warnings.append(f"write {key} undoes the tcp switch while nnodes={nnodes}: multi-node runs need tcp")
     if key in {CHECK_KEYS[k] for k in LENGTH_KWARGS}:
-        p, r, m = (_peek(built.config, CHECK_KEYS[k]) for k in LENGTH_KWARGS[:3])
+        p, r, m = (get_path(built.config, CHECK_KEYS[k], None) for k in LENGTH_KWARGS[:3])
         if all(isinstance(v, int) and not isinstance(v, bool) for v in (p, r, m)) and p + r > m:
             built.warnings.append(f"after the writes max_prompt_length + max_response_length ({p + r}) exceeds "
                                   f"max_model_len ({m}); AgentJetJob's check ran before the writes")
-
-
-def _has(tree: Any, dotted: str) -> bool:
-    node = tree
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return False
-        node = node[part]
-    return True
 
 
 def _closest_hint(key: str, tree: Any) -> str:
     import difflib
 
     parent, _, leaf = key.rpartition(".")
-    container = _peek(tree, parent) if parent else tree
+    container = get_path(tree, parent, None) if parent else tree
     siblings = [str(k) for k in container] if isinstance(container, dict) else []
     close = difflib.get_close_matches(leaf, siblings, n=1, cutoff=0.7)
     if close:

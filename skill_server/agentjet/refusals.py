@@ -122,13 +122,6 @@ def length_group_causes(kwargs: dict[str, Any], *, agentjet: str) -> list[Cause]
         field=f"kwargs.{missing[0]}", agentjet=agentjet, values={"given": given, "missing": missing})]
 
 
-def kwarg_causes(kwargs: dict[str, Any], signature: tuple[str, ...], takes_any_kwarg: bool, *, agentjet: str,
-                 closest: Any = None) -> list[Cause]:
-    """Both checks on the kwargs alone, in AgentJet's order (unknown names, then the length group)."""
-    return [*unknown_kwarg_causes(kwargs, signature, takes_any_kwarg, agentjet=agentjet, closest=closest),
-            *length_group_causes(kwargs, agentjet=agentjet)]
-
-
 def base_absent_cause(path: str, *, field: str, agentjet: str) -> Cause:
     return Cause("base-yaml-absent", f"the base YAML {path} does not exist", "ValueError",
                  "Configuration yaml is absent!", field=field, agentjet=agentjet, values={"path": path})

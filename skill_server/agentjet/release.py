@@ -44,7 +44,6 @@ SCHEMA_MODULE = "ajet/default_config/ajet_config_schema.py"
 ROLLOUT_MODULE = "ajet/task_rollout/native_parallel_worker.py"
 INIT_MODULE = "ajet/__init__.py"
 
-LENGTH_KWARGS = ("max_prompt_length", "max_response_length", "max_model_len", "max_response_length_in_one_turn")
 MAX_SOURCE_BYTES = 4 * 1024 * 1024
 DATACLASS_MARK = pysource.DATACLASS_MARK
 
@@ -180,7 +179,7 @@ class Release:
 
     @property
     def root(self) -> Path | None:
-        """The folder relative ``file://`` search paths resolve against (None: the bundled files)."""
+        """The AgentJet folder on disk, whose files messages and the linter name (None: bundled data)."""
         return None
 
     def config_file(self, rel: str, *, raw: bool = False) -> ConfigFile | None:
@@ -281,11 +280,7 @@ def bundled_summary() -> str:
 def find_bundled(wanted: str, *, field: str = "agentjet_version") -> BundledRelease:
     """A bundled release by version ('0.1.0', 'v0.1.0') or commit prefix (at least 4 hex digits)."""
     text = wanted.strip()
-    version = text[1:] if text[:1] in "vV" and text[1:2].isdigit() else text
-    lowered = text.lower()
-    is_hex = len(lowered) >= 4 and all(c in "0123456789abcdef" for c in lowered)
-    matches = [r for r in bundled_releases()
-               if r.ref.version == version or (is_hex and (r.ref.commit or "").lower().startswith(lowered))]
+    matches = [r for r in bundled_releases() if _matches(r.ref, text)]
     if len(matches) == 1:
         return matches[0]
     if not matches:
@@ -347,15 +342,9 @@ def _parse_layer(text: str) -> Any:
 
 
 def _parse_raw(text: str) -> Any:
-    import yaml
-
     from skill_server.agentjet import yamltypes
 
-    loader = yaml.SafeLoader(text)
-    try:
-        data = loader.get_single_data()
-    finally:
-        loader.dispose()
+    data = yamltypes.load_base_text(text)
     yamltypes.check_plain(data)
     return data
 
@@ -365,23 +354,22 @@ def read_yaml_file(path: Path, *, origin: str, rel: str = "", field: str = "agen
     """A YAML file on disk as layer data (and as base data with ``raw``), cached; None when it does not exist."""
     import yaml
 
+    from skill_server.safe_yaml import yaml_error_text
+
     try:
         data = cached_file(path, "layer", _parse_layer)
         raw_data = cached_file(path, "raw", _parse_raw) if raw else None
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, yaml.YAMLError, RecursionError) as exc:
-        raise ToolInputError(f"cannot read {path}: {_yaml_problem(exc)}", field=field) from None
+    except yaml.YAMLError as exc:
+        raise ToolInputError(f"cannot read {path}: not valid YAML{yaml_error_text(exc)}", field=field) from None
+    except RecursionError:
+        raise ToolInputError(f"cannot read {path}: nested too deeply", field=field) from None
+    except OSError as exc:
+        raise ToolInputError(f"cannot read {path}: {exc.strerror or exc}", field=field) from None
+    except ValueError as exc:  # oversized, or a value a config cannot carry (yamltypes.check_plain)
+        raise ToolInputError(f"cannot read {path}: {' '.join(str(exc).split())}", field=field) from None
     return ConfigFile(rel or str(path), data, raw_data, origin)
-
-
-def _yaml_problem(exc: BaseException) -> str:
-    if isinstance(exc, RecursionError):
-        return "nested too deeply"
-    mark = getattr(exc, "problem_mark", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    problem = getattr(exc, "problem", None) or str(exc)
-    return f"{type(exc).__name__}{where}: {' '.join(str(problem).split())}"
 
 
 class InstallRelease(Release):
@@ -519,6 +507,7 @@ def select_agentjet(agentjet_version: str | None = None, agentjet_root: str | No
 
 
 def _matches(ref: AgentJetRef, wanted: str) -> bool:
+    """``wanted`` names this AgentJet: its version ('0.1.0', 'v0.1.0') or a commit prefix of 4+ hex digits."""
     text = wanted.strip()
     version = text[1:] if text[:1] in "vV" and text[1:2].isdigit() else text
     lowered = text.lower()

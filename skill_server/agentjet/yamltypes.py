@@ -21,17 +21,20 @@ from typing import Any
 
 import yaml
 
-# OmegaConf's float rule and loader are written once, in safe_yaml (the bounded loader both readers share).
-from skill_server.safe_yaml import FLOAT_FIRST_CHARS, OMEGACONF_FLOAT, OmegaConfLoader
+# OmegaConf's float rule, both loaders and the bounds of every YAML read (depth, values) are written once,
+# in safe_yaml.
+from skill_server.safe_yaml import (
+    FLOAT_FIRST_CHARS,
+    MAX_DEPTH,
+    MAX_EXPANDED_NODES,
+    OMEGACONF_FLOAT,
+    OmegaConfLoader,
+    PyYAMLLoader,
+)
 
 STR_TAG = "tag:yaml.org,2002:str"
 _FLOAT_FIRST_CHARS = frozenset(FLOAT_FIRST_CHARS)
 
-#: Nesting deeper than this is refused before any recursive walk (PyYAML and Python would hit their
-#: recursion limits well before a config needs it).
-MAX_DEPTH = 100
-#: Values allowed in one tree (an alias bomb expands exponentially).
-MAX_NODES = 500_000
 
 
 class UnsupportedValue(ValueError):
@@ -51,7 +54,7 @@ class TooDeep(ValueError):
 
 class TooLarge(ValueError):
     def __init__(self) -> None:
-        super().__init__(f"expands to more than {MAX_NODES} values (an alias bomb or an oversized document)")
+        super().__init__(f"expands to more than {MAX_EXPANDED_NODES} values (an alias bomb or an oversized document)")
 
 
 # --- OmegaConf's typing of a YAML text --------------------------------------------------------------
@@ -59,7 +62,15 @@ class TooLarge(ValueError):
 
 def load_layer_text(text: str) -> Any:
     """Parse one composed file as OmegaConf would (raises ``yaml.YAMLError`` on bad YAML)."""
-    loader = OmegaConfLoader(text)
+    return _load(OmegaConfLoader(text))
+
+
+def load_base_text(text: str) -> Any:
+    """Parse a base as AgentJetJob's ``yaml.safe_load`` does, bounded (raises ``yaml.YAMLError`` on bad YAML)."""
+    return _load(PyYAMLLoader(text))
+
+
+def _load(loader: PyYAMLLoader) -> Any:
     try:
         return loader.get_single_data()
     finally:
@@ -145,7 +156,7 @@ def check_plain(data: Any, where: str = "", depth: int = 0) -> None:
     """Refuse values the rest of the pipeline cannot carry, absurd nesting and alias bombs, iteratively,
     before anything recurses."""
     stack: list[tuple[Any, str, int]] = [(data, where, depth)]
-    budget = MAX_NODES
+    budget = MAX_EXPANDED_NODES
     while stack:
         node, at, level = stack.pop()
         budget -= 1

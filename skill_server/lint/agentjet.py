@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from skill_server.agentjet.compose import Base, compose, default_base, flatten, load_base
 from skill_server.agentjet.identity import AgentJetRef
 from skill_server.agentjet.job import check_keys, overlay_composed, to_plain, walk_overrides
+from skill_server.agentjet.keys import KEYS  # the rules' names for config keys (re-exported)
 from skill_server.agentjet.refusals import (
     CAUSE_IDS,
     LENGTH_KWARGS,
@@ -39,31 +40,6 @@ from skill_server.errors import ToolInputError
 from skill_server.lint.values import MISSING, Unknown, describe_unknown, lookup
 from skill_server.models import MAX_JSON_INT
 
-#: Friendly names of the config keys the rules read (dotted paths of AgentJet's config tree).
-KEYS = {
-    "max_env_worker": "ajet.rollout.max_env_worker",
-    "num_repeat": "ajet.rollout.num_repeat",
-    "train_batch_size": "ajet.data.train_batch_size",
-    "n_gpus_per_node": "ajet.trainer_common.n_gpus_per_node",
-    "nnodes": "ajet.trainer_common.nnodes",
-    "interchange_method": "ajet.interchange_server.interchange_method",
-    "max_prompt_length": "ajet.data.max_prompt_length",
-    "max_response_length": "ajet.data.max_response_length",
-    "max_model_len": "ajet.rollout.max_model_len",
-    "max_response_length_in_one_turn": "ajet.rollout.max_response_length_in_one_turn",
-    "lora_rank": "ajet.lora.lora_rank",
-    "lora_load_format": "ajet.lora.load_format",
-    "layered_summon": "ajet.lora.layered_summon",
-    "lr": "ajet.trainer_common.optim.lr",
-    "enable_swarm_mode": "ajet.enable_swarm_mode",
-    "enable_interchange_server": "ajet.enable_interchange_server",
-    "max_inference_tracker_threads": "ajet.interchange_server.max_inference_tracker_threads",
-    "swarm_mode_sample_collection_method": "ajet.swarm_mode_sample_collection_method",
-    "backbone": "ajet.backbone",
-    "model_path": "ajet.model.path",
-    "logger": "ajet.trainer_common.logger",
-    "experiment_name": "ajet.experiment_name",
-}
 SWARM_DEFAULT_LAYER = "ajet_swarm_default"
 #: The refusal causes check_config can report: all of AgentJet's but those of build_config's dotted ``set``
 #: writes (a script's own writes are checked by the unknown-key rule, which knows attribute from item access).
@@ -202,9 +178,6 @@ class AgentJet:
 
     def valid_kwargs(self) -> list[str]:
         return sorted(self._table.constructor_kwargs)
-
-    def closest_kwarg(self, kwarg: str) -> str | None:
-        return self._table.closest(kwarg)
 
     def kwarg_elsewhere(self, kwarg: str) -> tuple[str, str] | None:
         """(dotted key, label) of the newest bundled AgentJet that has ``kwarg``, when this one lacks it."""

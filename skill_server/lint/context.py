@@ -41,7 +41,7 @@ from skill_server.lint.values import (
     lookup,
     show,
 )
-from skill_server.safe_yaml import MAX_YAML_BYTES
+from skill_server.safe_yaml import MAX_YAML_BYTES, PyYAMLLoader
 
 SetterKind = Literal["yaml", "kwarg", "write", "tcp-switch"]
 CAP_INPUTS = ("max_env_worker", "num_repeat", "train_batch_size")
@@ -315,7 +315,11 @@ def _key_lines(path: Path) -> dict[str, int]:
     try:
         if not path.is_file() or path.stat().st_size > MAX_YAML_BYTES:
             return {}
-        node = yaml.compose(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+        loader = PyYAMLLoader(path.read_text(encoding="utf-8"))  # bounded like every other read of a YAML
+        try:
+            node = loader.get_single_node()
+        finally:
+            loader.dispose()
     except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
         return {}
     out: dict[str, int] = {}

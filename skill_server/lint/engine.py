@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
-from skill_server.errors import ToolInputError
-from skill_server.fsutil import resolve_path
+from skill_server.fsutil import resolve_directory, resolve_path
 from skill_server.lint import rules as _rules  # noqa: F401  (registers every rule)
 from skill_server.lint.agentjet import AgentJet
 from skill_server.lint.bases import base_for, defaults_base, file_base
@@ -31,7 +29,7 @@ SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 def check_config(inp: CheckConfigInput) -> CheckConfigResult:
     """Lint a swarm client script and/or YAML statically; never imports or runs the script."""
-    cwd = _launch_dir(inp.cwd)
+    cwd = resolve_directory(inp.cwd, field="cwd") if inp.cwd is not None else None
     aj = AgentJet.select(inp.agentjet_version, inp.agentjet_root, cwd)
     explicit: Path | None = None
     if inp.yaml:
@@ -73,22 +71,6 @@ def check_config(inp: CheckConfigInput) -> CheckConfigResult:
         agentjet=aj.ref,
         notes=list(ctx.notes),
     )
-
-
-def _launch_dir(cwd: str | None) -> Path | None:
-    if cwd is None:
-        return None
-    path = resolve_path(cwd, field="cwd")
-    try:
-        if not path.exists():
-            raise ToolInputError(f"directory not found: {path}", field="cwd")
-        if not path.is_dir():
-            raise ToolInputError(f"not a directory: {path}", field="cwd")
-        if not os.access(path, os.X_OK):
-            raise ToolInputError(f"directory not accessible: {path}", field="cwd")
-    except OSError as exc:
-        raise ToolInputError(f"cannot use {path}: {exc.strerror or exc}", field="cwd") from None
-    return path
 
 
 def _run_rules(ctx: LintContext) -> list[Finding]:

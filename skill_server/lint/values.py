@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from skill_server.agentjet.compose import flatten  # noqa: F401  (the one implementation; lint modules import it here)
+
 MISSING: Any = object()  # a key the tree does not have
 
 
@@ -33,19 +35,6 @@ def lookup(tree: Any, dotted: str) -> Any:
             return MISSING
         node = node[part]
     return node
-
-
-def flatten(tree: Any) -> dict[str, Any]:
-    """Dotted leaf -> value of a nested mapping (an empty mapping counts as a leaf), iteratively."""
-    out: dict[str, Any] = {}
-    stack: list[tuple[str, Any]] = [("", tree)]
-    while stack:
-        prefix, node = stack.pop()
-        if isinstance(node, dict) and node:
-            stack.extend((f"{prefix}.{k}" if prefix else str(k), v) for k, v in reversed(list(node.items())))
-        elif prefix:
-            out[prefix] = node
-    return out
 
 
 def is_int(x: Any) -> bool:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from skill_server.lint.script.argparse_defaults import register_options
 from skill_server.lint.script.effects import (
     FREEZE_CALLS,
     WRITER_METHODS,
@@ -66,7 +67,7 @@ def scan_script(path: str | Path, *, field: str = "script") -> ScriptScan:
             if (scope, call.lineno) not in fscope.call_sites:
                 fscope.call_sites.append((scope, call.lineno))
             fscope.call_nodes.append((scope, call))
-    evaluator.register_argparse(calls)
+    register_options(evaluator, calls)  # argparse options attached to their parsers, for args.x
 
     jobs = JobTracker(main, evaluator, notes)
     for _ in range(2):  # twice: a builder function may be defined after its caller

@@ -22,7 +22,6 @@ from skill_server.lint.script.argparse_defaults import (
     ArgParser,
     ParsedArgs,
     option_default,
-    register_options,
 )
 from skill_server.lint.script.model import (
     Assumption,
@@ -103,10 +102,6 @@ class Evaluator:
         if isinstance(value, str):
             return paths.literal_path(value)
         return None
-
-    def register_argparse(self, calls: list[tuple[Scope, ast.Call]]) -> None:
-        """Attach the script's argparse options to their parsers (see ``argparse_defaults``)."""
-        register_options(self, calls)
 
     # -- the evaluator
 
