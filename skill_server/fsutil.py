@@ -156,7 +156,7 @@ def _existing_target(target: Path, overwrite: bool, field: str | None) -> tuple[
         raise ToolFailure(f"{target} is {describe_kind(info.st_mode)}; only a regular file can be replaced",
                           field=field)
     if not overwrite:
-        raise ToolFailure(f"{target} exists; pass overwrite=true to replace it", field=field)
+        raise ToolFailure(f"{target} exists, and this write only creates new files", field=field)
     return real, stat.S_IMODE(info.st_mode)
 
 
@@ -268,10 +268,10 @@ def _link_no_clobber(tmp: Path, target: Path, field: str | None) -> None:
     try:
         os.link(tmp, target)
     except FileExistsError:
-        raise ToolFailure(f"{target} exists; pass overwrite=true to replace it", field=field) from None
+        raise ToolFailure(f"{target} exists, and this write only creates new files", field=field) from None
     except OSError:  # file systems without hard links: best-effort no-clobber
         if os.path.lexists(target):
-            raise ToolFailure(f"{target} exists; pass overwrite=true to replace it", field=field) from None
+            raise ToolFailure(f"{target} exists, and this write only creates new files", field=field) from None
         os.replace(tmp, target)
 
 

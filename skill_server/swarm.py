@@ -324,7 +324,11 @@ def swarm_status(inp: SwarmStatusInput, progress: Progress | None = None) -> Swa
     cfg = resolve_config(inp)
     timeout = inp.timeout_s
     want_dir = cfg is None
-    release = functools.cache(select_agentjet)  # chosen once per call, when a cap is first computed
+    if inp.agentjet_version is not None or inp.agentjet_root is not None:
+        chosen = select_agentjet(inp.agentjet_version, inp.agentjet_root)  # checked up front: a bad one errs now
+        release: Callable[[], Release] = lambda: chosen  # noqa: E731
+    else:
+        release = functools.cache(select_agentjet)  # the default, chosen once per call when a cap is first computed
 
     def report(done: float, total: float, message: str) -> None:
         if progress is not None:

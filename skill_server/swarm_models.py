@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, StrictStr, field_validator, model_validator
 
+from skill_server.agentjet.identity import AgentJetRootArg, AgentJetVersionArg
 from skill_server.cap import EpisodeCapResult
 from skill_server.models import NonNegativeInt, PositiveInt, SparseOutput, ToolInput
 from skill_server.swarm_diagnosis import NEAR_TIMEOUT_FRACTION
@@ -58,6 +59,8 @@ class SwarmStatusInput(ToolInput):
                     "Explicit cap arguments override its values. Without yaml and cap arguments, the config the "
                     "server dumped in its experiment directory is read when that directory is on this machine.",
     )
+    agentjet_version: AgentJetVersionArg = None
+    agentjet_root: AgentJetRootArg = None
     watch_s: float | None = Field(
         default=None, gt=0, le=MAX_WATCH_S,
         description="Watch this many seconds (at most 50): sample the gauge repeatedly, with progress "

@@ -85,7 +85,7 @@ def test_a_symlink_to_a_regular_file_is_written_through(tmp_path):
     real.chmod(0o600)
     link = tmp_path / "link.yaml"
     link.symlink_to(real)
-    with pytest.raises(ToolFailure, match="exists; pass overwrite=true"):
+    with pytest.raises(ToolFailure, match="exists, and this write only creates new files"):
         write_text_atomic(link, "new\n")
     assert write_text_atomic(link, "new\n", overwrite=True) == link
     assert link.is_symlink() and real.read_text() == "new\n" and stat.S_IMODE(real.stat().st_mode) == 0o600

@@ -354,6 +354,20 @@ def test_the_caps_of_one_call_describe_one_agentjet_chosen_once(monkeypatch):
     assert len(chosen) == 1 and min(s.watch.samples_read for s in r.servers) >= 2
 
 
+def test_agentjet_version_and_root_choose_the_agentjet_the_cap_describes(standin, tmp_path):
+    """Like every tool that uses AgentJet knowledge: a version or an install is chosen up front (a bad one is
+    an error even when no server answers), and the cap names the AgentJet whose thread rule it follows."""
+    standin.state.set_running(8)
+    r = status(url=standin.url, max_env_worker=64, num_repeat=4, agentjet_version="c68c154f")
+    assert r.episode_cap.agentjet.source == "bundled" and r.episode_cap.agentjet.commit.startswith("c68c154f")
+    closed = f"http://127.0.0.1:{free_port_with_nothing_listening()}"
+    for arguments, field in (({"agentjet_version": "9.9.9"}, "agentjet_version"),
+                             ({"agentjet_root": str(tmp_path / "no-agentjet")}, "agentjet_root")):
+        with pytest.raises(ToolInputError) as err:
+            status(url=closed, **arguments)
+        assert err.value.field == field
+
+
 # --------------------------------------------------------------------------- watch_s through MCP
 
 @pytest.mark.anyio
