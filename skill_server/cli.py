@@ -17,9 +17,21 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from skill_server.tools import ToolSpec
 
 EXIT_OK, EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_MISSING_PACKAGE = 0, 1, 2, 3
+EXIT_PIPE_CLOSED = 141  # the shell's code for a reader that went away (128 + SIGPIPE)
+
+
+class _StdoutClosed(BrokenPipeError):
+    """The reader of our stdout went away (``| head``): not a bug, and nothing is left to say to it.
+    A BrokenPipeError, so ``watch``'s own handling of a closed pipe applies to it unchanged."""
+
+
+class _StdoutFailed(Exception):
+    """Writing our stdout failed for another reason (a full disk behind a redirect): the result is lost."""
 PROG = "python -m skill_server"
 #: Largest ``--json`` text accepted (Linux caps one argv string at 128 KiB anyway).
 MAX_JSON_ARGUMENT_BYTES = 1024 * 1024
@@ -103,28 +115,42 @@ def _interval(text: str) -> float:
 
 
 def _watch(args: argparse.Namespace) -> int:
-    from skill_server.errors import SkillError, internal_error_message
     from skill_server.experiments.watch import watch
 
     metrics = [m.strip() for m in args.metrics.split(",") if m.strip()] if args.metrics else None
     if metrics is not None and (not metrics or any(len(m) > 200 for m in metrics)):
         raise _UsageError("--metrics needs comma-separated names or globs of at most 200 characters")
+    code = _one_line_errors("watch", lambda: watch(
+        args.id, lambda line: _write_stdout(line + "\n"), every=args.every, interval_s=args.interval,
+        metrics=metrics, as_json=args.json, max_time_s=args.max_time))
+    if code == EXIT_PIPE_CLOSED:  # watch ends itself on a closed pipe; its unwritten bytes must stay unwritten
+        _discard_stdout()
+    return code
+
+
+def _one_line_errors(prefix: str, run: Callable[[], int]) -> int:
+    """Run a command body; a tool error or a bug becomes one line on stderr and exit 1 (a missing
+    requirement goes on up to ``main``'s install message; SKILL_SERVER_DEBUG=1 shows a bug's traceback)."""
+    from skill_server.errors import SkillError, internal_error_message
+
     try:
-        return watch(args.id, lambda line: _write_stdout(line + "\n"), every=args.every, interval_s=args.interval,
-                     metrics=metrics, as_json=args.json, max_time_s=args.max_time)
+        return run()
+    except _StdoutClosed:
+        _discard_stdout()
+        return EXIT_PIPE_CLOSED
+    except _StdoutFailed as exc:
+        sys.stderr.write(f"{prefix}: cannot write the result to stdout: {_one_line(str(exc))}\n")
     except SkillError as exc:
-        sys.stderr.write(f"watch: {exc}\n")
-        return EXIT_TOOL_ERROR
+        sys.stderr.write(f"{prefix}: {exc}\n")  # one line by construction (SkillError escapes breaks)
     except ModuleNotFoundError as exc:
         if _is_requirement(exc):
             raise
-        sys.stderr.write(f"watch: {internal_error_message(exc)}\n")
-        return EXIT_TOOL_ERROR
+        sys.stderr.write(f"{prefix}: {internal_error_message(exc)}\n")
     except Exception as exc:  # a bug: one line, the traceback only on request
         if os.environ.get("SKILL_SERVER_DEBUG"):
             raise
-        sys.stderr.write(f"watch: {internal_error_message(exc)}\n")
-        return EXIT_TOOL_ERROR
+        sys.stderr.write(f"{prefix}: {internal_error_message(exc)}\n")
+    return EXIT_TOOL_ERROR
 
 
 # ------------------------------------------------------------------------------------------- call
@@ -191,29 +217,16 @@ def _spec(tool_name: str) -> ToolSpec:
 
 
 def _call(tool_name: str, json_args: str | None, pairs: list[str]) -> int:
-    from skill_server.errors import SkillError, internal_error_message
-
     spec = _spec(tool_name)
     arguments: dict[str, Any] = {} if json_args is None else _parse_json_object(json_args)
     arguments.update(_parse_pairs(pairs, spec.input_schema.get("properties", {})))
-    try:  # a parsed but unusable value (too deep, out of range, a lone surrogate) is a bad argument: exit 1
+
+    def run() -> int:  # a parsed but unusable value (too deep, out of range, a lone surrogate) is a bad argument
         result = spec.invoke(arguments)
-        text = json.dumps(spec.dump(result), separators=(",", ":"), ensure_ascii=False)
-    except SkillError as exc:
-        sys.stderr.write(f"{tool_name}: {exc}\n")  # one line by construction (SkillError escapes breaks)
-        return EXIT_TOOL_ERROR
-    except ModuleNotFoundError as exc:
-        if _is_requirement(exc):
-            raise
-        sys.stderr.write(f"{tool_name}: {internal_error_message(exc)}\n")
-        return EXIT_TOOL_ERROR
-    except Exception as exc:  # a bug: one line, the traceback only on request
-        if os.environ.get("SKILL_SERVER_DEBUG"):
-            raise
-        sys.stderr.write(f"{tool_name}: {internal_error_message(exc)}\n")
-        return EXIT_TOOL_ERROR
-    _write_stdout(text + "\n")
-    return EXIT_OK
+        _write_stdout(json.dumps(spec.dump(result), separators=(",", ":"), ensure_ascii=False) + "\n")
+        return EXIT_OK
+
+    return _one_line_errors(tool_name, run)
 
 
 def _write_stdout(text: str) -> None:
@@ -222,9 +235,25 @@ def _write_stdout(text: str) -> None:
     if buffer is None:  # stdout replaced by a text stream (an embedding caller): it takes str
         sys.stdout.write(text)
         return
-    sys.stdout.flush()
-    buffer.write(text.encode("utf-8"))
-    buffer.flush()
+    try:
+        sys.stdout.flush()
+        buffer.write(text.encode("utf-8"))
+        buffer.flush()
+    except BrokenPipeError as exc:
+        raise _StdoutClosed(*exc.args) from None
+    except OSError as exc:
+        raise _StdoutFailed(str(exc)) from None
+
+
+def _discard_stdout() -> None:
+    """Point fd 1 at the null device so the interpreter's final flush of the unwritten bytes cannot fail
+    again and print a traceback after we have already exited cleanly."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError, AttributeError):  # no real fd 1 (an embedding caller): nothing to protect
+        pass
 
 
 def _one_line(text: str) -> str:

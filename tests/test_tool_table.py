@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import stat
 import subprocess
 import sys
 
@@ -246,3 +248,27 @@ def test_a_python_without_the_dependencies_says_what_to_install(tmp_path):
         assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
         assert "lacks the package" in proc.stderr and "pip install pyyaml 'pydantic>=2'" in proc.stderr
     assert "'mcp>=2.3,<3'" in proc.stderr  # the server needs the SDK too
+
+
+def test_a_reader_that_goes_away_ends_the_call_quietly_with_141():
+    """``call ... | head -c 0``: a closed pipe is the reader's choice, not a bug; no line on stderr."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "skill_server", "call", "build_config"], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, cwd=REPO, env=cli_env(), timeout=60)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141 and proc.stderr == ""
+
+
+def test_a_stdout_that_cannot_take_the_result_is_one_line_not_a_bug(tmp_path):
+    """A full disk behind ``> file`` loses the result: say so on one line, exit 1, without calling it a bug."""
+    full = tmp_path / "full"
+    os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))  # the full device's numbers, under a temp dir
+    with open(full, "wb") as stdout:
+        proc = subprocess.run([sys.executable, "-m", "skill_server", "call", "build_config"], stdout=stdout,
+                              stderr=subprocess.PIPE, text=True, cwd=REPO, env=cli_env(), timeout=60)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("build_config: cannot write the result to stdout:")
+    assert "No space left" in proc.stderr and "internal error" not in proc.stderr
