@@ -44,6 +44,17 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
     )
 
 
+def run_cli_to_closed_pipe(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m skill_server ARGS | head -c 0``: the reader has gone before the first byte is written."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        return subprocess.run([sys.executable, "-m", "skill_server", *args], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, cwd=REPO, env=cli_env(), timeout=60)
+    finally:
+        os.close(write_end)
+
+
 def call_cli(tool: str, arguments: dict[str, Any], **kw: Any) -> tuple[int, Any, str]:
     """``call TOOL --json ...``: (exit code, parsed stdout or None, stderr)."""
     proc = run_cli("call", tool, "--json", json.dumps(arguments), **kw)

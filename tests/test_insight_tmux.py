@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import queue
 import shutil
 import signal
@@ -23,7 +22,7 @@ import pytest
 
 from skill_server.errors import ToolInputError
 from skill_server.experiments import plots
-from tests.conftest import REPO, cli_env
+from tests.conftest import REPO, cli_env, run_cli_to_closed_pipe
 from tests.png_helpers import decode_png, has_colour
 from tests.experiment_helpers import (  # noqa: F401  (fixtures are used by name)
     call,
@@ -387,13 +386,7 @@ def test_watch_exit_codes_json_lines_interrupts_and_errors(tmux_socket: str, wor
     assert records[0]["event"] == "started" and records[-1]["event"] == "finished"
     assert records[-1]["state"] == "failed" and records[-1]["exit_code"] == 1
     assert "python_exception" in {r.get("signature") for r in records if r["event"] == "error"}
-    read_end, write_end = os.pipe()
-    os.close(read_end)  # the reader went away before the first line (``watch ... | head -c 0``)
-    try:
-        closed = subprocess.run([sys.executable, "-m", "skill_server", "watch", "ajet_wcrash"], stdout=write_end,
-                                stderr=subprocess.PIPE, text=True, cwd=REPO, env=cli_env(), timeout=60)
-    finally:
-        os.close(write_end)
+    closed = run_cli_to_closed_pipe("watch", "ajet_wcrash")  # the reader went away before the first line
     assert closed.returncode == 141 and closed.stderr == ""
 
     hang = call("launch_experiment", name="whang", workdir=str(workdir), command=trainer("--mode", "hang"))

@@ -14,7 +14,7 @@ import pytest
 from skill_server.errors import ToolInputError
 from skill_server.models import MAX_JSON_INT
 from skill_server.tools import TOOLS, TOOLS_BY_NAME, build_schema_manifest, schema_manifest
-from tests.conftest import REPO, cli_env, run_cli
+from tests.conftest import REPO, cli_env, run_cli, run_cli_to_closed_pipe
 from tests.schema_walk import _type_of, branches, input_fields, place, untyped_nodes
 
 
@@ -252,13 +252,7 @@ def test_a_python_without_the_dependencies_says_what_to_install(tmp_path):
 
 def test_a_reader_that_goes_away_ends_the_call_quietly_with_141():
     """``call ... | head -c 0``: a closed pipe is the reader's choice, not a bug; no line on stderr."""
-    read_end, write_end = os.pipe()
-    os.close(read_end)
-    try:
-        proc = subprocess.run([sys.executable, "-m", "skill_server", "call", "build_config"], stdout=write_end,
-                              stderr=subprocess.PIPE, text=True, cwd=REPO, env=cli_env(), timeout=60)
-    finally:
-        os.close(write_end)
+    proc = run_cli_to_closed_pipe("call", "build_config")
     assert proc.returncode == 141 and proc.stderr == ""
 
 
