@@ -148,14 +148,14 @@ def _compose(raw):
     from hydra.core.global_hydra import GlobalHydra
     from omegaconf import OmegaConf
 
-    folder = tempfile.mkdtemp(prefix="standin-")
-    handle = tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=folder, delete=False)
-    with handle:
-        yaml.dump(raw, handle)
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=folder, version_base=None):
-        cfg = compose(config_name=os.path.basename(handle.name))
-    return yaml.safe_load(OmegaConf.to_yaml(cfg))
+    with tempfile.TemporaryDirectory(prefix="standin-") as folder:  # removed again: tests leave /tmp as found
+        handle = tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=folder, delete=False)
+        with handle:
+            yaml.dump(raw, handle)
+        GlobalHydra.instance().clear()
+        with initialize_config_dir(config_dir=folder, version_base=None):
+            cfg = compose(config_name=os.path.basename(handle.name))
+        return yaml.safe_load(OmegaConf.to_yaml(cfg))
 
 
 class AgentJetJob:
