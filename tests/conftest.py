@@ -15,6 +15,33 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 
 
+# Folders our tests and stand-ins make directly in /tmp (short paths for sockets, or reachable by an
+# unprivileged user). Each must be gone when the session ends: tests leave the machine as they found it.
+OWN_TMP_PREFIXES = ("ajs", "standin-")
+_TMP_AT_START: set[str] = set()
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _TMP_AT_START.update(os.listdir("/tmp"))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    left = sorted(name for name in set(os.listdir("/tmp")) - _TMP_AT_START
+                  if name.startswith(OWN_TMP_PREFIXES) and _owner(os.path.join("/tmp", name)) == os.getuid())
+    if left:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"tests left {len(left)} entries in /tmp: {', '.join(left[:10])}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _owner(path: str) -> int | None:
+    try:
+        return os.lstat(path).st_uid
+    except FileNotFoundError:  # gone while we looked
+        return None
+
+
 @pytest.fixture
 def anyio_backend() -> str:
     return "asyncio"
