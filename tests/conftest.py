@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +51,17 @@ def anyio_backend() -> str:
 
 
 @pytest.fixture(autouse=True)
-def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No test sees the developer's AgentJet, tmux or state directory."""
+def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No test sees the developer's AgentJet, tmux or state directory.
+
+    The state directory has a short path: ssh control sockets go under it, and a path past the socket
+    limit would send them to the machine-wide fallback in /tmp, which tests must not touch."""
     monkeypatch.delenv("AJET_ROOT", raising=False)
     monkeypatch.delenv("TMUX", raising=False)
-    monkeypatch.setenv("SKILL_SERVER_STATE_DIR", str(tmp_path / "state"))
+    box = tempfile.mkdtemp(prefix="ajs", dir="/tmp")
+    monkeypatch.setenv("SKILL_SERVER_STATE_DIR", os.path.join(box, "state"))
+    yield
+    shutil.rmtree(box, ignore_errors=True)
 
 
 def cli_env(**extra: str) -> dict[str, str]:

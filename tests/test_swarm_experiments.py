@@ -99,12 +99,14 @@ def test_a_port_nobody_was_given_says_so():
     r = call("swarm_status", url=f"http://127.0.0.1:{port}", timeout_s=1)
     assert r.experiment is None
     assert any("No experiment this skill launched was given this port" in d for d in r.diagnosis)
+    assert not Path(os.environ["SKILL_SERVER_STATE_DIR"]).exists()  # a read-only tool creates no registry
 
 
 def test_unknown_or_serverless_experiment_is_an_error_naming_id(private_tmux, tmp_path):
     with pytest.raises(ToolInputError) as err:
         call("swarm_status", id="no-such-run")
     assert err.value.field == "id" and "no experiment 'no-such-run'" in str(err.value)
+    assert not Path(os.environ["SKILL_SERVER_STATE_DIR"]).exists()
     launched = call("launch_experiment", name="plain_run", workdir=str(tmp_path), command="sleep 30")
     try:
         with pytest.raises(ToolInputError) as err:

@@ -268,6 +268,12 @@ class Registry:
         return rows, problems
 
 
+def registry_exists() -> bool:
+    """Whether any experiment was ever registered here: read-only lookups ask first, so that they never
+    create a state directory and database as a side effect."""
+    return (state_dir() / DB_NAME).is_file()
+
+
 @contextmanager
 def open_registry() -> Iterator[Registry]:
     """A registry connection for the duration of one tool call."""
