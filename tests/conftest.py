@@ -7,42 +7,29 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.tmp_dirs import SSH_FALLBACK, left_behind, short_tmp_dir
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 
 
-# Folders our tests and stand-ins make directly in /tmp (short paths for sockets, or reachable by an
-# unprivileged user). Each must be gone when the session ends: tests leave the machine as they found it.
-OWN_TMP_PREFIXES = ("ajs", "standin-")
-_TMP_AT_START: set[str] = set()
-
-
-def pytest_sessionstart(session: pytest.Session) -> None:
-    _TMP_AT_START.update(os.listdir("/tmp"))
+_SSH_FALLBACK_EXISTED = os.path.lexists(SSH_FALLBACK)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    left = sorted(name for name in set(os.listdir("/tmp")) - _TMP_AT_START
-                  if name.startswith(OWN_TMP_PREFIXES) and _owner(os.path.join("/tmp", name)) == os.getuid())
+    """Tests leave the machine as they found it: a folder of ours still in /tmp fails the session."""
+    left = left_behind(_SSH_FALLBACK_EXISTED)
     if left:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write_line(f"tests left {len(left)} entries in /tmp: {', '.join(left[:10])}", red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
-
-
-def _owner(path: str) -> int | None:
-    try:
-        return os.lstat(path).st_uid
-    except FileNotFoundError:  # gone while we looked
-        return None
 
 
 @pytest.fixture
@@ -58,7 +45,7 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     limit would send them to the machine-wide fallback in /tmp, which tests must not touch."""
     monkeypatch.delenv("AJET_ROOT", raising=False)
     monkeypatch.delenv("TMUX", raising=False)
-    box = tempfile.mkdtemp(prefix="ajs", dir="/tmp")
+    box = short_tmp_dir()
     monkeypatch.setenv("SKILL_SERVER_STATE_DIR", os.path.join(box, "state"))
     yield
     shutil.rmtree(box, ignore_errors=True)
@@ -105,11 +92,10 @@ def private_tmux(monkeypatch: pytest.MonkeyPatch):
     ``SHELL=/bin/sh`` keeps pane shells free of login hooks that a killed test could leave half-run.
     """
     import shutil
-    import tempfile
     import uuid
 
     name = f"ajs-{uuid.uuid4().hex[:8]}"
-    tmpdir = tempfile.mkdtemp(prefix="ajs", dir="/tmp")  # short: socket paths are limited to ~100 bytes
+    tmpdir = short_tmp_dir()  # short: socket paths are limited to ~100 bytes
     monkeypatch.setenv("TMUX_TMPDIR", tmpdir)
     monkeypatch.setenv("SKILL_SERVER_TMUX_SOCKET", name)
     monkeypatch.setenv("SHELL", "/bin/sh")

@@ -7,7 +7,6 @@ import shlex
 import shutil
 import signal
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -18,6 +17,7 @@ import pytest
 
 from skill_server.tools import TOOLS_BY_NAME
 from tests.conftest import REPO
+from tests.tmp_dirs import short_tmp_dir
 
 FAKE = REPO / "tests" / "fixtures" / "fake_trainer.py"
 PY = shlex.quote(sys.executable)
@@ -26,7 +26,7 @@ PY = shlex.quote(sys.executable)
 def tmux_socket(monkeypatch: pytest.MonkeyPatch):
     """A private tmux server: unique socket name in a private TMUX_TMPDIR (short path: sockets max ~100 chars)."""
     name = f"ajs-{uuid.uuid4().hex[:8]}"
-    tmpdir = tempfile.mkdtemp(prefix="ajs", dir="/tmp")
+    tmpdir = short_tmp_dir()
     monkeypatch.setenv("TMUX_TMPDIR", tmpdir)
     monkeypatch.setenv("SKILL_SERVER_TMUX_SOCKET", name)
     # The tmux server's default shell comes from $SHELL. A login bash may run slow start-up hooks (pyenv

@@ -32,9 +32,10 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from tests.tmp_dirs import short_tmp_dir
 
 SSHD = "/usr/sbin/sshd"
 NODES = ("node1", "node2")
@@ -117,7 +118,7 @@ class LoopbackSshd:
         self.node_paths = dict(node_paths or {})
         self.private_tmp = private_tmp
         # Short root: control sockets and tmux sockets under it must fit in ~100 bytes.
-        self.root = Path(tempfile.mkdtemp(prefix="ajss", dir="/tmp"))
+        self.root = Path(short_tmp_dir("ajss"))
         self.user = pwd.getpwuid(os.getuid()).pw_name
         self.ports = {**{node: free_port() for node in self.nodes}, "fail": free_port()}
         self.down_port = free_port()

@@ -13,7 +13,6 @@ import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -22,6 +21,7 @@ import pytest
 from skill_server.errors import SkillError, ToolFailure, ToolInputError
 from skill_server.fsutil import TEMP_PREFIX, read_text_bounded, resolve_path, write_text_atomic
 from tests.conftest import REPO, cli_env
+from tests.tmp_dirs import short_tmp_dir
 
 
 def char_device(path: Path) -> Path:
@@ -119,7 +119,7 @@ def test_impossible_paths_are_clear_errors(tmp_path, make_path, needle, error):
 
 def test_a_read_only_directory_is_a_clear_error():
     """Root ignores permission bits, so as root the write runs in a forked child that became ``nobody``."""
-    base = Path(tempfile.mkdtemp(prefix="ajs-ro-"))  # under /tmp, reachable by an unprivileged user
+    base = Path(short_tmp_dir("ajs-ro-"))  # reachable by an unprivileged user
     try:
         base.chmod(0o755)
         locked = base / "locked"

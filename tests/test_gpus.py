@@ -29,6 +29,7 @@ from tests.conftest import call_cli, cli_env
 from tests.experiment_helpers import call, wait_until
 from tests.gpu_helpers import A100, install_fake_smi
 from tests.sshd import LoopbackSshd
+from tests.tmp_dirs import short_tmp_dir
 
 GPU_NODES = {
     "gpu1": {"gpus": [{"uuid": "GPU-11111111-aaaa", "name": A100, "memory_total": 81920, "memory_used": 4,
@@ -256,7 +257,7 @@ def test_reclaim_ends_only_this_users_gpu_processes():
 
     if os.getuid() != 0:
         pytest.skip("mknod and running a process as another user need root; CI runs as root")
-    box = Path(tempfile.mkdtemp(prefix="ajs-reclaim-"))  # not under pytest's 0700 base: nobody must reach it
+    box = Path(short_tmp_dir("ajs-reclaim-"))  # not under pytest's 0700 base: nobody must reach it
     box.chmod(0o711)
     device = box / "nvidia0"
     os.mknod(device, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
