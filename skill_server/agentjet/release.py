@@ -59,7 +59,6 @@ class OverridesTable:
     rows: tuple[tuple[str, str], ...]
     signature: tuple[tuple[str, Any], ...]
     takes_any_kwarg: bool = False
-    source: str = ""
 
     @property
     def kwargs(self) -> tuple[str, ...]:
@@ -94,11 +93,6 @@ class Schema:
     """The dataclass tree ``Config()`` builds; each dataclass node carries ``__dataclass__`` (its class)."""
 
     tree: dict[str, Any]
-    source: str = ""
-
-    def defaults(self) -> dict[str, Any]:
-        """The tree without class marks: what ``Config()`` holds before any YAML is applied."""
-        return _strip_marks(self.tree)
 
     def dataclass_paths(self) -> set[str]:
         return {path for path, _ in _dataclass_nodes(self.tree, "") if path}
@@ -116,14 +110,6 @@ def _dataclass_nodes(node: dict[str, Any], path: str) -> list[tuple[str, dict[st
         if isinstance(value, dict) and DATACLASS_MARK in value:
             out.extend(_dataclass_nodes(value, f"{path}.{key}" if path else key))
     return out
-
-
-def _strip_marks(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {k: _strip_marks(v) for k, v in node.items() if k != DATACLASS_MARK}
-    if isinstance(node, list):
-        return [_strip_marks(v) for v in node]
-    return node
 
 
 @dataclass(frozen=True)
@@ -212,11 +198,11 @@ class BundledRelease(Release):
         job = self.document["job"]
         return OverridesTable(rows=tuple((k, v) for k, v in job["overrides"]),
                               signature=tuple((k, v) for k, v in job["signature"]),
-                              takes_any_kwarg=bool(job.get("takes_any_kwarg")), source=self.label)
+                              takes_any_kwarg=bool(job.get("takes_any_kwarg")))
 
     @functools.cached_property
     def schema(self) -> Schema:  # type: ignore[override]
-        return Schema(tree=self.document["schema"], source=self.label)
+        return Schema(tree=self.document["schema"])
 
     @property
     def thread_rule(self) -> ThreadRule:  # type: ignore[override]
@@ -438,8 +424,7 @@ class InstallRelease(Release):
     def overrides(self) -> OverridesTable:  # type: ignore[override]
         signature, rows, any_kwarg = self._read(JOB_MODULE, "job", pysource.read_job_source,
                                                 "AgentJetJob's signature and overrides table cannot be read")
-        return OverridesTable(rows=tuple(rows), signature=tuple(signature), takes_any_kwarg=any_kwarg,
-                              source=f"{self.label}: {JOB_MODULE}")
+        return OverridesTable(rows=tuple(rows), signature=tuple(signature), takes_any_kwarg=any_kwarg)
 
     @property
     def schema(self) -> Schema:  # type: ignore[override]
@@ -449,7 +434,7 @@ class InstallRelease(Release):
         if not isinstance(tree.get("ajet"), dict) or DATACLASS_MARK not in tree["ajet"]:
             raise ToolInputError(f"{self.label}: Config in {SCHEMA_MODULE} has no dataclass field 'ajet'",
                                  field=self.field)
-        return Schema(tree=tree, source=f"{self.label}: {SCHEMA_MODULE}")
+        return Schema(tree=tree)
 
     @property
     def thread_rule(self) -> ThreadRule:  # type: ignore[override]
