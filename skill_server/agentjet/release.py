@@ -213,7 +213,8 @@ class BundledRelease(Release):
     def default_base(self) -> str:  # type: ignore[override]
         return self.document.get("default_base", SWARM_DEFAULT)
 
-    def config_file(self, rel: str, *, raw: bool = False) -> ConfigFile | None:  # type: ignore[override]
+    def _file_table(self) -> dict[str, ConfigFile]:
+        """``layers.json``, read on first use only: tools that build no config never load it."""
         if self._files is None:
             with self._lock:
                 if self._files is None:
@@ -223,13 +224,14 @@ class BundledRelease(Release):
                         name: ConfigFile(name, entry["data"], entry.get("raw", entry["data"]), f"bundled:{name}")
                         for name, entry in files.items()
                     }
-        return self._files.get(_normal_rel(rel))
+        return self._files
+
+    def config_file(self, rel: str, *, raw: bool = False) -> ConfigFile | None:  # type: ignore[override]
+        return self._file_table().get(_normal_rel(rel))
 
     def has_folder(self, rel: str) -> bool:  # type: ignore[override]
         prefix = _normal_rel(rel).rstrip("/") + "/"
-        self.config_file("")  # loads the file list
-        assert self._files is not None
-        return any(name.startswith(prefix) for name in self._files)
+        return any(name.startswith(prefix) for name in self._file_table())
 
 
 def _normal_rel(rel: str) -> str:
