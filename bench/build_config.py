@@ -35,25 +35,18 @@ KWARGS = {"num_repeat": 6, "max_env_worker": 126, "experiment_name": "bench"}
 
 
 def write_checkout(root: Path) -> Path:
-    """An AgentJet tree with the bundled release's layers (and the stand-ins the install reader needs)."""
+    """An AgentJet tree with the bundled release's layers and the test fixtures' stand-in modules."""
     import yaml
 
+    from tests.agentjet_fixtures import LAYER_FILES, write_reference_checkout
+
     release = newest_bundled()
-    for rel in ("ajet/default_config/ajet_swarm_default.yaml", "ajet/default_config/ajet_default.yaml",
-                "ajet/default_config/verl/verl_default.yaml"):
+    for rel in LAYER_FILES.values():
         found = release.config_file(rel, raw=True)
         assert found is not None
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
         (root / rel).write_text(yaml.safe_dump(found.raw, sort_keys=False))
-    sys.path.insert(0, str(REPO))
-    from tests.agentjet_fixtures import SCHEMA_PY, ROLLOUT_CEIL, job_py
-
-    (root / "ajet" / "__init__.py").write_text('__version__ = "0.1.0"\n')
-    for rel, text in (("ajet/copilot/job.py", job_py()), ("ajet/default_config/ajet_config_schema.py", SCHEMA_PY),
-                      ("ajet/task_rollout/native_parallel_worker.py", ROLLOUT_CEIL)):
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    return root
+    return write_reference_checkout(root, layers=False)
 
 
 def hydra_compose(config_dir: Path) -> None:

@@ -38,6 +38,9 @@ LAYER_FILES = {
     "ajet_default.yaml": "ajet/default_config/ajet_default.yaml",
     "verl/verl_default.yaml": "ajet/default_config/verl/verl_default.yaml",
 }
+#: The defaults and hydra blocks a base needs (as yaml.dump writes them), to append to a test base's own keys.
+TAIL = ("hydra:\n  searchpath:\n  - file://ajet/default_config\n  - file://ajet/default_config/verl\n"
+        "defaults:\n- verl_default\n- ajet_default\n- _self_\n")
 
 # --- the fact sheet's tables, as code --------------------------------------------------------------------
 

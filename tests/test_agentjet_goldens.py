@@ -20,7 +20,7 @@ import pytest
 
 from skill_server.agentjet.refusals import AgentJetRefusal
 from skill_server.overlay import BuildConfigInput, build_config
-from tests.agentjet_fixtures import GOLDENS, NO_REFERENCE, REFERENCE, dedent, goldens, reference_dump, \
+from tests.agentjet_fixtures import GOLDENS, NO_REFERENCE, REFERENCE, TAIL, dedent, goldens, reference_dump, \
     write_reference_checkout
 
 pytestmark = pytest.mark.skipif(not REFERENCE.is_dir(), reason=NO_REFERENCE)
@@ -113,9 +113,6 @@ def test_refusal_words_name_the_cause():
 
 
 # --- beyond the goldens: the stand-in is the oracle ------------------------------------------------------
-
-TAIL = ("hydra:\n  searchpath:\n  - file://ajet/default_config\n  - file://ajet/default_config/verl\n"
-        "defaults:\n- verl_default\n- ajet_default\n- _self_\n")
 
 ORACLE_SUCCESS = {
     "base-only keys sort after layer keys, at every depth": (dedent("""

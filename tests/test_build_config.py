@@ -19,12 +19,10 @@ from skill_server.agentjet import yamltypes
 from skill_server.agentjet.refusals import AgentJetRefusal
 from skill_server.errors import SkillError, ToolFailure, ToolInputError
 from skill_server.tools import get_tool
-from tests.agentjet_fixtures import write_reference_checkout
+from tests.agentjet_fixtures import TAIL, write_reference_checkout
 from tests.conftest import call_cli
 
 SWARM_REL = "ajet/default_config/ajet_swarm_default.yaml"
-TAIL = ("hydra:\n  searchpath:\n  - file://ajet/default_config\n  - file://ajet/default_config/verl\n"
-        "defaults:\n- verl_default\n- ajet_default\n- _self_\n")
 
 
 def build(**kw):

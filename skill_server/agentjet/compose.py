@@ -68,11 +68,6 @@ class Composition:
     base: Base
     warnings: list[str] = field(default_factory=list)
 
-    @property
-    def tail(self) -> dict[str, Any]:
-        """The base's own ``defaults`` and ``hydra`` blocks as written (AgentJetJob copies them back)."""
-        return {k: v for k, v in self.base.raw.items() if k in ("defaults", "hydra")}
-
 
 def default_base(release: Release) -> Base:
     rel = release.default_base

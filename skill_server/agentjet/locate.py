@@ -16,17 +16,16 @@ class AgentJetInstall:
 
     root: Path
     package: Path
-    found_by: str  # "agentjet_root" | "AJET_ROOT" | "find_spec"
 
 
-def _as_install(path: Path, found_by: str) -> AgentJetInstall | None:
+def _as_install(path: Path) -> AgentJetInstall | None:
     """Accept either a checkout root (containing ``ajet/``) or the ``ajet`` package directory itself."""
     path = path.expanduser()
     try:
         if (path / "ajet" / "__init__.py").is_file() or (path / "ajet" / "default_config").is_dir():
-            return AgentJetInstall(root=path.resolve(), package=(path / "ajet").resolve(), found_by=found_by)
+            return AgentJetInstall(root=path.resolve(), package=(path / "ajet").resolve())
         if path.name == "ajet" and ((path / "__init__.py").is_file() or (path / "default_config").is_dir()):
-            return AgentJetInstall(root=path.parent.resolve(), package=path.resolve(), found_by=found_by)
+            return AgentJetInstall(root=path.parent.resolve(), package=path.resolve())
     except OSError:
         return None
     return None
@@ -35,7 +34,7 @@ def _as_install(path: Path, found_by: str) -> AgentJetInstall | None:
 def locate_agentjet(agentjet_root: str | None = None, *, field: str = "agentjet_root") -> AgentJetInstall | None:
     """Find AgentJet: the explicit path (an error if it is not one), then ``AJET_ROOT``, then ``find_spec``."""
     if agentjet_root:
-        found = _as_install(Path(agentjet_root), "agentjet_root")
+        found = _as_install(Path(agentjet_root))
         if found is None:
             raise ToolInputError(
                 f"{Path(agentjet_root).expanduser()} is neither an AgentJet checkout (a folder containing ajet/) "
@@ -45,7 +44,7 @@ def locate_agentjet(agentjet_root: str | None = None, *, field: str = "agentjet_
         return found
     env_root = os.environ.get("AJET_ROOT")
     if env_root:
-        found = _as_install(Path(env_root), "AJET_ROOT")
+        found = _as_install(Path(env_root))
         if found is not None:
             return found
     try:
@@ -57,7 +56,7 @@ def locate_agentjet(agentjet_root: str | None = None, *, field: str = "agentjet_
         if spec.origin and spec.origin not in ("namespace", "built-in"):
             locations.insert(0, str(Path(spec.origin).parent))
         for location in locations:
-            found = _as_install(Path(location), "find_spec")
+            found = _as_install(Path(location))
             if found is not None:
                 return found
     return None

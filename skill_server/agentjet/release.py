@@ -59,7 +59,6 @@ class OverridesTable:
     rows: tuple[tuple[str, str], ...]
     signature: tuple[tuple[str, Any], ...]
     takes_any_kwarg: bool = False
-    source: str = ""
 
     @property
     def kwargs(self) -> tuple[str, ...]:
@@ -94,11 +93,6 @@ class Schema:
     """The dataclass tree ``Config()`` builds; each dataclass node carries ``__dataclass__`` (its class)."""
 
     tree: dict[str, Any]
-    source: str = ""
-
-    def defaults(self) -> dict[str, Any]:
-        """The tree without class marks: what ``Config()`` holds before any YAML is applied."""
-        return _strip_marks(self.tree)
 
     def dataclass_paths(self) -> set[str]:
         return {path for path, _ in _dataclass_nodes(self.tree, "") if path}
@@ -116,14 +110,6 @@ def _dataclass_nodes(node: dict[str, Any], path: str) -> list[tuple[str, dict[st
         if isinstance(value, dict) and DATACLASS_MARK in value:
             out.extend(_dataclass_nodes(value, f"{path}.{key}" if path else key))
     return out
-
-
-def _strip_marks(node: Any) -> Any:
-    if isinstance(node, dict):
-        return {k: _strip_marks(v) for k, v in node.items() if k != DATACLASS_MARK}
-    if isinstance(node, list):
-        return [_strip_marks(v) for v in node]
-    return node
 
 
 @dataclass(frozen=True)
@@ -212,11 +198,11 @@ class BundledRelease(Release):
         job = self.document["job"]
         return OverridesTable(rows=tuple((k, v) for k, v in job["overrides"]),
                               signature=tuple((k, v) for k, v in job["signature"]),
-                              takes_any_kwarg=bool(job.get("takes_any_kwarg")), source=self.label)
+                              takes_any_kwarg=bool(job.get("takes_any_kwarg")))
 
     @functools.cached_property
     def schema(self) -> Schema:  # type: ignore[override]
-        return Schema(tree=self.document["schema"], source=self.label)
+        return Schema(tree=self.document["schema"])
 
     @property
     def thread_rule(self) -> ThreadRule:  # type: ignore[override]
@@ -227,7 +213,8 @@ class BundledRelease(Release):
     def default_base(self) -> str:  # type: ignore[override]
         return self.document.get("default_base", SWARM_DEFAULT)
 
-    def config_file(self, rel: str, *, raw: bool = False) -> ConfigFile | None:  # type: ignore[override]
+    def _file_table(self) -> dict[str, ConfigFile]:
+        """``layers.json``, read on first use only: tools that build no config never load it."""
         if self._files is None:
             with self._lock:
                 if self._files is None:
@@ -237,13 +224,14 @@ class BundledRelease(Release):
                         name: ConfigFile(name, entry["data"], entry.get("raw", entry["data"]), f"bundled:{name}")
                         for name, entry in files.items()
                     }
-        return self._files.get(_normal_rel(rel))
+        return self._files
+
+    def config_file(self, rel: str, *, raw: bool = False) -> ConfigFile | None:  # type: ignore[override]
+        return self._file_table().get(_normal_rel(rel))
 
     def has_folder(self, rel: str) -> bool:  # type: ignore[override]
         prefix = _normal_rel(rel).rstrip("/") + "/"
-        self.config_file("")  # loads the file list
-        assert self._files is not None
-        return any(name.startswith(prefix) for name in self._files)
+        return any(name.startswith(prefix) for name in self._file_table())
 
 
 def _normal_rel(rel: str) -> str:
@@ -438,8 +426,7 @@ class InstallRelease(Release):
     def overrides(self) -> OverridesTable:  # type: ignore[override]
         signature, rows, any_kwarg = self._read(JOB_MODULE, "job", pysource.read_job_source,
                                                 "AgentJetJob's signature and overrides table cannot be read")
-        return OverridesTable(rows=tuple(rows), signature=tuple(signature), takes_any_kwarg=any_kwarg,
-                              source=f"{self.label}: {JOB_MODULE}")
+        return OverridesTable(rows=tuple(rows), signature=tuple(signature), takes_any_kwarg=any_kwarg)
 
     @property
     def schema(self) -> Schema:  # type: ignore[override]
@@ -449,7 +436,7 @@ class InstallRelease(Release):
         if not isinstance(tree.get("ajet"), dict) or DATACLASS_MARK not in tree["ajet"]:
             raise ToolInputError(f"{self.label}: Config in {SCHEMA_MODULE} has no dataclass field 'ajet'",
                                  field=self.field)
-        return Schema(tree=tree, source=f"{self.label}: {SCHEMA_MODULE}")
+        return Schema(tree=tree)
 
     @property
     def thread_rule(self) -> ThreadRule:  # type: ignore[override]
