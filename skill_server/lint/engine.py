@@ -37,7 +37,7 @@ def check_config(inp: CheckConfigInput) -> CheckConfigResult:
         load_yaml_file(explicit, field="yaml", dialect="pyyaml")  # clear errors first: missing, not a mapping, too large
         explicit = explicit.resolve()
     scan = scan_script(resolve_path(inp.script, field="script", base=cwd), field="script") if inp.script else None
-    ctx = LintContext(inp, aj, scan, cwd)
+    ctx = LintContext(aj, scan, cwd)
     for text in [*aj.notes, *(scan.notes if scan else [])]:
         ctx.note(text)
     infos = []

@@ -221,9 +221,7 @@ def _all_same(entries: list[tuple[int, Binding]]) -> bool:
 @dataclass
 class ScriptScan:
     path: Path
-    source: str
     constructions: list[Construction]
     writes: list[Write]
     freezes: list[Freeze]
     notes: list[str]
-    module: Scope
