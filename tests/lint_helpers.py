@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from skill_server.lint import CheckConfigInput, check_config
+from tests.agentjet_fixtures import write_reference_checkout
 
 CLIENTS = Path(__file__).parent / "fixtures" / "clients"
 #: What a base needs to compose AgentJet's layers: Hydra finds them only through the base's own search path.
@@ -14,6 +15,17 @@ LAYERS_TAIL = ("hydra:\n  searchpath:\n    - file://ajet/default_config\n    - f
                "defaults:\n  - verl_default\n  - ajet_default\n  - _self_\n")
 #: A YAML-first base in the werewolves style: AgentJet's layers, and the swarm switches set in the base itself.
 SWARM_TAIL = "  enable_swarm_mode: true\n  enable_interchange_server: true\n" + LAYERS_TAIL
+#: AgentJetJob of an older release: no nnodes kwarg (only base_yaml_config, experiment_name, num_repeat).
+OLD_JOB = """
+class AgentJetJob:
+    def __init__(self, base_yaml_config=None, experiment_name=None, num_repeat=None):
+        overrides = {"ajet.experiment_name": "experiment_name", "ajet.rollout.num_repeat": "num_repeat"}
+"""
+
+
+def old_install(root: Path) -> Path:
+    """An AgentJet 0.0.2 checkout at ``root`` whose AgentJetJob is ``OLD_JOB``."""
+    return write_reference_checkout(root, version="0.0.2", job=OLD_JOB)
 
 
 def lint(script: Path | str | None = None, **kw: Any):

@@ -9,9 +9,8 @@ import pytest
 from skill_server.agentjet.identity import agentjet_label
 from skill_server.errors import ToolInputError
 from skill_server.tools import get_tool
-from tests.agentjet_fixtures import make_fake_agentjet
 from tests.conftest import call_cli
-from tests.lint_helpers import CLIENTS, SWARM_TAIL, lint, only, rules, skipped, where, write
+from tests.lint_helpers import CLIENTS, SWARM_TAIL, lint, old_install, only, rules, skipped, where, write
 
 # --- the fixture clients, one style each ----------------------------------------------------------
 
@@ -351,12 +350,7 @@ def test_relative_paths_resolve_against_cwd(tmp_path):
 
 
 def test_unsupported_kwarg_for_an_older_install(tmp_path):
-    old_job = """
-class AgentJetJob:
-    def __init__(self, base_yaml_config=None, experiment_name=None, num_repeat=None):
-        overrides = {"ajet.experiment_name": "experiment_name", "ajet.rollout.num_repeat": "num_repeat"}
-"""
-    root = make_fake_agentjet(tmp_path / "old", version="0.0.2", job_py=old_job)
+    root = old_install(tmp_path / "old")
     script = write(tmp_path, "client.py", """\
         from ajet.copilot.job import AgentJetJob
         job = AgentJetJob(num_repeat=4, nnodes=1)

@@ -12,7 +12,7 @@ from skill_server.agentjet.release import select_agentjet
 from skill_server.errors import ToolInputError
 from tests.agentjet_fixtures import goldens, write_reference_checkout
 from tests.conftest import call_cli
-from tests.lint_helpers import CLIENTS, LAYERS_TAIL, SWARM_TAIL, lint, rules, skipped, write
+from tests.lint_helpers import CLIENTS, LAYERS_TAIL, SWARM_TAIL, lint, old_install, rules, skipped, write
 
 HEAD = "import os\nfrom ajet.copilot.job import AgentJetJob\n"
 CAUSE_RULES = ("agentjet-refusal", "unsupported-kwarg", "kwarg-group-incomplete", "length-budget", "lora-rules")
@@ -70,12 +70,7 @@ def test_an_install_without_swarm_support_is_refused_not_mixed(tmp_path):
 
 
 def test_a_kwarg_an_older_install_lacks_names_the_release_that_has_it(tmp_path):
-    old_job = '''
-class AgentJetJob:
-    def __init__(self, base_yaml_config=None, experiment_name=None, num_repeat=None):
-        overrides = {"ajet.experiment_name": "experiment_name", "ajet.rollout.num_repeat": "num_repeat"}
-'''
-    root = write_reference_checkout(tmp_path / "old", version="0.0.2", job=old_job)
+    root = old_install(tmp_path / "old")
     script = write(tmp_path, "client.py", HEAD + "job = AgentJetJob(num_repeat=4, nnodes=2, swarm_modes=True)\n")
     r = lint(script, agentjet_root=str(root))
     found = {f.values["kwarg"]: f for f in r.findings if f.rule == "unsupported-kwarg"}

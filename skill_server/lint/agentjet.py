@@ -63,7 +63,6 @@ class ComposedBase:
     layer_names: list[str]
     user_layers: dict[str, str]  # layer name -> file, for layers that are the user's files
     composes_swarm: bool  # AgentJet's swarm default is one of the layers (only as the base itself)
-    raw: dict[str, Any]  # the base file as yaml.safe_load reads it
     causes: list[Cause]  # what AgentJet refuses about it after composing it (no defaults block, a missing key)
     notes: list[str]
 
@@ -79,12 +78,10 @@ class RefusedBase:
 @dataclass(frozen=True)
 class CapFacts:
     episode_cap: int
-    divisible: bool
     thread_rule: str
     worker_loops: int
     queued_loops: int
     idle_threads: int
-    suggestions: tuple[str, ...]
 
 
 @dataclass
@@ -275,7 +272,7 @@ class AgentJet:
                 and not (own is not None and Path(layer.origin).is_relative_to(own))}
         names = [layer.name for layer in composition.layers]
         return ComposedBase(to_plain(config), dict(composition.origin), names, user, SWARM_DEFAULT_LAYER in names,
-                            base.raw, causes, [*composition.warnings, *notes])
+                            causes, [*composition.warnings, *notes])
 
     def absent_base_cause(self, path: Path) -> Cause:
         """What AgentJetJob raises for a base_yaml_config that does not exist."""
@@ -334,8 +331,7 @@ class AgentJet:
                 max_inference_tracker_threads=tracker_threads, thread_rule="auto"), self.release)
         except (ToolInputError, ValidationError) as exc:
             return f"the episode cap cannot be computed: {str(exc).splitlines()[0]}"
-        return CapFacts(r.episode_cap, r.divisible, r.thread_rule, r.worker_loops, r.queued_loops, r.idle_threads,
-                        tuple(r.suggestions))
+        return CapFacts(r.episode_cap, r.thread_rule, r.worker_loops, r.queued_loops, r.idle_threads)
 
     # --- what AgentJetJob refuses -------------------------------------------------------------------
 

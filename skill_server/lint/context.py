@@ -24,7 +24,7 @@ from skill_server.lint.agentjet import (
     ComposedBase,
     SkippedCheck,
 )
-from skill_server.lint.models import CheckConfigInput, Location
+from skill_server.lint.models import Location
 from skill_server.lint.script import (
     Assumption,
     Construction,
@@ -123,10 +123,9 @@ class Run:
 
 
 class LintContext:
-    """What every rule reads: the input, AgentJet (the adapter), the scan, the runs; where skips are recorded."""
+    """What every rule reads: AgentJet (the adapter), the scan, the runs; where skips are recorded."""
 
-    def __init__(self, inp: CheckConfigInput, aj: AgentJet, scan: ScriptScan | None, cwd: Path | None) -> None:
-        self.inp = inp
+    def __init__(self, aj: AgentJet, scan: ScriptScan | None, cwd: Path | None) -> None:
         self.aj = aj
         self.scan = scan
         self.cwd = cwd
@@ -199,9 +198,6 @@ class LintContext:
         return facts
 
     # -- who sets what, and where
-
-    def setters(self, run: Run, key: str) -> list[Setter]:
-        return run.setters.get(key, [])
 
     def effective_setter(self, run: Run, key: str) -> Setter | None:
         setters = run.setters.get(key)

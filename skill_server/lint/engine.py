@@ -37,10 +37,9 @@ def check_config(inp: CheckConfigInput) -> CheckConfigResult:
         load_yaml_file(explicit, field="yaml", dialect="pyyaml")  # clear errors first: missing, not a mapping, too large
         explicit = explicit.resolve()
     scan = scan_script(resolve_path(inp.script, field="script", base=cwd), field="script") if inp.script else None
-    ctx = LintContext(inp, aj, scan, cwd)
+    ctx = LintContext(aj, scan, cwd)
     for text in [*aj.notes, *(scan.notes if scan else [])]:
         ctx.note(text)
-    infos = []
     if scan is not None:
         for construction in scan.constructions:
             run = replay(ctx, construction, base_for(ctx, construction, explicit))
@@ -55,9 +54,7 @@ def check_config(inp: CheckConfigInput) -> CheckConfigResult:
         if explicit is None:
             ctx.note("nothing to compare: no construction and no yaml; AgentJet's defaults were checked")
     findings = _run_rules(ctx)
-    for run in ctx.runs:
-        if run.construction is not None:
-            infos.append(construction_info(ctx, run))
+    infos = [construction_info(ctx, run) for run in ctx.runs if run.construction is not None]
     skipped = [Skipped(rule=r, reason=why) for r, why in ctx.skipped]
     return CheckConfigResult(
         findings=findings,
@@ -65,7 +62,7 @@ def check_config(inp: CheckConfigInput) -> CheckConfigResult:
                         warnings=sum(f.severity == "warning" for f in findings),
                         infos=sum(f.severity == "info" for f in findings), skipped=len(skipped)),
         skipped=skipped,
-        effective=effective(ctx, ctx.runs[0]),
+        effective=infos[0].effective if infos else effective(ctx, ctx.runs[0]),  # runs[0] is infos[0]'s run
         constructions=infos,
         yaml_customised=sorted(ctx.runs[0].base.customised),
         agentjet=aj.ref,

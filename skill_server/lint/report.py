@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from skill_server.lint.agentjet import KEYS
-from skill_server.lint.context import LintContext, Run
+from skill_server.lint.context import CAP_INPUTS, LintContext, Run
 from skill_server.lint.models import (
     BaseYamlInfo,
     ConstructionInfo,
@@ -67,15 +67,14 @@ def effective_value(ctx: LintContext, run: Run, key: str) -> EffectiveValue:
 
 
 def _cap_value(ctx: LintContext, run: Run, values: dict[str, EffectiveValue]) -> EffectiveValue:
-    inputs = ("max_env_worker", "num_repeat", "train_batch_size")
-    assumes = [a for name in inputs for a in values[name].assumes]
+    assumes = [a for name in CAP_INPUTS for a in values[name].assumes]
     facts = ctx.episode_cap(run)
     if facts is not None:
         return EffectiveValue(key="episode_cap", value=facts.episode_cap, source="computed", set_by="computed",
                               assumes=list(dict.fromkeys(assumes)), note=f"thread rule {facts.thread_rule}")
-    why = [describe_unknown([(n, Unknown(values[n].unresolved or "")) for n in inputs if values[n].unresolved])]
+    why = [describe_unknown([(n, Unknown(values[n].unresolved or "")) for n in CAP_INPUTS if values[n].unresolved])]
     why = [w for w in why if w]
-    why += [f"{n} is {show(values[n].value)}, not a positive int" for n in inputs
+    why += [f"{n} is {show(values[n].value)}, not a positive int" for n in CAP_INPUTS
             if not values[n].unresolved and not (isinstance(values[n].value, int) and values[n].value > 0
                                                  and not isinstance(values[n].value, bool))]
     return EffectiveValue(key="episode_cap", value=None, source="computed", set_by="computed",

@@ -85,5 +85,4 @@ def scan_script(path: str | Path, *, field: str = "script") -> ScriptScan:
         notes("no AgentJetJob(...) construction found in the script")
     for text in loader.notes:
         notes(text)
-    return ScriptScan(main.path, main.source, jobs.constructions, effects.writes, effects.freezes, notes.items,
-                      main.scope)
+    return ScriptScan(main.path, jobs.constructions, effects.writes, effects.freezes, notes.items)

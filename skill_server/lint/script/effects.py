@@ -9,7 +9,7 @@ from typing import Any
 
 from skill_server.lint.script.evaluate import Evaluator
 from skill_server.lint.script.jobs import JobTracker
-from skill_server.lint.script.model import Freeze, Scope, Value, Write
+from skill_server.lint.script.model import Freeze, Scope, Value, Write, tracked
 from skill_server.lint.script.modules import ModuleInfo, dotted
 
 #: Calls after which writes to ``job.config`` no longer reach the engine.
@@ -197,16 +197,5 @@ class EffectCollector:
         return None
 
     def _alias(self, name: str, scope: Scope, line: int) -> tuple[int | None, Access] | None:
-        current: Scope | None = scope
-        use_line: int | None = line
-        while current is not None:
-            entries = current.aliases.get(name)
-            if entries:
-                before = [e for e in entries if use_line is None or e[0] <= use_line]
-                if before:
-                    return before[-1][1]
-            if (name in current.params or current.assigned.get(name)) and not entries:
-                return None  # bound to something else in this scope
-            current = current.parent
-            use_line = None
-        return None
+        found = tracked(scope, lambda s: s.aliases, name, line)
+        return found[0] if found is not None else None

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 from skill_server.lint.script import paths
 from skill_server.lint.script.evaluate import Evaluator
-from skill_server.lint.script.model import Construction, Kwarg, Scope, Value
+from skill_server.lint.script.model import Construction, Kwarg, Scope, Value, tracked
 from skill_server.lint.script.modules import ModuleInfo, dotted
 
 JOB_MODULE = "ajet.copilot.job"
@@ -140,19 +140,7 @@ class JobTracker:
         if "." in name:
             entries = self.main.scope.jobs.get(name)
             return (entries[-1][1],) if entries else None
-        current: Scope | None = scope
-        use_line: int | None = line
-        while current is not None:
-            entries = current.jobs.get(name)
-            if entries:
-                before = [e for e in entries if use_line is None or e[0] <= use_line]
-                if before:
-                    return (before[-1][1],)
-            if current.assigned.get(name) or name in current.params:
-                return None  # rebound in this scope: not the job
-            current = current.parent
-            use_line = None
-        return None
+        return tracked(scope, lambda s: s.jobs, name, line)
 
     # -- pass 2: jobs passed to functions
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Union
+from collections.abc import Callable
+from typing import Any, Literal, TypeVar, Union
 
 #: How a resolved value was obtained. Listed from most to least fragile: the first that applies to
 #: any part of an expression names the whole (an env default times a literal is an env default).
@@ -184,6 +185,27 @@ class Scope:
         return None
 
 
+T = TypeVar("T")
+
+
+def tracked(scope: Scope | None, table: Callable[[Scope], dict[str, list[tuple[int, T]]]], name: str,
+            line: int) -> tuple[T] | None:
+    """The entry ``name`` last got in ``table`` (a scope's ``jobs`` or ``aliases``) before ``line``, searching
+    outwards as Python resolves names: a scope that binds ``name`` to something else hides the outer ones.
+    Wrapped in a tuple, since the entry itself may be None."""
+    current, use_line = scope, line
+    while current is not None:
+        entries = table(current).get(name)
+        if entries:
+            before = [e for e in entries if use_line is None or e[0] <= use_line]
+            if before:
+                return (before[-1][1],)
+        if current.assigned.get(name) or name in current.params:
+            return None  # bound to something else in this scope
+        current, use_line = current.parent, None
+    return None
+
+
 def _all_same(entries: list[tuple[int, Binding]]) -> bool:
     def key(binding: Binding) -> str:
         if isinstance(binding, ast.AST):
@@ -199,9 +221,7 @@ def _all_same(entries: list[tuple[int, Binding]]) -> bool:
 @dataclass
 class ScriptScan:
     path: Path
-    source: str
     constructions: list[Construction]
     writes: list[Write]
     freezes: list[Freeze]
     notes: list[str]
-    module: Scope

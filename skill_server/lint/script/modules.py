@@ -45,7 +45,6 @@ class ModuleInfo:
         self.name = name
         self.scope = Scope("<module>", None, tree, module=self)
         self.functions: dict[str, Scope] = {}  # function name -> its scope (first definition wins)
-        self.scope_of: dict[int, Scope] = {}  # id(function node) -> scope
         self.dataclasses: dict[str, DataclassDef] = {}
         self.imports: list[tuple[ast.Import | ast.ImportFrom, Scope]] = []
         self._lines: list[bytes] | None = None
@@ -155,7 +154,6 @@ def walk_module(module: ModuleInfo) -> list[tuple[ast.AST, Scope]]:
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             inner = Scope(node.name, scope, node)
             scopes.append(inner)
-            module.scope_of[id(node)] = inner
             module.functions.setdefault(node.name, inner)
             if binds:
                 scope.assign(node.name, node.lineno, inner)  # type: ignore[arg-type]
