@@ -11,12 +11,10 @@ runs it). Timings include the CLI's own start and ssh; on real nodes Ray's start
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -28,27 +26,12 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=2)
     args = ap.parse_args()
 
-    from tests.conftest import cli_env
-    from tests.gpu_helpers import install_fake_smi
-    from tests.sshd import LoopbackSshd, PrivateNetwork
-    from tests.test_ray_cluster import NODE_STATE, RAY_OPTIONS, cli, on_node, ray_processes
+    from tests.test_ray_cluster import RAY_OPTIONS, cli, on_node, ray_nodes, ray_processes
 
-    network = PrivateNetwork()
-    server = LoopbackSshd(("node1", "node2"), one_per_node=True, network=network, private_tmp=True)
-    for node in server.nodes:
-        install_fake_smi(server.root / node / "bin", NODE_STATE)
-    server.node_paths = {node: [str(server.root / node / "bin")] for node in server.nodes}
-    server.start()
-    client = Path(tempfile.mkdtemp(prefix="c", dir=server.root))
-    (client / "home").mkdir()
-    server.env = cli_env(SKILL_SERVER_SSH_CONFIG=str(server.config), SKILL_SERVER_STATE_DIR=str(client / "s"),
-                         HOME=str(client / "home"), SKILL_SERVER_TMUX_SOCKET=f"bench-{uuid.uuid4().hex[:6]}",
-                         SHELL="/bin/sh")
-    server.env.pop("SSH_AUTH_SOCK", None)
-    work = tempfile.mkdtemp(prefix="w", dir=server.root)
-    start = {"action": "start", "head": "node1", "workers": ["node2"], "port": 6381, "workdir": work, **RAY_OPTIONS}
-    ready_s, status_s, stop_s, rss = [], [], [], []
-    try:
+    with ray_nodes() as server:
+        work = tempfile.mkdtemp(prefix="w", dir=server.root)
+        start = {"action": "start", "head": "node1", "workers": ["node2"], "port": 6381, "workdir": work, **RAY_OPTIONS}
+        ready_s, status_s, stop_s, rss = [], [], [], []
         for _ in range(args.repeat):
             t0 = time.perf_counter()
             rc, out, err = cli(server, "ray_cluster", {**start, "timeout_s": 50})
@@ -77,18 +60,6 @@ def main() -> int:
         print(f"status: median {statistics.median(status_s):.2f} s; stop (run, ray stop --force on both, "
               f"nvidia-smi): median {statistics.median(stop_s):.1f} s")
         print(f"Ray's resident memory, head + worker: {statistics.median(rss):.2f} GiB")
-    finally:
-        saved = dict(os.environ)
-        os.environ.update(server.env)
-        try:
-            from skill_server.hosts.ssh import close_masters
-
-            close_masters()
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
-        server.stop()
-        network.stop()
     return 0
 
 

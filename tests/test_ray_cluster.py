@@ -27,8 +27,9 @@ import sys
 import tempfile
 import time
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 
@@ -49,11 +50,11 @@ RAY_OPTIONS = {"ray": RAY, "num_gpus": 2, "num_cpus": 1, "ray_args": ["--object-
                "head_args": ["--include-dashboard=false"], "env": {"RAY_USAGE_STATS_ENABLED": "0"}}
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    if os.getuid() != 0:
-        pytest.skip("private network and PID namespaces need root; CI runs as root")
-    assert Path(RAY).is_file(), f"{RAY} is missing: pip install ray (a test dependency; .ci/run installs it)"
+@contextmanager
+def ray_nodes() -> Iterator[LoopbackSshd]:
+    """node1 and node2 in a private network, the stand-in nvidia-smi first on their PATH; ``server.env`` is
+    the environment the CLI runs with (its own state, home and tmux socket; no ssh agent). At the end the
+    CLI's ssh masters, the nodes and the network end. Shared with bench/ray_cluster.py."""
     network = PrivateNetwork()
     server = None
     try:
@@ -84,6 +85,15 @@ def cluster():
                     os.environ.update(saved)
             server.stop()
         network.stop()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    if os.getuid() != 0:
+        pytest.skip("private network and PID namespaces need root; CI runs as root")
+    assert Path(RAY).is_file(), f"{RAY} is missing: pip install ray (a test dependency; .ci/run installs it)"
+    with ray_nodes() as server:
+        yield server
 
 
 def cli(server: LoopbackSshd, tool: str, arguments: dict[str, Any], timeout: float = 180) -> tuple[int, Any, str]:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import shlex
 
+from .procs import MARKER
+
 MARK = "[agentjet-swarm-skill]"
 
 # Runs with the host agent's interpreter (stdlib only). Any HTTP answer below 500 counts as "up";
@@ -58,7 +60,7 @@ def render(exp_id: str, role: str, run_dir: str, workdir: str, env: dict, path_p
         'mkdir -p -- "$(dirname -- "$__ajs_log")" || __ajs_finish 126',
         # The watchdog must not carry the run marker (a stop would kill it) and leaves the process group.
         "%s= %s %s watchdog %s %s %s %d %d </dev/null >/dev/null 2>&1 &" % (
-            "AGENTJET_SKILL_RUN", q(python), q(run_dir + "/agent.py"), q(run_dir), q(role), q(exp_id),
+            MARKER, q(python), q(run_dir + "/agent.py"), q(run_dir), q(role), q(exp_id),
             int(max_time_s), int(deadline_grace_s)),
         "__ajs_wd=$!",
         "cd -- %s || { __ajs_note %s; __ajs_finish 126; }" % (q(workdir), q("cannot cd to " + workdir)),
@@ -95,4 +97,4 @@ def render(exp_id: str, role: str, run_dir: str, workdir: str, env: dict, path_p
 
 def pane_argv(exp_id: str, role: str, script: str) -> list[str]:
     """The pane's command: the wrapper under bash, with the run marker in its initial environment."""
-    return ["env", "AGENTJET_SKILL_RUN=%s/%s" % (exp_id, role), "bash", script]
+    return ["env", "%s=%s/%s" % (MARKER, exp_id, role), "bash", script]
