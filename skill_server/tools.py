@@ -25,12 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
-from pydantic_core import core_schema
 
 from skill_server.arguments import check_argument_tree
 from skill_server.errors import ToolFailure, ToolInputError, utf8_safe
-from skill_server.models import JSON_VALUE_SCHEMA, Progress, describe_validation_error
+from skill_server.models import Progress, describe_validation_error
 
 SCHEMA_MANIFEST = Path(__file__).with_name("tool_schemas.json")
 
@@ -47,20 +45,13 @@ def _resolve(ref: Ref) -> Any:
     return _import_ref(ref) if isinstance(ref, str) else ref
 
 
-class PortableJsonSchema(GenerateJsonSchema):
-    """Pydantic's schemas, with every untyped value (``Any``) spelled as the typed JSON-value union.
-
-    An untyped property accepts any JSON value anyway; saying so with one ``type`` per branch keeps
-    the schemas portable (the MCP Inspector flags a bare ``{}``) without changing what they accept.
-    """
-
-    def any_schema(self, schema: core_schema.AnySchema) -> JsonSchemaValue:
-        return json.loads(json.dumps(JSON_VALUE_SCHEMA))
-
-
 def model_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The JSON schema the tool table publishes for a model."""
-    return model.model_json_schema(schema_generator=PortableJsonSchema)
+    """The JSON schema the tool table publishes for a model.
+
+    Free-form values are typed by ``models.JsonValue`` in the models themselves (a bare ``Any`` would
+    publish an untyped ``{}``, which ``tests/test_tool_table.py`` refuses).
+    """
+    return model.model_json_schema()
 
 
 @dataclass(frozen=True)
