@@ -104,8 +104,6 @@ def private_tmux(monkeypatch: pytest.MonkeyPatch):
 
     ``SHELL=/bin/sh`` keeps pane shells free of login hooks that a killed test could leave half-run.
     """
-    import shutil
-    import tempfile
     import uuid
 
     name = f"ajs-{uuid.uuid4().hex[:8]}"

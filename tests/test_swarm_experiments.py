@@ -229,7 +229,3 @@ async def test_a_real_mcp_client_accepts_the_sparse_output():
     first, second = r.structured_content["servers"]
     assert first["reachable"] is True and second["reachable"] is False and "engine_status" not in second
 
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
