@@ -22,13 +22,15 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from pydantic import BaseModel, ValidationError
+from typing import TYPE_CHECKING, Any
 
 from skill_server.arguments import check_argument_tree
 from skill_server.errors import ToolFailure, ToolInputError, utf8_safe
-from skill_server.models import Progress, describe_validation_error
+
+if TYPE_CHECKING:  # pydantic is imported with the first model: listing the tools needs none
+    from pydantic import BaseModel
+
+    from skill_server.models import Progress
 
 SCHEMA_MANIFEST = Path(__file__).with_name("tool_schemas.json")
 
@@ -90,6 +92,10 @@ class ToolSpec:
 
     def validate(self, arguments: Any) -> BaseModel:
         """Validate raw arguments into the input model, or raise ``ToolInputError`` naming the field."""
+        from pydantic import ValidationError
+
+        from skill_server.models import describe_validation_error
+
         if not isinstance(arguments, dict):
             kind = "an array" if isinstance(arguments, list) else type(arguments).__name__
             raise ToolInputError(f"arguments must be a JSON object, got {kind}")

@@ -42,6 +42,13 @@ def test_listing_tools_imports_no_tool_module():
     assert all(t.name in proc.stdout for t in TOOLS)
 
 
+def test_listing_tools_imports_no_heavy_package():
+    code = ("import sys; from skill_server import cli; cli.main(['tools', '--json']); "
+            "sys.stderr.write(repr(sorted(m for m in sys.modules if m in ('pydantic', 'yaml', 'matplotlib', 'mcp'))))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env())
+    assert proc.stderr.strip() == "[]", proc.stderr
+
+
 def test_tools_json_lists_schemas():
     proc = run_cli("tools", "--json")
     listing = json.loads(proc.stdout)
