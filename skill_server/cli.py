@@ -272,6 +272,7 @@ def _tool_help(tool_name: str) -> int:
 def _list_tools(as_json: bool) -> int:
     from skill_server.tools import TOOLS, schema_manifest
 
+    _require_shell_packages()
     if as_json:
         manifest = schema_manifest()
         listing = [
@@ -295,6 +296,16 @@ def _list_tools(as_json: bool) -> int:
             sys.stdout.write(f"{t.name.ljust(width)}  {t.title}\n")
         sys.stdout.write(f"\n{PROG} call TOOL --help  shows a tool's arguments\n")
     return EXIT_OK
+
+
+def _require_shell_packages() -> None:
+    """Fail as an import would when a package the tools need is missing, without importing it: the listing
+    needs none of them (it stays fast), but a Python that cannot run the tools must say so here too."""
+    from importlib.util import find_spec
+
+    for name, requirement in REQUIREMENTS.items():
+        if requirement in SHELL_REQUIREMENTS and find_spec(name) is None:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 
 
 def _schemas(write: bool) -> int:

@@ -106,19 +106,16 @@ def _absolute(path: str | Path, field: str | None) -> Path:
 
 
 def _check_writable_location(target: Path, field: str | None) -> None:
+    name_bytes = len(os.fsencode(target.name))
+    if name_bytes > NAME_MAX:  # named as the file name: the path the user gave ends in it
+        raise ToolInputError(f"file name is {name_bytes} bytes, over the {NAME_MAX}-byte limit of file systems",
+                             field=field)
+    check_path_length(target, field=field)
     text = str(target)
-    if len(os.fsencode(target.name)) <= NAME_MAX:
-        check_path_length(target.parent, field=field)
     for root in VIRTUAL_ROOTS:
         if text == root or text.startswith(root + "/"):
             raise ToolInputError(f"{target} is under {root}, a kernel view rather than storage; choose a path "
                                  "on a disk", field=field)
-    if len(os.fsencode(text)) > PATH_MAX:
-        raise ToolInputError(f"path is {len(os.fsencode(text))} bytes, over the {PATH_MAX}-byte limit", field=field)
-    name_bytes = len(os.fsencode(target.name))
-    if name_bytes > NAME_MAX:
-        raise ToolInputError(f"file name is {name_bytes} bytes, over the {NAME_MAX}-byte limit of file systems",
-                             field=field)
 
 
 def _make_parents(target: Path, field: str | None) -> None:

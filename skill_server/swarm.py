@@ -138,13 +138,25 @@ def _target_urls(inp: SwarmStatusInput) -> tuple[list[str], bool, ExperimentLink
 
 # ----------------------------------------------------------------------------------------------- status
 
+def _read_dumped_config(dumped: Path) -> CapConfig | str:
+    """The cap settings of the config an engine dumped on this machine, or why they cannot be read."""
+    if not dumped.is_file():
+        return f"{dumped} is not on this machine; give yaml"
+    try:
+        return config_from_yaml(dumped, field="config", source="server")
+    except SkillError as exc:
+        return exc.message
+
+
 def build_status(url: str, raw: RawAnswers, cfg: CapConfig | None, *, release: Callable[[], Release],
+                 dumped_config: Callable[[Path], CapConfig | str],
                  timeout: float = 3.0, link: ExperimentLink | None = None) -> ServerStatus:
     """One server's status object from what its routes gave; a server that sends nonsense costs only
     its own fields, never the call (an unexpected failure is reported as this server's reason).
-    ``release()`` is the AgentJet whose thread rule the episode cap follows."""
+    ``release()`` is the AgentJet whose thread rule the episode cap follows; ``dumped_config`` reads
+    the config the engine dumped (``swarm_status`` caches it, so a watch reads each file once)."""
     try:
-        return _build_status(url, raw, cfg, release, timeout, link)
+        return _build_status(url, raw, cfg, release, dumped_config, timeout, link)
     except Exception as exc:  # a hostile answer found a path the parser did not expect
         log.warning("could not interpret the answer of %s", url, exc_info=True)
         status = ServerStatus(url=url, reachable=False, experiment=link,
@@ -154,7 +166,8 @@ def build_status(url: str, raw: RawAnswers, cfg: CapConfig | None, *, release: C
 
 
 def _build_status(url: str, raw: RawAnswers, cfg: CapConfig | None, release: Callable[[], Release],
-                  timeout: float, link: ExperimentLink | None) -> ServerStatus:
+                  dumped_config: Callable[[Path], CapConfig | str], timeout: float,
+                  link: ExperimentLink | None) -> ServerStatus:
     status = ServerStatus(url=url, reachable=False, experiment=link)
     engine_ok = isinstance(raw.engine, dict)
     if not engine_ok and not isinstance(raw.pool, dict):
@@ -187,7 +200,7 @@ def _build_status(url: str, raw: RawAnswers, cfg: CapConfig | None, release: Cal
     else:
         status.field_errors[ROUTE_POOL] = str(raw.pool)
     if cfg is None and raw.experiment_dir is not None:
-        cfg = _config_from_experiment_dir(url, raw.experiment_dir, status, link)
+        cfg = _config_from_experiment_dir(url, raw.experiment_dir, status, link, dumped_config)
     status.config = cfg
     status.episode_cap = _cap_for(status, cfg, release)
     status.diagnosis = diagnose(status, cfg)
@@ -214,8 +227,8 @@ def _experiments_for(url: str) -> list[ExperimentLink]:
     return [x for x in experiments_on_port(port) if x.host is None][:3]
 
 
-def _config_from_experiment_dir(url: str, answer: Any, status: ServerStatus,
-                                link: ExperimentLink | None) -> CapConfig | None:
+def _config_from_experiment_dir(url: str, answer: Any, status: ServerStatus, link: ExperimentLink | None,
+                                dumped_config: Callable[[Path], CapConfig | str]) -> CapConfig | None:
     """The cap settings of the config the running engine dumped, when its directory is on this machine."""
     if isinstance(answer, FetchError):
         if answer.status != 404:  # 404: an AgentJet without the route; nothing to report
@@ -236,15 +249,11 @@ def _config_from_experiment_dir(url: str, answer: Any, status: ServerStatus,
         status.field_errors["config"] = (f"the server runs on another machine; its config is {where / DUMPED_CONFIG} "
                                          "there (copy it here and give yaml)")
         return None
-    dumped = where / DUMPED_CONFIG
-    if not dumped.is_file():
-        status.field_errors["config"] = f"{dumped} is not on this machine; give yaml"
+    found = dumped_config(where / DUMPED_CONFIG)
+    if isinstance(found, str):
+        status.field_errors["config"] = found
         return None
-    try:
-        return config_from_yaml(dumped, field="config", source="server")
-    except SkillError as exc:
-        status.field_errors["config"] = exc.message
-        return None
+    return found
 
 
 def _combine_reasons(engine: Any, pool: Any) -> str:
@@ -337,9 +346,12 @@ def swarm_status(inp: SwarmStatusInput, progress: Progress | None = None) -> Swa
             except Exception:  # progress is best effort
                 log.debug("progress callback failed", exc_info=True)
 
+    dumped_config = functools.cache(_read_dumped_config)  # a watch reads each server's dumped config once
+
     def read_all(deadline: float | None = None) -> list[ServerStatus]:
         raws = read_servers(urls, timeout, deadline=deadline, with_experiment_dir=want_dir)
-        return [build_status(u, r, cfg, release=release, timeout=timeout, link=link) for u, r in zip(urls, raws)]
+        return [build_status(u, r, cfg, release=release, dumped_config=dumped_config, timeout=timeout, link=link)
+                for u, r in zip(urls, raws)]
 
     if not inp.watch_s:
         report(0, 1, f"reading {len(urls)} swarm server(s)")

@@ -22,15 +22,15 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-from pydantic import BaseModel, ValidationError
-from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
-from pydantic_core import core_schema
+from typing import TYPE_CHECKING, Any
 
 from skill_server.arguments import check_argument_tree
 from skill_server.errors import ToolFailure, ToolInputError, utf8_safe
-from skill_server.models import JSON_VALUE_SCHEMA, Progress, describe_validation_error
+
+if TYPE_CHECKING:  # pydantic is imported with the first model: listing the tools needs none
+    from pydantic import BaseModel
+
+    from skill_server.models import Progress
 
 SCHEMA_MANIFEST = Path(__file__).with_name("tool_schemas.json")
 
@@ -47,20 +47,13 @@ def _resolve(ref: Ref) -> Any:
     return _import_ref(ref) if isinstance(ref, str) else ref
 
 
-class PortableJsonSchema(GenerateJsonSchema):
-    """Pydantic's schemas, with every untyped value (``Any``) spelled as the typed JSON-value union.
-
-    An untyped property accepts any JSON value anyway; saying so with one ``type`` per branch keeps
-    the schemas portable (the MCP Inspector flags a bare ``{}``) without changing what they accept.
-    """
-
-    def any_schema(self, schema: core_schema.AnySchema) -> JsonSchemaValue:
-        return json.loads(json.dumps(JSON_VALUE_SCHEMA))
-
-
 def model_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The JSON schema the tool table publishes for a model."""
-    return model.model_json_schema(schema_generator=PortableJsonSchema)
+    """The JSON schema the tool table publishes for a model.
+
+    Free-form values are typed by ``models.JsonValue`` in the models themselves (a bare ``Any`` would
+    publish an untyped ``{}``, which ``tests/test_tool_table.py`` refuses).
+    """
+    return model.model_json_schema()
 
 
 @dataclass(frozen=True)
@@ -99,6 +92,10 @@ class ToolSpec:
 
     def validate(self, arguments: Any) -> BaseModel:
         """Validate raw arguments into the input model, or raise ``ToolInputError`` naming the field."""
+        from pydantic import ValidationError
+
+        from skill_server.models import describe_validation_error
+
         if not isinstance(arguments, dict):
             kind = "an array" if isinstance(arguments, list) else type(arguments).__name__
             raise ToolInputError(f"arguments must be a JSON object, got {kind}")

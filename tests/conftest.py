@@ -91,7 +91,6 @@ def private_tmux(monkeypatch: pytest.MonkeyPatch):
 
     ``SHELL=/bin/sh`` keeps pane shells free of login hooks that a killed test could leave half-run.
     """
-    import shutil
     import uuid
 
     name = f"ajs-{uuid.uuid4().hex[:8]}"

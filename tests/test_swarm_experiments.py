@@ -177,6 +177,19 @@ def test_experiment_dir_on_this_machine_gives_the_cap(tmp_path):
         assert call("swarm_status", url=server.url).field_errors == {}
 
 
+def test_a_watch_reads_the_dumped_config_once(tmp_path, monkeypatch):
+    from skill_server import swarm
+
+    dump_config(tmp_path / "exp", max_env_worker=128, num_repeat=6, batch=32)
+    reads = []
+    real = swarm.config_from_yaml
+    monkeypatch.setattr(swarm, "config_from_yaml", lambda *a, **kw: reads.append(a) or real(*a, **kw))
+    with SwarmStandin(SwarmState(experiment_dir=str(tmp_path / "exp"))) as server:
+        r = call("swarm_status", url=server.url, watch_s=2, timeout_s=1)
+    assert r.watch.samples_read >= 2 and r.episode_cap.episode_cap == 128
+    assert len(reads) == 1
+
+
 def test_unknown_values_are_left_out_not_null(tmp_path):
     with SwarmStandin() as server:
         server.state.engine_status_detail = None
@@ -216,7 +229,3 @@ async def test_a_real_mcp_client_accepts_the_sparse_output():
     first, second = r.structured_content["servers"]
     assert first["reachable"] is True and second["reachable"] is False and "engine_status" not in second
 
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"

@@ -42,6 +42,13 @@ def test_listing_tools_imports_no_tool_module():
     assert all(t.name in proc.stdout for t in TOOLS)
 
 
+def test_listing_tools_imports_no_heavy_package():
+    code = ("import sys; from skill_server import cli; cli.main(['tools', '--json']); "
+            "sys.stderr.write(repr(sorted(m for m in sys.modules if m in ('pydantic', 'yaml', 'matplotlib', 'mcp'))))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env())
+    assert proc.stderr.strip() == "[]", proc.stderr
+
+
 def test_tools_json_lists_schemas():
     proc = run_cli("tools", "--json")
     listing = json.loads(proc.stdout)
@@ -167,6 +174,14 @@ def test_call_help_imports_neither_mcp_nor_the_tool_module():
 
 # --- hostile command lines: one-line usage errors ----------------------------------------------------
 
+def _call_episode_cap_with_json(json_text: str) -> subprocess.CompletedProcess[str]:
+    """``call episode_cap --json TEXT``, the text passed through stdin (it may exceed argv's limit)."""
+    code = ("import sys; from skill_server import cli; "
+            "raise SystemExit(cli.main(['call', 'episode_cap', '--json', sys.stdin.read()]))")
+    return subprocess.run([sys.executable, "-c", code], input=json_text, capture_output=True, text=True,
+                          cwd=REPO, env=cli_env(), timeout=60)
+
+
 @pytest.mark.parametrize("json_text, needle", [
     ("[" * 100_000 + "]" * 100_000, "nested too deeply"),
     ('{"max_env_worker": 1' + "0" * 5000 + "}", "too many digits"),
@@ -176,10 +191,7 @@ def test_call_help_imports_neither_mcp_nor_the_tool_module():
     ("{" + '"k": 1, ' * 200_000 + '"z": 1}', "larger than 1024 KiB"),
 ], ids=["deep", "digits", "nan", "string", "null", "huge"])
 def test_hostile_json_is_a_one_line_usage_error(json_text, needle):
-    code = ("import sys; from skill_server import cli; "
-            "raise SystemExit(cli.main(['call', 'episode_cap', '--json', sys.stdin.read()]))")
-    proc = subprocess.run([sys.executable, "-c", code], input=json_text, capture_output=True, text=True,
-                          cwd=REPO, env=cli_env(), timeout=60)
+    proc = _call_episode_cap_with_json(json_text)
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith("usage error: ") and proc.stderr.count("\n") == 1 and needle in proc.stderr, \
         proc.stderr[:300]
@@ -193,10 +205,7 @@ def test_hostile_json_is_a_one_line_usage_error(json_text, needle):
 def test_parsed_but_unusable_values_are_bad_arguments_like_over_mcp(json_text, needle):
     """JSON that parses but holds a value no tool takes is a bad argument (exit 1, the field named), the
     same message MCP gives; only text that cannot be read as arguments is a usage error (exit 2)."""
-    code = ("import sys; from skill_server import cli; "
-            "raise SystemExit(cli.main(['call', 'episode_cap', '--json', sys.stdin.read()]))")
-    proc = subprocess.run([sys.executable, "-c", code], input=json_text, capture_output=True, text=True,
-                          cwd=REPO, env=cli_env(), timeout=60)
+    proc = _call_episode_cap_with_json(json_text)
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr.startswith("episode_cap: ") and proc.stderr.count("\n") == 1 and needle in proc.stderr, \
         proc.stderr[:300]
