@@ -14,7 +14,6 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,7 +22,7 @@ from skill_server.experiments.store import open_registry
 from skill_server.hosts import get_host
 from skill_server.hosts.ssh import close_masters, control_dir, ssh_options
 from tests.conftest import call_cli, cli_env
-from tests.experiment_helpers import FAKE, call, wait_until
+from tests.experiment_helpers import FAKE, call, status, wait_until
 from tests.sshd import NODES, LoopbackSshd, free_port
 
 NODE_PY = "python3"  # the nodes' own interpreter (sshd's default PATH), not this test's
@@ -70,10 +69,6 @@ def workdir_on(sshd: LoopbackSshd, label: str = "w") -> Path:
 
 def trainer(*args: str) -> str:
     return f"{NODE_PY} {FAKE} " + " ".join(args)
-
-
-def status(exp_id: str, **kw: Any) -> dict[str, Any]:
-    return call("experiment_status", id=exp_id, **kw)["experiments"][0]
 
 
 def node_marked(node: str, prefix: str) -> list[int]:

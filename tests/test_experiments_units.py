@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -269,3 +270,13 @@ def test_wait_timeout_is_clamped_and_inputs_are_named():
     with pytest.raises(ToolInputError) as err:
         spec.invoke({"id": "nope", "timeout_s": 500})
     assert err.value.field == "id"
+
+
+def test_read_only_lookups_on_a_fresh_machine_create_no_registry():
+    state = Path(os.environ["SKILL_SERVER_STATE_DIR"])
+    assert TOOLS_BY_NAME["experiment_status"].invoke({}).experiments == []
+    for tool, arguments in (("experiment_status", {"id": "x"}), ("wait_experiment", {"id": "x"}),
+                            ("compare_experiments", {"ids": ["x", "y"]})):
+        with pytest.raises(ToolInputError, match="no experiment"):
+            TOOLS_BY_NAME[tool].invoke(arguments)
+    assert not state.exists()

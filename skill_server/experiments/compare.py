@@ -245,7 +245,7 @@ def compare_experiments(inp: CompareInput) -> CompareOutput:
     last_k = inp.last_k or DEFAULT_LAST_K
     given = _given_yaml_paths(inp)
     plot_data: dict[str, MetricsHistory] | None = None
-    with open_registry() as reg:
+    with open_registry(create=False) as reg:
         rows = _find_all(reg, list(inp.ids))
         fields = observe_with_lines(reg, rows, None, 0)
         rows = [reg.get(r.id) or r for r in rows]

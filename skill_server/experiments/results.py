@@ -5,10 +5,11 @@ Metrics come from AgentJet's markdown files (``val_print_to_markdown_file_path``
 no lines, from the metric history of the run's ``step:N`` log lines (``history``: validation metrics are
 the ``val-*`` keys). The answer and results.md say which source each table came from.
 
-Everything on the run's host happens on its main host, in two round trips: one reads the YAML candidates
-and metric files (regular files only, bounded: a FIFO or a device is refused, never read), one writes
-``metrics.png`` (when matplotlib is installed), ``results.md`` (its documented job is to replace the previous
-ones) and, once the run has ended, an empty ``finish.flag``, all atomically and only over regular files.
+Everything on the run's host happens on its main host, in at most three round trips: one reads the YAML
+candidates (only when a markdown path is not given; the paths come from them), one the metric files
+(regular files only, bounded: a FIFO or a device is refused, never read), one writes ``metrics.png``
+(when matplotlib is installed), ``results.md`` (its documented job is to replace the previous ones) and,
+once the run has ended, an empty ``finish.flag``, all atomically and only over regular files.
 """
 
 from __future__ import annotations

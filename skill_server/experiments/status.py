@@ -275,7 +275,7 @@ def experiment_status(inp: StatusInput) -> StatusOutput:
         raise ToolInputError("a cursor belongs to one experiment: give id too", field="since")
     wanted = history_request(inp)
     problems: list[RegistryProblem] = []
-    with open_registry() as reg:
+    with open_registry(create=False) as reg:
         if inp.id is not None:
             rows = [find(reg, inp.id)]
             max_lines = logs.MAX_LINES if inp.max_lines is None else inp.max_lines

@@ -275,19 +275,26 @@ def registry_exists() -> bool:
 
 
 @contextmanager
-def open_registry() -> Iterator[Registry]:
-    """A registry connection for the duration of one tool call."""
+def open_registry(*, create: bool = True) -> Iterator[Registry]:
+    """A registry connection for the duration of one tool call.
+
+    ``create=False`` is for calls that only look runs up: before any launch there is no registry, and an
+    empty one in memory answers instead, so they never create a state directory and database on disk."""
     directory = state_dir()
+    on_disk = create or registry_exists()
     try:
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        conn = sqlite3.connect(str(directory / DB_NAME), timeout=15.0, isolation_level=None)
+        if on_disk:
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        conn = sqlite3.connect(str(directory / DB_NAME) if on_disk else ":memory:", timeout=15.0,
+                               isolation_level=None)
     except (OSError, sqlite3.Error) as exc:
         raise ToolFailure(f"cannot open the experiment registry in {directory}: {exc}") from None
     try:
-        conn.execute("PRAGMA busy_timeout = 15000")
-        if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-            conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")
+        if on_disk:
+            conn.execute("PRAGMA busy_timeout = 15000")
+            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
         conn.executescript(_SCHEMA)
         yield Registry(conn)
     except sqlite3.Error as exc:

@@ -59,7 +59,7 @@ def wait_experiment(inp: WaitInput, progress: Progress | None = None) -> WaitOut
     if inp.since is not None and pattern is None:
         raise ToolInputError("only used with until='pattern'", field="since")
     started = time.monotonic()
-    with open_registry() as reg:
+    with open_registry(create=False) as reg:
         row = find(reg, inp.id)
         view = observe(reg, [row])[0]
         baseline = _error_counts(view.scan)

@@ -172,7 +172,7 @@ def watch(key: str, write: Callable[[str], None], *, every: int = DEFAULT_EVERY,
 
     previous = signal.signal(signal.SIGTERM, on_term) if _main_thread() else None
     try:
-        with open_registry() as reg:
+        with open_registry(create=False) as reg:
             row = find(reg, key)
         while True:
             now = time.time()
