@@ -105,12 +105,10 @@ def _link(row: Any, address: dict[str, Any]) -> ExperimentLink:
 
 def experiment_server(exp_id: str) -> ExperimentLink:
     """The swarm server experiment ``exp_id`` launched; ``ToolInputError`` on ``id`` when there is none."""
-    from skill_server.experiments.store import open_registry, registry_exists
+    from skill_server.experiments.store import open_registry
 
-    row = None
-    if registry_exists():
-        with open_registry() as registry:
-            row = registry.find(exp_id)
+    with open_registry(create=False) as registry:
+        row = registry.find(exp_id)
     if row is None:
         raise ToolInputError(f"no experiment {exp_id!r} in the registry (experiment_status lists them)", field="id")
     address = server_address(row.spec if isinstance(row.spec, dict) else {})
@@ -123,11 +121,9 @@ def experiment_server(exp_id: str) -> ExperimentLink:
 def experiments_on_port(port: int, limit: int = 200) -> list[ExperimentLink]:
     """Experiments whose swarm server was given ``port`` (unfinished first); empty when unknown."""
     try:
-        from skill_server.experiments.store import open_registry, registry_exists
+        from skill_server.experiments.store import open_registry
 
-        if not registry_exists():
-            return []
-        with open_registry() as registry:
+        with open_registry(create=False) as registry:
             rows = registry.all(limit)
     except (SkillError, ImportError, OSError):
         return []

@@ -269,8 +269,7 @@ class Registry:
 
 
 def registry_exists() -> bool:
-    """Whether any experiment was ever registered here: read-only lookups ask first, so that they never
-    create a state directory and database as a side effect."""
+    """Whether any experiment was ever registered here (the database file exists)."""
     return (state_dir() / DB_NAME).is_file()
 
 
