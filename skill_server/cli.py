@@ -100,7 +100,7 @@ def _build_parser() -> argparse.ArgumentParser:
 
 def _positive_int(text: str) -> int:
     if not (text.isascii() and text.isdigit()) or len(text) > 9 or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of at least 1")
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from 1 to 999999999")
     return int(text)
 
 
