@@ -1,8 +1,8 @@
 """AgentJet checkouts for tests, and a runnable stand-in of ``AgentJetJob`` to use as an oracle.
 
 ``write_reference_checkout`` lays out an AgentJet c68c154f tree: the three YAML layers from
-``../shared/agentjet-reference/c68c154/`` plus ``ajet/__init__.py``, ``pyproject.toml`` and three Python
-modules written for this project from that folder's fact sheet (README.md): ``ajet/copilot/job.py``
+``tests/fixtures/agentjet-reference/c68c154/`` plus ``ajet/__init__.py``, ``pyproject.toml`` and three Python
+modules written for this project from AgentJet's documented facts at that commit: ``ajet/copilot/job.py``
 (AgentJetJob's signature, overrides table and construction steps), the config dataclasses and the
 swarm rollout's thread rule. None of it is AgentJet's code.
 
@@ -24,16 +24,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-import pytest
 
-from tests.conftest import SHARED
+from tests.conftest import REPO
 
-REFERENCE = SHARED / "agentjet-reference" / "c68c154"
+REFERENCE = REPO / "tests" / "fixtures" / "agentjet-reference" / "c68c154"  # see its README
 GOLDENS = REFERENCE / "goldens"
 REFERENCE_COMMIT = "c68c154f9653233ded73867c9e0553d53ca4ac30"
 REFERENCE_DATE = "2026-05-26T17:07:00+08:00"
 REFERENCE_REPO = "modelscope/AgentJet"
-NO_REFERENCE = "the AgentJet reference folder ../shared/agentjet-reference/c68c154 is not beside this checkout"
 
 LAYER_FILES = {
     "ajet_swarm_default.yaml": "ajet/default_config/ajet_swarm_default.yaml",
@@ -394,11 +392,7 @@ class ParallelEnvWorkers:
 def write_reference_checkout(root: Path, *, version: str = "0.1.0", job: str | None = None,
                              schema: str | None = SCHEMA_PY, rollout: str | None = ROLLOUT_CEIL,
                              layers: bool = True, swarm_default: bool = True) -> Path:
-    """An AgentJet c68c154f checkout at ``root`` (pass None to leave a module out).
-
-    Its YAML layers come from the reference folder: without it the calling test is skipped."""
-    if layers and not REFERENCE.is_dir():
-        pytest.skip(NO_REFERENCE)
+    """An AgentJet c68c154f checkout at ``root`` (pass None to leave a module out)."""
     pkg = root / "ajet"
     pkg.mkdir(parents=True, exist_ok=True)
     if layers:
@@ -419,9 +413,6 @@ def write_reference_checkout(root: Path, *, version: str = "0.1.0", job: str | N
 
 
 def goldens() -> list[dict[str, Any]]:
-    """The golden cases; none without the reference folder (a parametrized test is then skipped)."""
-    if not GOLDENS.is_dir():
-        return []
     return json.loads((GOLDENS / "cases.json").read_text())
 
 

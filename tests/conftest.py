@@ -16,7 +16,6 @@ import pytest
 from tests.tmp_dirs import SSH_FALLBACK, left_behind, short_tmp_dir
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO.parent / "shared"
 
 
 _SSH_FALLBACK_EXISTED = os.path.lexists(SSH_FALLBACK)

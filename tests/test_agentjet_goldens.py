@@ -1,6 +1,6 @@
 """build_config against real AgentJetJob runs (the goldens) and, beyond them, against the stand-in oracle.
 
-The goldens in ../shared/agentjet-reference/c68c154/goldens/ are verbatim dumps and exceptions of
+The goldens in tests/fixtures/agentjet-reference/c68c154/goldens/ are verbatim dumps and exceptions of
 AgentJet's own code at c68c154f. Every success case must come out byte for byte, from the bundled release
 and from an install read statically; every error case must be refused with AgentJet's exception.
 
@@ -20,12 +20,10 @@ import pytest
 
 from skill_server.agentjet.refusals import AgentJetRefusal
 from skill_server.overlay import BuildConfigInput, build_config
-from tests.agentjet_fixtures import GOLDENS, NO_REFERENCE, REFERENCE, TAIL, dedent, goldens, reference_dump, \
+from tests.agentjet_fixtures import GOLDENS, TAIL, dedent, goldens, reference_dump, \
     write_reference_checkout
 
-pytestmark = pytest.mark.skipif(not REFERENCE.is_dir(), reason=NO_REFERENCE)
-
-CASES = goldens() if REFERENCE.is_dir() else []
+CASES = goldens()
 SUCCESS = [c for c in CASES if "expect_file" in c]
 ERRORS = [c for c in CASES if "expect_error" in c]
 

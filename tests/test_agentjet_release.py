@@ -14,7 +14,6 @@ from skill_server.agentjet import gitmeta, pysource
 from skill_server.agentjet.release import RELEASES_DIR, bundled_releases, find_bundled, newest_bundled
 from skill_server.errors import ToolInputError
 from tests.agentjet_fixtures import (
-    NO_REFERENCE,
     REFERENCE,
     REFERENCE_COMMIT,
     REFERENCE_DATE,
@@ -25,7 +24,6 @@ from tests.agentjet_fixtures import (
 )
 from tests.conftest import run_cli
 
-needs_reference = pytest.mark.skipif(not REFERENCE.is_dir(), reason=NO_REFERENCE)
 
 
 def snapshot(checkout: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -55,7 +53,6 @@ def test_one_consistent_bundled_release():
     assert "ulysses_sequence_parallel_size" not in only.schema.tree["ajet"]["trainer_common"]
 
 
-@needs_reference
 def test_bundled_layers_are_the_reference_yamls():
     import yaml
 
@@ -78,7 +75,6 @@ def test_find_bundled_by_version_or_commit():
 # --- the snapshot command ---------------------------------------------------------------------------------------
 
 
-@needs_reference
 def test_snapshot_of_the_reference_checkout_equals_the_bundled_release(tmp_path):
     checkout = write_reference_checkout(tmp_path / "AgentJet")
     before = {p.name: p.read_bytes() for p in (RELEASES_DIR / "c68c154f").iterdir()}
@@ -88,7 +84,6 @@ def test_snapshot_of_the_reference_checkout_equals_the_bundled_release(tmp_path)
     assert {p.name: p.read_bytes() for p in (RELEASES_DIR / "c68c154f").iterdir()} == before
 
 
-@needs_reference
 def test_snapshot_shows_differences_and_writes_only_when_asked(tmp_path):
     rows = [r for r in TABLE_ROWS if r[0] != "timeline_compare_level"]
     checkout = write_reference_checkout(tmp_path / "AgentJet", job=job_py(rows, rows))
@@ -106,7 +101,6 @@ def test_snapshot_shows_differences_and_writes_only_when_asked(tmp_path):
     assert again.returncode == 0 and "no difference" in again.stdout
 
 
-@needs_reference
 def test_snapshot_of_a_new_commit_reports_what_it_would_add(tmp_path):
     checkout = write_reference_checkout(tmp_path / "AgentJet", version="0.2.0")
     proc = run_cli("snapshot", "--from", str(checkout), "--commit", "1234567890abcdef", "--date",
@@ -121,10 +115,9 @@ def test_snapshot_refusals_are_one_line(tmp_path):
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "no swarm support" in proc.stderr
     proc = run_cli("snapshot", "--from", str(tmp_path / "nowhere"))
     assert proc.returncode == 1 and "--from" in proc.stderr
-    if REFERENCE.is_dir():
-        full = write_reference_checkout(tmp_path / "Full")
-        proc = run_cli("snapshot", "--from", str(full))
-        assert proc.returncode == 1 and "not a git checkout" in proc.stderr and "--commit" in proc.stderr
+    full = write_reference_checkout(tmp_path / "Full")
+    proc = run_cli("snapshot", "--from", str(full))
+    assert proc.returncode == 1 and "not a git checkout" in proc.stderr and "--commit" in proc.stderr
     assert run_cli("snapshot").returncode == 2
 
 
@@ -149,7 +142,6 @@ def _git(cwd: Path, *args: str) -> str:
                           timeout=60).stdout.strip()
 
 
-@needs_reference
 def test_commit_and_date_come_from_dot_git_loose_and_packed(tmp_path):
     checkout = write_reference_checkout(tmp_path / "AgentJet")
     _git(checkout, "init", "-q", "-b", "main")

@@ -318,10 +318,8 @@ def test_a_base_agentjet_refuses_to_compose_leaves_its_values_unknown(tmp_path, 
 
 def test_golden_refusals_are_findings_with_agentjets_own_exception():
     """The real AgentJetJob runs at c68c154f that raise on a base: the linter reports the same exception."""
-    from tests.agentjet_fixtures import GOLDENS, NO_REFERENCE, goldens
+    from tests.agentjet_fixtures import GOLDENS, goldens
 
-    if not GOLDENS.is_dir():
-        pytest.skip(NO_REFERENCE)
     cases = [c for c in goldens() if c.get("expect_error") and c["base_yaml"]]
     assert len(cases) >= 3
     for case in cases:
