@@ -32,6 +32,8 @@ class _StdoutClosed(BrokenPipeError):
 
 class _StdoutFailed(Exception):
     """Writing our stdout failed for another reason (a full disk behind a redirect): the result is lost."""
+
+
 PROG = "python -m skill_server"
 #: Largest ``--json`` text accepted (Linux caps one argv string at 128 KiB anyway).
 MAX_JSON_ARGUMENT_BYTES = 1024 * 1024
@@ -376,7 +378,11 @@ def main(argv: list[str] | None = None) -> int:
         tool = _wants_tool_help(args_list)
         if tool is not None:
             return _tool_help(tool)
-        args = _build_parser().parse_args(args_list)
+        args, extra = _build_parser().parse_known_args(args_list)
+        if extra:  # argparse ends a positional list at an option: `call T --json '{..}' k=v` leaves k=v over
+            if args.command != "call" or any(e.startswith("-") for e in extra):
+                raise _UsageError(f"unrecognized arguments: {' '.join(extra)}")
+            args.pairs += extra
         if args.command in (None, "serve"):
             return _serve(getattr(args, "transport", "stdio"), getattr(args, "host", "127.0.0.1"),
                           getattr(args, "port", 8765), getattr(args, "allowed_host", []))

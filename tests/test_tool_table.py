@@ -65,6 +65,17 @@ def test_usage_errors_exit_2_with_one_line():
         assert proc.stderr.count("\n") == 1 and proc.stdout == "", args
 
 
+def test_json_and_key_value_pairs_mix_in_any_order():
+    """Pairs after ``--json`` count too (argparse alone would refuse them); a pair wins over the JSON."""
+    for args in (["--json", '{"num_repeat": 2, "max_env_worker": 9}', "max_env_worker=3"],
+                 ["max_env_worker=3", "--json", '{"num_repeat": 2, "max_env_worker": 9}']):
+        proc = run_cli("call", "episode_cap", *args)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["bounds"]["max_env_worker"] == 3
+    proc = run_cli("call", "episode_cap", "--json", "{}", "--bogus")
+    assert proc.returncode == 2 and "unrecognized arguments: --bogus" in proc.stderr
+
+
 def test_schemas_command_reports_fresh_manifest():
     proc = run_cli("schemas")
     assert proc.returncode == 0 and "up to date" in proc.stdout
