@@ -126,6 +126,14 @@ def test_parse_duration(text, seconds):
     assert blueprint.parse_duration(text) == seconds
 
 
+def test_a_negative_duration_is_reported_and_a_range_is_not_negative(tmp_path):
+    assert blueprint.parse_duration("-5h") == -18000 and blueprint.parse_duration(" - 2 hours") == -7200
+    assert blueprint.parse_duration("4-6 hours") == 21600 and blueprint.parse_duration("run-2h") == 7200
+    checked = blueprint.validate_text("[exp_max_time]\n-5h\n", tmp_path)
+    assert checked.max_time_s is None
+    assert any(p.field == "exp_max_time" and "negative" in p.message for p in checked.problems)
+
+
 def test_parse_max_time_with_first_step_clause():
     assert blueprint.parse_max_time("24 hours per run; first step within 20 min") == (86400, 1200)
     assert blueprint.parse_max_time("about a day") == (None, None)

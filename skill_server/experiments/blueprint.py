@@ -55,11 +55,17 @@ _DURATION = re.compile(
 )
 
 
+_NEGATIVE = re.compile(r"^\s*[-\u2212]\s*$")  # a leading minus sign; in "4-6 hours" or "run-2h" it is no sign
+
+
 def parse_duration(text: str) -> float | None:
-    """Seconds in '24 hours', '90 min', '1.5h', '2h30m', '1 day'; None when no unit-bearing number is found."""
+    """Seconds in '24 hours', '90 min', '1.5h', '2h30m', '1 day'; None when no unit-bearing number is found.
+
+    A sign before the number is kept ('-5h' is -18000), so that it is reported instead of read as 5 hours."""
     matches = list(_DURATION.finditer(text))
     if not matches:
         return None
+    sign = -1 if _NEGATIVE.match(text[:matches[0].start()]) else 1
     total = 0.0
     # Adjacent parts such as "2h30m" or "1 h 30 min" add up; stop at the first gap with other words.
     prev_end = None
@@ -68,7 +74,7 @@ def parse_duration(text: str) -> float | None:
             break
         total += float(match.group(1)) * _UNITS[match.group(2).lower()]
         prev_end = match.end()
-    return total if total > 0 else None
+    return sign * total if total > 0 else None
 
 
 def parse_max_time(text: str) -> tuple[float | None, float | None]:
@@ -188,6 +194,8 @@ def duration_problem(seconds: float) -> str | None:
     """Why a parsed duration cannot be used (too long, not finite), or None."""
     if not seconds < float("inf") or seconds > MAX_DURATION_S:
         return f"longer than the limit of {MAX_DURATION_S // 86400} days"
+    if seconds < 0:
+        return "negative"
     if seconds < 1:
         return "shorter than one second"
     return None
