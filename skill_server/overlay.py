@@ -22,7 +22,7 @@ from skill_server.agentjet.job import Construction, construct, dump, to_plain
 from skill_server.agentjet.refusals import AgentJetRefusal, unknown_kwarg_causes
 from skill_server.agentjet.release import select_agentjet
 from skill_server.errors import ToolFailure, ToolInputError
-from skill_server.fsutil import resolve_directory, resolve_path, write_text_atomic
+from skill_server.fsutil import describe_kind, resolve_directory, resolve_path, write_text_atomic
 from skill_server.models import JsonValue, ToolInput, ToolOutput
 
 Path4096 = Annotated[StrictStr, Field(max_length=4096)]
@@ -112,8 +112,9 @@ def _output_path(inp: BuildConfigInput, cwd: Path | None) -> Path | None:
                              field="output_path")
     path = resolve_path(inp.output_path, field="output_path", base=cwd)
     if os.path.lexists(path):
-        raise ToolFailure(f"{path} exists; build_config only creates new files, so choose another output_path or "
-                          "remove the file yourself", field="output_path")
+        kind = "a file" if path.is_file() and not path.is_symlink() else describe_kind(os.lstat(path).st_mode)
+        raise ToolFailure(f"{path} exists ({kind}); build_config only creates new files, so choose another "
+                          "output_path", field="output_path")
     return path
 
 

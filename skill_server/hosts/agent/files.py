@@ -195,6 +195,11 @@ def write_atomic(path: str, data: bytes, replace: bool, mode: int = 0o644, field
     parent = os.path.dirname(target) or "."
     try:
         os.makedirs(parent, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):  # as fsutil says it locally: name what is in the way
+        blocker = parent
+        while os.path.dirname(blocker) != blocker and not (os.path.lexists(blocker) and not os.path.isdir(blocker)):
+            blocker = os.path.dirname(blocker)
+        raise AgentError("cannot write %s: %s is not a directory" % (target, blocker), field) from None
     except OSError as exc:
         raise AgentError("cannot create directory " + parent + ": " + _describe(exc), field) from None
     try:

@@ -23,7 +23,8 @@ def _directory(raw: str, field: str) -> str:
     if not os.path.isabs(path):
         raise AgentError("give an absolute path (got %r)" % raw, field)
     if not os.path.isdir(path):
-        raise AgentError("directory does not exist on this host: " + path, field)
+        what = "is not a directory" if os.path.lexists(path) else "does not exist"
+        raise AgentError("%s %s on this host" % (path, what), field)
     return path
 
 
