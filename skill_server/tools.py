@@ -408,6 +408,7 @@ TOOLS: tuple[ToolSpec, ...] = (
         output_model="skill_server.experiments.results:CollectOutput",
         run="skill_server.experiments.results:collect_results",
         read_only=False,
+        destructive=True,  # it replaces results.md and metrics.png in the result directory, whoever wrote them
         idempotent=True,
         open_world=True,
     ),

@@ -265,6 +265,7 @@ def test_tool_annotations_are_honest():
     assert t["stop_experiment"].destructive and not t["stop_experiment"].read_only
     assert t["wait_experiment"].reports_progress
     assert not t["collect_results"].read_only and not t["blueprint"].read_only
+    assert t["collect_results"].destructive  # it replaces results.md and metrics.png
 
 
 def test_wait_timeout_is_clamped_and_inputs_are_named():
