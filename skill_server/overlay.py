@@ -144,7 +144,7 @@ def build_config(inp: BuildConfigInput) -> BuildConfigResult:
                 raise ToolFailure(f"{output} appeared while writing; build_config only creates new files",
                                   field="output_path") from None
             raise exc
-    warnings = [*built.composition.warnings, *built.warnings]
+    warnings = built.warnings
     return BuildConfigResult(
         yaml=text,
         agentjet=release.ref,

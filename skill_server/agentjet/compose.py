@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +66,6 @@ class Composition:
     composed: dict[str, Any]  # Hydra's result, key order included, without the hydra node
     origin: dict[str, str]  # dotted leaf -> name of the layer that set it
     base: Base
-    warnings: list[str] = field(default_factory=list)
 
 
 def default_base(release: Release) -> Base:

@@ -91,7 +91,6 @@ class _Defaults:
     tree: dict[str, Any]
     origin: dict[str, str]
     layer_files: dict[str, str]  # layer name -> where it was read (a path, or bundled:<rel>)
-    notes: list[str]
     flat: dict[str, Any] = field(init=False)
     sections: set[str] = field(init=False)
     free_form: set[str] = field(init=False)
@@ -129,7 +128,6 @@ class AgentJet:
         self.defaults = self._d.tree
         self.default_origin = self._d.origin
         self.defaults_flat = self._d.flat
-        self.notes = list(self._d.notes)
         self._candidates: list[str] | None = None
 
     @classmethod
@@ -147,7 +145,7 @@ class AgentJet:
         composition = compose(self.release, base, field="agentjet_root", cwd=self.cwd)
         config = overlay_composed(self.release, base, composition, base_field="agentjet_root", tail=False)
         found = _Defaults(to_plain(config), dict(composition.origin),
-                          {layer.name: layer.origin for layer in composition.layers}, list(composition.warnings))
+                          {layer.name: layer.origin for layer in composition.layers})
         if self.release.kind == "bundled":
             with _DEFAULTS_LOCK:
                 _DEFAULTS[id(self.release)] = (self.release, found)
@@ -272,7 +270,7 @@ class AgentJet:
                 and not (own is not None and Path(layer.origin).is_relative_to(own))}
         names = [layer.name for layer in composition.layers]
         return ComposedBase(to_plain(config), dict(composition.origin), names, user, SWARM_DEFAULT_LAYER in names,
-                            causes, [*composition.warnings, *notes])
+                            causes, notes)
 
     def absent_base_cause(self, path: Path) -> Cause:
         """What AgentJetJob raises for a base_yaml_config that does not exist."""

@@ -38,7 +38,7 @@ def check_config(inp: CheckConfigInput) -> CheckConfigResult:
         explicit = explicit.resolve()
     scan = scan_script(resolve_path(inp.script, field="script", base=cwd), field="script") if inp.script else None
     ctx = LintContext(aj, scan, cwd)
-    for text in [*aj.notes, *(scan.notes if scan else [])]:
+    for text in scan.notes if scan else []:
         ctx.note(text)
     if scan is not None:
         for construction in scan.constructions:
