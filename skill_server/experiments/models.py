@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from skill_server.experiments import logs
+from skill_server.experiments.progress import MAX_STEPS
 from skill_server.gpus.models import FreeFraction
 from skill_server.models import NonNegativeInt, PositiveInt, ToolInput, ToolOutput
 
@@ -24,8 +25,6 @@ TERMINAL = ("succeeded", "failed", "stopped", "timed_out", "lost")
 #: Longest accepted max time or first-step deadline (arguments and blueprints alike): one leap year, in seconds.
 MAX_DURATION_S = 366 * 86400
 MAX_PROCESSES = 8
-#: Largest step number accepted in a step range (verl counts steps in int64; runs never get near this).
-MAX_STEP = 10**12
 MAX_HISTORY_POINTS = 5000
 DEFAULT_HISTORY_POINTS = 200
 MAX_ENV_VARS = 200
@@ -242,9 +241,9 @@ class StatusInput(ToolInput):
         default=None, min_length=1, max_length=20,
         description="With id: metric names or glob patterns (fnmatch: 'critic/score/*', '*loss*') whose history "
         "over steps to return, from every step line scanned so far.")
-    history_from_step: NonNegativeInt | None = Field(default=None, le=MAX_STEP,
+    history_from_step: NonNegativeInt | None = Field(default=None, le=MAX_STEPS,
                                                      description="First step of the history.")
-    history_to_step: NonNegativeInt | None = Field(default=None, le=MAX_STEP, description="Last step of the history.")
+    history_to_step: NonNegativeInt | None = Field(default=None, le=MAX_STEPS, description="Last step of the history.")
     history_points: PositiveInt | None = Field(default=None, le=MAX_HISTORY_POINTS,
                                                description="Most points per metric (default 200): longer histories "
                                                "are downsampled into buckets (last value, min and max of each).")

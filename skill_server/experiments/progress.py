@@ -28,7 +28,8 @@ from typing import Any
 TQDM_RE = re.compile(r"Training Progress:[^\n\r|]{0,40}\|[^\n\r|]{0,200}\|\s{0,5}(\d{1,12})/(\d{1,12})\s{0,5}"
                      r"\[[^\]\n\r,]{0,60}(?:,\s{0,5}(\d{1,12}(?:\.\d{1,12})?)(s/it|it/s))?[^\]\n\r]{0,200}\]")
 STEP_TIME_KEY = "timing_s/step"
-#: Largest step count believed (anything larger is a parse accident, not a run).
+#: Largest step number or count believed or accepted (verl counts steps in int64, but anything larger than
+#: this is a parse accident, not a run).
 MAX_STEPS = 10**12
 KEEP_STEP_TIMES = 20
 KEEP_BATCHES = 30

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skill_server.errors import ToolInputError
+from skill_server.experiments.progress import MAX_STEPS
 from skill_server.experiments.store import Registry, Row
 from skill_server.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
 
@@ -113,7 +114,7 @@ def _positive_int(value: Any) -> int | None:
         return None
     if isinstance(value, float) and value.is_integer():
         value = int(value)
-    return value if isinstance(value, int) and 0 < value <= 10**12 else None
+    return value if isinstance(value, int) and 0 < value <= MAX_STEPS else None
 
 
 def _plain(value: Any) -> str | None:
