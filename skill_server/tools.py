@@ -439,5 +439,7 @@ def schema_manifest() -> dict[str, Any]:
 def write_schema_manifest() -> Path:
     from skill_server.fsutil import write_text_atomic
 
-    text = json.dumps(build_schema_manifest(), indent=1) + "\n"  # model order: the order help lists arguments in
+    # model order: the order help lists arguments in. One value per line, unindented: diffs stay readable, and
+    # the skills CLI copies this file into every assistant's skill folder.
+    text = json.dumps(build_schema_manifest(), indent=0) + "\n"
     return write_text_atomic(SCHEMA_MANIFEST, text, overwrite=True)
