@@ -1,8 +1,8 @@
 """AgentJet checkouts for tests, and a runnable stand-in of ``AgentJetJob`` to use as an oracle.
 
-``write_reference_checkout`` lays out an AgentJet c68c154f tree: the three YAML layers from
-``tests/fixtures/agentjet-reference/c68c154/`` plus ``ajet/__init__.py``, ``pyproject.toml`` and three Python
-modules written for this project from AgentJet's documented facts at that commit: ``ajet/copilot/job.py``
+``write_reference_checkout`` lays out an AgentJet c68c154f tree: the three YAML layers from the c68c154
+reference (``tests/fixtures/agentjet-reference/``) plus ``ajet/__init__.py``, ``pyproject.toml`` and three
+Python modules written for this project from AgentJet's documented facts at that commit: ``ajet/copilot/job.py``
 (AgentJetJob's signature, overrides table and construction steps), the config dataclasses and the
 swarm rollout's thread rule. None of it is AgentJet's code.
 
@@ -19,15 +19,30 @@ import json
 import os
 import shutil
 import sys
+import tarfile
 import textwrap
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-
 from tests.conftest import REPO
+from tests.tmp_dirs import process_tmp_dir
 
-REFERENCE = REPO / "tests" / "fixtures" / "agentjet-reference" / "c68c154"  # see its README
+ARCHIVE = REPO / "tests" / "fixtures" / "agentjet-reference" / "c68c154.tar.xz"  # see the README beside it
+
+
+def _unpacked(archive: Path) -> Path:
+    """The reference archive unpacked once for this process, into a folder removed at exit."""
+    folder = Path(process_tmp_dir("ajs-ref-"))
+    with tarfile.open(archive, "r:xz") as tar:
+        if hasattr(tarfile, "data_filter"):  # Python >= 3.10.12 / 3.11.4: plain files and folders only
+            tar.extractall(folder, filter="data")
+        else:
+            tar.extractall(folder)  # noqa: S202  (our own archive, in this repository)
+    return folder / archive.name.split(".")[0]
+
+
+REFERENCE = _unpacked(ARCHIVE)
 GOLDENS = REFERENCE / "goldens"
 REFERENCE_COMMIT = "c68c154f9653233ded73867c9e0553d53ca4ac30"
 REFERENCE_DATE = "2026-05-26T17:07:00+08:00"

@@ -1,6 +1,6 @@
 """build_config against real AgentJetJob runs (the goldens) and, beyond them, against the stand-in oracle.
 
-The goldens in tests/fixtures/agentjet-reference/c68c154/goldens/ are verbatim dumps and exceptions of
+The goldens (the c68c154 reference in tests/fixtures/agentjet-reference/) are verbatim dumps and exceptions of
 AgentJet's own code at c68c154f. Every success case must come out byte for byte, from the bundled release
 and from an install read statically; every error case must be refused with AgentJet's exception.
 

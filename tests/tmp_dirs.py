@@ -8,7 +8,9 @@ session's folders (several pytest runs may share /tmp) for ours.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 
 # Where the product puts ssh control sockets when the state directory's path is too long for a socket. A
@@ -22,6 +24,14 @@ def short_tmp_dir(prefix: str = "ajs") -> str:
     """A new private folder directly in /tmp; the caller removes it, the session checks that it did."""
     path = tempfile.mkdtemp(prefix=prefix, dir="/tmp")
     _made.append(path)
+    return path
+
+
+def process_tmp_dir(prefix: str) -> str:
+    """A new private folder in the temp directory that lives as long as this process (data unpacked once for
+    every test); removed at exit, so the session check does not count it."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
     return path
 
 
