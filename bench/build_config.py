@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from skill_server.agentjet.release import clear_cache, newest_bundled  # noqa: E402
-from skill_server.overlay import BuildConfigInput, build_config  # noqa: E402
+from skill_server.tools.build_config.tool import BuildConfigInput, build_config  # noqa: E402
 
 REPEATS = 30
 PROCESS_RUNS = 7

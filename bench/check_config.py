@@ -21,7 +21,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from skill_server.lint import CheckConfigInput, check_config  # noqa: E402  (the package, whatever its layout)
+from skill_server.tools.check_config import CheckConfigInput, check_config  # noqa: E402  (the package, whatever its layout)
 
 LINES = 5000
 REPEATS = 7

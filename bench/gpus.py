@@ -52,8 +52,8 @@ def main() -> int:
     os.environ.pop("SSH_AUTH_SOCK", None)
     os.environ.pop("TMUX", None)
 
+    from skill_server.app.table import TOOLS_BY_NAME
     from skill_server.hosts.ssh import close_masters
-    from skill_server.tools import TOOLS_BY_NAME
 
     def call(tool: str, **kw):
         return TOOLS_BY_NAME[tool].invoke(kw)
@@ -84,7 +84,7 @@ def main() -> int:
             checked.append(timed("launch_experiment", host=NODES[1], name=f"checked{i}", workdir=work,
                                  command="true", require_free_gpus=0.2))
         mp, mc = statistics.median(plain), statistics.median(checked)
-        from skill_server.gpus.nvidia_smi import query_ops
+        from skill_server.tools.gpu_status.nvidia_smi import query_ops
 
         smi = []
         for _ in range(args.calls):  # what the check costs on the node itself: the two queries, one after the other

@@ -54,8 +54,8 @@ def main() -> int:
     os.environ.pop("SSH_AUTH_SOCK", None)
     os.environ.pop("TMUX", None)
 
+    from skill_server.app.table import TOOLS_BY_NAME
     from skill_server.hosts.ssh import close_masters, close_sessions
-    from skill_server.tools import TOOLS_BY_NAME
 
     def call(tool: str, **kw):
         return TOOLS_BY_NAME[tool].invoke(kw)

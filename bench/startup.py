@@ -49,7 +49,7 @@ def cold_start(argv: list[str]) -> float:
 
 def cli_call() -> tuple[float, list[str]]:
     code = (
-        "import sys, time; t=time.perf_counter(); from skill_server import cli; "
+        "import sys, time; t=time.perf_counter(); from skill_server.app import cli; "
         "rc = cli.main(['call','episode_cap','max_env_worker=128','num_repeat=6','train_batch_size=32']); "
         "mods = sorted(m for m in sys.modules if m == 'mcp' or m.startswith(('mcp.', 'mcp_types'))); "
         "import json; sys.stderr.write(json.dumps(mods))"

@@ -142,7 +142,7 @@ def main() -> int:
 
     import libtmux
 
-    from skill_server.tools import TOOLS_BY_NAME
+    from skill_server.app.table import TOOLS_BY_NAME
 
     def call(tool: str, **kw):
         return TOOLS_BY_NAME[tool].invoke(kw)

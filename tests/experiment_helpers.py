@@ -15,7 +15,7 @@ from typing import Any
 import libtmux
 import pytest
 
-from skill_server.tools import TOOLS_BY_NAME
+from skill_server.app.table import TOOLS_BY_NAME
 from tests.conftest import REPO
 from tests.tmp_dirs import short_tmp_dir
 

@@ -6,7 +6,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from skill_server.lint import CheckConfigInput, check_config
+from skill_server.tools.check_config import CheckConfigInput, check_config
 from tests.agentjet_fixtures import write_reference_checkout
 
 CLIENTS = Path(__file__).parent / "fixtures" / "clients"

@@ -19,9 +19,8 @@ from typing import Any
 import pytest
 
 from skill_server.agentjet.refusals import AgentJetRefusal
-from skill_server.overlay import BuildConfigInput, build_config
-from tests.agentjet_fixtures import GOLDENS, TAIL, dedent, goldens, reference_dump, \
-    write_reference_checkout
+from skill_server.tools.build_config.tool import BuildConfigInput, build_config
+from tests.agentjet_fixtures import GOLDENS, TAIL, dedent, goldens, reference_dump, write_reference_checkout
 
 CASES = goldens()
 SUCCESS = [c for c in CASES if "expect_file" in c]

@@ -12,7 +12,7 @@ import pytest
 
 from skill_server.agentjet import gitmeta, pysource
 from skill_server.agentjet.release import RELEASES_DIR, bundled_releases, find_bundled, newest_bundled
-from skill_server.errors import ToolInputError
+from skill_server.core.errors import ToolInputError
 from tests.agentjet_fixtures import (
     REFERENCE,
     REFERENCE_COMMIT,
@@ -23,7 +23,6 @@ from tests.agentjet_fixtures import (
     write_reference_checkout,
 )
 from tests.conftest import run_cli
-
 
 
 def snapshot(checkout: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -123,7 +122,7 @@ def test_snapshot_refusals_are_one_line(tmp_path):
 
 def test_snapshot_command_does_not_import_mcp(tmp_path):
     checkout = write_reference_checkout(tmp_path / "AgentJet", layers=False)
-    code = ("import sys, json; from skill_server import cli; cli.main(['snapshot', '--from', sys.argv[1]]); "
+    code = ("import sys, json; from skill_server.app import cli; cli.main(['snapshot', '--from', sys.argv[1]]); "
             "sys.stdout.write(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('mcp', 'hydra'))))")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     proc = subprocess.run([sys.executable, "-c", code, str(checkout)], capture_output=True, text=True, env=env,

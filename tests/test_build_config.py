@@ -17,8 +17,8 @@ import yaml
 from skill_server.agentjet import release as release_module
 from skill_server.agentjet import yamltypes
 from skill_server.agentjet.refusals import AgentJetRefusal
-from skill_server.errors import SkillError, ToolFailure, ToolInputError
-from skill_server.tools import get_tool
+from skill_server.app.table import get_tool
+from skill_server.core.errors import SkillError, ToolFailure, ToolInputError
 from tests.agentjet_fixtures import TAIL, write_reference_checkout
 from tests.conftest import call_cli
 
@@ -401,7 +401,7 @@ def test_cli_build_config_and_one_voice_for_errors(tmp_path):
 async def test_mcp_refusal_matches_the_cli(tmp_path):
     from mcp import Client
 
-    from skill_server.mcp_app import build_server
+    from skill_server.app.mcp_server import build_server
 
     code, _, err = call_cli("build_config", {"kwargs": {"nnodes": "2", "swarm_mode": False}})
     async with Client(build_server()) as client:
@@ -412,7 +412,7 @@ async def test_mcp_refusal_matches_the_cli(tmp_path):
 
 
 def test_cli_never_imports_mcp_or_hydra():
-    code = ("import sys; from skill_server import cli; cli.main(['call', 'build_config', '--json', '{}']); "
+    code = ("import sys; from skill_server.app import cli; cli.main(['call', 'build_config', '--json', '{}']); "
             "sys.stderr.write(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('mcp', 'hydra', 'omegaconf'))))")
     proc = subprocess.run([sys.executable, "-c", "import json; " + code], capture_output=True, text=True,

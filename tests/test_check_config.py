@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from skill_server.agentjet.identity import agentjet_label
-from skill_server.errors import ToolInputError
-from skill_server.tools import get_tool
+from skill_server.app.table import get_tool
+from skill_server.core.errors import ToolInputError
 from tests.conftest import call_cli
 from tests.lint_helpers import CLIENTS, SWARM_TAIL, lint, old_install, only, rules, skipped, where, write
 
@@ -382,7 +382,7 @@ def test_cli_call():
 async def test_mcp_in_process():
     from mcp import Client
 
-    from skill_server.mcp_app import build_server
+    from skill_server.app.mcp_server import build_server
 
     async with Client(build_server()) as client:
         r = await client.call_tool("check_config", {"script": str(CLIENTS / "e2b_dump_then_write.py")})

@@ -9,7 +9,7 @@ from skill_server.agentjet.compose import default_base
 from skill_server.agentjet.identity import agentjet_label
 from skill_server.agentjet.job import refusal_for
 from skill_server.agentjet.release import select_agentjet
-from skill_server.errors import ToolInputError
+from skill_server.core.errors import ToolInputError
 from tests.agentjet_fixtures import goldens, write_reference_checkout
 from tests.conftest import call_cli
 from tests.lint_helpers import CLIENTS, LAYERS_TAIL, SWARM_TAIL, lint, old_install, rules, skipped, write
@@ -115,7 +115,7 @@ def test_a_base_is_composed_as_build_config_composes_it(tmp_path):
     """The same base through both tools: every value build_config dumps is what check_config reports."""
     import yaml
 
-    from skill_server.overlay import BuildConfigInput, build_config
+    from skill_server.tools.build_config.tool import BuildConfigInput, build_config
 
     base = write(tmp_path, "base.yaml", "ajet:\n  rollout:\n    num_repeat: 6\n    max_env_worker: 96\n"
                                         "  trainer_common:\n    optim:\n      lr: 3e-6\n    nnodes: 2\n"

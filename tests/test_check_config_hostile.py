@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from skill_server.errors import ToolInputError
-from skill_server.models import MAX_JSON_INT
+from skill_server.core.errors import ToolInputError
+from skill_server.core.models import MAX_JSON_INT
 from tests.conftest import call_cli
 from tests.lint_helpers import LAYERS_TAIL, lint, only, rules, skipped, write
 

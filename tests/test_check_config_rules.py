@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from skill_server.agentjet.refusals import CAUSE_IDS
-from skill_server.lint import RULES
-from skill_server.lint.docs import BEGIN, END, REFERENCE, render_rules, with_rules
-from skill_server.lint.registry import claimed_causes
-from skill_server.tools import get_tool
+from skill_server.app.table import get_tool
+from skill_server.tools.check_config import RULES
+from skill_server.tools.check_config.docs import BEGIN, END, REFERENCE, render_rules, with_rules
+from skill_server.tools.check_config.registry import claimed_causes
 from tests.lint_helpers import LAYERS_TAIL, SWARM_TAIL, lint, rules, skipped, write
 
 HEAD = "from ajet.copilot.job import AgentJetJob\n"
@@ -184,7 +184,7 @@ def test_the_cause_catalogue_lists_exactly_the_ids_the_code_raises():
 
 def test_reference_page_rules_are_generated_from_the_registry():
     page = REFERENCE.read_text(encoding="utf-8")
-    assert with_rules(page) == page, "run `python -m skill_server.lint.docs --write`"
+    assert with_rules(page) == page, "run `python -m skill_server.tools.check_config.docs --write`"
     block = page[page.index(BEGIN):page.index(END)]
     for rule_id, spec in RULES.items():
         assert f"### `{rule_id}`" in block and f"| [`{rule_id}`](#{rule_id}) | {spec.severity} |" in block
@@ -192,7 +192,7 @@ def test_reference_page_rules_are_generated_from_the_registry():
 
 
 def test_docs_command_regenerates_a_stale_block(capsys):
-    from skill_server.lint import docs
+    from skill_server.tools.check_config import docs
 
     page = REFERENCE.read_text(encoding="utf-8")
     stale = page[:page.index(BEGIN) + len(BEGIN)] + "\n| `old-rule` | error | gone |\n" + page[page.index(END):]

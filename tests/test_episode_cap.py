@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-
 import pytest
 
-from skill_server.cap import EpisodeCapInput, compute_episode_cap
-from skill_server.errors import ToolInputError
-from skill_server.models import MAX_JSON_INT
-from skill_server.tools import get_tool
+from skill_server.app.table import get_tool
+from skill_server.core.errors import ToolInputError
+from skill_server.core.models import MAX_JSON_INT
+from skill_server.tools.episode_cap.tool import EpisodeCapInput, compute_episode_cap
 from tests.agentjet_fixtures import ROLLOUT_FLOOR, write_reference_checkout
 from tests.conftest import call_cli
 
@@ -182,7 +181,7 @@ def test_the_cli_path_stays_light():
 
     from tests.conftest import REPO, cli_env
 
-    code = ("import sys, io, contextlib, json; from skill_server import cli\n"
+    code = ("import sys, io, contextlib, json; from skill_server.app import cli\n"
             "with contextlib.redirect_stdout(io.StringIO()):\n"
             "    cli.main(['call', 'episode_cap', 'max_env_worker=128', 'num_repeat=6'])\n"
             "from skill_server.agentjet.release import newest_bundled\n"

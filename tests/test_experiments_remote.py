@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from skill_server.errors import ToolFailure, ToolInputError
+from skill_server.core.errors import ToolFailure, ToolInputError
 from skill_server.experiments.store import open_registry
 from skill_server.hosts import get_host
 from skill_server.hosts.ssh import close_masters, control_dir, ssh_options

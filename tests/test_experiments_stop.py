@@ -15,20 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from skill_server.errors import SkillError, ToolFailure, ToolInputError
+from skill_server.core.errors import SkillError, ToolFailure, ToolInputError
 from skill_server.hosts.agent import procs as agent_procs
 from tests.conftest import call_cli, cli_env
-from tests.experiment_helpers import (  # noqa: F401  (fixtures are used by name)
-    PY,
-    call,
-    marked_pids,
-    pid_alive,
-    status,
-    tmux_socket,
-    trainer,
-    wait_until,
-    workdir,
-)
+from tests.experiment_helpers import PY, call, marked_pids, pid_alive, status, tmux_socket, trainer, wait_until, workdir  # noqa: F401  (fixtures are used by name)
 
 DOUBLE_FORK = ("import os, time\n"
                "if os.fork(): os._exit(0)\n"

@@ -13,19 +13,9 @@ from pathlib import Path
 import libtmux
 import pytest
 
-from skill_server.errors import SkillError, ToolFailure, ToolInputError
+from skill_server.core.errors import SkillError, ToolFailure, ToolInputError
 from tests.conftest import REPO, call_cli, cli_env
-from tests.experiment_helpers import (  # noqa: F401  (fixtures are used by name)
-    FAKE,
-    PY,
-    call,
-    status,
-    tmux_socket,
-    trainer,
-    wait_exit,
-    wait_until,
-    workdir,
-)
+from tests.experiment_helpers import FAKE, PY, call, status, tmux_socket, trainer, wait_exit, wait_until, workdir  # noqa: F401  (fixtures are used by name)
 from tests.sshd import free_port
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
@@ -408,7 +398,7 @@ def test_tool_errors_are_one_line(tmux_socket: str):
 async def test_wait_experiment_through_mcp_client_with_progress(tmux_socket: str, workdir: Path):
     from mcp import Client
 
-    from skill_server.mcp_app import build_server
+    from skill_server.app.mcp_server import build_server
 
     notes: list[tuple[float, float | None, str | None]] = []
 

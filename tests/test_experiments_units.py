@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from skill_server.errors import ToolInputError
-from skill_server.experiments import blueprint, launch, logs, summaries
+from skill_server.app.table import TOOLS_BY_NAME
+from skill_server.core.errors import ToolInputError
+from skill_server.experiments import blueprint, logs, summaries
 from skill_server.experiments.signatures import SIGNATURES, SIGNATURES_BY_NAME, render_table
-from skill_server.tools import TOOLS_BY_NAME
+from skill_server.tools.launch_experiment import tool as launch
 from tests.conftest import REPO
 
 ISSUE_LIST = (

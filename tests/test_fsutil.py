@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from skill_server.errors import SkillError, ToolFailure, ToolInputError
-from skill_server.fsutil import TEMP_PREFIX, read_text_bounded, resolve_path, write_text_atomic
+from skill_server.core.errors import SkillError, ToolFailure, ToolInputError
+from skill_server.core.fsutil import TEMP_PREFIX, read_text_bounded, resolve_path, write_text_atomic
 from tests.conftest import REPO, cli_env
 from tests.tmp_dirs import short_tmp_dir
 
@@ -156,7 +156,7 @@ def test_a_read_only_directory_is_a_clear_error():
 
 STUCK_WRITER = """
 import os, sys, time
-from skill_server import fsutil
+from skill_server.core import fsutil
 os.fsync = lambda fd: (sys.stdout.write("writing\\n"), sys.stdout.flush(), time.sleep(600))
 fsutil.write_text_atomic(sys.argv[1], "x" * 3_000_000, overwrite=True)
 """

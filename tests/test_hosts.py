@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skill_server.errors import ToolInputError
+from skill_server.core.errors import ToolInputError
 from skill_server.experiments.states import ProcFacts, process_state, run_state
 from skill_server.hosts import LOCAL, get_host, normalise
 from skill_server.hosts import ssh as ssh_mod
@@ -263,7 +263,7 @@ def test_any_text_as_a_host_is_accepted_or_refused_by_name(value: str):
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=60), st.integers(min_value=1, max_value=4))
 def test_any_text_as_a_cursor_is_accepted_or_refused_by_name(text: str, n: int):
-    from skill_server.experiments.status import parse_cursor
+    from skill_server.tools.experiment_status.tool import parse_cursor
 
     try:
         offsets = parse_cursor(text, n, "since")
@@ -281,7 +281,7 @@ json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats
 @given(st.dictionaries(st.sampled_from(["name", "host", "command", "workdir", "max_time_s", "processes", "env",
                                         "first_step_pattern", "bogus"]), json_values, max_size=5))
 def test_any_launch_arguments_validate_or_name_a_field(arguments: dict):
-    from skill_server.tools import TOOLS_BY_NAME
+    from skill_server.app.table import TOOLS_BY_NAME
 
     try:
         TOOLS_BY_NAME["launch_experiment"].validate(arguments)

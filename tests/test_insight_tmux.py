@@ -20,19 +20,11 @@ from pathlib import Path
 
 import pytest
 
-from skill_server.errors import ToolInputError
+from skill_server.core.errors import ToolInputError
 from skill_server.experiments import plots
 from tests.conftest import REPO, cli_env, run_cli_to_closed_pipe
+from tests.experiment_helpers import call, status, tmux_socket, trainer, wait_exit, wait_until, workdir  # noqa: F401  (fixtures are used by name)
 from tests.png_helpers import decode_png, has_colour
-from tests.experiment_helpers import (  # noqa: F401  (fixtures are used by name)
-    call,
-    status,
-    tmux_socket,
-    trainer,
-    wait_exit,
-    wait_until,
-    workdir,
-)
 
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
@@ -280,7 +272,7 @@ def test_compare_without_matplotlib_returns_the_series(tmux_socket: str, workdir
 
 
 def test_watch_imports_neither_mcp_nor_matplotlib(tmux_socket: str):
-    code = ("import sys; from skill_server import cli; rc = cli.main(['watch', 'no-such-run']); "
+    code = ("import sys; from skill_server.app import cli; rc = cli.main(['watch', 'no-such-run']); "
             "sys.stderr.write(repr(sorted(m for m in ('mcp', 'matplotlib') if m in sys.modules)) + str(rc))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env(),
                           timeout=60)
@@ -291,7 +283,7 @@ def test_watch_imports_neither_mcp_nor_matplotlib(tmux_socket: str):
 async def test_plots_reach_an_mcp_client_as_image_blocks(tmux_socket: str, workdir: Path, tmp_path: Path):
     from mcp import Client
 
-    from skill_server.mcp_app import build_server
+    from skill_server.app.mcp_server import build_server
 
     a, b = _two_runs(workdir)
     async with Client(build_server()) as client:

@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from skill_server.errors import ToolFailure
+from skill_server.core.errors import ToolFailure
+from skill_server.core.models import ImageAttachment, ToolOutput, attached_images
 from skill_server.experiments import history, logs, plots, progress, runconfig
-from skill_server.experiments.compare import config_differences, stats
 from skill_server.experiments.observe import first_step_pattern
 from skill_server.experiments.progress import ProgressState, StepLine
 from skill_server.experiments.store import Row, open_registry
 from skill_server.hosts.agent import ops as agent
-from skill_server.models import ImageAttachment, ToolOutput, attached_images
+from skill_server.tools.compare_experiments.tool import config_differences, stats
 from tests.png_helpers import decode_png, has_colour
 
 STEP = ("(TaskRunner pid=48213) step:{n} - critic/llm_call_cnt:4.0 - critic/real_reward:{r} - actor/entropy:1.4 - "

@@ -7,8 +7,8 @@ import sys
 import pytest
 from mcp import Client, StdioServerParameters
 
-from skill_server.mcp_app import build_server
-from skill_server.tools import TOOLS, model_schema
+from skill_server.app.mcp_server import build_server
+from skill_server.app.table import TOOLS, model_schema
 from tests.conftest import REPO, call_cli, cli_env
 
 pytestmark = pytest.mark.anyio
@@ -112,7 +112,7 @@ def test_cli_path_never_imports_mcp():
     import subprocess
 
     code = (
-        "import sys; from skill_server import cli\n"
+        "import sys; from skill_server.app import cli\n"
         "rc = cli.main(['call', 'episode_cap', 'max_env_worker=128', 'num_repeat=6'])\n"
         "rc2 = cli.main(['tools'])\n"
         "bad = sorted(m for m in sys.modules if m == 'mcp' or m.startswith(('mcp.', 'mcp_types')))\n"

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from skill_server.tools import TOOLS
+from skill_server.app.table import TOOLS
 from tests.conftest import REPO, cli_env
 from tests.test_http_transport import TOKEN, http_server
 
@@ -332,7 +332,7 @@ def test_wheel_carries_data_and_works_outside_the_checkout(tmp_path):
         assert rel in names, rel
     assert not any(n.startswith("tests/") for n in names)
     env = {k: v for k, v in cli_env().items() if k != "PYTHONPATH"} | {"PYTHONPATH": str(site)}
-    code = ("from skill_server.mcp_app import read_reference, list_references; "
+    code = ("from skill_server.app.mcp_server import read_reference, list_references; "
             "import skill_server; print(skill_server.__file__); print(len(read_reference('episode-cap'))); "
             "print(','.join(list_references()))")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True)

@@ -1,6 +1,6 @@
 """Property-based and adversarial arguments for every tool in the table, through both front ends.
 
-Generic over ``skill_server.tools.TOOLS``: values are derived from each tool's published input schema,
+Generic over ``skill_server.app.table.TOOLS``: values are derived from each tool's published input schema,
 so tools and fields added later are covered without editing this file. Every call must give a result
 that serialises, or one clean ``SkillError`` line; any other exception is a crash, a call still running
 after ``HANG_S`` a hang. Three passes:
@@ -41,8 +41,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from skill_server.errors import SkillError
-from skill_server.tools import TOOLS, ToolSpec
+from skill_server.app.table import TOOLS, ToolSpec
+from skill_server.core.errors import SkillError
 from tests.conftest import cli_env
 from tests.schema_walk import branches, resolve
 from tests.swarm_standin import SwarmStandin, SwarmState
@@ -469,7 +469,7 @@ def world(tmp_path, private_tmux, monkeypatch):
 
 def finished_run(w: World) -> str:
     """Launch ``true`` through the table and wait until the registry sees it end."""
-    from skill_server.tools import TOOLS_BY_NAME
+    from skill_server.app.table import TOOLS_BY_NAME
 
     launched = TOOLS_BY_NAME["launch_experiment"].invoke(
         {"name": "ajet_prop_done", "command": "true", "workdir": str(w.root / "work")})

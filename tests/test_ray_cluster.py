@@ -33,7 +33,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from skill_server.errors import ToolFailure, ToolInputError
+from skill_server.core.errors import ToolFailure, ToolInputError
 from skill_server.hosts.ssh import close_masters
 from tests.conftest import REPO, cli_env
 from tests.experiment_helpers import call
@@ -312,7 +312,7 @@ Demands:
 
 
 def test_ray_status_text_is_read_without_guessing():
-    from skill_server.ray_cluster.status_text import last_message, parse_status, parse_version
+    from skill_server.tools.ray_cluster.status_text import last_message, parse_status, parse_version
 
     status = parse_status(V2_STATUS)
     assert status is not None and status.alive == 3 and status.node_types == ["head", "gpu-workers"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from skill_server.errors import ToolInputError
-from skill_server.safe_yaml import MAX_ALIASES, load_yaml_file, parse_yaml_text
+from skill_server.core.errors import ToolInputError
+from skill_server.core.safe_yaml import MAX_ALIASES, load_yaml_file, parse_yaml_text
 from tests.conftest import call_cli
 
 HOSTILE = {

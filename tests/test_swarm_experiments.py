@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml as pyyaml
 
-from skill_server.errors import ToolInputError
-from skill_server.swarm_experiments import DEFAULT_SWARM_PORT, server_address
-from skill_server.tools import TOOLS_BY_NAME, model_schema
+from skill_server.app.table import TOOLS_BY_NAME, model_schema
+from skill_server.core.errors import ToolInputError
+from skill_server.tools.swarm_status.links import DEFAULT_SWARM_PORT, server_address
 from tests.conftest import REPO, call_cli
 from tests.swarm_standin import SwarmStandin, SwarmState, free_port_with_nothing_listening
 
@@ -178,7 +178,7 @@ def test_experiment_dir_on_this_machine_gives_the_cap(tmp_path):
 
 
 def test_a_watch_reads_the_dumped_config_once(tmp_path, monkeypatch):
-    from skill_server import swarm
+    from skill_server.tools.swarm_status import tool as swarm
 
     dump_config(tmp_path / "exp", max_env_worker=128, num_repeat=6, batch=32)
     reads = []
@@ -219,7 +219,7 @@ async def test_a_real_mcp_client_accepts_the_sparse_output():
     """The SDK client validates structured content against the published output schema."""
     from mcp import Client
 
-    from skill_server.mcp_app import build_server
+    from skill_server.app.mcp_server import build_server
 
     port = free_port_with_nothing_listening()
     with SwarmStandin() as server:

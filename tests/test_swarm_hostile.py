@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from skill_server.errors import ToolInputError
-from skill_server.swarm import ROUTE_ENGINE, ROUTE_POOL
-from skill_server.tools import TOOLS_BY_NAME
+from skill_server.app.table import TOOLS_BY_NAME
+from skill_server.core.errors import ToolInputError
+from skill_server.tools.swarm_status.tool import ROUTE_ENGINE, ROUTE_POOL
 from tests.swarm_standin import SwarmStandin, SwarmState, episode
 
 

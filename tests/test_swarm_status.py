@@ -14,16 +14,11 @@ from pathlib import Path
 import pytest
 import yaml as pyyaml
 
-from skill_server.errors import ToolInputError
-from skill_server.http_json import FetchError, http_get
-from skill_server.swarm import (
-    ROUTE_ENGINE,
-    ROUTE_POOL,
-    SwarmStatusResult,
-    normalize_url,
-)
-from skill_server.swarm_read import parse_seconds
-from skill_server.tools import TOOLS_BY_NAME
+from skill_server.app.table import TOOLS_BY_NAME
+from skill_server.core.errors import ToolInputError
+from skill_server.core.http_json import FetchError, http_get
+from skill_server.tools.swarm_status.read import parse_seconds
+from skill_server.tools.swarm_status.tool import ROUTE_ENGINE, ROUTE_POOL, SwarmStatusResult, normalize_url
 from tests.conftest import call_cli, cli_env
 from tests.swarm_standin import SwarmStandin, SwarmState, episode, free_port_with_nothing_listening
 
@@ -342,7 +337,7 @@ def test_two_healthy_servers_each_diagnosed():
 
 def test_the_caps_of_one_call_describe_one_agentjet_chosen_once(monkeypatch):
     """Several servers, several samples: the AgentJet whose thread rule the caps follow is selected once."""
-    import skill_server.swarm as swarm_module
+    import skill_server.tools.swarm_status.tool as swarm_module
 
     chosen = []
     real = swarm_module.select_agentjet
@@ -374,7 +369,7 @@ def test_agentjet_version_and_root_choose_the_agentjet_the_cap_describes(standin
 async def test_watch_with_progress_through_mcp_client():
     from mcp import Client
 
-    from skill_server.mcp_app import build_server
+    from skill_server.app.mcp_server import build_server
 
     def vary(index: int, state: SwarmState) -> None:
         # the gauge moves 10 -> 20 -> 30; 8 episodes complete between samples
@@ -408,7 +403,7 @@ async def test_watch_with_progress_through_mcp_client():
 
 
 def test_watch_stats_follow_counter_restart_at_new_step():
-    from skill_server.swarm import WatchSample, _watch_stats
+    from skill_server.tools.swarm_status.tool import WatchSample, _watch_stats
 
     def sample(t, running, completed, step):
         return WatchSample(t_s=t, reachable=True, engine_status="ENGINE.ROLLING", global_step=step,
@@ -423,7 +418,7 @@ def test_watch_stats_follow_counter_restart_at_new_step():
 
 
 def test_watch_times():
-    from skill_server.swarm import _watch_times
+    from skill_server.tools.swarm_status.tool import _watch_times
 
     assert _watch_times(2) == [0, 1, 2] and _watch_times(0.5) == [0, 0.5]
     assert len(_watch_times(50)) == 11 and _watch_times(50)[-1] == 50 and _watch_times(7.5)[-1] == 7.5

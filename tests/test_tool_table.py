@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-from skill_server.errors import ToolInputError
-from skill_server.models import MAX_JSON_INT
-from skill_server.tools import TOOLS, TOOLS_BY_NAME, build_schema_manifest, schema_manifest
+from skill_server.app.table import TOOLS, TOOLS_BY_NAME, build_schema_manifest, schema_manifest
+from skill_server.core.errors import ToolInputError
+from skill_server.core.models import MAX_JSON_INT
 from tests.conftest import REPO, cli_env, run_cli, run_cli_to_closed_pipe
 from tests.schema_walk import _type_of, branches, input_fields, place, untyped_nodes
 
@@ -33,9 +33,9 @@ def test_every_tool_has_a_description_and_honest_hints():
 
 def test_listing_tools_imports_no_tool_module():
     code = (
-        "import sys; from skill_server import cli; cli.main(['tools']); "
+        "import sys; from skill_server.app import cli; cli.main(['tools']); "
         "sys.stderr.write(repr(sorted(m for m in sys.modules if m in "
-        "('skill_server.overlay', 'skill_server.cap', 'skill_server.swarm', 'mcp'))))"
+        "('skill_server.tools.build_config.tool', 'skill_server.tools.episode_cap.tool', 'skill_server.tools.swarm_status.tool', 'mcp'))))"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env())
     assert proc.stderr.strip() == "[]", proc.stderr
@@ -43,7 +43,7 @@ def test_listing_tools_imports_no_tool_module():
 
 
 def test_listing_tools_imports_no_heavy_package():
-    code = ("import sys; from skill_server import cli; cli.main(['tools', '--json']); "
+    code = ("import sys; from skill_server.app import cli; cli.main(['tools', '--json']); "
             "sys.stderr.write(repr(sorted(m for m in sys.modules if m in ('pydantic', 'yaml', 'matplotlib', 'mcp'))))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env())
     assert proc.stderr.strip() == "[]", proc.stderr
@@ -177,8 +177,8 @@ def test_call_tool_help_lists_every_argument_with_type_default_and_description()
 
 
 def test_call_help_imports_neither_mcp_nor_the_tool_module():
-    code = ("import sys; from skill_server import cli; cli.main(['call', 'swarm_status', '--help']); "
-            "sys.stderr.write(repr(sorted(m for m in sys.modules if m in ('skill_server.swarm', 'mcp'))))")
+    code = ("import sys; from skill_server.app import cli; cli.main(['call', 'swarm_status', '--help']); "
+            "sys.stderr.write(repr(sorted(m for m in sys.modules if m in ('skill_server.tools.swarm_status.tool', 'mcp'))))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env())
     assert proc.stderr.strip() == "[]" and "watch_s" in proc.stdout
 
@@ -187,7 +187,7 @@ def test_call_help_imports_neither_mcp_nor_the_tool_module():
 
 def _call_episode_cap_with_json(json_text: str) -> subprocess.CompletedProcess[str]:
     """``call episode_cap --json TEXT``, the text passed through stdin (it may exceed argv's limit)."""
-    code = ("import sys; from skill_server import cli; "
+    code = ("import sys; from skill_server.app import cli; "
             "raise SystemExit(cli.main(['call', 'episode_cap', '--json', sys.stdin.read()]))")
     return subprocess.run([sys.executable, "-c", code], input=json_text, capture_output=True, text=True,
                           cwd=REPO, env=cli_env(), timeout=60)
@@ -232,7 +232,7 @@ def test_undecodable_bytes_in_argv_are_a_bad_argument():
 
 def test_key_value_pairs_keep_text_fields_as_written():
     """`name=123` is the text 123 for a text-only field; numbers still parse for numeric fields."""
-    from skill_server.cli import _parse_pairs
+    from skill_server.app.cli import _parse_pairs
 
     props = TOOLS_BY_NAME["episode_cap"].input_schema["properties"]
     assert _parse_pairs(["agentjet_root=123", "max_env_worker=8", "client_parallelism=[1,2]"], props) == {
@@ -242,7 +242,8 @@ def test_key_value_pairs_keep_text_fields_as_written():
 
 def test_an_unexpected_exception_is_one_line(monkeypatch, capsys):
     """A bug in a tool still gives one line on stderr and exit 1, never a traceback."""
-    from skill_server import cli, tools
+    from skill_server.app import cli
+    from skill_server.app import table as tools
 
     def boom(model):
         raise ZeroDivisionError("division by zero\nsecond line")

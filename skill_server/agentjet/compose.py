@@ -26,9 +26,9 @@ from typing import Any
 from skill_server.agentjet import yamltypes
 from skill_server.agentjet.refusals import AgentJetRefusal, Cause, base_absent_cause
 from skill_server.agentjet.release import ConfigFile, Release, read_yaml_file
-from skill_server.errors import ToolInputError
-from skill_server.fsutil import read_text_bounded
-from skill_server.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
+from skill_server.core.errors import ToolInputError
+from skill_server.core.fsutil import read_text_bounded
+from skill_server.core.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
 
 PRIMARY = "tmp….yaml"  # Hydra calls the base by AgentJetJob's random temporary file name
 SELF = "_self_"

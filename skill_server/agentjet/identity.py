@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StrictStr
 
-from skill_server.models import ToolOutput
+from skill_server.core.models import ToolOutput
 
 AgentJetVersionArg = Annotated[StrictStr | None, Field(
     max_length=200,

@@ -35,7 +35,7 @@ from skill_server.agentjet.refusals import (
     value_causes,
 )
 from skill_server.agentjet.release import DATACLASS_MARK, OverridesTable, Release
-from skill_server.errors import ToolInputError
+from skill_server.core.errors import ToolInputError
 
 NAME_SENTINEL = "read_yaml_name"
 INTERCHANGE_KEY = KEYS["interchange_method"]

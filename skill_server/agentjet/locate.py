@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from skill_server.errors import ToolInputError
+from skill_server.core.errors import ToolInputError
 
 
 @dataclass(frozen=True)

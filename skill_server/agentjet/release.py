@@ -30,8 +30,8 @@ from typing import Any, Callable
 from skill_server.agentjet import gitmeta, pysource
 from skill_server.agentjet.identity import AgentJetRef, agentjet_label, short_commit
 from skill_server.agentjet.locate import AgentJetInstall, locate_agentjet
-from skill_server.errors import ToolInputError
-from skill_server.fsutil import resolve_path
+from skill_server.core.errors import ToolInputError
+from skill_server.core.fsutil import resolve_path
 
 RELEASES_DIR = Path(__file__).with_name("releases")
 RELEASE_FILE = "release.json"
@@ -342,7 +342,7 @@ def read_yaml_file(path: Path, *, origin: str, rel: str = "", field: str = "agen
     """A YAML file on disk as layer data (and as base data with ``raw``), cached; None when it does not exist."""
     import yaml
 
-    from skill_server.safe_yaml import yaml_error_text
+    from skill_server.core.safe_yaml import yaml_error_text
 
     try:
         data = cached_file(path, "layer", _parse_layer)

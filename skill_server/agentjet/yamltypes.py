@@ -23,7 +23,7 @@ import yaml
 
 # OmegaConf's float rule, both loaders and the bounds of every YAML read (depth, values) are written once,
 # in safe_yaml.
-from skill_server.safe_yaml import (
+from skill_server.core.safe_yaml import (
     FLOAT_FIRST_CHARS,
     MAX_DEPTH,
     MAX_EXPANDED_NODES,

@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from skill_server.errors import ToolInputError
+from skill_server.core.errors import ToolInputError
+from skill_server.core.fsutil import resolve_path
 from skill_server.experiments.models import MAX_DURATION_S
-from skill_server.fsutil import resolve_path
 from skill_server.hosts.agent import files as host_files
 
 MAX_BLUEPRINT_BYTES = 256 * 1024

@@ -22,7 +22,7 @@ import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
-from skill_server.errors import ToolFailure
+from skill_server.core.errors import ToolFailure
 from skill_server.experiments.models import MetricSeries, MetricsHistory
 from skill_server.experiments.progress import StepLine
 from skill_server.experiments.store import Registry

@@ -29,7 +29,7 @@ MAX_LINE_CHARS = 2000
 SCAN_BUDGET = 1024 * 1024
 #: Longest kept error line.
 MAX_ERROR_LINE = 400
-#: Largest integer a JSON client holds exactly (as ``skill_server.models.MAX_JSON_INT``).
+#: Largest integer a JSON client holds exactly (as ``skill_server.core.models.MAX_JSON_INT``).
 MAX_EXACT_INT = 2**53 - 1
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][0-9A-Za-z]")

@@ -13,10 +13,10 @@ from typing import Annotated, Literal
 
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
+from skill_server.core.models import NonNegativeInt, PositiveInt, ToolInput, ToolOutput
 from skill_server.experiments import logs
 from skill_server.experiments.progress import MAX_STEPS
-from skill_server.gpus.models import FreeFraction
-from skill_server.models import NonNegativeInt, PositiveInt, ToolInput, ToolOutput
+from skill_server.tools.gpu_status.models import FreeFraction
 
 State = Literal["running", "succeeded", "failed", "stopped", "timed_out", "lost", "unreachable"]
 ProcessState = Literal["running", "waiting", "succeeded", "failed", "stopped", "timed_out", "lost", "unreachable"]

@@ -14,7 +14,7 @@ import math
 import threading
 from dataclasses import dataclass, field
 
-from skill_server.errors import ToolFailure
+from skill_server.core.errors import ToolFailure
 from skill_server.experiments import history
 from skill_server.experiments.store import Registry, Row
 

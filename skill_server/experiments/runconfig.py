@@ -21,10 +21,10 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from skill_server.errors import ToolInputError
+from skill_server.core.errors import ToolInputError
+from skill_server.core.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
 from skill_server.experiments.progress import MAX_STEPS
 from skill_server.experiments.store import Registry, Row
-from skill_server.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
 
 #: Re-read a YAML that left something unknown at most this often.
 RECHECK_S = 300.0

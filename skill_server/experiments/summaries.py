@@ -15,8 +15,8 @@ import math
 import re
 from typing import Any
 
+from skill_server.core.models import ToolOutput
 from skill_server.experiments import logs
-from skill_server.models import ToolOutput
 
 MAX_DICT_LINE = 1024 * 1024
 PLATEAU_KEYS = ("mean_reward", "task_pass_rate")

@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any
 
-from skill_server.errors import ToolFailure, ToolInputError
+from skill_server.core.errors import ToolFailure, ToolInputError
 from skill_server.hosts.agent import PROTOCOL_VERSION
 
 LOCAL = "local"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from skill_server.errors import ToolInputError
+from skill_server.core.errors import ToolInputError
 from skill_server.hosts.base import LOCAL
 
 MAX_DESTINATION = 255

@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from skill_server.errors import ToolFailure
+from skill_server.core.errors import ToolFailure
 from skill_server.hosts.agent import program
 from skill_server.hosts.agent.files import state_dir
 from skill_server.hosts.base import Host, HostUnreachable, tmux_attach_argv

@@ -1,0 +1,116 @@
+"""The ``blueprint`` tool: render a blueprint (create-only) or validate one. Never runs anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, StrictStr
+
+from skill_server.core.errors import ToolInputError
+from skill_server.core.fsutil import resolve_path, write_text_atomic
+from skill_server.core.models import ToolInput, ToolOutput
+from skill_server.experiments import blueprint as bp
+
+_TEMPLATE_FIELDS = ("purpose", "codebase_dir", "venv_exe", "yaml_path", "launch_command", "result_dir", "max_time",
+                    "first_step_timeout", "notes")
+
+
+class BlueprintInput(ToolInput):
+    action: Literal["validate", "template"] = Field(description="'template' renders one, 'validate' checks one.")
+    path: StrictStr | None = Field(default=None, max_length=4096,
+                                   description="validate: the blueprint to read; template: where to write it (a new "
+                                   "file: an existing one is never replaced). Relative paths resolve against the "
+                                   "server's working directory.")
+    text: StrictStr | None = Field(default=None, max_length=bp.MAX_BLUEPRINT_BYTES,
+                                   description="validate: blueprint text instead of a file.")
+    purpose: StrictStr | None = Field(default=None, max_length=4096,
+                                      description="template: [exp_purpose], one or two sentences.")
+    codebase_dir: StrictStr | None = Field(default=None, max_length=4096,
+                                           description="template: [exp_codebase_dir], absolute.")
+    venv_exe: StrictStr | None = Field(default=None, max_length=4096,
+                                       description="template: [exp_venv_exe], the venv's python.")
+    yaml_path: StrictStr | None = Field(default=None, max_length=4096,
+                                        description="template: [exp_yaml_path], the training YAML.")
+    launch_command: StrictStr | None = Field(default=None, max_length=16000,
+                                             description="template: [exp_launch_command], one line.")
+    result_dir: StrictStr | None = Field(default=None, max_length=4096,
+                                         description="template: [exp_result_dir] (default ./auto_agent/exp_results/).")
+    max_time: StrictStr | None = Field(default=None, max_length=200,
+                                       description="template: e.g. '24 hours' (default), '90 min', '1.5h'.")
+    first_step_timeout: StrictStr | None = Field(default=None, max_length=200,
+                                                 description="template: e.g. '20 min' (default).")
+    notes: StrictStr | None = Field(default=None, max_length=64 * 1024, description="template: free notes.")
+
+
+class BlueprintProblem(ToolOutput):
+    field: str
+    severity: Literal["error", "warning"]
+    message: str
+
+
+class BlueprintOutput(ToolOutput):
+    action: str
+    ok: bool
+    fields: dict[str, str]
+    resolved: dict[str, str]
+    max_time_s: float | None
+    first_step_timeout_s: float | None
+    notes: str
+    problems: list[BlueprintProblem]
+    text: str | None = None
+    path: str | None = None
+
+
+def blueprint_tool(inp: BlueprintInput) -> BlueprintOutput:
+    if inp.action == "validate":
+        given = [f for f in _TEMPLATE_FIELDS if getattr(inp, f) is not None]
+        if given:
+            raise ToolInputError("only used by action='template'", field=given[0])
+        if (inp.path is None) == (inp.text is None):
+            raise ToolInputError("give exactly one of path or text", field="path")
+        source = None
+        if inp.path is not None:
+            text, path = bp.read_blueprint(inp.path, "path")
+            source, base = str(path), path.parent
+        else:
+            text, base = inp.text or "", Path.cwd()
+        return _output("validate", bp.validate_text(text, base), None, source)
+    if inp.text is not None:
+        raise ToolInputError("only used by action='validate'", field="text")
+    for name in ("max_time", "first_step_timeout"):
+        value = getattr(inp, name)
+        if value is None:
+            continue
+        seconds = bp.parse_duration(value)
+        if seconds is None:
+            raise ToolInputError(f"cannot read a duration from {value!r} (try '24 hours', '90 min', '1.5h')",
+                                 field=name)
+        why = bp.duration_problem(seconds)
+        if why:
+            raise ToolInputError(f"{value!r} is {why}", field=name)
+    text = bp.render({
+        "exp_purpose": inp.purpose, "exp_codebase_dir": inp.codebase_dir, "exp_venv_exe": inp.venv_exe,
+        "exp_yaml_path": inp.yaml_path, "exp_launch_command": inp.launch_command, "exp_result_dir": inp.result_dir,
+        "exp_max_time": inp.max_time, "first_step_timeout": inp.first_step_timeout, "notes": inp.notes,
+    })
+    base = Path.cwd()
+    written = None
+    if inp.path is not None:
+        target = resolve_path(inp.path, field="path")
+        if target.exists() or target.is_symlink():
+            raise ToolInputError(f"{target} exists; the template is only written to a new file (choose another "
+                                 "path, or validate the existing one)", field="path")
+        written = str(write_text_atomic(target, text, overwrite=False, field="path"))
+        base = target.parent
+    return _output("template", bp.validate_text(text, base), text, written)
+
+
+def _output(action: str, v: bp.Validated, text: str | None, path: str | None) -> BlueprintOutput:
+    return BlueprintOutput(
+        action=action, ok=v.ok, fields=v.values, resolved=v.resolved, max_time_s=v.max_time_s,
+        first_step_timeout_s=v.first_step_timeout_s, notes=v.notes,
+        problems=[BlueprintProblem(field=p.field, severity=p.severity, message=p.message)  # type: ignore[arg-type]
+                  for p in v.problems],
+        text=text, path=path,
+    )

@@ -1,0 +1,176 @@
+"""Input and output models of ``check_config`` (the MCP schemas are generated from these)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, StrictStr, model_validator
+
+from skill_server.agentjet.identity import AgentJetRef, AgentJetRootArg, AgentJetVersionArg
+from skill_server.core.models import JsonValue, ToolInput, ToolOutput
+
+Severity = Literal["error", "warning", "info"]
+Source = Literal["default", "yaml", "kwarg", "write", "tcp-switch", "env-default", "cli-default", "computed"]
+SetBy = Literal["default", "yaml", "kwarg", "write", "tcp-switch", "computed"]
+
+MAX_PATH_CHARS = 4096
+
+
+class CheckConfigInput(ToolInput):
+    script: StrictStr | None = Field(default=None, max_length=MAX_PATH_CHARS,
+                                     description="Path of a Python swarm client script (read, never run).")
+    yaml: StrictStr | None = Field(
+        default=None, max_length=MAX_PATH_CHARS,
+        description="Path of a YAML to check: the base the script passes as base_yaml_config (it replaces the "
+        "script's own base_yaml_config for the comparison), or a YAML on its own.")
+    agentjet_version: AgentJetVersionArg = None
+    agentjet_root: AgentJetRootArg = None
+    cwd: StrictStr | None = Field(
+        default=None, max_length=MAX_PATH_CHARS,
+        description="The directory the client is launched from. AgentJetJob resolves a relative base_yaml_config "
+        "against it; without it, a relative path is only looked for in candidate folders (the script's folder "
+        "up to its repository root) and the result says so. Relative script/yaml paths resolve against it too.")
+
+    @model_validator(mode="after")
+    def _something_to_check(self) -> CheckConfigInput:
+        if not self.script and not self.yaml:
+            raise ValueError("give script (a swarm client .py), yaml, or both")
+        return self
+
+
+class Location(ToolOutput):
+    file: str | None = Field(description="Absolute path; null for a bundled AgentJet release's defaults (no file "
+                             "here).")
+    line: int | None = Field(default=None, description="1-based line, when known.")
+    key: str | None = Field(default=None, description="The dotted key set here, when a finding has several inputs.")
+    source: str | None = Field(default=None, description="What sets it here: default, yaml, kwarg, write, "
+                               "tcp-switch.")
+
+
+class Finding(ToolOutput):
+    rule: str
+    severity: Severity
+    key: str | None = Field(description="Dotted config key, e.g. ajet.rollout.max_env_worker.")
+    message: str
+    locations: list[Location] = Field(description="Every line that matters; the effective setter of each input "
+                                      "first, overridden ones after.")
+    values: dict[str, JsonValue]
+    fix: str
+
+
+class Skipped(ToolOutput):
+    rule: str
+    reason: str = Field(description="Why the check could not run (the unknown values and what they depend on).")
+
+
+class Summary(ToolOutput):
+    errors: int
+    warnings: int
+    infos: int
+    skipped: int = Field(description="Checks that could not run (see skipped).")
+
+
+class EffectiveValue(ToolOutput):
+    key: str = Field(description="Dotted config key.")
+    value: JsonValue = Field(default=None, description="What the engine gets; null when unknown (see unresolved).")
+    source: Source = Field(description="default, yaml, kwarg, write, tcp-switch; env-default / cli-default when the "
+                           "script's value is an environment or command-line default; computed for derived values.")
+    set_by: SetBy = Field(description="The mechanism that sets it (kwarg, write, yaml, ...).")
+    location: Location | None = Field(default=None, description="Where it is set.")
+    assumes: list[str] = Field(default_factory=list, description="What must stay at its default for the value to "
+                               "hold (an environment variable unset, an option not given).")
+    unresolved: str | None = Field(default=None, description="Why the value is unknown.")
+    note: str | None = None
+
+
+class Effective(ToolOutput):
+    """The values the engine would get (kwargs, then the tcp switch, then writes made before any dump)."""
+
+    max_env_worker: EffectiveValue
+    num_repeat: EffectiveValue
+    train_batch_size: EffectiveValue
+    n_gpus_per_node: EffectiveValue
+    nnodes: EffectiveValue
+    interchange_method: EffectiveValue
+    max_prompt_length: EffectiveValue
+    max_response_length: EffectiveValue
+    max_response_length_in_one_turn: EffectiveValue
+    max_model_len: EffectiveValue
+    lora_rank: EffectiveValue
+    lora_load_format: EffectiveValue
+    layered_summon: EffectiveValue
+    lr: EffectiveValue
+    enable_swarm_mode: EffectiveValue
+    enable_interchange_server: EffectiveValue
+    max_inference_tracker_threads: EffectiveValue
+    swarm_mode_sample_collection_method: EffectiveValue
+    model_path: EffectiveValue
+    logger: EffectiveValue
+    experiment_name: EffectiveValue
+    episode_cap: EffectiveValue = Field(description="The episode_cap of these values (source computed).")
+    unresolved: dict[str, str] = Field(description="Every dotted key whose value is unknown -> why.")
+
+
+class KwargInfo(ToolOutput):
+    name: str
+    value: JsonValue
+    resolved: bool
+    expression: str
+    how: str = Field(description="literal, constant, imported constant, dataclass default/argument, arithmetic, "
+                     "path, env-default, cli-default, or unresolved.")
+    assumes: list[str] = Field(default_factory=list)
+    unresolved: str | None = None
+    line: int
+
+
+class WriteInfo(ToolOutput):
+    key: str
+    value: JsonValue
+    resolved: bool
+    expression: str
+    kind: str
+    line: int
+    after_freeze: bool
+
+
+class FreezeInfo(ToolOutput):
+    call: str
+    line: int
+
+
+class BaseYamlInfo(ToolOutput):
+    expression: str | None = Field(description="base_yaml_config as written in the script (null: not passed).")
+    path: str | None = Field(description="The YAML compared, or the missing one (null: AgentJet's defaults).")
+    anchor: Literal["absolute", "script_dir", "cwd", "explicit", "defaults", "unresolved"]
+    state: Literal["defaults", "file", "missing", "unresolved", "refused"] = Field(
+        description="defaults: AgentJet's own swarm default; file: composed; missing: not there; unresolved: its path "
+        "is known only at run time; refused: AgentJet refuses to compose it (see the agentjet-refusal finding). "
+        "Unless defaults or file, every value it would set is unknown.")
+    exists: bool
+    tried: list[str] = Field(description="Every path looked at, in order.")
+    launch_dir_known: bool = Field(description="False when the path is relative and no cwd was given.")
+
+
+class ConstructionInfo(ToolOutput):
+    line: int
+    variable: str | None
+    callee: str
+    kwargs: list[KwargInfo]
+    dynamic_kwargs: list[str] = Field(description="Splats or positional arguments that could not be resolved.")
+    base_yaml: BaseYamlInfo
+    writes: list[WriteInfo]
+    freezes: list[FreezeInfo]
+    effective: Effective
+
+
+class CheckConfigResult(ToolOutput):
+    findings: list[Finding]
+    summary: Summary
+    skipped: list[Skipped] = Field(description="Checks that could not run, with the reason.")
+    effective: Effective | None = Field(description="Resolved values of the first construction (or the YAML alone).")
+    constructions: list[ConstructionInfo]
+    yaml_customised: list[str] = Field(description="Keys the checked YAML sets to something other than AgentJet's "
+                                       "defaults.")
+    agentjet: AgentJetRef = Field(description="The AgentJet every version-dependent finding describes (its label, "
+                                  "e.g. 'AgentJet 0.1.0 (c68c154f)', is named in those messages and fixes).")
+    notes: list[str]

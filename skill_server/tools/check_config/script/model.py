@@ -1,0 +1,227 @@
+"""What a scan of a client script produces, as plain data (no AgentJet knowledge here).
+
+A ``Value`` is either resolved (a plain Python value) or not (then ``why`` says what it depends on).
+A resolved value may rest on an ``Assumption``: an environment variable or a command-line option left
+at its default. ``Scope`` is the symbol table of a module or function body, used to resolve names.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar, Union
+
+#: How a resolved value was obtained. Listed from most to least fragile: the first that applies to
+#: any part of an expression names the whole (an env default times a literal is an env default).
+HOW_ORDER = ("env-default", "cli-default", "dataclass argument", "dataclass default", "imported constant",
+             "constant", "path", "arithmetic", "literal")
+
+
+@dataclass(frozen=True)
+class PathRef:
+    """A path expression. ``anchor``: 'absolute', 'script_file' (``__file__`` itself), 'script_dir' (built
+    from ``__file__``) or 'cwd' (relative: resolved against the launch directory at run time)."""
+
+    anchor: str
+    path: str
+
+
+@dataclass(frozen=True)
+class Assumption:
+    """A value that holds only while the user leaves something at its default."""
+
+    kind: Literal["env", "cli"]
+    name: str  # the environment variable (GRPO_N) or the option (--batch-size)
+    default: str  # the default as written
+
+    def describe(self) -> str:
+        if self.kind == "env":
+            return f"environment variable {self.name} is unset (the script then uses its default {self.default})"
+        return f"option {self.name} is not given (argparse then uses its default {self.default})"
+
+
+@dataclass(frozen=True)
+class Prov:
+    """Provenance of a resolved value: how, and under which assumptions."""
+
+    how: str = "literal"
+    assumes: tuple[Assumption, ...] = ()
+
+
+def combine(provs: list[Prov] | tuple[Prov, ...], floor: str = "literal") -> Prov:
+    """The provenance of a value computed from several parts."""
+    hows = {p.how for p in provs} | {floor}
+    how = next(h for h in HOW_ORDER if h in hows)
+    assumes: list[Assumption] = []
+    for p in provs:
+        assumes.extend(a for a in p.assumes if a not in assumes)
+    return Prov(how, tuple(assumes))
+
+
+@dataclass
+class Value:
+    value: Any  # a plain Python value when resolved
+    resolved: bool
+    text: str  # source text of the expression (whitespace collapsed, at most 200 chars)
+    how: str = "literal"  # one of HOW_ORDER, or "unresolved"
+    assumes: tuple[Assumption, ...] = ()
+    why: str = ""  # for an unresolved value: what it depends on
+
+    def describe_unresolved(self) -> str:
+        return f"{self.text}: {self.why}" if self.why else f"{self.text}: computed at run time"
+
+
+@dataclass
+class Kwarg:
+    name: str
+    value: Value
+    line: int
+
+
+@dataclass
+class Construction:
+    index: int
+    line: int
+    callee: str
+    scope: Scope
+    variable: str | None = None
+    kwargs: dict[str, Kwarg] = field(default_factory=dict)
+    dynamic: list[str] = field(default_factory=list)  # splats or positional args that could not be resolved
+    base_yaml: Value | None = None
+    base_path: PathRef | None = None
+
+
+@dataclass
+class Write:
+    construction: int | None  # None: the job could not be tied to one construction
+    key: str  # dotted from the config root, e.g. ajet.rollout.temperature
+    value: Value
+    line: int
+    scope: Scope
+    kind: str  # attribute | item | setattr | update | whole-dict | method | mirror
+    # the access chain: (segment, "attr" | "item") for each segment below the config root
+    access: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass
+class Freeze:
+    construction: int | None
+    call: str
+    line: int
+    scope: Scope
+
+
+# --- what a name can be bound to ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ImportedName:
+    """``from module import name``: resolved, statically, only for modules next to the script."""
+
+    module: str
+    name: str
+    level: int
+
+
+@dataclass(frozen=True)
+class ImportedModule:
+    """``import module`` (or ``import module as alias``)."""
+
+    module: str
+
+
+class Opaque:
+    """A binding whose value is never static (a loop variable, a parameter, a ``with`` target ...)."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+#: What a name is bound to: an expression, an import, an opaque marker, a function (its ``Scope``), a
+#: dataclass (``modules.DataclassDef``, kept out of this union to avoid an import cycle), or None.
+Binding = Union[ast.expr, ImportedName, ImportedModule, Opaque, "Scope", None]  # noqa: UP007 (forward reference)
+
+
+class Scope:
+    """A module or function body: its simple-name bindings in source order, and what tools need about it."""
+
+    def __init__(self, name: str, parent: Scope | None, node: ast.AST | None, module: Any = None) -> None:
+        self.name = name
+        self.parent = parent
+        self.node = node
+        self.module = module if module is not None else (parent.module if parent is not None else None)
+        self.assigned: dict[str, list[tuple[int, Binding]]] = {}
+        self.params: dict[str, ast.expr | None] = {}  # parameter -> annotation
+        self.jobs: dict[str, list[tuple[int, int | None]]] = {}  # variable -> [(line, construction)]
+        self.aliases: dict[str, list[tuple[int, tuple[int | None, tuple[tuple[str, str], ...]]]]] = {}
+        self.call_sites: list[tuple[Scope, int]] = []  # where this function is called from
+        self.call_nodes: list[tuple[Scope, ast.Call]] = []
+
+    def __repr__(self) -> str:
+        return f"<scope {self.name}>"
+
+    def assign(self, name: str, line: int, value: Binding) -> None:
+        self.assigned.setdefault(name, []).append((line, value))
+
+    def lookup(self, name: str, line: int | None) -> tuple[Scope, Binding] | None:
+        """The binding of ``name`` last made before ``line`` (None: anywhere), searching outwards."""
+        scope: Scope | None = self
+        use_line = line
+        while scope is not None:
+            entries = scope.assigned.get(name)
+            if name in scope.params and not entries:
+                return None  # a parameter: the caller decides
+            if entries:
+                candidates = entries if use_line is None else [e for e in entries if e[0] <= use_line]
+                if not candidates:
+                    return None
+                if use_line is None and len(entries) > 1 and not _all_same(entries):
+                    return None  # reassigned with different values: unknowable from an inner scope
+                return scope, candidates[-1][1]
+            scope = scope.parent
+            use_line = None
+        return None
+
+
+T = TypeVar("T")
+
+
+def tracked(scope: Scope | None, table: Callable[[Scope], dict[str, list[tuple[int, T]]]], name: str,
+            line: int) -> tuple[T] | None:
+    """The entry ``name`` last got in ``table`` (a scope's ``jobs`` or ``aliases``) before ``line``, searching
+    outwards as Python resolves names: a scope that binds ``name`` to something else hides the outer ones.
+    Wrapped in a tuple, since the entry itself may be None."""
+    current, use_line = scope, line
+    while current is not None:
+        entries = table(current).get(name)
+        if entries:
+            before = [e for e in entries if use_line is None or e[0] <= use_line]
+            if before:
+                return (before[-1][1],)
+        if current.assigned.get(name) or name in current.params:
+            return None  # bound to something else in this scope
+        current, use_line = current.parent, None
+    return None
+
+
+def _all_same(entries: list[tuple[int, Binding]]) -> bool:
+    def key(binding: Binding) -> str:
+        if isinstance(binding, ast.AST):
+            try:
+                return ast.dump(binding)
+            except RecursionError:
+                return f"deep:{id(binding)}"
+        return repr(binding) if not isinstance(binding, Opaque) else f"opaque:{id(binding)}"
+
+    return len({key(b) for _, b in entries}) == 1
+
+
+@dataclass
+class ScriptScan:
+    path: Path
+    constructions: list[Construction]
+    writes: list[Write]
+    freezes: list[Freeze]
+    notes: list[str]

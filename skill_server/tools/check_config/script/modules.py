@@ -1,0 +1,266 @@
+"""Reading Python modules statically: the client script and the modules next to it.
+
+``ModuleInfo`` is one parsed file with its symbol tables (scopes, functions, dataclasses, imports).
+``ModuleLoader`` finds ``from cfg import X`` / ``import cfg`` targets next to the script and reads them
+with ``ast`` only, on demand and at most ``MAX_MODULES`` of them. Nothing is imported or executed.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from pathlib import Path
+
+from skill_server.core.errors import ToolInputError
+from skill_server.core.fsutil import read_text_bounded
+from skill_server.tools.check_config.script.model import Binding, ImportedModule, ImportedName, Opaque, Scope
+
+MAX_SCRIPT_BYTES = 2 * 1024 * 1024
+MAX_MODULES = 16  # sibling modules read per scan
+MAX_TEXT = 200
+
+
+@dataclass
+class DataclassDef:
+    """A ``@dataclass`` class: its fields in order, each with its default expression (None: no default)."""
+
+    name: str
+    fields: dict[str, ast.expr | None]
+    module: ModuleInfo
+
+
+class ModuleInfo:
+    """One parsed Python file and its symbol tables."""
+
+    def __init__(self, path: Path, source: str, tree: ast.Module, name: str) -> None:
+        self.path = path
+        self.source = source
+        self.tree = tree
+        self.name = name
+        self.scope = Scope("<module>", None, tree, module=self)
+        self.functions: dict[str, Scope] = {}  # function name -> its scope (first definition wins)
+        self.dataclasses: dict[str, DataclassDef] = {}
+        self.imports: list[tuple[ast.Import | ast.ImportFrom, Scope]] = []
+        self._lines: list[bytes] | None = None
+        self.effect_nodes = walk_module(self)
+
+    def __repr__(self) -> str:
+        return f"<module {self.name}>"
+
+    def text(self, node: ast.AST) -> str:
+        """Source text of a node (offsets are UTF-8 byte columns), whitespace collapsed, at most 200 chars."""
+        segment = None
+        lineno, end_lineno = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        col, end_col = getattr(node, "col_offset", None), getattr(node, "end_col_offset", None)
+        if lineno is not None and end_lineno is not None and col is not None and end_col is not None:
+            if self._lines is None:
+                self._lines = [line.encode("utf-8") for line in self.source.splitlines(keepends=True)]
+            lines = self._lines[lineno - 1:end_lineno]
+            if lines:
+                if len(lines) == 1:
+                    raw = lines[0][col:end_col]
+                else:
+                    raw = lines[0][col:] + b"".join(lines[1:-1]) + lines[-1][:end_col]
+                segment = raw.decode("utf-8", errors="replace")
+        if segment is None:
+            try:
+                segment = ast.unparse(node)
+            except (RecursionError, ValueError, AttributeError, TypeError):  # text is informational only
+                segment = type(node).__name__
+        segment = " ".join(segment.split())
+        return segment if len(segment) <= MAX_TEXT else segment[:MAX_TEXT - 3] + "..."
+
+
+def parse_module(path: Path, *, field: str, name: str = "__main__") -> ModuleInfo:
+    """Read and parse a script; every failure is a ``ToolInputError`` naming ``field``."""
+    p, source = read_text_bounded(path, field=field, max_bytes=MAX_SCRIPT_BYTES, what="a client script",
+                                  encoding="utf-8-sig")
+    try:
+        tree = ast.parse(source, filename=str(p))
+    except SyntaxError as exc:
+        where = f" at line {exc.lineno}" + (f", column {exc.offset}" if exc.offset else "") if exc.lineno else ""
+        raise ToolInputError(f"{p} is not valid Python{where}: {exc.msg}", field=field) from None
+    except (ValueError, RecursionError, MemoryError) as exc:
+        raise ToolInputError(f"{p} cannot be parsed: {type(exc).__name__}", field=field) from None
+    return ModuleInfo(p.resolve(), source, tree, name)
+
+
+class ModuleLoader:
+    """Modules next to the script, parsed on first use; anything else is not read."""
+
+    def __init__(self, script_dir: Path) -> None:
+        self.script_dir = script_dir
+        self.loaded: dict[Path, ModuleInfo | None] = {}
+        self.notes: list[str] = []
+
+    def find(self, module: str, level: int, importer: ModuleInfo) -> ModuleInfo | None:
+        if not module and level == 0:
+            return None
+        base = importer.path.parent if level > 0 else self.script_dir
+        for _ in range(max(0, level - 1)):
+            base = base.parent
+        parts = [p for p in module.split(".") if p]
+        if level == 0 and (not parts or parts[0] == "ajet"):
+            return None
+        for candidate in (base.joinpath(*parts).with_suffix(".py") if parts else None,
+                          base.joinpath(*parts, "__init__.py")):
+            if candidate is not None and candidate.is_file():  # FIFOs and devices are never opened
+                return self._load(candidate, module or candidate.parent.name)
+        return None
+
+    def _load(self, path: Path, name: str) -> ModuleInfo | None:
+        path = path.resolve()
+        if path in self.loaded:
+            return self.loaded[path]
+        if len(self.loaded) >= MAX_MODULES:
+            self.notes.append(f"more than {MAX_MODULES} modules next to the script are imported; {path.name} and "
+                              "later ones were not read")
+            self.loaded[path] = None
+            return None
+        self.loaded[path] = None  # a cycle reads as "not available" while this one is being built
+        try:
+            info = parse_module(path, field="script", name=name)
+        except ToolInputError as exc:
+            self.notes.append(f"{path.name} (imported by the script) was not read: {exc.message}")
+            return None
+        self.loaded[path] = info
+        self.notes.append(f"{path.name} (next to the script) was read for the names the script imports from it")
+        return info
+
+
+# --- symbol tables ---------------------------------------------------------------------------------
+
+
+#: The only nodes the scan's passes look at (constructions, job variables, writes, freezes, returns).
+EFFECT_NODES = (ast.Call, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return)
+_OWN_SCOPE = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def walk_module(module: ModuleInfo) -> list[tuple[ast.AST, Scope]]:
+    """One iterative walk (deep code cannot overflow): bind every simple name in the scope it belongs to,
+    and list the nodes the passes read, in source order, each with the scope it runs in."""
+    effects: list[tuple[ast.AST, Scope]] = []
+    scopes: list[Scope] = [module.scope]
+    # (node, scope, binds): names bound inside lambdas and comprehensions stay in their own scopes
+    stack: list[tuple[ast.AST, Scope, bool]] = [(stmt, module.scope, True) for stmt in reversed(module.tree.body)]
+    while stack:
+        node, scope, binds = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            inner = Scope(node.name, scope, node)
+            scopes.append(inner)
+            module.functions.setdefault(node.name, inner)
+            if binds:
+                scope.assign(node.name, node.lineno, inner)  # type: ignore[arg-type]
+            args = node.args
+            for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, *(a for a in (args.vararg, args.kwarg) if a)]:
+                inner.params[arg.arg] = arg.annotation
+            pending = [(d, scope, binds) for d in node.decorator_list] + [(b, inner, True) for b in node.body]
+        elif isinstance(node, ast.ClassDef):
+            if binds:
+                _bind_class(node, scope, module)
+            # methods get their own scopes, parented to the enclosing scope (self.x is script-wide);
+            # class-level assignments are attributes, not names of the enclosing scope
+            pending = [(d, scope, binds) for d in node.decorator_list]
+            pending += [(item, scope, binds and isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)))
+                        for item in node.body]
+        else:
+            if isinstance(node, EFFECT_NODES):
+                effects.append((node, scope))
+            if binds:
+                _bind(node, scope, module)
+            inner_binds = binds and not isinstance(node, _OWN_SCOPE)
+            pending = [(child, scope, inner_binds) for child in ast.iter_child_nodes(node)]
+        stack.extend(reversed(pending))
+    for scope in scopes:  # source order, whatever order the walk met them in
+        for entries in scope.assigned.values():
+            entries.sort(key=lambda e: e[0])
+    return effects
+
+
+def _bind_class(node: ast.ClassDef, scope: Scope, module: ModuleInfo) -> None:
+    if any(is_dataclass_decorator(d) for d in node.decorator_list):
+        definition = DataclassDef(node.name, {
+            s.target.id: s.value for s in node.body
+            if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}, module)
+        module.dataclasses.setdefault(node.name, definition)
+        scope.assign(node.name, node.lineno, definition)  # type: ignore[arg-type]
+    else:
+        scope.assign(node.name, node.lineno, Opaque(f"{node.name} is a class"))
+
+
+def _bind(child: ast.AST, scope: Scope, module: ModuleInfo) -> None:
+    line = getattr(child, "lineno", 0) or 0
+    if isinstance(child, (ast.Import, ast.ImportFrom)):
+        module.imports.append((child, scope))
+        if isinstance(child, ast.ImportFrom):
+            for alias in child.names:
+                if alias.name != "*":
+                    scope.assign(alias.asname or alias.name, line,
+                                 ImportedName(child.module or "", alias.name, child.level or 0))
+        else:
+            for alias in child.names:
+                if alias.asname:
+                    scope.assign(alias.asname, line, ImportedModule(alias.name))
+                else:
+                    top = alias.name.split(".")[0]
+                    scope.assign(top, line, ImportedModule(top))
+    elif isinstance(child, ast.Assign):
+        for target in child.targets:
+            bind_target(target, child.value, line, scope)
+    elif isinstance(child, ast.AnnAssign) and isinstance(child.target, ast.Name):
+        scope.assign(child.target.id, line, child.value)
+    elif isinstance(child, ast.AugAssign) and isinstance(child.target, ast.Name):
+        scope.assign(child.target.id, line, Opaque(f"{child.target.id} is changed in place at line {line}"))
+    elif isinstance(child, ast.NamedExpr) and isinstance(child.target, ast.Name):
+        scope.assign(child.target.id, line, child.value)
+    elif isinstance(child, (ast.For, ast.AsyncFor)):
+        for name in target_names(child.target):
+            scope.assign(name, line, Opaque(f"{name} is a loop variable (line {line})"))
+    elif isinstance(child, (ast.With, ast.AsyncWith)):
+        for item in child.items:
+            if item.optional_vars is not None:
+                for name in target_names(item.optional_vars):
+                    scope.assign(name, line, Opaque(f"{name} is bound by a with statement (line {line})"))
+    elif isinstance(child, ast.ExceptHandler) and child.name:
+        scope.assign(child.name, line, Opaque(f"{child.name} is an exception"))
+
+
+def bind_target(target: ast.expr, value: ast.expr, line: int, scope: Scope) -> None:
+    if isinstance(target, ast.Name):
+        scope.assign(target.id, line, value)
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        same_shape = isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts)
+        for i, t in enumerate(target.elts):
+            if not isinstance(t, ast.Name):
+                continue
+            if same_shape:
+                scope.assign(t.id, line, value.elts[i])  # type: ignore[union-attr]
+            else:  # args, rest = parser.parse_known_args(): element i of the value
+                item = ast.Subscript(value=value, slice=ast.Constant(i), ctx=ast.Load())
+                ast.copy_location(item, value)
+                scope.assign(t.id, line, item)
+
+
+def target_names(node: ast.AST) -> list[str]:
+    return [n.id for n in ast.walk(node) if isinstance(n, ast.Name)]
+
+
+def is_dataclass_decorator(node: ast.expr) -> bool:
+    target = node.func if isinstance(node, ast.Call) else node
+    return (isinstance(target, ast.Name) and target.id == "dataclass") or (
+        isinstance(target, ast.Attribute) and target.attr == "dataclass")
+
+
+def dotted(node: ast.AST | None) -> str | None:
+    parts: list[str] = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+        return ".".join(reversed(parts))
+    return None
+
+
+__all__ = ["Binding", "DataclassDef", "ModuleInfo", "ModuleLoader", "parse_module", "walk_module", "dotted",
+           "bind_target", "target_names", "is_dataclass_decorator", "MAX_SCRIPT_BYTES"]

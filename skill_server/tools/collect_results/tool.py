@@ -1,0 +1,365 @@
+"""collect_results: summarise a run's metrics and log into results.md (with a plot), then finish.flag.
+
+Metrics come from AgentJet's markdown files (``val_print_to_markdown_file_path`` and
+``train_print_to_markdown_file_path``, dict lines parsed by ``summaries``); when a file is absent or has
+no lines, from the metric history of the run's ``step:N`` log lines (``history``: validation metrics are
+the ``val-*`` keys). The answer and results.md say which source each table came from.
+
+Everything on the run's host happens on its main host, in at most three round trips: one reads the YAML
+candidates (only when a markdown path is not given; the paths come from them), one the metric files
+(regular files only, bounded: a FIFO or a device is refused, never read), one writes ``metrics.png``
+(when matplotlib is installed), ``results.md`` (its documented job is to replace the previous ones) and,
+once the run has ended, an empty ``finish.flag``, all atomically and only over regular files.
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import posixpath
+from typing import Any
+
+from pydantic import Field, StrictBool, StrictStr
+
+from skill_server.core.errors import ToolInputError
+from skill_server.core.models import ImageAttachment, ToolInput, ToolOutput
+from skill_server.core.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
+from skill_server.experiments import history, plots, runconfig
+from skill_server.experiments.models import HOST_DESCRIPTION, ErrorHit, MetricPattern, MetricsHistory, RunKey
+from skill_server.experiments.observe import observe
+from skill_server.experiments.store import Registry, Row, open_registry
+from skill_server.experiments.summaries import MetricSummary, metric_rows, summarise, summarise_series
+from skill_server.hosts import LOCAL, Host, expect, get_host, normalise
+from skill_server.tools.experiment_status.tool import find, status_fields
+from skill_server.tools.launch_experiment.tool import host_path
+
+MAX_MARKDOWN_BYTES = 64 * 1024 * 1024
+#: Most metrics summarised from the history (verl prints 60-100 per step).
+MAX_SUMMARY_SERIES = 300
+PLOT_NAME = "metrics.png"
+MAX_OVERLAYS = plots.MAX_RUNS - 1
+
+
+class CollectInput(ToolInput):
+    id: StrictStr | None = Field(default=None, max_length=200, description="Experiment id or session name.")
+    host: StrictStr | None = Field(default=None, max_length=255,
+                                   description="Without id: where result_dir and the files are. " + HOST_DESCRIPTION)
+    result_dir: StrictStr | None = Field(default=None, max_length=4096,
+                                         description="Absolute, on the host; default: the experiment's result dir.")
+    val_markdown: StrictStr | None = Field(default=None, max_length=4096,
+                                           description="Validation metrics file on the host; default: "
+                                           "ajet.trainer_common.val_print_to_markdown_file_path of the run's YAML.")
+    train_markdown: StrictStr | None = Field(default=None, max_length=4096,
+                                             description="Training metrics file on the host; default: "
+                                             "ajet.trainer_common.train_print_to_markdown_file_path.")
+    yaml_path: StrictStr | None = Field(default=None, max_length=4096,
+                                        description="Training YAML on the host to read those two paths from.")
+    write_finish_flag: StrictBool | None = Field(default=None, description="Default true; only once the run ended.")
+    plot: StrictBool | None = Field(default=None, description="Draw metrics over steps into metrics.png beside "
+                                    "results.md, which embeds it (default true with id; needs matplotlib, else the "
+                                    "data is returned in plot_data).")
+    plot_metrics: list[MetricPattern] | None = Field(default=None, min_length=1, max_length=6,
+                                               description="Metric names or globs to plot (default: reward, "
+                                               "validation, loss and entropy metrics the run has; at most 6 panels).")
+    overlay_ids: list[RunKey] | None = Field(default=None, min_length=1, max_length=MAX_OVERLAYS,
+                                             description="Other experiments (ids or session names) drawn on the "
+                                             "same plot, one colour each.")
+    image_data: StrictBool | None = Field(default=None, description="Also put the PNG in the JSON as base64 "
+                                          "(MCP clients get it as an image block anyway).")
+
+
+class CollectOutput(ToolOutput):
+    host: str = Field(description="Where results.md and finish.flag were written ('local' or the ssh destination).")
+    results_path: str
+    finish_flag_path: str | None
+    state: str | None
+    exit_code: int | None
+    val_markdown: str | None
+    train_markdown: str | None
+    val_metrics: list[MetricSummary]
+    train_metrics: list[MetricSummary]
+    metrics_source: dict[str, str] = Field(description="Per table (validation, training): the markdown file, the "
+                                           "log's step lines (metric history), or none.")
+    plateau: dict[str, bool]
+    errors: list[ErrorHit]
+    log_paths: list[str]
+    plot: ImageAttachment | None = Field(default=None, description="metrics.png: where it was written.")
+    plot_data: MetricsHistory | None = Field(default=None, description="The series a plot would show, when "
+                                             "matplotlib is not installed.")
+    notes: list[str]
+
+
+# --------------------------------------------------------------------------------------------------
+# locating the files
+
+
+def _markdown_paths(data: Any, base: str) -> tuple[str | None, str | None]:
+    ajet = data.get("ajet") if isinstance(data, dict) else None
+    common = ajet.get("trainer_common") if isinstance(ajet, dict) else None
+    found: list[str | None] = []
+    for key in ("val_print_to_markdown_file_path", "train_print_to_markdown_file_path"):
+        value = common.get(key) if isinstance(common, dict) else None
+        if isinstance(value, str) and value.strip() and "\x00" not in value:
+            found.append(value if posixpath.isabs(value) or value.startswith("~")
+                         else posixpath.normpath(posixpath.join(base, value)))
+        else:
+            found.append(None)
+    return found[0], found[1]
+
+
+def _read_ops(paths: list[str], length: int) -> list[dict[str, Any]]:
+    return [{"op": "read", "path": p, "offset": -length, "length": length, "text": True} for p in paths]
+
+
+def _yaml_markdown_paths(host: Host, candidates: list[runconfig.Candidate], explicit: bool,
+                         notes: list[str]) -> tuple[str | None, str | None]:
+    """Markdown paths from the first YAML candidates that name them (one round trip for all)."""
+    val_md = train_md = None
+    if not candidates:
+        return None, None
+    for cand, result in zip(candidates, host.call([runconfig.read_op(c.path) for c in candidates])):
+        if val_md and train_md:
+            break
+        if not result.get("ok"):
+            if explicit:
+                expect(result, field="yaml_path")
+            continue
+        if int(result["size"]) > MAX_YAML_BYTES:
+            notes.append(f"{cand.path} is over {MAX_YAML_BYTES // (1024 * 1024)} MiB; not read")
+            continue
+        try:
+            data = parse_yaml_text(result["text"], field="yaml_path", source=cand.path)
+        except ToolInputError as exc:
+            if explicit:
+                raise
+            notes.append(f"could not read {cand.path}: {exc.message}")
+            continue
+        v, t = _markdown_paths(data, cand.workdir)
+        val_md, train_md = val_md or v, train_md or t
+    return val_md, train_md
+
+
+# --------------------------------------------------------------------------------------------------
+# the metric history: tables and the plot
+
+
+def is_validation_metric(name: str) -> bool:
+    """verl logs validation metrics as ``val-core/...``, ``val-aux/...`` (older: ``val/...``)."""
+    return name.startswith(("val-", "val/"))
+
+
+def _history_tables(reg: Registry, exp_id: str) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """(validation series, training series) from the run's step lines, values in step order."""
+    val: dict[str, list[float]] = {}
+    train: dict[str, list[float]] = {}
+    for name in history.metric_names(reg, exp_id)[:MAX_SUMMARY_SERIES]:
+        series = history.read_series(reg, exp_id, name)
+        values = [math.nan if v is None else v for v in series.values]
+        (val if is_validation_metric(name) else train)[name] = values
+    return val, train
+
+
+def _plot_curves(reg: Registry, row: Row, overlays: list[Row], patterns: list[str] | None,
+                 notes: list[str]) -> tuple[list[plots.Curve], list[str]]:
+    names = history.metric_names(reg, row.id)
+    if patterns:
+        metrics, unmatched = history.match_names(names, patterns)
+        if unmatched:
+            notes.append(f"plot_metrics matched nothing in {row.id}: {', '.join(unmatched)}")
+    else:
+        metrics = plots.default_metrics(names)
+    metrics = metrics[:plots.MAX_PANELS]
+    rows = [row] + overlays
+    return plots.curves_from_history(reg, list(zip(plots.run_labels(rows), [r.id for r in rows])), metrics), metrics
+
+
+# --------------------------------------------------------------------------------------------------
+# the tool
+
+
+def collect_results(inp: CollectInput) -> CollectOutput:
+    notes: list[str] = []
+    state = exit_code = None
+    errors: list[ErrorHit] = []
+    log_paths: list[str] = []
+    status: dict[str, Any] | None = None
+    spec: dict[str, Any] = {}
+    row: Row | None = None
+    overlays: list[Row] = []
+    hist_val: dict[str, list[float]] = {}
+    hist_train: dict[str, list[float]] = {}
+    curves: list[plots.Curve] = []
+    plot_metrics: list[str] = []
+    plot_data: MetricsHistory | None = None
+    if inp.id is None and inp.result_dir is None:
+        raise ToolInputError("give id (an experiment) or result_dir", field="id")
+    if inp.id is not None and inp.host is not None:
+        raise ToolInputError("the host is the experiment's own; give host only without id", field="host")
+    for name in ("plot_metrics", "overlay_ids"):
+        if inp.id is None and getattr(inp, name) is not None:
+            raise ToolInputError("plots are drawn from an experiment's metric history: give id too", field=name)
+    want_plot = inp.id is not None and inp.plot is not False
+    host_name = normalise(inp.host, field="host") if inp.host is not None else LOCAL
+    if inp.id is not None:
+        with open_registry() as reg:
+            row = find(reg, inp.id)
+            overlays = [find(reg, key, f"overlay_ids.{i}") for i, key in enumerate(inp.overlay_ids or [])]
+            view = observe(reg, [row])[0]
+            status = status_fields(view, [], [0] * len(view.procs), 0)
+            row = view.row
+            hist_val, hist_train = _history_tables(reg, row.id)
+            if want_plot:
+                curves, plot_metrics = _plot_curves(reg, row, overlays, inp.plot_metrics, notes)
+                if curves and not plots.available():
+                    plot_data = history.history_view(reg, row.id, plot_metrics, None, None, 200)
+        spec = row.spec
+        host_name = row.host
+        state, exit_code = status["state"], status["exit_code"]
+        errors = status["errors"]
+        log_paths = [p.log_path if p.host == host_name else f"{p.host}:{p.log_path}" for p in status["processes"]]
+    host = get_host(host_name)
+    result_dir = host_path(inp.result_dir, "result_dir") if inp.result_dir else spec.get("result_dir")
+    assert result_dir is not None
+
+    val_md = host_path(inp.val_markdown, "val_markdown") if inp.val_markdown else None
+    train_md = host_path(inp.train_markdown, "train_markdown") if inp.train_markdown else None
+    if not (val_md and train_md):
+        if inp.yaml_path:
+            first = (spec.get("processes") or [{}])[0]
+            base = first.get("workdir") or spec.get("workdir") or result_dir
+            candidates = [runconfig.Candidate(host_name, host_path(inp.yaml_path, "yaml_path"), base)]
+        else:
+            candidates = [c for c in runconfig.candidates(row) if c.host == host_name] if row is not None else []
+        v, t = _yaml_markdown_paths(host, candidates, inp.yaml_path is not None, notes)
+        val_md, train_md = val_md or v, train_md or t
+
+    sources = [("validation", "val_markdown", val_md), ("training", "train_markdown", train_md)]
+    wanted = [path for _, _, path in sources if path is not None]
+    answers = dict(zip(wanted, host.call(_read_ops(wanted, MAX_MARKDOWN_BYTES)))) if wanted else {}
+    tables: dict[str, list[MetricSummary]] = {}
+    metrics_source: dict[str, str] = {}
+    for label, arg, path in sources:
+        rows: list[dict[str, float]] = []
+        if path is None:
+            notes.append(f"no {label} markdown file known (pass {arg}, or set the YAML's "
+                         f"{arg.split('_')[0]}_print_to_markdown_file_path)")
+        elif not answers[path].get("ok"):
+            notes.append(f"cannot read the {label} file {path}: {answers[path].get('error')}")
+        else:
+            rows = metric_rows(answers[path]["text"], int(answers[path]["size"]) > MAX_MARKDOWN_BYTES)
+            if not rows:
+                notes.append(f"the {label} file {path} has no metric lines yet")
+        fallback = hist_val if label == "validation" else hist_train
+        if rows:
+            tables[label], metrics_source[label] = summarise(rows), f"markdown file {path}"
+        elif fallback:
+            steps = max(len(v) for v in fallback.values())
+            tables[label] = summarise_series(fallback)
+            metrics_source[label] = f"the log's step lines (metric history, {steps} steps)"
+            notes.append(f"{label} metrics taken from the log's step lines (no usable markdown file)")
+        else:
+            tables[label], metrics_source[label] = [], "none"
+    val_metrics, train_metrics = tables["validation"], tables["training"]
+    plateau = {m.key: bool(m.plateau) for m in val_metrics + train_metrics if m.plateau is not None}
+
+    running = state in ("running", "unreachable")
+    flag_wanted = inp.write_finish_flag is not False and not running
+    if inp.write_finish_flag is False:
+        notes.append("finish.flag not written (write_finish_flag=false)")
+    elif running:
+        why = "is still running" if state == "running" else "cannot be asked about (host unreachable)"
+        notes.append(f"the experiment {why}: results.md is interim and finish.flag was not written")
+    picture = None
+    if want_plot and curves:
+        assert row is not None
+        labels = plots.run_labels([row] + overlays)
+        title = f"{labels[0]}: metrics over steps" + (f" (with {', '.join(labels[1:])})" if len(labels) > 1 else "")
+        try:
+            picture = plots.render(curves, title)
+        except plots.PlotsUnavailable as exc:
+            notes.append(f"{exc.message}; plot_data holds the series instead")
+    elif want_plot:
+        notes.append("no plot: no step line with the chosen metrics has been scanned for this run")
+    plot_path = posixpath.join(result_dir, PLOT_NAME)
+    text = _render(spec, status, host_name, result_dir, val_md, train_md, val_metrics, train_metrics, metrics_source,
+                   plateau, errors, log_paths, notes, PLOT_NAME if picture else None)
+    writes = []
+    if picture is not None:
+        writes.append({"op": "write", "path": plot_path, "data": base64.b64encode(picture.png).decode("ascii"),
+                       "replace": True})
+    writes.append({"op": "write", "path": posixpath.join(result_dir, "results.md"), "text": text, "replace": True})
+    if flag_wanted:
+        writes.append({"op": "write", "path": posixpath.join(result_dir, "finish.flag"), "text": "", "replace": True})
+    written = [expect(r, field="result_dir")["path"] for r in host.call(writes)]
+    image = None
+    if picture is not None:
+        encoded = base64.b64encode(picture.png).decode("ascii") if inp.image_data else None
+        image = ImageAttachment.of(picture.png, mime_type="image/png", title=title, width=picture.width,
+                                   height=picture.height, path=written.pop(0), host=host_name, data_base64=encoded)
+    return CollectOutput(
+        host=host_name, results_path=written[0], finish_flag_path=written[1] if flag_wanted else None, state=state,
+        exit_code=exit_code, val_markdown=val_md, train_markdown=train_md, val_metrics=val_metrics,
+        train_metrics=train_metrics, metrics_source=metrics_source, plateau=plateau, errors=errors,
+        log_paths=log_paths, plot=image, plot_data=plot_data, notes=notes,
+    )
+
+
+def _fmt(value: float | None) -> str:
+    if value is None:
+        return "-"
+    if float(value).is_integer() and abs(value) < 1e15:
+        return str(int(value))
+    return f"{value:.6g}"
+
+
+def _table(metrics: list[MetricSummary]) -> list[str]:
+    if not metrics:
+        return ["(none)", ""]
+    out = ["| metric | n | first | best | last | trend | plateau |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for m in metrics:
+        plateau = "-" if m.plateau is None else ("yes" if m.plateau else "no")
+        out.append(f"| {m.key} | {m.n} | {_fmt(m.first)} | {_fmt(m.best)} | {_fmt(m.last)} | {m.trend} | {plateau} |")
+    return out + [""]
+
+
+def _render(spec: dict[str, Any], status: dict[str, Any] | None, host: str, result_dir: str, val_md: str | None,
+            train_md: str | None, val_metrics: list[MetricSummary], train_metrics: list[MetricSummary],
+            sources: dict[str, str], plateau: dict[str, bool], errors: list[ErrorHit], log_paths: list[str],
+            notes: list[str], plot_name: str | None) -> str:
+    out = ["# Experiment results", ""]
+    if status is not None:
+        out += [
+            f"- experiment: `{status['id']}` (tmux session `{status['session']}`)",
+            f"- final state: **{status['state']}**, exit code {status['exit_code']}",
+            f"- started: {status['started_at']}, elapsed {status['elapsed_s']:.0f} s",
+            f"- first step seen: {status['first_step_seen']} (overdue: {status['first_step_overdue']}), "
+            f"last global step: {status['global_step']}",
+        ]
+        commands = [p.get("command", "") for p in spec.get("processes", [])]
+        out += [f"- command: `{c}`" for c in commands]
+    out += [f"- result dir: {result_dir}" + ("" if host == LOCAL else f" (on {host})")]
+    out += [f"- log: {p}" for p in log_paths]
+    out += [f"- validation file: {val_md or '(none)'}", f"- training file: {train_md or '(none)'}", ""]
+    if plot_name:
+        out += ["## Metrics over steps", "", f"![metrics over steps]({plot_name})", ""]
+    if plateau:
+        out += ["## Plateau check", ""]
+        out += [f"- {key}: {'plateaued' if flat else 'still improving'}" for key, flat in plateau.items()]
+        out += [""]
+    out += ["## Validation metrics", "", f"Source: {sources.get('validation', 'none')}.", ""] + _table(val_metrics)
+    out += ["## Training metrics", "", f"Source: {sources.get('training', 'none')}.", ""] + _table(train_metrics)
+    if status is not None and status.get("last_metrics"):
+        out += [f"## Last metric line in the log (step {status['global_step']})", ""]
+        out += [f"- {k}: {_fmt(v)}" for k, v in list(status["last_metrics"].items())[:40]] + [""]
+    out += ["## Errors seen in the log", ""]
+    if errors:
+        out += ["| signature | count | last line | fix |", "| --- | --- | --- | --- |"]
+        for e in errors:
+            line = e.line.replace("|", "\\|")[:200]
+            out.append(f"| {e.signature} | {e.count} | `{line}` | {e.hint} |")
+        out += [""]
+    else:
+        out += ["(none)", ""]
+    if notes:
+        out += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
+    return "\n".join(out)

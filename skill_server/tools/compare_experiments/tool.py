@@ -1,0 +1,305 @@
+"""compare_experiments: two or more runs side by side. Read-only.
+
+Per run: state, steps per hour, and for each chosen metric its final value, best value (and step) and
+the mean of its last k values, from the metric history (step lines merged by step, newest wins). The
+leader is the run with the best last-k mean of the primary metric; higher is better unless the metric
+is loss-like (``summaries.lower_is_better``) or the caller says otherwise, and the answer says which
+was assumed. The configuration difference compares the runs' YAMLs (``runconfig``: the blueprint's or
+a ``--conf`` file, one round trip per host) key by key and lists only keys whose values differ. An
+optional plot overlays the runs (returned as an image, never written: the tool writes nothing).
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+from typing import Annotated, Any
+
+from pydantic import Field, StrictBool, StrictStr
+
+from skill_server.core.errors import ToolInputError
+from skill_server.core.models import ImageAttachment, JsonValue, PositiveInt, ToolInput, ToolOutput
+from skill_server.experiments import history, plots, runconfig
+from skill_server.experiments.models import MetricPattern, MetricsHistory, RunKey
+from skill_server.experiments.store import Registry, Row, open_registry
+from skill_server.experiments.summaries import lower_is_better
+from skill_server.hosts import call_hosts, result_of
+from skill_server.tools.experiment_status.tool import find, observe_with_lines
+from skill_server.tools.launch_experiment.tool import host_path
+
+MAX_RUNS = plots.MAX_RUNS
+MAX_METRICS = 10
+DEFAULT_LAST_K = 10
+DEFAULT_CONFIG_KEYS = 40
+ABSENT = "(absent)"
+
+
+class CompareInput(ToolInput):
+    ids: list[RunKey] = Field(min_length=2, max_length=MAX_RUNS,
+                              description="Experiment ids or session names (2 to 8, each once).")
+    metrics: list[MetricPattern] | None = Field(default=None, min_length=1, max_length=MAX_METRICS,
+                                          description="Metric names or globs (fnmatch: 'critic/score/*'); default: "
+                                          "reward, validation, loss and entropy metrics every run has.")
+    primary: MetricPattern | None = Field(default=None, description="The metric that decides the leader (a name or a "
+                                    "glob matching one; default: the first compared metric).")
+    higher_is_better: StrictBool | None = Field(default=None, description="Direction of the primary metric "
+                                                "(default: lower for loss/error/time-like names, else higher).")
+    last_k: PositiveInt | None = Field(default=None, le=100_000, description="Values averaged for 'last_k_mean' "
+                                       "(default 10).")
+    max_config_keys: PositiveInt | None = Field(default=None, le=500, description="Most differing config keys "
+                                                "listed (default 40).")
+    plot: StrictBool | None = Field(default=None, description="Overlay the runs' metrics in one PNG, returned as an "
+                                    "image (default false; needs matplotlib).")
+    image_data: StrictBool | None = Field(default=None, description="Also put the PNG in the JSON as base64 (the CLI "
+                                          "has no other way to carry it; MCP clients get an image block anyway).")
+    yaml_paths: list[Annotated[StrictStr, Field(max_length=4096)] | None] | None = Field(
+        default=None, min_length=2, max_length=MAX_RUNS,
+        description="One per id, in the same order: the YAML to compare for that run (absolute, on the run's main "
+        "host; e.g. the config AgentJetJob dumped), or null for the run's own (its blueprint's exp_yaml_path or a "
+        "--conf argument).")
+
+
+class MetricStats(ToolOutput):
+    metric: str
+    n: int = Field(description="Steps with a value.")
+    final: float | None
+    final_step: int | None
+    best: float | None
+    best_step: int | None
+    last_k_mean: float | None = Field(description="Mean of the last k finite values.")
+
+
+class RunSummary(ToolOutput):
+    id: str
+    session: str
+    host: str
+    state: str
+    global_step: int | None
+    total_steps: int | None
+    steps_per_hour: float | None
+    steps_per_hour_source: str | None
+    elapsed_s: float
+    config_file: str | None = Field(description="The YAML compared ('host:path' when not local), if one was read.")
+    metrics: list[MetricStats]
+
+
+class Leader(ToolOutput):
+    metric: str
+    statistic: str = Field(description="What was compared.")
+    direction: str = Field(description="'higher' or 'lower' is better.")
+    direction_source: str = Field(description="Given, or assumed from the metric's name.")
+    leader: str = Field(description="Id of the leading run.")
+    value: float
+    runner_up: str | None
+    runner_up_value: float | None
+    margin: float | None = Field(description="How far the leader is ahead, in the metric's units (always >= 0).")
+    relative_margin: float | None = Field(description="margin / |runner_up_value|, when that is not 0.")
+    ranking: list[str] = Field(description="Run ids, best first (runs without a value are left out).")
+
+
+class ConfigDifference(ToolOutput):
+    key: str = Field(description="Dotted key.")
+    values: list[JsonValue] = Field(description="One per run, in the order of runs; '(absent)' where a YAML lacks it.")
+
+
+class CompareOutput(ToolOutput):
+    runs: list[RunSummary]
+    metrics: list[str] = Field(description="The metric names compared.")
+    leader: Leader | None = Field(description="Null when no run has a value of the primary metric (see notes).")
+    config_differences: list[ConfigDifference]
+    config_keys_differing: int = Field(description="All differing keys (the list is bounded by max_config_keys).")
+    plot: ImageAttachment | None = None
+    plot_data: dict[str, MetricsHistory] | None = Field(default=None, description="Per run id, the series a plot "
+                                                        "would show, when matplotlib is not installed.")
+    notes: list[str]
+
+
+# --------------------------------------------------------------------------------------------------
+# metrics
+
+
+def stats(series: history.Series, last_k: int, lower: bool) -> MetricStats:
+    pairs = [(s, v) for s, v in zip(series.steps, series.values) if v is not None and math.isfinite(v)]
+    if not pairs:
+        return MetricStats(metric=series.name, n=0, final=None, final_step=None, best=None, best_step=None,
+                           last_k_mean=None)
+    best_step, best = (min if lower else max)(pairs, key=lambda p: p[1])
+    tail = [v for _, v in pairs[-last_k:]]
+    return MetricStats(metric=series.name, n=len(pairs), final=pairs[-1][1], final_step=pairs[-1][0], best=best,
+                       best_step=best_step, last_k_mean=sum(tail) / len(tail))
+
+
+def _choose_metrics(per_run: list[list[str]], patterns: list[str] | None, notes: list[str]) -> list[str]:
+    """Names to compare: matches of the patterns in any run, or the defaults every run has."""
+    union = sorted({n for names in per_run for n in names})
+    if patterns:
+        chosen, unmatched = history.match_names(union, patterns)
+        if unmatched:
+            notes.append(f"no run has a metric matching: {', '.join(unmatched)}")
+        return chosen[:MAX_METRICS * 3]
+    common = [n for n in union if all(n in names for names in per_run)]
+    chosen = plots.default_metrics(common, limit=MAX_METRICS)
+    if not chosen:
+        notes.append("the runs share no metric yet; name metrics to compare")
+    return chosen
+
+
+def _leader(rows: list[Row], metric: str, table: dict[str, MetricStats], higher: bool | None,
+            last_k: int) -> Leader | None:
+    lower = lower_is_better(metric) if higher is None else not higher
+    source = "given (higher_is_better)" if higher is not None else (
+        "assumed from the name: lower is better for loss-, error- and time-like metrics" if lower
+        else "assumed from the name: higher is better (not a loss-, error- or time-like metric)")
+    scored = [(r.id, table[r.id].last_k_mean) for r in rows if table[r.id].last_k_mean is not None]
+    if not scored:
+        return None
+    scored.sort(key=lambda item: item[1], reverse=not lower)  # type: ignore[arg-type, return-value]
+    (lead, value), rest = scored[0], scored[1:]
+    runner, runner_value = rest[0] if rest else (None, None)
+    margin = abs(value - runner_value) if runner_value is not None else None  # type: ignore[operator]
+    relative = margin / abs(runner_value) if margin is not None and runner_value else None
+    return Leader(metric=metric, statistic=f"mean of the last {last_k} values",
+                  direction="lower" if lower else "higher",
+                  direction_source=source, leader=lead, value=value, runner_up=runner,  # type: ignore[arg-type]
+                  runner_up_value=runner_value, margin=margin, relative_margin=relative,
+                  ranking=[r for r, _ in scored])
+
+
+# --------------------------------------------------------------------------------------------------
+# configuration
+
+
+def _config_files(rows: list[Row], given: list[str | None], notes: list[str]
+                  ) -> list[tuple[str | None, dict[str, Any] | None]]:
+    """Per run: ('host:path' or path, flattened YAML) of its first readable YAML candidate (the given path, else
+    its own candidates); one call per host."""
+    cands = {r.id: ([runconfig.Candidate(r.host, path, path.rsplit("/", 1)[0] or "/")] if path is not None
+                    else runconfig.candidates(r)) for r, path in zip(rows, given)}
+    requests: dict[str, list[dict[str, Any]]] = {}
+    where: dict[tuple[str, int], tuple[str, int]] = {}
+    for r in rows:
+        for i, c in enumerate(cands[r.id]):
+            ops = requests.setdefault(c.host, [])
+            where[(r.id, i)] = (c.host, len(ops))
+            ops.append(runconfig.read_op(c.path))
+    replies = call_hosts(requests, timeout_s=30.0) if requests else {}
+    out: list[tuple[str | None, dict[str, Any] | None]] = []
+    for r in rows:
+        found: tuple[str | None, dict[str, Any] | None] = (None, None)
+        problems = []
+        for i, c in enumerate(cands[r.id]):
+            host, index = where[(r.id, i)]
+            data, problem = runconfig.parse_answer(c, result_of(replies.get(host), index))
+            if problem:
+                problems.append(problem)
+                continue
+            label = c.path if c.host == "local" else f"{c.host}:{c.path}"
+            found = (label, runconfig.flatten(data))
+            break
+        if found[1] is None:
+            why = "; ".join(problems) if problems else "no YAML known (blueprint exp_yaml_path or a --conf argument)"
+            notes.append(f"{r.id}: config not compared ({why})")
+        out.append(found)
+    return out
+
+
+def config_differences(flats: list[dict[str, Any] | None], limit: int) -> tuple[list[ConfigDifference], int]:
+    """Keys whose values differ between the runs that have a config (a key one YAML lacks differs); a run
+    without a config shows null."""
+    present = [f for f in flats if f is not None]
+    if len(present) < 2:
+        return [], 0
+    differing = []
+    for key in sorted({k for f in present for k in f}):
+        known = [f.get(key, ABSENT) for f in present]
+        if any(v != known[0] for v in known[1:]):
+            values = [None if f is None else runconfig.shown(f.get(key, ABSENT)) for f in flats]
+            differing.append(ConfigDifference(key=key, values=values))
+    return differing[:limit], len(differing)
+
+
+# --------------------------------------------------------------------------------------------------
+# the tool
+
+
+def _find_all(reg: Registry, keys: list[str]) -> list[Row]:
+    rows: list[Row] = []
+    for i, key in enumerate(keys):
+        row = find(reg, key, f"ids.{i}")
+        if any(r.id == row.id for r in rows):
+            raise ToolInputError(f"names experiment {row.id} twice", field=f"ids.{i}")
+        rows.append(row)
+    return rows
+
+
+def _given_yaml_paths(inp: CompareInput) -> list[str | None]:
+    if inp.yaml_paths is None:
+        return [None] * len(inp.ids)
+    if len(inp.yaml_paths) != len(inp.ids):
+        raise ToolInputError(f"needs one entry per id ({len(inp.ids)}; null for a run's own YAML)", field="yaml_paths")
+    return [None if p is None else host_path(p, f"yaml_paths.{i}") for i, p in enumerate(inp.yaml_paths)]
+
+
+def compare_experiments(inp: CompareInput) -> CompareOutput:
+    notes: list[str] = []
+    last_k = inp.last_k or DEFAULT_LAST_K
+    given = _given_yaml_paths(inp)
+    plot_data: dict[str, MetricsHistory] | None = None
+    with open_registry(create=False) as reg:
+        rows = _find_all(reg, list(inp.ids))
+        fields = observe_with_lines(reg, rows, None, 0)
+        rows = [reg.get(r.id) or r for r in rows]
+        names = [history.metric_names(reg, r.id) for r in rows]
+        metrics = _choose_metrics(names, list(inp.metrics) if inp.metrics else None, notes)
+        primary = metrics[0] if metrics else None
+        if inp.primary is not None:
+            matched, _ = history.match_names(sorted({n for ns in names for n in ns}), [inp.primary])
+            if not matched:
+                raise ToolInputError("no run has a metric matching it", field="primary")
+            primary = matched[0]
+            metrics = [primary] + [m for m in metrics if m != primary]  # the deciding metric comes first
+        table: dict[str, dict[str, MetricStats]] = {}
+        for r in rows:
+            table[r.id] = {}
+            for m in metrics:
+                lower = lower_is_better(m) if (m != primary or inp.higher_is_better is None) \
+                    else not inp.higher_is_better
+                table[r.id][m] = stats(history.read_series(reg, r.id, m), last_k, lower)
+        curves = []
+        if inp.plot:
+            shown = metrics[:plots.MAX_PANELS]
+            curves = plots.curves_from_history(reg, list(zip(plots.run_labels(rows), [r.id for r in rows])), shown)
+            if curves and not plots.available():
+                plot_data = {r.id: history.history_view(reg, r.id, shown, None, None, 200) for r in rows}
+    leader = None
+    if primary is not None:
+        leader = _leader(rows, primary, {r.id: table[r.id][primary] for r in rows}, inp.higher_is_better, last_k)
+        if leader is None:
+            notes.append(f"no run has a finite value of {primary} yet: no leader")
+    configs = _config_files(rows, given, notes)
+    differences, differing = config_differences([flat for _, flat in configs],
+                                                inp.max_config_keys or DEFAULT_CONFIG_KEYS)
+    runs = []
+    for r, f, (config_file, _) in zip(rows, fields, configs):
+        progress = f["progress"]
+        runs.append(RunSummary(id=r.id, session=r.session, host=r.host, state=f["state"],
+                               global_step=f["global_step"], total_steps=progress.total_steps,
+                               steps_per_hour=progress.steps_per_hour,
+                               steps_per_hour_source=progress.seconds_per_step_source,
+                               elapsed_s=f["elapsed_s"], config_file=config_file,
+                               metrics=[table[r.id][m] for m in metrics]))
+    image = None
+    if inp.plot:
+        if not curves:
+            notes.append("no plot: none of the compared metrics has a scanned step line yet")
+        else:
+            try:
+                title = "compare: " + ", ".join(plots.run_labels(rows))
+                picture = plots.render(curves, title[:120])
+                image = ImageAttachment.of(
+                    picture.png, mime_type="image/png", title=title[:120], width=picture.width, height=picture.height,
+                    data_base64=base64.b64encode(picture.png).decode("ascii") if inp.image_data else None)
+            except plots.PlotsUnavailable as exc:
+                notes.append(f"{exc.message}; plot_data holds the series instead")
+    return CompareOutput(runs=runs, metrics=metrics, leader=leader, config_differences=differences,
+                         config_keys_differing=differing, plot=image, plot_data=plot_data, notes=notes)

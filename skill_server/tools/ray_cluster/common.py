@@ -1,0 +1,120 @@
+"""What the three actions share: the cluster's record, asking the head's ``ray status``, the answer's fields.
+
+A cluster started here is an experiment run (one ``ray start --block`` process per node, in tmux, with
+logs, the run marker and the stop guarantees) whose registry spec also holds ``ray_cluster``: head,
+workers, port, the address workers joined and the ray path. It is found by id, or as the newest run
+of its session name (``ajet_ray_<port>`` unless named) whose head is the given head.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from skill_server.core.errors import ToolInputError
+from skill_server.experiments.store import Registry, Row
+from skill_server.hosts import HostUnreachable, call_hosts
+from skill_server.tools.launch_experiment.tool import session_name, socket_name
+from skill_server.tools.ray_cluster import commands
+from skill_server.tools.ray_cluster.models import DEFAULT_PORT, RayClusterInput, RayNode, RayResource
+from skill_server.tools.ray_cluster.status_text import ClusterStatus, last_message, parse_status, parse_version
+
+SPEC_KEY = "ray_cluster"
+#: ``ray status`` to an address where nothing listens blocks for about 40 s: every call is bounded.
+STATUS_TIMEOUT_S = 20.0
+MAX_LINES = 40
+
+
+def default_session(inp: RayClusterInput) -> str:
+    return session_name(inp.name or f"ray_{inp.port or DEFAULT_PORT}", None)
+
+
+def find_cluster(reg: Registry, inp: RayClusterInput, head: str) -> Row | None:
+    """The cluster run ``id`` names, else the newest of this session name whose head is ``head``."""
+    if inp.id is not None:
+        row = reg.find(inp.id)
+        if row is None or SPEC_KEY not in row.spec:
+            raise ToolInputError(f"no Ray cluster {inp.id!r} started by this server", field="id")
+        return row
+    port = inp.port or DEFAULT_PORT
+    for row in reg.session_runs(socket_name(), default_session(inp)):
+        meta = row.spec.get(SPEC_KEY) or {}
+        if meta.get("head") == head and meta.get("port") == port:
+            return row
+    return None
+
+
+@dataclass
+class RayView:
+    """What the head's ``ray`` said: its version, the parsed status, or why the status is unknown."""
+
+    version: str | None
+    status: ClusterStatus | None
+    reason: str | None
+
+
+def _run_failure(result: dict[str, Any] | None, what: str, timeout: float) -> str | None:
+    if result is None:
+        return "no answer"
+    if not result.get("ok"):
+        return str(result.get("error"))
+    if result.get("error"):
+        return f"{what}: {result['error']}"
+    if result.get("timed_out"):
+        return f"{what} did not answer within {timeout:.0f} s"
+    if result.get("returncode") != 0:
+        text = str(result.get("stderr") or "") + "\n" + str(result.get("stdout") or "")
+        return f"{what} failed (exit {result.get('returncode')}): {last_message(text) or 'no message'}"
+    return None
+
+
+def ask_ray(head: str, ray: str, address: str, *, with_version: bool, timeout_s: float = STATUS_TIMEOUT_S
+            ) -> RayView:
+    """``ray status -v --address=ADDRESS`` (and ``ray --version``) on the head, one round trip, bounded."""
+    timeout_s = max(3.0, min(timeout_s, STATUS_TIMEOUT_S))
+    ops = []
+    if with_version:
+        ops.append(commands.version_op(ray))
+    ops.append({"op": "run", "argv": commands.ray_argv(ray, "status", "-v", f"--address={address}"),
+                "timeout_s": timeout_s, "max_output": 1024 * 1024})
+    bound = (commands.VERSION_TIMEOUT_S if with_version else 0) + timeout_s + 30
+    reply = call_hosts({head: ops}, timeout_s=bound)[head]
+    if isinstance(reply, HostUnreachable):
+        return RayView(None, None, f"head {head} is unreachable: {reply.reason}")
+    version = None
+    if with_version and _run_failure(reply[0], "ray --version", commands.VERSION_TIMEOUT_S) is None:
+        version = parse_version(str(reply[0].get("stdout") or ""))
+    result = reply[-1]
+    failure = _run_failure(result, f"ray status on {head}", timeout_s)
+    if failure is not None:
+        if result.get("timed_out"):
+            failure += f" (is a Ray head listening at {address}?)"
+        return RayView(version, None, failure)
+    text = str(result.get("stdout") or "")
+    parsed = parse_status(text)
+    if parsed is None:
+        return RayView(version, None, "ray status printed something this tool does not recognise: "
+                       + (last_message(text) or "nothing"))
+    return RayView(version, parsed, None)
+
+
+def node_fields(view: RayView) -> dict[str, Any]:
+    """The answer's alive_nodes, nodes, resources, pending and failures from one ``RayView``."""
+    status = view.status
+    if status is None:
+        return {"alive_nodes": None, "nodes": None, "resources": None, "pending": [], "failures": []}
+
+    def resources(raw: dict[str, Any]) -> dict[str, RayResource]:
+        return {name: RayResource(used=r.used, total=r.total, unit=r.unit) for name, r in raw.items()}
+
+    return {"alive_nodes": status.alive,
+            "nodes": [RayNode(node_id=node, resources=resources(res)) for node, res in status.nodes.items()],
+            "resources": resources(status.resources), "pending": status.pending, "failures": status.failures}
+
+
+def run_fields(fields: dict[str, Any] | None) -> dict[str, Any]:
+    """The answer's id, session, state, processes and lines from the run's status fields (or none)."""
+    if fields is None:
+        return {"id": None, "session": None, "state": None, "processes": [], "lines": []}
+    return {"id": fields["id"], "session": fields["session"], "state": fields["state"],
+            "processes": fields["processes"], "lines": fields["lines"]}

@@ -1,0 +1,112 @@
+"""``ray_cluster stop``: end the cluster's run, ``ray stop --force`` on every node, report (or end) GPU users.
+
+1. ``stop_experiment`` on the cluster's run: Ctrl-C to each ``ray start --block`` (Ray then ends its
+   daemons), grace, SIGTERM/SIGKILL to every process carrying the run's marker, verified.
+2. On every node at once, one round trip each: ``ray stop --force`` (it ends every Ray process of the
+   ssh user it can see there, also ones this server did not start, which is what cleaning a node for
+   the next run needs), then nvidia-smi's two queries.
+3. What still holds GPU memory is reported. Only with ``kill_gpu_processes`` is it ended, and then only
+   processes the ssh user owns that really hold an nvidia device on that node (``gpus.reclaim``);
+   nvidia-smi is asked again in the same round trip.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skill_server.core.errors import ToolFailure
+from skill_server.experiments.models import StopInput
+from skill_server.experiments.store import open_registry
+from skill_server.hosts import HostUnreachable, call_hosts
+from skill_server.tools.gpu_status import nvidia_smi, reclaim
+from skill_server.tools.gpu_status.models import GpuHost
+from skill_server.tools.gpu_status.tool import CALL_TIMEOUT_S, from_reply
+from skill_server.tools.ray_cluster import commands
+from skill_server.tools.ray_cluster.common import SPEC_KEY, default_session, find_cluster
+from skill_server.tools.ray_cluster.models import (
+    DEFAULT_PORT,
+    GpuProcessOutcome,
+    RayClusterInput,
+    RayClusterOutput,
+    RayStopReport,
+)
+from skill_server.tools.ray_cluster.status_text import last_message
+from skill_server.tools.stop_experiment.tool import stop_experiment
+
+RAY_STOP_TIMEOUT_S = 90
+
+
+def _ray_stop_report(host: str, reply: list[dict[str, Any]] | HostUnreachable) -> RayStopReport:
+    if isinstance(reply, HostUnreachable):
+        return RayStopReport(host=host, ok=False, message=f"unreachable: {reply.reason}")
+    result = reply[0]
+    if not result.get("ok") or result.get("error"):
+        return RayStopReport(host=host, ok=False, message=str(result.get("error")))
+    if result.get("timed_out"):
+        return RayStopReport(host=host, ok=False, message=f"ray stop did not finish within {RAY_STOP_TIMEOUT_S} s")
+    text = str(result.get("stderr") or "") + "\n" + str(result.get("stdout") or "")
+    return RayStopReport(host=host, ok=result.get("returncode") == 0, message=last_message(text))
+
+
+def _holders(gpus: list[GpuHost]) -> dict[str, list[tuple[int, str]]]:
+    out: dict[str, list[tuple[int, str]]] = {}
+    for host in gpus:
+        for gpu in host.gpus or []:
+            for p in gpu.processes or []:
+                if (p.pid, p.name) not in out.setdefault(host.host, []):
+                    out[host.host].append((p.pid, p.name))
+    return out
+
+
+def stop_cluster(inp: RayClusterInput, head: str) -> RayClusterOutput:
+    port = inp.port or DEFAULT_PORT
+    with open_registry() as reg:
+        row = find_cluster(reg, inp, head)
+    if row is None:
+        raise ToolFailure(f"no Ray cluster started by this server on {head} port {port} (session "
+                          f"{default_session(inp)}): ray_cluster stop only stops clusters it started; to clean a "
+                          "node by hand run 'ray stop --force' there", field="head")
+    meta = row.spec[SPEC_KEY]
+    head, workers, ray = meta["head"], list(meta.get("workers") or []), meta.get("ray") or "ray"
+    if inp.ray is not None:
+        ray = commands.check_ray(inp.ray)
+    grace = 10 if inp.grace_s is None else inp.grace_s
+    stopped = stop_experiment(StopInput(id=row.id, grace_s=grace))
+    nodes = [head] + workers
+    ops = [{"op": "run", "argv": commands.ray_argv(ray, "stop", "--force"), "timeout_s": RAY_STOP_TIMEOUT_S,
+            "max_output": 256 * 1024}] + nvidia_smi.query_ops()
+    replies = call_hosts({h: list(ops) for h in nodes}, timeout_s=RAY_STOP_TIMEOUT_S + CALL_TIMEOUT_S)
+    reports = [_ray_stop_report(h, replies[h]) for h in nodes]
+    gpus = [from_reply(h, replies[h], first=1) for h in nodes]
+    killed: list[GpuProcessOutcome] = []
+    left: list[GpuProcessOutcome] = []
+    holders = _holders(gpus)
+    if inp.kill_gpu_processes and holders:
+        requests = {h: [reclaim.reclaim_op([pid for pid, _ in found], float(grace))] + nvidia_smi.query_ops()
+                    for h, found in holders.items()}
+        answers = call_hosts(requests, timeout_s=grace + reclaim.KILL_WAIT_S + 30 + CALL_TIMEOUT_S)
+        for h, found in holders.items():
+            answer = answers[h]
+            report, failure = reclaim.read_result(answer)
+            if report is None:
+                left += [GpuProcessOutcome(host=h, pid=pid, name=name, reason=failure) for pid, name in found]
+                continue
+            killed += [GpuProcessOutcome(host=h, pid=x["pid"], name=x["name"], signal=x["signal"])
+                       for x in report["killed"]]
+            left += [GpuProcessOutcome(host=h, pid=x["pid"], name=x["name"], signal=x["signal"],
+                                       reason="alive after SIGKILL") for x in report["survivors"]]
+            left += [GpuProcessOutcome(host=h, pid=x["pid"], name=x["name"] or dict(found).get(x["pid"], ""),
+                                       reason=x["reason"]) for x in report["skipped"]]
+            gpus[nodes.index(h)] = from_reply(h, answer, first=1)
+    elif holders:
+        left = [GpuProcessOutcome(host=h, pid=pid, name=name, reason="still holds GPU memory; not ended "
+                                  "(kill_gpu_processes is false)") for h, found in holders.items() for pid, name in found]
+    notes = [stopped.note] if stopped.note else []
+    if left:
+        notes.append(f"{len(left)} process(es) still hold GPU memory: see gpu_processes_left")
+    return RayClusterOutput(
+        action="stop", id=row.id, session=row.session, state=stopped.state, head=head, workers=workers, port=port,
+        address=meta.get("address"), ray_version=None, expected_nodes=len(nodes), alive_nodes=None, ready=False,
+        nodes=None, resources=None, reason=None, processes=stopped.processes, lines=stopped.lines,
+        ray_stop=reports, killed_processes=stopped.killed_processes, still_alive=stopped.still_alive, gpus=gpus,
+        gpu_processes_killed=killed, gpu_processes_left=left, note="; ".join(notes) or None)

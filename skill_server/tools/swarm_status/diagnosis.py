@@ -1,0 +1,196 @@
+"""Plain sentences explaining a swarm server's status (the ``diagnosis`` of ``swarm_status``).
+
+Each sentence relates a live number to the cap or the engine state and says what to do: at the cap,
+the knob that lifts it; far below, the clients; not ROLLING, why zero is expected; episodes near their
+discard timeout; a step about to end; and for a server that cannot be read, what to check next (the
+engine process, the experiment that launched it, the port it was given).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from skill_server.tools.episode_cap.tool import EpisodeCapResult
+    from skill_server.tools.swarm_status.links import ExperimentLink
+    from skill_server.tools.swarm_status.models import CapConfig, ServerStatus, WatchStats
+
+ROUTE_ENGINE = "/get_engine_status"
+ROUTE_POOL = "/get_current_batch_rollout_pool_information"
+
+#: An episode idle for this share of its discard timeout is "close to" it.
+NEAR_TIMEOUT_FRACTION = 0.75
+#: The step's own target counts as "nearly met" from this share on.
+NEAR_TARGET_FRACTION = 0.9
+#: The gauge is "far below" the cap under this share of it.
+FAR_BELOW_FRACTION = 0.5
+
+ENGINE_STATES = (
+    "ENGINE.OFFLINE", "ENGINE.BOOTING", "ENGINE.ROLLING", "ENGINE.ROLLING_POST",
+    "ENGINE.WEIGHT_SYNCING", "ENGINE.WEIGHT_EXPORTING",
+)
+_NOT_ROLLING_WHY = {
+    "ENGINE.OFFLINE": "no training runs: a client has to sync a config and start the engine",
+    "ENGINE.BOOTING": "the trainer is starting (Ray, model load, vLLM); this can take minutes",
+    "ENGINE.ROLLING_POST": "this step's target is met, so the engine hands out no new episodes and waits for the "
+                           "claimed ones to end before the weight update",
+    "ENGINE.WEIGHT_SYNCING": "the trainer is updating the model between steps; leaving ROLLING wiped the episode "
+                             "records, and claiming resumes when the next step sets ROLLING",
+    "ENGINE.WEIGHT_EXPORTING": "the trainer is exporting weights; claiming resumes when it sets ROLLING again",
+}
+_KNOB = {
+    "max_env_worker": "max_env_worker (the engine's thread pool)",
+    "train_batch_size": "train_batch_size (only train_batch_size x num_repeat loops exist per step)",
+    "clients": "the clients' combined concurrency",
+}
+
+
+def diagnose(s: ServerStatus, cfg: CapConfig | None) -> list[str]:
+    """Plain sentences relating the live numbers to the cap and the engine state."""
+    out: list[str] = []
+    state = s.engine_status
+    rolling = state == "ENGINE.ROLLING"
+    running = s.running_episodes
+    cap = s.episode_cap
+    step = s.step_progress
+    step_ending = step is not None and step.fraction >= NEAR_TARGET_FRACTION
+
+    if state is not None and state not in ENGINE_STATES:
+        out.append(f"Engine status {state!r} is not one this tool knows ({', '.join(ENGINE_STATES)}); "
+                   "the server may be a newer or older AgentJet.")
+    if state in _NOT_ROLLING_WHY:
+        count = f"{running} running episodes" if running is not None else "no running episodes"
+        zero = "zero is expected" if state != "ENGINE.ROLLING_POST" else "the gauge falls toward zero"
+        out.append(f"The engine is {state}, not ROLLING: {_NOT_ROLLING_WHY[state]}. {count.capitalize()}; {zero}.")
+        if s.engine_status_detail:
+            out.append(f"The server's status detail: {s.engine_status_detail}")
+    if running is None:
+        if s.reachable and ROUTE_POOL in s.field_errors:
+            out.append("The running-episode count is unknown because the rollout pool information could not be read.")
+    elif cap is not None and (rolling or state is None):
+        limit = cap.episode_cap
+        binding = [b for b in cap.binding] or ["max_env_worker"]
+        if running > limit:
+            out.append(f"The gauge ({running}) is above the computed cap ({limit}): the engine runs a different "
+                       "config than the cap inputs describe; check max_env_worker, num_repeat and train_batch_size "
+                       "against the engine's yaml_backup.yaml.")
+        elif running >= limit or (limit >= 20 and running >= 0.95 * limit):
+            knob = " and ".join(_KNOB[b] for b in binding)
+            out.append(f"The gauge ({running}) is at the episode cap ({limit}), which {knob} sets: more clients "
+                       "will not raise it.")
+            out.extend(_lifting_advice(cap, binding))
+        elif running < FAR_BELOW_FRACTION * limit:
+            if step_ending:
+                out.append(f"The gauge ({running}) is far below the cap ({limit}), but this step is nearly done "
+                           f"({step.done}/{step.target} {step.counter}): fewer episodes are handed out near the "
+                           "end of a step.")
+            else:
+                held = (f"; {s.running_clients} client(s) hold the claimed episodes"
+                        if s.running_clients is not None else "")
+                out.append(f"The gauge ({running}) is far below the cap ({limit}): the engine has room, so the "
+                           f"clients are the limit{held}. Raise each client's parallelism (threads / concurrent "
+                           "episodes) or start more clients.")
+        else:
+            out.append(f"The gauge ({running}) is below the cap ({limit}) but not far: the clients nearly "
+                       "saturate the engine.")
+    elif running is not None and rolling and cap is None:
+        out.append(f"{running} episodes are claimed (overwatch's gauge). Give max_env_worker (with num_repeat and "
+                   "train_batch_size) or yaml to relate it to the episode cap.")
+    if cfg is not None:
+        out.extend(_config_mismatch(s, cfg, cap is not None))
+    if s.episodes_near_timeout:
+        stale = s.stalest_episodes[0] if s.stalest_episodes else None
+        example = ""
+        if stale is not None and stale.idle_s is not None and stale.discard_timeout_s is not None:
+            example = (f" (stalest: {stale.episode_uuid}, idle {stale.idle_s:g}s of {stale.discard_timeout_s:g}s"
+                       + (f", client {stale.client_uuid}" if stale.client_uuid else "") + ")")
+        out.append(f"{s.episodes_near_timeout} running episode(s) are close to their discard timeout{example}: "
+                   "the server returns an episode to the pool once it is idle past the timeout (checked every "
+                   "10 s) and the client's late result is dropped. A stuck client or a very slow LLM call or "
+                   "environment is likely; raise discard_episode_timeout in begin_episode if such waits are normal.")
+    if step is not None and rolling and step_ending:
+        out.append(f"The step's target is nearly met ({step.done} of {step.target} {step.counter.replace('_', ' ')}"
+                   f" for {s.sample_collection_method}): a weight sync is near, and the gauge will drop to zero "
+                   "during it.")
+    elif s.sample_collection_method and "agree_sync_weight" in s.sample_collection_method and rolling:
+        out.append(f"With {s.sample_collection_method} the step ends when the clients agree to sync weights, "
+                   "not at an episode count.")
+    return out
+
+
+def _lifting_advice(cap: EpisodeCapResult, binding: list[str]) -> list[str]:
+    picked: list[str] = []
+    for sentence in cap.suggestions:
+        if ("max_env_worker" in binding and sentence.startswith("To lift the cap")) \
+                or ("train_batch_size" in binding and sentence.startswith("train_batch_size=")) \
+                or ("clients" in binding and sentence.startswith("The clients together")):
+            picked.append(sentence)
+    return picked
+
+
+def _config_mismatch(s: ServerStatus, cfg: CapConfig, have_cap: bool) -> list[str]:
+    out = []
+    if cfg.num_repeat and s.task_expected_num_repeat and cfg.num_repeat != s.task_expected_num_repeat:
+        out.append(f"num_repeat is {cfg.num_repeat} in the given config but the engine expects "
+                   f"{s.task_expected_num_repeat} episodes per task: the cap above may not match the running engine.")
+    if cfg.train_batch_size and s.completed_task_target and cfg.train_batch_size != s.completed_task_target:
+        out.append(f"train_batch_size is {cfg.train_batch_size} in the given config but the engine's task target "
+                   f"is {s.completed_task_target}.")
+    if cfg.sample_collection_method and s.sample_collection_method \
+            and cfg.sample_collection_method != s.sample_collection_method:
+        out.append(f"The config says {cfg.sample_collection_method} but the engine uses "
+                   f"{s.sample_collection_method}.")
+    filled = [name for name, mine, theirs in (
+        ("num_repeat", cfg.num_repeat, s.task_expected_num_repeat),
+        ("train_batch_size", cfg.train_batch_size, s.completed_task_target)) if not mine and theirs]
+    if filled and have_cap:
+        out.append(f"{' and '.join(filled)} for the cap came from the server's published targets.")
+    return out
+
+
+
+def watch_sentences(w: WatchStats) -> list[str]:
+    if not w.samples_read:
+        return [f"During the {w.duration_s:g}s watch the server never answered ({w.samples} tries)."]
+    text = (f"Over {w.duration_s:g}s ({w.samples_read} of {w.samples} samples read) the gauge ranged "
+            f"{w.running_min}-{w.running_max} (mean {w.running_mean:g})")
+    if w.completions_per_minute is not None:
+        text += f", with {w.completions_per_minute:g} episodes completed per minute"
+    if w.steps_advanced:
+        text += f", and {w.steps_advanced} training step(s) finished"
+    return [text + "."]
+
+
+
+
+def unreachable_advice(url: str, kind: str, links: list[ExperimentLink], timeout_s: float) -> list[str]:
+    """What to check next when a server could not be read (``kind`` from ``FetchError.kind``)."""
+    place = url.split("://", 1)[-1]
+    port = place.rsplit(":", 1)[-1] if ":" in place.split("/", 1)[0] else ("443" if url.startswith("https") else "80")
+    port = port.split("/", 1)[0]
+    out: list[str] = []
+    if kind == "unreachable":
+        out.append(f"Nothing answers at {place}: no swarm server listens there. Check that `ajet-swarm start` runs on "
+                   f"that machine with port {port} (`--swarm-port`; AgentJet's default is 10086), e.g. "
+                   f"`ss -ltnp | grep :{port}` there.")
+    elif kind == "timeout":
+        out.append(f"{place} gave no complete answer within {timeout_s:g}s: the server may be overloaded or stuck, "
+                   "or a tunnel or firewall holds the connection. Check the server's log; retry with a larger "
+                   "timeout_s.")
+    else:
+        out.append(f"Something answers at {place}, but not like an AgentJet swarm server: check the port "
+                   "(AgentJet's default is 10086) and that no proxy or other service holds it.")
+    for link in links:
+        who = f" as its {link.role} process" if link.role else ""
+        text = (f"Experiment {link.id} (tmux session {link.session}, {link.state}) launched this swarm server{who}, "
+                f"on port {link.port} ({link.port_source}).")
+        if link.state == "running":
+            text += (f" Check that process: experiment_status {{\"id\": \"{link.id}\"}} shows its state, errors "
+                     "and last log lines.")
+        else:
+            text += " That run has ended, so its server is gone: relaunch it to read the server again."
+        out.append(text)
+    if not links and kind == "unreachable":
+        out.append("No experiment this skill launched was given this port; if the server was started by hand, "
+                   "look at that terminal or its log.")
+    return out
