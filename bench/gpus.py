@@ -84,7 +84,7 @@ def main() -> int:
             checked.append(timed("launch_experiment", host=NODES[1], name=f"checked{i}", workdir=work,
                                  command="true", require_free_gpus=0.2))
         mp, mc = statistics.median(plain), statistics.median(checked)
-        from skill_server.tools.gpu_status.nvidia_smi import query_ops
+        from skill_server.gpus.nvidia_smi import query_ops
 
         smi = []
         for _ in range(args.calls):  # what the check costs on the node itself: the two queries, one after the other

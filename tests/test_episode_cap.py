@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from skill_server.agentjet.cap import EpisodeCapInput
 from skill_server.app.table import get_tool
 from skill_server.core.errors import ToolInputError
 from skill_server.core.models import MAX_JSON_INT
-from skill_server.tools.episode_cap.tool import EpisodeCapInput, compute_episode_cap
+from skill_server.tools.episode_cap.tool import compute_episode_cap
 from tests.agentjet_fixtures import ROLLOUT_FLOOR, write_reference_checkout
 from tests.conftest import call_cli
 

@@ -22,9 +22,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from skill_server.core.errors import ToolFailure, ToolInputError
+from skill_server.gpus import nvidia_smi
+from skill_server.gpus.query import free_problems
 from skill_server.hosts.ssh import close_masters
-from skill_server.tools.gpu_status import nvidia_smi
-from skill_server.tools.gpu_status.tool import free_problems
 from tests.conftest import call_cli, cli_env
 from tests.experiment_helpers import call, wait_until
 from tests.gpu_helpers import A100, install_fake_smi

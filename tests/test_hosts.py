@@ -263,7 +263,7 @@ def test_any_text_as_a_host_is_accepted_or_refused_by_name(value: str):
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=60), st.integers(min_value=1, max_value=4))
 def test_any_text_as_a_cursor_is_accepted_or_refused_by_name(text: str, n: int):
-    from skill_server.tools.experiment_status.tool import parse_cursor
+    from skill_server.experiments.queries import parse_cursor
 
     try:
         offsets = parse_cursor(text, n, "since")

@@ -232,7 +232,7 @@ def test_quick_start_works_as_written_then_the_skill_installs_lean(node22, tmp_p
     assert claude.is_symlink() and claude.resolve() == installed.resolve()  # what the README's table says
     for folder in (installed, claude):
         for rel in ("SKILL.md", "LICENSE.txt", "references/episode-cap.md", "skill_server/__main__.py",
-                    *BUNDLED_RELEASE_FILES, "skill_server/tool_schemas.json"):
+                    *BUNDLED_RELEASE_FILES, "skill_server/app/tool_schemas.json"):
             assert (folder / rel).is_file(), f"{folder}/{rel}"
     lock = json.loads((project / "skills-lock.json").read_text())
     assert SKILL_NAME in lock["skills"]
@@ -327,7 +327,7 @@ def test_wheel_carries_data_and_works_outside_the_checkout(tmp_path):
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         archive.extractall(site)
-    for rel in (*BUNDLED_RELEASE_FILES, "skill_server/tool_schemas.json",
+    for rel in (*BUNDLED_RELEASE_FILES, "skill_server/app/tool_schemas.json",
                 "skill_server/references/episode-cap.md", "skill_server/references/overlay-config.md"):
         assert rel in names, rel
     assert not any(n.startswith("tests/") for n in names)

@@ -68,7 +68,7 @@ def _build_parser() -> argparse.ArgumentParser:
     tools.add_argument("--json", action="store_true", help="print a JSON list")
 
     schemas = sub.add_parser("schemas", help="check (default) or rewrite the tool schema manifest")
-    schemas.add_argument("--write", action="store_true", help="regenerate skill_server/tool_schemas.json")
+    schemas.add_argument("--write", action="store_true", help="regenerate skill_server/app/tool_schemas.json")
 
     snapshot = sub.add_parser("snapshot", help="maintainers: bundle an AgentJet release read from a checkout")
     snapshot.add_argument("--from", dest="checkout", required=True, metavar="CHECKOUT",
@@ -342,9 +342,8 @@ def _snapshot(args: argparse.Namespace) -> int:
 
 def _serve(transport: str, host: str, port: int, allowed_hosts: list[str]) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    import mcp  # noqa: F401  (first, so a missing SDK is reported by its own name)
-
-    from skill_server.app.mcp_server import serve  # the only path that imports the MCP SDK
+    # the only path that imports the MCP SDK; without it (or its anyio) the import names the missing package
+    from skill_server.app.mcp_server import serve
 
     return serve(transport=transport, host=host, port=port, allowed_hosts=allowed_hosts)
 

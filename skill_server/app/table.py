@@ -172,8 +172,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "together run (one total or a per-client list). Says which inputs bind and which knob lifts the cap, and "
             "which AgentJet version it describes. Adding clients never raises it."
         ),
-        input_model="skill_server.tools.episode_cap.tool:EpisodeCapInput",
-        output_model="skill_server.tools.episode_cap.tool:EpisodeCapResult",
+        input_model="skill_server.tools.episode_cap.models:EpisodeCapInput",
+        output_model="skill_server.tools.episode_cap.models:EpisodeCapResult",
         run="skill_server.tools.episode_cap.tool:compute_episode_cap",
         read_only=True,
     ),
@@ -187,8 +187,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "and AgentJet's exception. Returns the YAML, which AgentJet it describes, provenance for every value and "
             "warnings. Read-only unless output_path is given: then it also creates that NEW file (never replaces one)."
         ),
-        input_model="skill_server.tools.build_config.tool:BuildConfigInput",
-        output_model="skill_server.tools.build_config.tool:BuildConfigResult",
+        input_model="skill_server.tools.build_config.models:BuildConfigInput",
+        output_model="skill_server.tools.build_config.models:BuildConfigResult",
         run="skill_server.tools.build_config.tool:build_config",
         read_only=False,
         destructive=False,
@@ -213,9 +213,9 @@ TOOLS: tuple[ToolSpec, ...] = (
             "depends on the environment, the command line or a missing or refused base YAML is null with the reason, "
             "and checks that could not run are listed in skipped."
         ),
-        input_model="skill_server.tools.check_config:CheckConfigInput",
-        output_model="skill_server.tools.check_config:CheckConfigResult",
-        run="skill_server.tools.check_config:check_config",
+        input_model="skill_server.tools.check_config.models:CheckConfigInput",
+        output_model="skill_server.tools.check_config.models:CheckConfigResult",
+        run="skill_server.tools.check_config.tool:check_config",
         read_only=True,
         idempotent=True,
     ),
@@ -252,8 +252,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "fields plus problems: missing sections, relative or missing paths, unreadable or over-long max time. "
             "Never runs anything."
         ),
-        input_model="skill_server.tools.blueprint.tool:BlueprintInput",
-        output_model="skill_server.tools.blueprint.tool:BlueprintOutput",
+        input_model="skill_server.tools.blueprint.models:BlueprintInput",
+        output_model="skill_server.tools.blueprint.models:BlueprintOutput",
         run="skill_server.tools.blueprint.tool:blueprint_tool",
         read_only=False,
         destructive=False,
@@ -272,8 +272,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "name is refused; with require_free_gpus (e.g. 0.95) a GPU on the host with less memory free refuses "
             "the start, naming the pids that hold it. Follow with wait_experiment / experiment_status."
         ),
-        input_model="skill_server.experiments.models:LaunchInput",
-        output_model="skill_server.experiments.models:LaunchOutput",
+        input_model="skill_server.tools.launch_experiment.models:LaunchInput",
+        output_model="skill_server.tools.launch_experiment.models:LaunchOutput",
         run="skill_server.tools.launch_experiment.tool:launch_experiment",
         read_only=False,
         idempotent=False,
@@ -289,8 +289,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "4, 8, 16 min). Never acts on the run (the max time is enforced on the run's host); an unreachable host "
             "gives reason 'unreachable'."
         ),
-        input_model="skill_server.experiments.models:WaitInput",
-        output_model="skill_server.experiments.models:WaitOutput",
+        input_model="skill_server.tools.wait_experiment.models:WaitInput",
+        output_model="skill_server.tools.wait_experiment.models:WaitOutput",
         run="skill_server.tools.wait_experiment.tool:wait_experiment",
         read_only=True,
         idempotent=True,
@@ -309,8 +309,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "200 lines / 16 KB). metrics_history returns chosen metrics (globs) over steps, downsampled to "
             "history_points. Reads only appended bytes; one round trip per host, hosts in parallel."
         ),
-        input_model="skill_server.experiments.models:StatusInput",
-        output_model="skill_server.experiments.models:StatusOutput",
+        input_model="skill_server.tools.experiment_status.models:StatusInput",
+        output_model="skill_server.tools.experiment_status.models:StatusOutput",
         run="skill_server.tools.experiment_status.tool:experiment_status",
         read_only=True,
         idempotent=True,
@@ -328,8 +328,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "whose values differ between the runs' YAMLs (their blueprint or --conf YAML, or yaml_paths such as a "
             "dumped config; bounded). plot=true overlays the runs in one PNG, returned as an image."
         ),
-        input_model="skill_server.tools.compare_experiments.tool:CompareInput",
-        output_model="skill_server.tools.compare_experiments.tool:CompareOutput",
+        input_model="skill_server.tools.compare_experiments.models:CompareInput",
+        output_model="skill_server.tools.compare_experiments.models:CompareOutput",
         run="skill_server.tools.compare_experiments.tool:compare_experiments",
         read_only=True,
         idempotent=True,
@@ -345,8 +345,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "survived; the run is never reported stopped while a process of it lives. Removes its tmux sessions. "
             "Sessions not in the registry are never touched."
         ),
-        input_model="skill_server.experiments.models:StopInput",
-        output_model="skill_server.experiments.models:StopOutput",
+        input_model="skill_server.tools.stop_experiment.models:StopInput",
+        output_model="skill_server.tools.stop_experiment.models:StopOutput",
         run="skill_server.tools.stop_experiment.tool:stop_experiment",
         read_only=False,
         destructive=True,
@@ -404,8 +404,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "the run has ended, an empty finish.flag, atomically, on the host where the run's result directory is "
             "(the answer says which). Reads only regular files, bounded."
         ),
-        input_model="skill_server.tools.collect_results.tool:CollectInput",
-        output_model="skill_server.tools.collect_results.tool:CollectOutput",
+        input_model="skill_server.tools.collect_results.models:CollectInput",
+        output_model="skill_server.tools.collect_results.models:CollectOutput",
         run="skill_server.tools.collect_results.tool:collect_results",
         read_only=False,
         destructive=True,  # it replaces results.md and metrics.png in the result directory, whoever wrote them

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, StrictBool, StrictInt, StrictStr
+from pydantic import Field, StrictInt, StrictStr
 
-from skill_server.core.models import NonNegativeInt, PositiveInt, ToolInput, ToolOutput
-from skill_server.experiments import logs
-from skill_server.experiments.progress import MAX_STEPS
-from skill_server.tools.gpu_status.models import FreeFraction
+from skill_server.core.models import PositiveInt, ToolInput, ToolOutput
+from skill_server.gpus.models import FreeFraction
 
 State = Literal["running", "succeeded", "failed", "stopped", "timed_out", "lost", "unreachable"]
 ProcessState = Literal["running", "waiting", "succeeded", "failed", "stopped", "timed_out", "lost", "unreachable"]
@@ -227,62 +225,6 @@ class RegistryProblem(ToolOutput):
     message: str
 
 
-class StatusInput(ToolInput):
-    id: StrictStr | None = Field(default=None, max_length=200,
-                                 description="Experiment id or session name; all when absent.")
-    since: StrictStr | None = Field(default=None, max_length=400,
-                                    description="Cursor from a previous result (needs id); default: the cursor stored "
-                                    "by the previous status call.")
-    max_lines: NonNegativeInt | None = Field(default=None, le=logs.MAX_LINES,
-                                             description="New lines to return (default 200 for one id, 20 each for all).")
-    limit: PositiveInt | None = Field(default=None, le=500, description="When listing all: at most this many "
-                                      "(every unfinished one plus the newest finished; default 50).")
-    metrics_history: list[MetricPattern] | None = Field(
-        default=None, min_length=1, max_length=20,
-        description="With id: metric names or glob patterns (fnmatch: 'critic/score/*', '*loss*') whose history "
-        "over steps to return, from every step line scanned so far.")
-    history_from_step: NonNegativeInt | None = Field(default=None, le=MAX_STEPS,
-                                                     description="First step of the history.")
-    history_to_step: NonNegativeInt | None = Field(default=None, le=MAX_STEPS, description="Last step of the history.")
-    history_points: PositiveInt | None = Field(default=None, le=MAX_HISTORY_POINTS,
-                                               description="Most points per metric (default 200): longer histories "
-                                               "are downsampled into buckets (last value, min and max of each).")
-    checkpoints: StrictBool | None = Field(default=None, description="List the run's global_step_N checkpoints "
-                                           "(default: true with id, false for all runs).")
-
-
-class StatusOutput(ToolOutput):
-    experiments: list[ExperimentStatus]
-    problems: list[RegistryProblem] = Field(default_factory=list,
-                                            description="Registry rows that could not be read (each names its id).")
-
-
-class WaitInput(ToolInput):
-    id: StrictStr = Field(max_length=200, description="Experiment id or session name.")
-    timeout_s: NonNegativeInt | None = Field(default=None, le=3600,
-                                             description="Default 30; values above 50 are clamped to 50.")
-    until: Literal["exit", "first_step", "pattern"] | None = Field(default=None, description="Default 'exit'.")
-    pattern: StrictStr | None = Field(default=None, max_length=500, description="Regex, for until='pattern'.")
-    since: StrictStr | None = Field(default=None, max_length=400,
-                                    description="For until='pattern': also search output after this cursor (default: "
-                                    "only output appended while waiting).")
-
-
-class WaitOutput(ExperimentStatus):
-    reason: Literal["exited", "first_step", "pattern", "error", "timeout", "unreachable"]
-    next_wait_s: int = Field(description="Suggested seconds before the next check (0 when finished).")
-    waited_s: float
-    timeout_s: int
-    matched_line: str | None = None
-
-
-class StopInput(ToolInput):
-    id: StrictStr = Field(max_length=200,
-                          description="Experiment id or session name (only experiments this server launched).")
-    grace_s: NonNegativeInt | None = Field(default=None, le=120, description="Seconds after Ctrl-C before SIGTERM "
-                                           "(default 10); SIGKILL follows 3 s later.")
-
-
 class ProcessRef(ToolOutput):
     host: str
     role: str
@@ -297,3 +239,6 @@ class StopOutput(ExperimentStatus):
     still_alive: list[ProcessRef] = Field(description="Processes alive even after SIGKILL; the run is then not "
                                           "reported as stopped.")
     session_removed: bool
+
+
+WAIT_DEFAULT_S, WAIT_MAX_S = 30, 50

@@ -30,9 +30,9 @@ from skill_server.experiments import history, plots
 from skill_server.experiments.models import TERMINAL, ProgressInfo
 from skill_server.experiments.observe import View, observe
 from skill_server.experiments.progress import iso
+from skill_server.experiments.queries import absorb_config, extra_ops, find, plan_extras, progress_info
 from skill_server.experiments.signatures import SIGNATURES_BY_NAME
 from skill_server.experiments.store import open_registry
-from skill_server.tools.experiment_status.tool import absorb_config, extra_ops, find, plan_extras, progress_info
 
 EXIT_BY_STATE = {"succeeded": 0, "failed": 10, "stopped": 11, "timed_out": 12, "lost": 13}
 EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_MAX_TIME, EXIT_INTERRUPTED, EXIT_PIPE_CLOSED = 1, 2, 124, 130, 141

@@ -1,0 +1,1 @@
+"""Tool ``blueprint``: render an experiment blueprint template, or validate one."""

@@ -8,8 +8,8 @@ registry (``registry``, ``rules``) runs on that one shared context. AgentJet kno
 the adapter (``agentjet``). Nothing is imported or executed.
 """
 
-from skill_server.tools.check_config.engine import check_config
 from skill_server.tools.check_config.models import CheckConfigInput, CheckConfigResult
 from skill_server.tools.check_config.registry import RULES
+from skill_server.tools.check_config.tool import check_config
 
 __all__ = ["check_config", "CheckConfigInput", "CheckConfigResult", "RULES"]

@@ -316,7 +316,7 @@ class AgentJet:
     def episode_cap(self, max_env_worker: int, num_repeat: int, train_batch_size: int | None,
                     tracker_threads: int | None) -> CapFacts | str:
         """The engine's concurrent-episode cap for these values under this release, or why it cannot be computed."""
-        from skill_server.tools.episode_cap.tool import EpisodeCapInput, episode_cap_for
+        from skill_server.agentjet.cap import EpisodeCapInput, episode_cap_for
 
         for name, value in (("max_env_worker", max_env_worker), ("num_repeat", num_repeat),
                             ("train_batch_size", train_batch_size), ("max_inference_tracker_threads",

@@ -19,74 +19,23 @@ import math
 import posixpath
 from typing import Any
 
-from pydantic import Field, StrictBool, StrictStr
-
 from skill_server.core.errors import ToolInputError
-from skill_server.core.models import ImageAttachment, ToolInput, ToolOutput
+from skill_server.core.models import ImageAttachment
 from skill_server.core.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
 from skill_server.experiments import history, plots, runconfig
-from skill_server.experiments.models import HOST_DESCRIPTION, ErrorHit, MetricPattern, MetricsHistory, RunKey
+from skill_server.experiments.checks import host_path
+from skill_server.experiments.models import ErrorHit, MetricsHistory
 from skill_server.experiments.observe import observe
+from skill_server.experiments.queries import find, status_fields
 from skill_server.experiments.store import Registry, Row, open_registry
 from skill_server.experiments.summaries import MetricSummary, metric_rows, summarise, summarise_series
 from skill_server.hosts import LOCAL, Host, expect, get_host, normalise
-from skill_server.tools.experiment_status.tool import find, status_fields
-from skill_server.tools.launch_experiment.tool import host_path
+from skill_server.tools.collect_results.models import CollectInput, CollectOutput
 
 MAX_MARKDOWN_BYTES = 64 * 1024 * 1024
 #: Most metrics summarised from the history (verl prints 60-100 per step).
 MAX_SUMMARY_SERIES = 300
 PLOT_NAME = "metrics.png"
-MAX_OVERLAYS = plots.MAX_RUNS - 1
-
-
-class CollectInput(ToolInput):
-    id: StrictStr | None = Field(default=None, max_length=200, description="Experiment id or session name.")
-    host: StrictStr | None = Field(default=None, max_length=255,
-                                   description="Without id: where result_dir and the files are. " + HOST_DESCRIPTION)
-    result_dir: StrictStr | None = Field(default=None, max_length=4096,
-                                         description="Absolute, on the host; default: the experiment's result dir.")
-    val_markdown: StrictStr | None = Field(default=None, max_length=4096,
-                                           description="Validation metrics file on the host; default: "
-                                           "ajet.trainer_common.val_print_to_markdown_file_path of the run's YAML.")
-    train_markdown: StrictStr | None = Field(default=None, max_length=4096,
-                                             description="Training metrics file on the host; default: "
-                                             "ajet.trainer_common.train_print_to_markdown_file_path.")
-    yaml_path: StrictStr | None = Field(default=None, max_length=4096,
-                                        description="Training YAML on the host to read those two paths from.")
-    write_finish_flag: StrictBool | None = Field(default=None, description="Default true; only once the run ended.")
-    plot: StrictBool | None = Field(default=None, description="Draw metrics over steps into metrics.png beside "
-                                    "results.md, which embeds it (default true with id; needs matplotlib, else the "
-                                    "data is returned in plot_data).")
-    plot_metrics: list[MetricPattern] | None = Field(default=None, min_length=1, max_length=6,
-                                               description="Metric names or globs to plot (default: reward, "
-                                               "validation, loss and entropy metrics the run has; at most 6 panels).")
-    overlay_ids: list[RunKey] | None = Field(default=None, min_length=1, max_length=MAX_OVERLAYS,
-                                             description="Other experiments (ids or session names) drawn on the "
-                                             "same plot, one colour each.")
-    image_data: StrictBool | None = Field(default=None, description="Also put the PNG in the JSON as base64 "
-                                          "(MCP clients get it as an image block anyway).")
-
-
-class CollectOutput(ToolOutput):
-    host: str = Field(description="Where results.md and finish.flag were written ('local' or the ssh destination).")
-    results_path: str
-    finish_flag_path: str | None
-    state: str | None
-    exit_code: int | None
-    val_markdown: str | None
-    train_markdown: str | None
-    val_metrics: list[MetricSummary]
-    train_metrics: list[MetricSummary]
-    metrics_source: dict[str, str] = Field(description="Per table (validation, training): the markdown file, the "
-                                           "log's step lines (metric history), or none.")
-    plateau: dict[str, bool]
-    errors: list[ErrorHit]
-    log_paths: list[str]
-    plot: ImageAttachment | None = Field(default=None, description="metrics.png: where it was written.")
-    plot_data: MetricsHistory | None = Field(default=None, description="The series a plot would show, when "
-                                             "matplotlib is not installed.")
-    notes: list[str]
 
 
 # --------------------------------------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""Tool ``episode_cap``."""

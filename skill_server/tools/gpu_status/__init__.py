@@ -1,7 +1,1 @@
-"""GPU status of hosts, read with ``nvidia-smi`` through the host layer (one round trip per host).
-
-Modules: ``nvidia_smi`` (the two queries as host operations, and parsing their CSV answers: pure
-functions), ``models`` (what the tools answer), ``tool`` (``gpu_status``, and the free-memory check that
-``launch_experiment`` and ``ray_cluster`` use) and ``reclaim`` (the host agent's ``reclaim_gpus`` op that
-ends the processes holding GPU memory, for ``ray_cluster stop`` with ``kill_gpu_processes``).
-"""
+"""Tool ``gpu_status``: every GPU's memory, utilisation and processes on a set of hosts."""

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from skill_server.core.errors import ToolInputError
+from skill_server.experiments.checks import session_name, socket_name
 from skill_server.experiments.store import Registry, Row
 from skill_server.hosts import HostUnreachable, call_hosts
-from skill_server.tools.launch_experiment.tool import session_name, socket_name
 from skill_server.tools.ray_cluster import commands
 from skill_server.tools.ray_cluster.models import DEFAULT_PORT, RayClusterInput, RayNode, RayResource
 from skill_server.tools.ray_cluster.status_text import ClusterStatus, last_message, parse_status, parse_version

@@ -8,7 +8,7 @@ from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from skill_server.core.models import NonNegativeInt, PositiveInt, ToolInput, ToolOutput
 from skill_server.experiments.models import HOST_DESCRIPTION, MAX_PROCESSES, Duration, ProcessInfo, ProcessRef, State
-from skill_server.tools.gpu_status.models import FreeFraction, GpuHost
+from skill_server.gpus.models import FreeFraction, GpuHost
 
 #: Every node is one process of the cluster's run; the head takes one of them.
 MAX_WORKERS = MAX_PROCESSES - 1

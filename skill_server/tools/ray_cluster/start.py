@@ -17,15 +17,16 @@ import time
 
 from skill_server.core.errors import ToolFailure, ToolInputError
 from skill_server.core.models import Progress
-from skill_server.experiments.models import LaunchInput, ProcessSpec
+from skill_server.experiments.checks import check_env
+from skill_server.experiments.launching import launch
+from skill_server.experiments.models import WAIT_DEFAULT_S, WAIT_MAX_S, LaunchInput, ProcessSpec
 from skill_server.experiments.observe import View, observe
+from skill_server.experiments.queries import observe_with_lines
 from skill_server.experiments.store import Row, open_registry
+from skill_server.gpus import nvidia_smi
+from skill_server.gpus.query import free_problems, from_reply
 from skill_server.hosts import LOCAL, HostUnreachable, call_hosts, normalise
 from skill_server.hosts.ssh import configured_hostname
-from skill_server.tools.experiment_status.tool import observe_with_lines
-from skill_server.tools.gpu_status import nvidia_smi
-from skill_server.tools.gpu_status.tool import free_problems, from_reply
-from skill_server.tools.launch_experiment.tool import check_env, launch_experiment
 from skill_server.tools.ray_cluster import commands
 from skill_server.tools.ray_cluster.common import (
     MAX_LINES,
@@ -38,7 +39,6 @@ from skill_server.tools.ray_cluster.common import (
 )
 from skill_server.tools.ray_cluster.models import DEFAULT_PORT, RayClusterInput, RayClusterOutput
 from skill_server.tools.ray_cluster.status_text import parse_version
-from skill_server.tools.wait_experiment.tool import WAIT_DEFAULT_S, WAIT_MAX_S
 
 POLL_S = 2.0
 NEXT_WAIT_S = 10
@@ -128,7 +128,7 @@ def _launch(inp: RayClusterInput, head: str, workers: list[str], ray: str, port:
     for i, worker in enumerate(workers):
         processes.append(ProcessSpec(role=f"worker{i + 1}", host=worker, command=commands.worker_command(
             ray, address, port, join, inp.num_gpus, inp.num_cpus, common)))
-    launched = launch_experiment(LaunchInput(
+    launched = launch(LaunchInput(
         name=inp.name or f"ray_{port}", host=head, workdir=inp.workdir or "~", result_dir=inp.log_dir or DEFAULT_LOG_DIR,
         env=inp.env, max_time_s=inp.max_time_s or DEFAULT_MAX_TIME_S, processes=processes))
     with open_registry() as reg:

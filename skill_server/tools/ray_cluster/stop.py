@@ -15,12 +15,12 @@ from __future__ import annotations
 from typing import Any
 
 from skill_server.core.errors import ToolFailure
-from skill_server.experiments.models import StopInput
+from skill_server.experiments.stopping import stop_run
 from skill_server.experiments.store import open_registry
+from skill_server.gpus import nvidia_smi, reclaim
+from skill_server.gpus.models import GpuHost
+from skill_server.gpus.query import CALL_TIMEOUT_S, from_reply
 from skill_server.hosts import HostUnreachable, call_hosts
-from skill_server.tools.gpu_status import nvidia_smi, reclaim
-from skill_server.tools.gpu_status.models import GpuHost
-from skill_server.tools.gpu_status.tool import CALL_TIMEOUT_S, from_reply
 from skill_server.tools.ray_cluster import commands
 from skill_server.tools.ray_cluster.common import SPEC_KEY, default_session, find_cluster
 from skill_server.tools.ray_cluster.models import (
@@ -31,7 +31,6 @@ from skill_server.tools.ray_cluster.models import (
     RayStopReport,
 )
 from skill_server.tools.ray_cluster.status_text import last_message
-from skill_server.tools.stop_experiment.tool import stop_experiment
 
 RAY_STOP_TIMEOUT_S = 90
 
@@ -71,7 +70,7 @@ def stop_cluster(inp: RayClusterInput, head: str) -> RayClusterOutput:
     if inp.ray is not None:
         ray = commands.check_ray(inp.ray)
     grace = 10 if inp.grace_s is None else inp.grace_s
-    stopped = stop_experiment(StopInput(id=row.id, grace_s=grace))
+    stopped = stop_run(row.id, grace)
     nodes = [head] + workers
     ops = [{"op": "run", "argv": commands.ray_argv(ray, "stop", "--force"), "timeout_s": RAY_STOP_TIMEOUT_S,
             "max_output": 256 * 1024}] + nvidia_smi.query_ops()

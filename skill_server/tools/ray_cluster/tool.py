@@ -5,9 +5,9 @@ from __future__ import annotations
 from skill_server.core.errors import ToolInputError
 from skill_server.core.models import Progress
 from skill_server.experiments.models import TERMINAL
+from skill_server.experiments.queries import observe_with_lines
 from skill_server.experiments.store import open_registry
 from skill_server.hosts import normalise
-from skill_server.tools.experiment_status.tool import observe_with_lines
 from skill_server.tools.ray_cluster import commands
 from skill_server.tools.ray_cluster.common import (
     MAX_LINES,

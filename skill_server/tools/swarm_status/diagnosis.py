@@ -10,25 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from skill_server.agentjet.swarm_api import ENGINE_STATES, ROUTE_POOL
+from skill_server.tools.swarm_status.models import FAR_BELOW_FRACTION, NEAR_TARGET_FRACTION
+
 if TYPE_CHECKING:
-    from skill_server.tools.episode_cap.tool import EpisodeCapResult
+    from skill_server.agentjet.cap import EpisodeCapResult
     from skill_server.tools.swarm_status.links import ExperimentLink
     from skill_server.tools.swarm_status.models import CapConfig, ServerStatus, WatchStats
 
-ROUTE_ENGINE = "/get_engine_status"
-ROUTE_POOL = "/get_current_batch_rollout_pool_information"
-
-#: An episode idle for this share of its discard timeout is "close to" it.
-NEAR_TIMEOUT_FRACTION = 0.75
-#: The step's own target counts as "nearly met" from this share on.
-NEAR_TARGET_FRACTION = 0.9
-#: The gauge is "far below" the cap under this share of it.
-FAR_BELOW_FRACTION = 0.5
-
-ENGINE_STATES = (
-    "ENGINE.OFFLINE", "ENGINE.BOOTING", "ENGINE.ROLLING", "ENGINE.ROLLING_POST",
-    "ENGINE.WEIGHT_SYNCING", "ENGINE.WEIGHT_EXPORTING",
-)
 _NOT_ROLLING_WHY = {
     "ENGINE.OFFLINE": "no training runs: a client has to sync a config and start the engine",
     "ENGINE.BOOTING": "the trainer is starting (Ray, model load, vLLM); this can take minutes",

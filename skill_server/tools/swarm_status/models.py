@@ -7,10 +7,9 @@ from urllib.parse import urlsplit
 
 from pydantic import Field, StrictStr, field_validator, model_validator
 
+from skill_server.agentjet.cap import EpisodeCapResult
 from skill_server.agentjet.identity import AgentJetRootArg, AgentJetVersionArg
 from skill_server.core.models import NonNegativeInt, PositiveInt, SparseOutput, ToolInput
-from skill_server.tools.episode_cap.tool import EpisodeCapResult
-from skill_server.tools.swarm_status.diagnosis import NEAR_TIMEOUT_FRACTION
 from skill_server.tools.swarm_status.links import ExperimentLink
 
 ENV_URL = "AJET_SWARM_URL"
@@ -19,6 +18,12 @@ MAX_URLS = 32
 MAX_WATCH_S = 50.0
 #: watch_s + timeout_s bound a call; keep it under the ~60 s after which MCP clients give up.
 MAX_CALL_S = 55.0
+#: An episode idle for this share of its discard timeout is "close to" it.
+NEAR_TIMEOUT_FRACTION = 0.75
+#: The step's own target counts as "nearly met" from this share on.
+NEAR_TARGET_FRACTION = 0.9
+#: The gauge is "far below" the cap under this share of it.
+FAR_BELOW_FRACTION = 0.5
 STALEST_SHOWN = 5
 
 

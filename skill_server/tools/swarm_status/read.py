@@ -15,15 +15,20 @@ import time
 from collections import Counter
 from typing import Any
 
+from skill_server.agentjet.swarm_api import ROUTE_ENGINE, ROUTE_EXPERIMENT_DIR, ROUTE_POOL
 from skill_server.core.errors import utf8_safe
 from skill_server.core.http_json import FetchError, get_json, run_parallel
 from skill_server.core.models import MAX_JSON_INT
-from skill_server.tools.swarm_status.diagnosis import NEAR_TIMEOUT_FRACTION, ROUTE_ENGINE, ROUTE_POOL
-from skill_server.tools.swarm_status.models import STALEST_SHOWN, ServerStatus, StaleEpisode, StepProgress
+from skill_server.tools.swarm_status.models import (
+    NEAR_TIMEOUT_FRACTION,
+    STALEST_SHOWN,
+    ServerStatus,
+    StaleEpisode,
+    StepProgress,
+)
 
 log = logging.getLogger("skill_server.tools.swarm_status.tool")
 
-ROUTE_EXPERIMENT_DIR = "/get_server_experiment_dir"
 _METHOD_TARGETS = {
     "rollout_until_finish_enough_episodes": ("completed_episodes", "completed_episode_target", "episodes"),
     "rollout_until_finish_enough_tasks": ("completed_tasks", "completed_task_target", "tasks"),

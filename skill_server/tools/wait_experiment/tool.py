@@ -13,15 +13,15 @@ import time
 from skill_server.core.errors import ToolInputError
 from skill_server.core.models import Progress
 from skill_server.experiments import logs
-from skill_server.experiments.models import TERMINAL, WaitInput, WaitOutput
+from skill_server.experiments.checks import compile_pattern
+from skill_server.experiments.models import TERMINAL, WAIT_DEFAULT_S, WAIT_MAX_S
 from skill_server.experiments.observe import View, observe
+from skill_server.experiments.queries import find, observe_with_lines, parse_cursor
 from skill_server.experiments.signatures import SIGNATURES_BY_NAME
 from skill_server.experiments.store import open_registry
-from skill_server.tools.experiment_status.tool import find, observe_with_lines, parse_cursor
-from skill_server.tools.launch_experiment.tool import compile_pattern
+from skill_server.tools.wait_experiment.models import WaitInput, WaitOutput
 
 WAIT_SCHEDULE_S = (30, 60, 120, 240, 480, 960)
-WAIT_DEFAULT_S, WAIT_MAX_S = 30, 50
 POLL_S = 0.5
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from skill_server.tools.gpu_status.models import Gpu, GpuHost, GpuProcess
+from skill_server.gpus.models import Gpu, GpuHost, GpuProcess
 
 GPU_FIELDS = ("index", "uuid", "memory.used", "memory.total", "utilization.gpu", "name")
 APP_FIELDS = ("pid", "gpu_uuid", "used_memory", "process_name")

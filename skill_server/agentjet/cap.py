@@ -1,0 +1,279 @@
+"""The exact concurrent-episode cap of AgentJet's swarm engine (``episode_cap``, and the cap checks of
+``check_config`` and ``swarm_status``).
+
+Each training step the engine's ``rollout_swarm`` receives one task per batch row and submits
+``n_task * num_repeat`` long-lived worker loops to a thread pool of ``max_env_worker`` threads, where
+``n_task = min(train_batch_size, round(max_env_worker / num_repeat))`` and ``round`` is ceil in current
+engines, floor in older ones (the selected AgentJet says which). Every running episode (what overwatch
+counts as "Running Episodes") is held by one loop, so the gauge can never exceed
+``min(max_env_worker, n_task * num_repeat)``; what the clients together run at once can lower it further,
+never raise it. All arithmetic is on Python integers: exact for any input size.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from skill_server.agentjet.identity import AgentJetRef, AgentJetRootArg, AgentJetVersionArg
+from skill_server.core.errors import ToolInputError
+from skill_server.core.models import MAX_JSON_INT, NonNegativeInt, PositiveInt, ToolInput, ToolOutput
+
+if TYPE_CHECKING:
+    from skill_server.agentjet.release import Release
+
+BoundName = Literal["max_env_worker", "train_batch_size", "clients"]
+MAX_CLIENTS = 100_000
+
+
+class EpisodeCapInput(ToolInput):
+    max_env_worker: PositiveInt = Field(
+        description="ajet.rollout.max_env_worker of the config the swarm ENGINE runs (not a client-side value)."
+    )
+    num_repeat: PositiveInt | None = Field(
+        default=None, description="ajet.rollout.num_repeat: episodes per task (GRPO group size, 'grpo_n')."
+    )
+    grpo_n: PositiveInt | None = Field(default=None, description="Alias of num_repeat.")
+    train_batch_size: PositiveInt | None = Field(
+        default=None, description="ajet.data.train_batch_size: tasks per training step. Omit for 'unbounded'."
+    )
+    client_parallelism: NonNegativeInt | list[NonNegativeInt] | None = Field(
+        default=None,
+        description="What the swarm clients run at once: one total (an integer) or each client's own concurrency "
+        "(a list, one entry per client). Omit when unknown.",
+    )
+    max_inference_tracker_threads: PositiveInt | None = Field(
+        default=None, description="ajet.interchange_server.max_inference_tracker_threads, to check it against the cap."
+    )
+    thread_rule: Literal["ceil", "floor", "auto"] = Field(
+        default="auto",
+        description="Rounding of max_env_worker/num_repeat: ceil (current engines), floor (older engines), or auto "
+        "(the selected AgentJet's rule: a bundled release's, or read statically from agentjet_root).",
+    )
+    agentjet_version: AgentJetVersionArg = None
+    agentjet_root: AgentJetRootArg = None
+
+    @field_validator("client_parallelism", mode="before")
+    @classmethod
+    def _clients(cls, value: Any) -> Any:
+        """One clear message for the int-or-list union (pydantic would report both branches)."""
+        if value is None:
+            return value
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("is an empty list; give each client's concurrency (one entry per client), one total, "
+                                 "or omit it")
+            if len(value) > MAX_CLIENTS:
+                raise ValueError(f"lists {len(value)} clients; at most {MAX_CLIENTS}")
+            for index, item in enumerate(value):
+                _check_count(item, f"entry {index}")
+            return value
+        _check_count(value, "the total")
+        return value
+
+    @model_validator(mode="after")
+    def _one_group_size(self) -> EpisodeCapInput:
+        if self.num_repeat is None and self.grpo_n is None:
+            raise ValueError("num_repeat (or its alias grpo_n) is required")
+        if self.num_repeat is not None and self.grpo_n is not None and self.num_repeat != self.grpo_n:
+            raise ValueError(f"num_repeat={self.num_repeat} and grpo_n={self.grpo_n} disagree; give one of them")
+        return self
+
+    @property
+    def group_size(self) -> int:
+        return self.num_repeat if self.num_repeat is not None else self.grpo_n  # type: ignore[return-value]
+
+    @property
+    def clients_total(self) -> int | None:
+        if self.client_parallelism is None:
+            return None
+        if isinstance(self.client_parallelism, list):
+            return sum(self.client_parallelism)
+        return self.client_parallelism
+
+
+def _check_count(value: Any, what: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{what} is {value!r} ({type(value).__name__}); a client's concurrency is a whole number")
+    if value < 0 or value > MAX_JSON_INT:
+        raise ValueError(f"{what} is {value}; a client's concurrency is between 0 and {MAX_JSON_INT}")
+
+
+class CapBounds(ToolOutput):
+    max_env_worker: int = Field(description="The engine's thread pool width.")
+    max_env_worker_groups: int = Field(
+        description="num_repeat * round(max_env_worker / num_repeat): the loops max_env_worker lets the engine submit.")
+    train_batch_size: int | None = Field(description="num_repeat * train_batch_size, or null when not given.")
+    clients: int | None = Field(description="What the clients run at once (the total given, or the sum of the list).")
+
+
+class EpisodeCapResult(ToolOutput):
+    episode_cap: int = Field(description="Most episodes that can run at once: the ceiling of overwatch's gauge.")
+    engine_cap: int = Field(description="The cap the engine alone imposes: min(max_env_worker, worker_loops).")
+    worker_loops: int = Field(description="Worker loops submitted per step: n_task * num_repeat.")
+    n_task: int = Field(description="Task groups submitted per step.")
+    pool_width: int = Field(description="Threads in the engine's pool (= max_env_worker).")
+    num_repeat: int
+    thread_rule: Literal["ceil", "floor"]
+    thread_rule_source: str = Field(description="Why this rule: given, or which AgentJet's code says so.")
+    agentjet: AgentJetRef = Field(description="The AgentJet the rule (and so the answer) describes.")
+    divisible: bool = Field(description="max_env_worker % num_repeat == 0.")
+    queued_loops: int = Field(description="Loops submitted beyond the pool: they wait and never run this step.")
+    idle_threads: int = Field(description="Pool threads that get no loop this step.")
+    bounds: CapBounds
+    binding: list[BoundName] = Field(
+        description="The inputs that set the cap: max_env_worker (the pool, or its rounding to whole GRPO groups), "
+        "train_batch_size, clients.")
+    suggestions: list[str]
+    explanation: str
+
+
+def episode_cap_for(inp: EpisodeCapInput, release: Release) -> EpisodeCapResult:
+    """The cap under ``release``, which a caller already selected (check_config does); ``inp.agentjet_version``
+    and ``agentjet_root`` are then not read."""
+    rule, rule_source = _resolve_rule(inp, release)
+    mew, n, tbs = inp.max_env_worker, inp.group_size, inp.train_batch_size
+
+    groups = _groups(mew, n, rule)
+    n_task = min(tbs, groups) if tbs is not None else groups
+    worker_loops = n_task * n
+    engine_cap = min(mew, worker_loops)
+    clients = inp.clients_total
+    cap = engine_cap if clients is None else min(engine_cap, clients)
+
+    bounds = CapBounds(max_env_worker=mew, max_env_worker_groups=groups * n,
+                       train_batch_size=n * tbs if tbs is not None else None, clients=clients)
+    binding: list[BoundName] = []
+    if min(mew, groups * n) == cap:
+        binding.append("max_env_worker")
+    if bounds.train_batch_size is not None and bounds.train_batch_size == cap:
+        binding.append("train_batch_size")
+    if clients is not None and clients == cap:
+        binding.append("clients")
+    result = EpisodeCapResult(
+        episode_cap=cap,
+        engine_cap=engine_cap,
+        worker_loops=worker_loops,
+        n_task=n_task,
+        pool_width=mew,
+        num_repeat=n,
+        thread_rule=rule,  # type: ignore[arg-type]
+        thread_rule_source=rule_source,
+        agentjet=release.ref,
+        divisible=mew % n == 0,
+        queued_loops=max(0, worker_loops - mew),
+        idle_threads=max(0, mew - worker_loops),
+        bounds=bounds,
+        binding=binding,
+        suggestions=[],
+        explanation="",
+    )
+    result.suggestions = _suggestions(inp, result)
+    result.explanation = _explanation(inp, result)
+    return result
+
+
+def _groups(mew: int, n: int, rule: str) -> int:
+    return -(-mew // n) if rule == "ceil" else mew // n
+
+
+def _resolve_rule(inp: EpisodeCapInput, release: Release) -> tuple[str, str]:
+    if inp.thread_rule != "auto":
+        return inp.thread_rule, f"given (thread_rule={inp.thread_rule})"
+    found = release.thread_rule
+    if found.rule is None:
+        raise ToolInputError(f"thread_rule=auto, but the rule of {found.agentjet} is unknown ({found.evidence}); give "
+                             "thread_rule ceil or floor", field="thread_rule")
+    return found.rule, found.source
+
+
+def _multiple_above(value: int, n: int) -> int:
+    return -(-value // n) * n
+
+
+def _suggestions(inp: EpisodeCapInput, r: EpisodeCapResult) -> list[str]:
+    mew, n, tbs = inp.max_env_worker, r.num_repeat, inp.train_batch_size
+    out: list[str] = []
+    if r.n_task == 0:
+        out.append(
+            f"max_env_worker ({mew}) is smaller than num_repeat ({n}): with the floor rule no task group fits and the "
+            f"engine's rollout refuses to start. Set max_env_worker to at least {n} (a multiple of {n})."
+        )
+    if not r.divisible:
+        below, above = (mew // n) * n, _multiple_above(mew, n)
+        choices = f"{below} or {above}" if below > 0 else f"{above}"
+        if r.thread_rule == "ceil":
+            waste = f"{r.queued_loops} of the {r.worker_loops} submitted loops wait in the queue and never run"
+        else:
+            waste = f"{mew - r.bounds.max_env_worker_groups} pool threads stay idle (the floor rule drops the partial group)"
+        rounding_binds = r.bounds.max_env_worker_groups < mew and (
+            tbs is None or r.bounds.max_env_worker_groups <= n * tbs)
+        if r.queued_loops or (r.thread_rule == "floor" and rounding_binds):
+            out.append(
+                f"max_env_worker={mew} is not a multiple of num_repeat={n}: {waste}. Use {choices} so whole GRPO "
+                "groups fill the pool exactly."
+            )
+    if "max_env_worker" in r.binding and r.n_task > 0:
+        if tbs is not None and tbs * n > mew:
+            how = (f"up to {tbs * n} (= train_batch_size {tbs} x num_repeat {n}, where the batch becomes the bound; "
+                   "beyond that raise train_batch_size too)")
+        else:
+            target = _multiple_above(2 * mew, n)
+            how = f"(e.g. to {target}, a multiple of {n})"
+            if tbs is not None:
+                how += f" together with train_batch_size (to at least {target // n})"
+        out.append(
+            f"To lift the cap, raise max_env_worker {how} in the config the swarm ENGINE runs, then restart the "
+            "engine: the value is read when training starts."
+        )
+    if "train_batch_size" in r.binding and tbs is not None and "max_env_worker" not in r.binding:
+        need = _groups(mew, n, r.thread_rule)
+        out.append(
+            f"train_batch_size={tbs} binds: only {tbs} task groups x {n} = {tbs * n} loops exist per step, so "
+            f"{mew - tbs * n} of the {mew} pool threads never work. Raise train_batch_size to {need} to use the "
+            f"whole pool, or lower max_env_worker to {tbs * n} (the extra threads do nothing)."
+        )
+    if r.bounds.clients is not None and r.bounds.clients < r.engine_cap:
+        out.append(
+            f"The clients together run only {r.bounds.clients} episodes at once while the engine allows "
+            f"{r.engine_cap}: raise each client's own concurrency (its thread pool / parallel episodes) or start "
+            "more clients to reach the engine cap."
+        )
+    out.append(
+        f"Adding swarm clients, or raising a client-side max_env_worker, never raises the engine cap ({r.engine_cap}); "
+        "only the engine's own max_env_worker, num_repeat and train_batch_size do."
+    )
+    if inp.max_inference_tracker_threads is not None and inp.max_inference_tracker_threads < r.episode_cap:
+        out.append(
+            f"max_inference_tracker_threads={inp.max_inference_tracker_threads} is below the cap ({r.episode_cap}): "
+            "each running episode's LLM proxy needs one of these threads, so episodes beyond it may wait "
+            f"(a limiter inferred from AgentJet's code, not verified). Set it to max_env_worker ({mew}) as AgentJet "
+            "recommends."
+        )
+    return out
+
+
+def _explanation(inp: EpisodeCapInput, r: EpisodeCapResult) -> str:
+    mew, n, tbs = inp.max_env_worker, r.num_repeat, inp.train_batch_size
+    groups = f"{r.thread_rule}({mew}/{n})"
+    if tbs is not None:
+        groups = f"min(train_batch_size {tbs}, {groups})"
+    parts = [
+        f"Each step the engine submits {groups} = {r.n_task} task groups of {n} episodes, i.e. {r.worker_loops} "
+        f"worker loops, onto a pool of {mew} threads, so at most min({mew}, {r.worker_loops}) = {r.engine_cap} "
+        f"episodes run at once ({r.thread_rule} rule: {r.thread_rule_source})."
+    ]
+    if r.queued_loops:
+        parts.append(f"The {r.queued_loops} loops beyond the pool wait and never run during the step.")
+    if r.idle_threads and r.n_task:
+        parts.append(f"{r.idle_threads} threads get no loop.")
+    if r.bounds.clients is not None:
+        parts.append(
+            f"The clients together run {r.bounds.clients} at once, so the gauge tops out at {r.episode_cap}."
+        )
+    parts.append(
+        "Overwatch's 'Running Episodes' counts claimed episodes only, so it stays at or below this cap; more "
+        "clients never raise it."
+    )
+    return " ".join(parts)

@@ -1,0 +1,88 @@
+"""Checks on launch arguments that need no host: names, paths' form, environment, regexes, the tmux socket.
+
+Shared by the launch, wait and result tools and by ``ray_cluster``; what a path points to is checked
+on its host by the agent (``hosts.agent.runs``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from skill_server.core.errors import ToolInputError
+from skill_server.experiments.models import MAX_ENV_VALUE, MAX_ENV_VARS
+from skill_server.hosts.agent.procs import MARKER
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SOCKET_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+DEFAULT_SOCKET = "agentjet"
+
+
+def socket_name() -> str:
+    """The dedicated tmux server's name (``SKILL_SERVER_TMUX_SOCKET``, default ``agentjet``) on every host."""
+    name = os.environ.get("SKILL_SERVER_TMUX_SOCKET") or DEFAULT_SOCKET
+    if not SOCKET_RE.match(name):
+        raise ToolInputError(
+            f"SKILL_SERVER_TMUX_SOCKET={name!r} is not a usable socket name (letters, digits, '_', '.', '-')",
+            field="SKILL_SERVER_TMUX_SOCKET")
+    return name
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"_+", "_", re.sub(r"[^a-z0-9]+", "_", text.lower())).strip("_")[:40]
+
+
+def session_name(name: str | None, purpose: str | None) -> str:
+    if name is not None:
+        if not NAME_RE.match(name):
+            raise ToolInputError(
+                f"{name!r} is not a usable session name: use 1-64 letters, digits, '_' or '-' "
+                "(tmux treats '.' and ':' as separators)", field="name")
+        return name if "ajet" in name else ("ajet_" + name)[:64]
+    if purpose:
+        slug = _slug(purpose)
+        if slug:
+            return slug if "ajet" in slug else "ajet_" + slug
+    raise ToolInputError("a session name is required (or a blueprint with [exp_purpose])", field="name")
+
+
+def host_path(value: str, field: str) -> str:
+    """A path on some host: absolute, or ``~``-relative (expanded there). Nothing is checked here."""
+    if "\x00" in value:
+        raise ToolInputError("contains a NUL character", field=field)
+    if not (value.startswith("/") or value == "~" or value.startswith("~/")):
+        raise ToolInputError(f"give an absolute path (got {value!r})", field=field)
+    return value
+
+
+def relative_path(value: str, field: str) -> str:
+    """A path that may also be relative (resolved on the host against the workdir or result dir)."""
+    if "\x00" in value:
+        raise ToolInputError("contains a NUL character", field=field)
+    if not value.strip():
+        raise ToolInputError("empty path", field=field)
+    return value
+
+
+def check_env(env: dict[str, str] | None, field: str) -> dict[str, str]:
+    env = dict(env or {})
+    if len(env) > MAX_ENV_VARS:
+        raise ToolInputError(f"at most {MAX_ENV_VARS} variables", field=field)
+    for key, value in env.items():
+        if not ENV_KEY_RE.match(key) or len(key) > 200:
+            raise ToolInputError(f"{key!r} is not a valid environment variable name", field=f"{field}.{key}")
+        if key == MARKER:
+            raise ToolInputError(f"{MARKER} is reserved: it marks every process of a run", field=f"{field}.{key}")
+        if "\x00" in value:
+            raise ToolInputError("contains a NUL character", field=f"{field}.{key}")
+        if len(value) > MAX_ENV_VALUE:
+            raise ToolInputError(f"longer than {MAX_ENV_VALUE} characters", field=f"{field}.{key}")
+    return env
+
+
+def compile_pattern(pattern: str, field: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern, re.MULTILINE)
+    except (re.error, RecursionError, OverflowError) as exc:
+        raise ToolInputError(f"not a valid regular expression: {exc}", field=field) from None

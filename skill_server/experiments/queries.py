@@ -1,0 +1,252 @@
+"""Queries on runs, shared by the experiment tools: find a run, observe runs with their new lines, progress,
+checkpoints and metric history, and the status fields every experiment answer carries. Read-only.
+
+Cursors: one byte offset per process log (``"1234"`` or ``"1234,88"``). Without ``since`` a call continues
+from the cursor stored by the previous status or wait call of that experiment; an explicit ``since``
+reads independently. Lines come from the bytes after the cursor (at most 200 lines and 16 KB), asked
+for in the same per-host round trip as everything else.
+
+The same round trip also carries, when needed, a read of the run's YAML (``runconfig``: total steps,
+checkpoint directory; cached in the registry) and the checkpoint listing. Only once in a run's life,
+when its checkpoint directory has just been learnt from the YAML, does listing it take a second call.
+The metric history (``history``) is read from the local registry.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from skill_server.core.errors import ToolInputError
+from skill_server.experiments import blueprint as bp
+from skill_server.experiments import checkpoints as ckpt
+from skill_server.experiments import history, logs, progress, runconfig
+from skill_server.experiments.models import (
+    DEFAULT_HISTORY_POINTS,
+    TERMINAL,
+    CheckpointList,
+    ErrorHit,
+    MetricsHistory,
+    ProcessInfo,
+    ProgressInfo,
+    RestartInfo,
+)
+from skill_server.experiments.observe import View, observe
+from skill_server.experiments.signatures import SIGNATURES_BY_NAME
+from skill_server.experiments.store import Registry, Row
+from skill_server.hosts import call_hosts, result_of
+
+MAX_CURSOR_OFFSET = 2**62
+
+
+def parse_cursor(text: str, n: int, field: str) -> list[int]:
+    if text == "":
+        return [0] * n
+    parts = text.split(",")
+    if len(parts) != n or not all(p.isascii() and p.isdigit() and len(p) <= 19 for p in parts):
+        raise ToolInputError(f"{text!r} is not a cursor of this experiment (expected {n} comma-separated offsets)",
+                             field=field)
+    offsets = [int(p) for p in parts]
+    if any(o > MAX_CURSOR_OFFSET for o in offsets):
+        raise ToolInputError(f"{text!r} is not a cursor of this experiment (offset too large)", field=field)
+    return offsets
+
+
+def stored_cursor(row: Row) -> list[int]:
+    try:
+        return parse_cursor(row.read_cursor, len(row.processes), "cursor")
+    except ToolInputError:
+        return [0] * len(row.processes)
+
+
+def line_reads(row: Row, offsets: list[int], max_lines: int) -> list[list[tuple[int, int]]]:
+    """The extra read per process that yields its new lines (none when no lines are wanted)."""
+    if max_lines == 0:
+        return [[] for _ in row.processes]
+    budget = max(1024, logs.MAX_BYTES // len(row.processes))
+    return [[(offsets[i], budget)] for i in range(len(row.processes))]
+
+
+def lines_from(view: View, offsets: list[int], max_lines: int) -> tuple[list[str], list[int], int]:
+    """(lines, new cursor, skipped bytes) from the line reads that came back with ``view``."""
+    if max_lines == 0:
+        return [], offsets, 0
+    n = len(view.procs)
+    out: list[str] = []
+    new = list(offsets)
+    skipped = 0
+    for i, p in enumerate(view.procs):
+        if not p.reads:
+            continue  # host unreachable: the cursor stays where it was
+        chunk = p.reads[0]
+        new[i] = chunk.end
+        skipped += chunk.skipped
+        lines = logs.split_lines(chunk.text)
+        if len(lines) > max_lines:
+            skipped += sum(len(x.encode()) + 1 for x in lines[:-max_lines])
+            lines = lines[-max_lines:]
+        out += [f"[{p.role}] {x}" for x in lines] if n > 1 else lines
+    if len(out) > max_lines:
+        out = out[-max_lines:]
+    return out, new, skipped
+
+
+def progress_info(view: View, config: dict[str, Any] | None, now: float | None = None) -> ProgressInfo:
+    """Steps, rate and ETA of one view (``config``: the run's cached YAML summary, if known)."""
+    config = config or {}
+    total = config.get("total_steps") if isinstance(config.get("total_steps"), int) else None
+    est = progress.estimate(view.scan.progress, view.scan.global_step, total, config.get("total_steps_source"),
+                            finished=view.state in TERMINAL)
+    now = time.time() if now is None else now
+    restarts = []
+    for r in est.restarts:
+        try:
+            restarts.append(RestartInfo(role=str(r["role"]), from_step=int(r["from_step"]), to_step=int(r["to_step"]),
+                                        seen_at=progress.iso(float(r["seen_at"]))))
+        except (KeyError, TypeError, ValueError, OverflowError, OSError):
+            continue
+    eta_at = progress.iso(now + est.eta_s) if est.eta_s is not None and est.eta_s < 10**10 else None
+    return ProgressInfo(global_step=est.global_step, total_steps=est.total_steps,
+                        total_steps_source=est.total_steps_source, seconds_per_step=est.seconds_per_step,
+                        seconds_per_step_source=est.seconds_per_step_source, steps_per_hour=est.steps_per_hour,
+                        eta_s=est.eta_s, eta_at=eta_at, restarts=restarts, unknown=est.unknown)
+
+
+def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int, *,
+                  config: dict[str, Any] | None = None, checkpoints: CheckpointList | None = None,
+                  metrics_history: MetricsHistory | None = None) -> dict[str, Any]:
+    """Every ``ExperimentStatus`` field of one view (wait and stop add their own on top)."""
+    row = view.row
+    max_time = int(row.spec.get("max_time_s") or bp.DEFAULT_MAX_TIME_S)
+    first_step_s = float(row.spec.get("first_step_timeout_s") or bp.DEFAULT_FIRST_STEP_S)
+    scan = view.scan
+    errors = []
+    for name, hit in scan.errors.items():
+        sig = SIGNATURES_BY_NAME.get(name)
+        if sig is None:
+            continue
+        errors.append(ErrorHit(signature=name, title=sig.title, severity=sig.severity, line=str(hit.get("line", "")),
+                               count=int(hit.get("count", 0)), hint=sig.hint, role=hit.get("role")))
+    errors.sort(key=lambda e: (e.severity != "error", -e.count))
+    overdue = not scan.first_step_seen and view.elapsed_s > first_step_s
+    if scan.first_step_seen:  # late only if a look at the log after the deadline had not seen it yet
+        late_from = scan.first_step_not_before if scan.first_step_not_before is not None else scan.first_step_at
+        overdue = late_from is not None and late_from - row.created > first_step_s
+    hosts = row.spec.get("hosts") or {}
+    return dict(
+        id=row.id, session=row.session, socket=row.socket, host=row.host, attach=row.spec.get("attach", ""),
+        state=view.state, exit_code=view.exit_code, started_at=row.started_at, elapsed_s=round(view.elapsed_s, 1),
+        time_left_s=round(max(0.0, max_time - view.elapsed_s), 1) if view.state == "running" else None,
+        max_time_s=max_time, first_step_seen=scan.first_step_seen, first_step_overdue=overdue,
+        global_step=scan.global_step, last_metrics=scan.last_metrics, errors=errors, lines=lines,
+        cursor=",".join(str(c) for c in cursor), skipped_bytes=skipped, unscanned_bytes=scan.unscanned_bytes,
+        processes=[ProcessInfo(role=p.role, host=p.proc.host, state=p.state, exit_code=p.exit_code,  # type: ignore[arg-type]
+                               log_path=p.log_path, pid=p.proc.pid,
+                               attach=(hosts.get(p.proc.host) or {}).get("attach", ""), reason=p.reason)
+                   for p in view.procs],
+        log_path=view.procs[0].log_path if view.procs else "", result_dir=row.spec.get("result_dir", ""),
+        note=view.note, progress=progress_info(view, config), checkpoints=checkpoints,
+        metrics_history=metrics_history,
+    )
+
+
+def find(reg: Registry, key: str, field: str = "id") -> Row:
+    row = reg.find(key)
+    if row is None:
+        raise ToolInputError(f"no experiment {key!r} in the registry (ids and session names are accepted)",
+                             field=field)
+    return row
+
+
+@dataclass
+class HistoryRequest:
+    """What ``metrics_history`` asks for."""
+
+    patterns: list[str]
+    from_step: int | None = None
+    to_step: int | None = None
+    max_points: int = DEFAULT_HISTORY_POINTS
+
+
+@dataclass
+class ExtraPlan:
+    """The extra operations of one run in a status round trip, and where their answers are."""
+
+    config: dict[str, Any]
+    candidates: list[runconfig.Candidate]
+    read_config: bool
+    list_checkpoints: bool
+
+
+def plan_extras(reg: Registry, row: Row, want_checkpoints: bool, now: float) -> ExtraPlan:
+    """What this call must ask the run's hosts besides the observation: its YAML (when the cached summary is
+    missing or stale) and its checkpoint listing (when wanted and the directory is known)."""
+    checked_at, config = runconfig.cached(reg, row.id)
+    read = runconfig.needs_check(checked_at, config, now) and not (row.final_state and checked_at is not None)
+    cands = runconfig.candidates(row) if read else []
+    listing = want_checkpoints and ckpt.listing_op(config) is not None  # the cached directory, if known
+    return ExtraPlan(config, cands, read, listing)
+
+
+def extra_ops(plan: ExtraPlan) -> list[tuple[str, dict[str, Any]]]:
+    """The (host, op) pairs of a plan, for ``observe(extra_ops=...)``; the checkpoint listing comes last."""
+    ops = [(c.host, runconfig.read_op(c.path)) for c in plan.candidates]
+    if plan.list_checkpoints:
+        listing = ckpt.listing_op(plan.config)
+        assert listing is not None
+        ops.append(listing)
+    return ops
+
+
+def absorb_config(reg: Registry, view: View, plan: ExtraPlan, now: float) -> None:
+    """Fold the YAML reads that came back with ``view`` into the plan's config and cache it."""
+    if plan.read_config:
+        plan.config = runconfig.fold_answers(view.row, plan.candidates, view.extra[: len(plan.candidates)])
+        runconfig.store(reg, view.row.id, plan.config, now)
+
+
+def _checkpoints(plan: ExtraPlan, view: View) -> CheckpointList:
+    """The listing that rode along, or (once per run, right after the YAML named the directory) one more call."""
+    if plan.list_checkpoints:
+        return ckpt.from_answer(plan.config, view.extra[-1])
+    listing = ckpt.listing_op(plan.config)
+    if listing is None:
+        return ckpt.unknown(plan.config)
+    host, op = listing
+    return ckpt.from_answer(plan.config, result_of(call_hosts({host: [op]}, timeout_s=30.0)[host]))
+
+
+def observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_lines: int, *,
+                       checkpoints: bool = False, history_request: HistoryRequest | None = None
+                       ) -> list[dict[str, Any]]:
+    """Observe ``rows`` (one round trip per host) and build their status fields with new lines, progress and,
+    when asked, checkpoints and metric history."""
+    now = time.time()
+    starts: dict[str, list[int]] = {}
+    plans: dict[str, ExtraPlan] = {}
+    for row in rows:
+        starts[row.id] = parse_cursor(since, len(row.processes), "since") if since is not None else stored_cursor(row)
+        plans[row.id] = plan_extras(reg, row, checkpoints, now)
+    views = observe(reg, rows, extra_reads=lambda row: line_reads(row, starts[row.id], max_lines),
+                    extra_ops=lambda row: extra_ops(plans[row.id]))
+    out = []
+    for view in views:
+        row = view.row
+        plan = plans[row.id]
+        absorb_config(reg, view, plan, now)
+        offsets = starts[row.id]
+        lines, new, skipped = lines_from(view, offsets, max_lines)
+        if since is None and new != offsets:
+            reg.save_cursor(row.id, ",".join(str(c) for c in new))
+        listing = _checkpoints(plan, view) if checkpoints else None
+        wanted = None
+        if history_request is not None:
+            wanted = history.history_view(reg, row.id, history_request.patterns, history_request.from_step,
+                                          history_request.to_step, history_request.max_points,
+                                          restarts=len(view.scan.progress.restarts))
+        out.append(status_fields(view, lines, new, skipped, config=plan.config, checkpoints=listing,
+                                 metrics_history=wanted))
+    return out
+
+

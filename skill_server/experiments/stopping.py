@@ -1,0 +1,77 @@
+"""Stopping a run: a stop that stops, on every host of the run, and says what it had to kill.
+
+Per host (one call each, in parallel) the agent marks each unfinished process ``stopped``, sends
+SIGINT to each wrapper's process group (what Ctrl-C in the pane does), waits up to ``grace_s`` for
+every process carrying the run's marker to exit, then SIGTERM, then SIGKILL, and looks again. The run
+is recorded ``stopped`` only once nothing of it is alive; survivors are listed. A finished run can be
+stopped too: that removes its sessions and ends any marked process it left behind.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from skill_server.core.errors import ToolFailure
+from skill_server.experiments.models import ProcessRef, StopOutput
+from skill_server.experiments.queries import observe_with_lines
+from skill_server.experiments.store import Row, open_registry
+from skill_server.hosts import HostUnreachable, call_hosts
+
+STOP_EXTRA_S = 30.0
+
+
+def _requests(row: Row, grace: float) -> dict[str, list[dict[str, Any]]]:
+    requests: dict[str, list[dict[str, Any]]] = {}
+    for p in row.processes:
+        op = requests.setdefault(p.host, [{"op": "stop", "exp_id": row.id, "run_dir": p.run_dir,
+                                           "socket_path": p.socket_path, "session": row.session,
+                                           "grace_s": grace, "kill_session": True, "procs": []}])[0]
+        op["procs"].append({"role": p.role, "pid": p.pid, "start": p.start})
+    return requests
+
+
+def stop_run(key: str, grace_s: float | None = None) -> StopOutput:
+    """Stop the run with id (or newest of session name) ``key``; ``grace_s`` between Ctrl-C and SIGTERM."""
+    grace = 10.0 if grace_s is None else float(grace_s)
+    with open_registry() as reg:
+        row = reg.find(key)
+        if row is None:
+            raise ToolFailure(f"no experiment {key!r} in this server's registry: stop_experiment only stops "
+                              "sessions it launched", field="id")
+        replies = call_hosts(_requests(row, grace), timeout_s=grace + STOP_EXTRA_S)
+        interrupted: list[str] = []
+        killed_roles: list[str] = []
+        killed: list[ProcessRef] = []
+        alive: list[ProcessRef] = []
+        removed = True
+        unreachable: list[str] = []
+        for host, reply in replies.items():
+            if isinstance(reply, HostUnreachable):
+                unreachable.append(f"{host}: {reply.reason}")
+                removed = False
+                continue
+            result = reply[0]
+            if not result.get("ok"):
+                unreachable.append(f"{host}: {result.get('error')}")
+                removed = False
+                continue
+            interrupted += result["interrupted"]
+            for group, sink in (("terminated", killed), ("killed", killed), ("survivors", alive)):
+                for p in result[group]:
+                    ref = ProcessRef(host=host, role=p["role"], pid=p["pid"], command=p["command"])
+                    if sink is killed and any(k.host == host and k.pid == ref.pid for k in killed):
+                        continue
+                    sink.append(ref)
+            killed_roles += [p["role"] for p in result["terminated"] + result["killed"]]
+            removed = removed and bool(result["session_removed"])
+        fresh = reg.get(row.id) or row
+        status = observe_with_lines(reg, [fresh], None, 50)[0]
+    notes = [status["note"]] if status.get("note") else []
+    if alive:
+        notes.append(f"{len(alive)} process(es) survived SIGKILL (uninterruptible or owned by another user): "
+                     + ", ".join(f"{a.host} pid {a.pid}" for a in alive))
+    if unreachable:
+        notes.append("could not stop on " + "; ".join(unreachable) + " (nothing recorded; call stop again)")
+    status["note"] = "; ".join(dict.fromkeys(notes)) or None
+    return StopOutput(**status, interrupted=sorted(set(interrupted)), killed=sorted(set(killed_roles)),
+                      killed_processes=killed, still_alive=alive, session_removed=removed)

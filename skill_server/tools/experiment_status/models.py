@@ -1,0 +1,40 @@
+"""Input and output models of ``experiment_status``."""
+
+from __future__ import annotations
+
+from pydantic import Field, StrictBool, StrictStr
+
+from skill_server.core.models import NonNegativeInt, PositiveInt, ToolInput, ToolOutput
+from skill_server.experiments import logs
+from skill_server.experiments.models import MAX_HISTORY_POINTS, ExperimentStatus, MetricPattern, RegistryProblem
+from skill_server.experiments.progress import MAX_STEPS
+
+
+class StatusInput(ToolInput):
+    id: StrictStr | None = Field(default=None, max_length=200,
+                                 description="Experiment id or session name; all when absent.")
+    since: StrictStr | None = Field(default=None, max_length=400,
+                                    description="Cursor from a previous result (needs id); default: the cursor stored "
+                                    "by the previous status call.")
+    max_lines: NonNegativeInt | None = Field(default=None, le=logs.MAX_LINES,
+                                             description="New lines to return (default 200 for one id, 20 each for all).")
+    limit: PositiveInt | None = Field(default=None, le=500, description="When listing all: at most this many "
+                                      "(every unfinished one plus the newest finished; default 50).")
+    metrics_history: list[MetricPattern] | None = Field(
+        default=None, min_length=1, max_length=20,
+        description="With id: metric names or glob patterns (fnmatch: 'critic/score/*', '*loss*') whose history "
+        "over steps to return, from every step line scanned so far.")
+    history_from_step: NonNegativeInt | None = Field(default=None, le=MAX_STEPS,
+                                                     description="First step of the history.")
+    history_to_step: NonNegativeInt | None = Field(default=None, le=MAX_STEPS, description="Last step of the history.")
+    history_points: PositiveInt | None = Field(default=None, le=MAX_HISTORY_POINTS,
+                                               description="Most points per metric (default 200): longer histories "
+                                               "are downsampled into buckets (last value, min and max of each).")
+    checkpoints: StrictBool | None = Field(default=None, description="List the run's global_step_N checkpoints "
+                                           "(default: true with id, false for all runs).")
+
+
+class StatusOutput(ToolOutput):
+    experiments: list[ExperimentStatus]
+    problems: list[RegistryProblem] = Field(default_factory=list,
+                                            description="Registry rows that could not be read (each names its id).")
