@@ -291,7 +291,7 @@ def test_committed_mcp_json_names_the_quick_start_venv():
     server = json.loads((REPO / ".mcp.json").read_text())["mcpServers"]["agentjet-swarm"]
     venv_line = quickstart_lines()[0]
     venv = re.search(r"python3 -m venv (\S+)", venv_line).group(1).replace("~", "${HOME}")
-    script = re.search(r'^(\S+) = "skill_server\.cli:main"', (REPO / "pyproject.toml").read_text(), re.M).group(1)
+    script = re.search(r'^(\S+) = "skill_server\.app\.cli:main"', (REPO / "pyproject.toml").read_text(), re.M).group(1)
     assert server["command"] == f"{venv}/bin/{script}" and server["args"] == []
     assert server["env"] == {"SKILL_SERVER_TMUX_SOCKET": "agentjet"}
 
