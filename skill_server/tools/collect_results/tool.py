@@ -20,7 +20,6 @@ import posixpath
 from typing import Any
 
 from skill_server.core.errors import ToolInputError
-from skill_server.core.models import ImageAttachment
 from skill_server.core.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
 from skill_server.experiments import history, plots, runconfig
 from skill_server.experiments.checks import host_path
@@ -119,7 +118,7 @@ def _plot_curves(reg: Registry, row: Row, overlays: list[Row], patterns: list[st
         metrics = plots.default_metrics(names)
     metrics = metrics[:plots.MAX_PANELS]
     rows = [row] + overlays
-    return plots.curves_from_history(reg, list(zip(plots.run_labels(rows), [r.id for r in rows])), metrics), metrics
+    return plots.curves_from_history(reg, rows, metrics), metrics
 
 
 # --------------------------------------------------------------------------------------------------
@@ -160,7 +159,7 @@ def collect_results(inp: CollectInput) -> CollectOutput:
             if want_plot:
                 curves, plot_metrics = _plot_curves(reg, row, overlays, inp.plot_metrics, notes)
                 if curves and not plots.available():
-                    plot_data = history.history_view(reg, row.id, plot_metrics, None, None, 200)
+                    plot_data = plots.plot_data(reg, row.id, plot_metrics)
         spec = row.spec
         host_name = row.host
         state, exit_code = status["state"], status["exit_code"]
@@ -223,10 +222,7 @@ def collect_results(inp: CollectInput) -> CollectOutput:
         assert row is not None
         labels = plots.run_labels([row] + overlays)
         title = f"{labels[0]}: metrics over steps" + (f" (with {', '.join(labels[1:])})" if len(labels) > 1 else "")
-        try:
-            picture = plots.render(curves, title)
-        except plots.PlotsUnavailable as exc:
-            notes.append(f"{exc.message}; plot_data holds the series instead")
+        picture = plots.draw(curves, title, notes)
     elif want_plot:
         notes.append("no plot: no step line with the chosen metrics has been scanned for this run")
     plot_path = posixpath.join(result_dir, PLOT_NAME)
@@ -242,9 +238,7 @@ def collect_results(inp: CollectInput) -> CollectOutput:
     written = [expect(r, field="result_dir")["path"] for r in host.call(writes)]
     image = None
     if picture is not None:
-        encoded = base64.b64encode(picture.png).decode("ascii") if inp.image_data else None
-        image = ImageAttachment.of(picture.png, mime_type="image/png", title=title, width=picture.width,
-                                   height=picture.height, path=written.pop(0), host=host_name, data_base64=encoded)
+        image = picture.attachment(title, bool(inp.image_data), path=written.pop(0), host=host_name)
     return CollectOutput(
         host=host_name, results_path=written[0], finish_flag_path=written[1] if flag_wanted else None, state=state,
         exit_code=exit_code, val_markdown=val_md, train_markdown=train_md, val_metrics=val_metrics,

@@ -11,12 +11,10 @@ optional plot overlays the runs (returned as an image, never written: the tool w
 
 from __future__ import annotations
 
-import base64
 import math
 from typing import Any
 
 from skill_server.core.errors import ToolInputError
-from skill_server.core.models import ImageAttachment
 from skill_server.experiments import history, plots, runconfig
 from skill_server.experiments.checks import host_path
 from skill_server.experiments.models import MetricsHistory
@@ -193,9 +191,9 @@ def compare_experiments(inp: CompareInput) -> CompareOutput:
         curves = []
         if inp.plot:
             shown = metrics[:plots.MAX_PANELS]
-            curves = plots.curves_from_history(reg, list(zip(plots.run_labels(rows), [r.id for r in rows])), shown)
+            curves = plots.curves_from_history(reg, rows, shown)
             if curves and not plots.available():
-                plot_data = {r.id: history.history_view(reg, r.id, shown, None, None, 200) for r in rows}
+                plot_data = {r.id: plots.plot_data(reg, r.id, shown) for r in rows}
     leader = None
     if primary is not None:
         leader = _leader(rows, primary, {r.id: table[r.id][primary] for r in rows}, inp.higher_is_better, last_k)
@@ -218,13 +216,8 @@ def compare_experiments(inp: CompareInput) -> CompareOutput:
         if not curves:
             notes.append("no plot: none of the compared metrics has a scanned step line yet")
         else:
-            try:
-                title = "compare: " + ", ".join(plots.run_labels(rows))
-                picture = plots.render(curves, title[:120])
-                image = ImageAttachment.of(
-                    picture.png, mime_type="image/png", title=title[:120], width=picture.width, height=picture.height,
-                    data_base64=base64.b64encode(picture.png).decode("ascii") if inp.image_data else None)
-            except plots.PlotsUnavailable as exc:
-                notes.append(f"{exc.message}; plot_data holds the series instead")
+            title = ("compare: " + ", ".join(plots.run_labels(rows)))[:120]
+            picture = plots.draw(curves, title, notes)
+            image = picture.attachment(title, bool(inp.image_data)) if picture is not None else None
     return CompareOutput(runs=runs, metrics=metrics, leader=leader, config_differences=differences,
                          config_keys_differing=differing, plot=image, plot_data=plot_data, notes=notes)
