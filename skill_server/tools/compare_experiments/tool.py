@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 from skill_server.core.errors import ToolInputError
+from skill_server.core.models import ImageAttachment
 from skill_server.experiments import history, plots, runconfig
 from skill_server.experiments.checks import host_path
 from skill_server.experiments.models import MetricsHistory
@@ -163,6 +164,47 @@ def _given_yaml_paths(inp: CompareInput) -> list[str | None]:
     return [None if p is None else host_path(p, f"yaml_paths.{i}") for i, p in enumerate(inp.yaml_paths)]
 
 
+def _with_primary(names: list[list[str]], metrics: list[str], given: str | None) -> tuple[list[str], str | None]:
+    """(metrics, the deciding one): the given primary's first match, moved to the front, else the first metric."""
+    if given is None:
+        return metrics, metrics[0] if metrics else None
+    matched, _ = history.match_names(sorted({n for ns in names for n in ns}), [given])
+    if not matched:
+        raise ToolInputError("no run has a metric matching it", field="primary")
+    primary = matched[0]
+    return [primary] + [m for m in metrics if m != primary], primary  # the deciding metric comes first
+
+
+def _stats_table(reg: Registry, rows: list[Row], metrics: list[str], primary: str | None, higher: bool | None,
+                 last_k: int) -> dict[str, dict[str, MetricStats]]:
+    """Per run id and metric: its statistics (the caller's direction applies to the primary metric only)."""
+    table: dict[str, dict[str, MetricStats]] = {}
+    for r in rows:
+        table[r.id] = {}
+        for m in metrics:
+            lower = lower_is_better(m) if (m != primary or higher is None) else not higher
+            table[r.id][m] = stats(history.read_series(reg, r.id, m), last_k, lower)
+    return table
+
+
+def _run_summary(row: Row, fields: dict[str, Any], config_file: str | None, metrics: list[MetricStats]) -> RunSummary:
+    progress = fields["progress"]
+    return RunSummary(id=row.id, session=row.session, host=row.host, state=fields["state"],
+                      global_step=fields["global_step"], total_steps=progress.total_steps,
+                      steps_per_hour=progress.steps_per_hour, steps_per_hour_source=progress.seconds_per_step_source,
+                      elapsed_s=fields["elapsed_s"], config_file=config_file, metrics=metrics)
+
+
+def _image(rows: list[Row], curves: list[plots.Curve], with_data: bool, notes: list[str]) -> ImageAttachment | None:
+    """The overlay plot, returned only (the tool writes nothing); a note when there is none."""
+    if not curves:
+        notes.append("no plot: none of the compared metrics has a scanned step line yet")
+        return None
+    title = ("compare: " + ", ".join(plots.run_labels(rows)))[:120]
+    picture = plots.draw(curves, title, notes)
+    return picture.attachment(title, with_data) if picture is not None else None
+
+
 def compare_experiments(inp: CompareInput) -> CompareOutput:
     notes: list[str] = []
     last_k = inp.last_k or DEFAULT_LAST_K
@@ -174,20 +216,8 @@ def compare_experiments(inp: CompareInput) -> CompareOutput:
         rows = [reg.get(r.id) or r for r in rows]
         names = [history.metric_names(reg, r.id) for r in rows]
         metrics = _choose_metrics(names, list(inp.metrics) if inp.metrics else None, notes)
-        primary = metrics[0] if metrics else None
-        if inp.primary is not None:
-            matched, _ = history.match_names(sorted({n for ns in names for n in ns}), [inp.primary])
-            if not matched:
-                raise ToolInputError("no run has a metric matching it", field="primary")
-            primary = matched[0]
-            metrics = [primary] + [m for m in metrics if m != primary]  # the deciding metric comes first
-        table: dict[str, dict[str, MetricStats]] = {}
-        for r in rows:
-            table[r.id] = {}
-            for m in metrics:
-                lower = lower_is_better(m) if (m != primary or inp.higher_is_better is None) \
-                    else not inp.higher_is_better
-                table[r.id][m] = stats(history.read_series(reg, r.id, m), last_k, lower)
+        metrics, primary = _with_primary(names, metrics, inp.primary)
+        table = _stats_table(reg, rows, metrics, primary, inp.higher_is_better, last_k)
         curves = []
         if inp.plot:
             shown = metrics[:plots.MAX_PANELS]
@@ -202,22 +232,8 @@ def compare_experiments(inp: CompareInput) -> CompareOutput:
     configs = _config_files(rows, given, notes)
     differences, differing = config_differences([flat for _, flat in configs],
                                                 inp.max_config_keys or DEFAULT_CONFIG_KEYS)
-    runs = []
-    for r, f, (config_file, _) in zip(rows, fields, configs):
-        progress = f["progress"]
-        runs.append(RunSummary(id=r.id, session=r.session, host=r.host, state=f["state"],
-                               global_step=f["global_step"], total_steps=progress.total_steps,
-                               steps_per_hour=progress.steps_per_hour,
-                               steps_per_hour_source=progress.seconds_per_step_source,
-                               elapsed_s=f["elapsed_s"], config_file=config_file,
-                               metrics=[table[r.id][m] for m in metrics]))
-    image = None
-    if inp.plot:
-        if not curves:
-            notes.append("no plot: none of the compared metrics has a scanned step line yet")
-        else:
-            title = ("compare: " + ", ".join(plots.run_labels(rows)))[:120]
-            picture = plots.draw(curves, title, notes)
-            image = picture.attachment(title, bool(inp.image_data)) if picture is not None else None
+    runs = [_run_summary(r, f, config_file, [table[r.id][m] for m in metrics])
+            for r, f, (config_file, _) in zip(rows, fields, configs)]
+    image = _image(rows, curves, bool(inp.image_data), notes) if inp.plot else None
     return CompareOutput(runs=runs, metrics=metrics, leader=leader, config_differences=differences,
                          config_keys_differing=differing, plot=image, plot_data=plot_data, notes=notes)
