@@ -28,7 +28,6 @@ KNOWN_COMPLEX = {
     "skill_server/tools/check_config/script/evaluate.py:Evaluator.eval",
     "skill_server/tools/check_config/script/modules.py:_bind",
     "skill_server/tools/check_config/script/static.py:arith",
-    "skill_server/tools/ray_cluster/start.py:_wait",
     "skill_server/tools/swarm_status/diagnosis.py:diagnose",
 }
 
