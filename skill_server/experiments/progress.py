@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -121,9 +122,8 @@ def fold(state: ProgressState, lines: list[StepLine], text: str, now: float) -> 
             state.batches.append([now, top])
             state.batches = state.batches[-KEEP_BATCHES:]
     if "Training Progress" in text:
-        match = None
-        for match in TQDM_RE.finditer(text):
-            pass
+        bars = deque(TQDM_RE.finditer(text), maxlen=1)  # the bar's newest redraw is the one that counts
+        match = bars[0] if bars else None
         if match is not None:
             done, total = int(match.group(1)), int(match.group(2))
             if 0 < total <= MAX_STEPS and done <= total:
