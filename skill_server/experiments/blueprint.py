@@ -14,6 +14,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from skill_server.core.errors import ToolInputError
 from skill_server.core.fsutil import resolve_path
@@ -96,7 +97,7 @@ def parse_max_time(text: str) -> tuple[float | None, float | None]:
 @dataclass
 class Problem:
     field: str
-    severity: str  # "error" | "warning"
+    severity: Literal["error", "warning"]
     message: str
 
 

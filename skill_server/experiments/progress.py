@@ -22,7 +22,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeGuard
 
 #: The trainer's tqdm bar: ``Training Progress:  12%|█▏   | 3/25 [00:41<05:01, 13.70s/it]``.
 #: Every repetition is bounded, so a hostile line costs linear time.
@@ -94,7 +94,7 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _positive(value: Any) -> bool:
+def _positive(value: Any) -> TypeGuard[float]:
     return _finite(value) and value > 0
 
 
@@ -116,7 +116,7 @@ def fold(state: ProgressState, lines: list[StepLine], text: str, now: float) -> 
             top = line.step if top is None else max(top, line.step)
             step_time = line.metrics.get(STEP_TIME_KEY)
             if _positive(step_time):
-                state.step_times.append(float(step_time))  # type: ignore[arg-type]
+                state.step_times.append(float(step_time))
         state.step_times = state.step_times[-KEEP_STEP_TIMES:]
         if top is not None:
             state.batches.append([now, top])

@@ -74,17 +74,18 @@ def _leader(rows: list[Row], metric: str, table: dict[str, MetricStats], higher:
     source = "given (higher_is_better)" if higher is not None else (
         "assumed from the name: lower is better for loss-, error- and time-like metrics" if lower
         else "assumed from the name: higher is better (not a loss-, error- or time-like metric)")
-    scored = [(r.id, table[r.id].last_k_mean) for r in rows if table[r.id].last_k_mean is not None]
+    scored = [(r.id, mean) for r in rows if (mean := table[r.id].last_k_mean) is not None]
     if not scored:
         return None
-    scored.sort(key=lambda item: item[1], reverse=not lower)  # type: ignore[arg-type, return-value]
+    scored.sort(key=lambda item: item[1], reverse=not lower)
     (lead, value), rest = scored[0], scored[1:]
-    runner, runner_value = rest[0] if rest else (None, None)
-    margin = abs(value - runner_value) if runner_value is not None else None  # type: ignore[operator]
+    runner = rest[0][0] if rest else None
+    runner_value = rest[0][1] if rest else None
+    margin = abs(value - runner_value) if runner_value is not None else None
     relative = margin / abs(runner_value) if margin is not None and runner_value else None
     return Leader(metric=metric, statistic=f"mean of the last {last_k} values",
                   direction="lower" if lower else "higher",
-                  direction_source=source, leader=lead, value=value, runner_up=runner,  # type: ignore[arg-type]
+                  direction_source=source, leader=lead, value=value, runner_up=runner,
                   runner_up_value=runner_value, margin=margin, relative_margin=relative,
                   ranking=[r for r, _ in scored])
 
