@@ -325,3 +325,35 @@ def test_iso_and_json_safety():
     assert progress.iso(0) == "1970-01-01T00:00:00+00:00"
     assert logs.json_safe_number(math.inf) is None
     assert os.path.basename(plots.INSTALL_HINT) and "matplotlib" in plots.INSTALL_HINT
+
+
+# ---- collect_results: where each table comes from
+
+
+def test_a_table_comes_from_its_markdown_file_else_the_history_and_the_notes_say_why():
+    from skill_server.tools.collect_results.tool import _markdown_rows, _summaries
+
+    notes: list[str] = []
+    answers = {"/r/val.md": {"ok": True, "text": "{'acc': 0.5}\n{'acc': 0.75}\n", "size": 28},
+               "/r/empty.md": {"ok": True, "text": "nothing yet\n", "size": 12},
+               "/r/gone.md": {"ok": False, "error": "no such file"}}
+    rows = _markdown_rows("validation", "val_markdown", "/r/val.md", answers, notes)
+    table, source = _summaries("validation", "/r/val.md", rows, {"val-core/x": [1.0]}, notes)
+    assert [(m.key, m.n, m.last) for m in table] == [("acc", 2, 0.75)] and source == "markdown file /r/val.md"
+    assert notes == []
+    history = {"loss": [2.0, 1.0, math.nan], "lr": [1e-6]}
+    for path in ("/r/empty.md", "/r/gone.md", None):
+        rows = _markdown_rows("training", "train_markdown", path, answers, notes)
+        table, source = _summaries("training", path, rows, history, notes)
+        assert rows == [] and [m.key for m in table] == ["loss", "lr"]
+        assert source == "the log's step lines (metric history, 3 steps)"
+    assert _summaries("training", None, [], {}, notes) == ([], "none")
+    assert notes == [
+        "the training file /r/empty.md has no metric lines yet",
+        "training metrics taken from the log's step lines (no usable markdown file)",
+        "cannot read the training file /r/gone.md: no such file",
+        "training metrics taken from the log's step lines (no usable markdown file)",
+        "no training markdown file known (pass train_markdown, or set the YAML's "
+        "train_print_to_markdown_file_path)",
+        "training metrics taken from the log's step lines (no usable markdown file)",
+    ]

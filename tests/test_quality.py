@@ -18,10 +18,8 @@ REASON = "# one piece:"
 KNOWN_COMPLEX = {
     "skill_server/agentjet/job.py:_write",
     "skill_server/core/http_json.py:_read_response",
-    "skill_server/experiments/blueprint.py:validate_text",
     "skill_server/experiments/launching.py:_plan",
     "skill_server/experiments/launching.py:launch",
-    "skill_server/experiments/watch.py:Watcher.events",
     "skill_server/hosts/agent/procs.py:marked",
     "skill_server/tools/check_config/rules/split.py:consolidate",
     "skill_server/tools/check_config/rules/split.py:split_configuration",
@@ -30,13 +28,7 @@ KNOWN_COMPLEX = {
     "skill_server/tools/check_config/script/evaluate.py:Evaluator.eval",
     "skill_server/tools/check_config/script/modules.py:_bind",
     "skill_server/tools/check_config/script/static.py:arith",
-    "skill_server/tools/collect_results/tool.py:collect_results",
-    "skill_server/tools/compare_experiments/tool.py:compare_experiments",
-    "skill_server/tools/ray_cluster/start.py:_wait",
-    "skill_server/tools/ray_cluster/status_text.py:parse_status",
-    "skill_server/tools/ray_cluster/stop.py:stop_cluster",
     "skill_server/tools/swarm_status/diagnosis.py:diagnose",
-    "skill_server/tools/wait_experiment/tool.py:wait_experiment",
 }
 
 

@@ -14,6 +14,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from skill_server.core.errors import ToolInputError
 from skill_server.core.fsutil import resolve_path
@@ -96,7 +97,7 @@ def parse_max_time(text: str) -> tuple[float | None, float | None]:
 @dataclass
 class Problem:
     field: str
-    severity: str  # "error" | "warning"
+    severity: Literal["error", "warning"]
     message: str
 
 
@@ -206,6 +207,14 @@ def validate_text(text: str, base_dir: Path, *, check_paths: bool = True) -> Val
     (for a run on another host, where the host itself checks its paths at launch)."""
     parsed = parse(text)
     values = parsed.values
+    problems = _section_problems(values)
+    resolved = _resolve_paths(values, base_dir, check_paths, problems)
+    max_time_s, first_step_s = _durations(values, problems)
+    return Validated(values, resolved, max_time_s, first_step_s, parsed.notes, problems)
+
+
+def _section_problems(values: dict[str, str]) -> list[Problem]:
+    """Each section missing, empty or left a TODO is an error; a TODO value is blanked so that nothing uses it."""
     problems: list[Problem] = []
     for name in SECTIONS:
         if name not in values:
@@ -215,22 +224,30 @@ def validate_text(text: str, base_dir: Path, *, check_paths: bool = True) -> Val
         elif values[name].upper().startswith("TODO"):
             problems.append(Problem(name, "error", f"section [{name}] is not filled in ({values[name]!r})"))
             values[name] = ""
-    resolved: dict[str, str] = {}
+    return problems
 
-    def as_path(raw: str) -> Path:
-        # On another host "~" means that host's home: keep it for the host to expand.
-        return Path(raw).expanduser() if check_paths else Path(raw)
 
-    def absolute(path: Path) -> bool:
-        return path.is_absolute() or (not check_paths and str(path).startswith("~"))
+def _as_path(raw: str, on_this_machine: bool) -> Path:
+    # On another host "~" means that host's home: keep it for the host to expand.
+    return Path(raw).expanduser() if on_this_machine else Path(raw)
 
+
+def _absolute(path: Path, on_this_machine: bool) -> bool:
+    return path.is_absolute() or (not on_this_machine and str(path).startswith("~"))
+
+
+def _resolve_paths(values: dict[str, str], base_dir: Path, check_paths: bool, problems: list[Problem]
+                   ) -> dict[str, str]:
+    """The path sections made absolute: the code base against the blueprint's directory, the others against the
+    code base (a warning for each relative one); with ``check_paths``, an error for each that is not there."""
     codebase = values.get("exp_codebase_dir") or ""
-    code_dir = as_path(codebase) if codebase else base_dir
-    if codebase and not absolute(code_dir):
+    code_dir = _as_path(codebase, check_paths) if codebase else base_dir
+    if codebase and not _absolute(code_dir, check_paths):
         problems.append(Problem("exp_codebase_dir", "warning",
                                 f"relative path {codebase!r}; resolved against the blueprint's directory"))
         code_dir = base_dir / code_dir
     code_dir = Path(_normalise(code_dir))
+    resolved: dict[str, str] = {}
     for name in PATH_SECTIONS:
         raw = values.get(name) or ""
         if not raw:
@@ -238,35 +255,48 @@ def validate_text(text: str, base_dir: Path, *, check_paths: bool = True) -> Val
         if name == "exp_codebase_dir":
             path = code_dir
         else:
-            path = as_path(raw)
-            if not absolute(path):
+            path = _as_path(raw, check_paths)
+            if not _absolute(path, check_paths):
                 problems.append(Problem(name, "warning", f"relative path {raw!r}; resolved against exp_codebase_dir"))
                 path = Path(_normalise(code_dir / path))
         resolved[name] = str(path)
-        if not check_paths:
-            continue
-        if name == "exp_codebase_dir" and not path.is_dir():
-            problems.append(Problem(name, "error", f"directory does not exist: {path}"))
-        elif name == "exp_venv_exe" and not path.is_file():
-            problems.append(Problem(name, "error", f"interpreter does not exist: {path}"))
-        elif name == "exp_yaml_path" and not path.is_file():
-            problems.append(Problem(name, "error", f"YAML file does not exist (write it before launching): {path}"))
-        elif name == "exp_result_dir" and path.exists() and not path.is_dir():
-            problems.append(Problem(name, "error", f"exists but is not a directory: {path}"))
-    max_time_s = first_step_s = None
-    if values.get("exp_max_time"):
-        max_time_s, first_step_s = parse_max_time(values["exp_max_time"])
-        if max_time_s is None:
-            problems.append(Problem("exp_max_time", "error",
-                                    f"cannot read a duration from {values['exp_max_time']!r} "
-                                    "(write it like '24 hours', '90 min' or '1.5h')"))
-        for label, seconds in (("max time", max_time_s), ("first-step deadline", first_step_s)):
-            why = duration_problem(seconds) if seconds is not None else None
-            if why:
-                problems.append(Problem("exp_max_time", "error", f"the {label} is {why}"))
-        max_time_s = max_time_s if max_time_s is not None and duration_problem(max_time_s) is None else None
-        first_step_s = first_step_s if first_step_s is not None and duration_problem(first_step_s) is None else None
-    return Validated(values, resolved, max_time_s, first_step_s, parsed.notes, problems)
+        missing = _missing(name, path) if check_paths else None
+        if missing:
+            problems.append(Problem(name, "error", missing))
+    return resolved
+
+
+def _missing(name: str, path: Path) -> str | None:
+    """Why the path of section ``name`` cannot be used on this machine, or None."""
+    if name == "exp_codebase_dir" and not path.is_dir():
+        return f"directory does not exist: {path}"
+    if name == "exp_venv_exe" and not path.is_file():
+        return f"interpreter does not exist: {path}"
+    if name == "exp_yaml_path" and not path.is_file():
+        return f"YAML file does not exist (write it before launching): {path}"
+    if name == "exp_result_dir" and path.exists() and not path.is_dir():
+        return f"exists but is not a directory: {path}"
+    return None
+
+
+def _durations(values: dict[str, str], problems: list[Problem]) -> tuple[float | None, float | None]:
+    """(max time, first-step deadline) in seconds from [exp_max_time]; one that cannot be used is an error and None."""
+    text = values.get("exp_max_time")
+    if not text:
+        return None, None
+    max_time_s, first_step_s = parse_max_time(text)
+    if max_time_s is None:
+        problems.append(Problem("exp_max_time", "error",
+                                f"cannot read a duration from {text!r} (write it like '24 hours', '90 min' or '1.5h')"))
+    for label, seconds in (("max time", max_time_s), ("first-step deadline", first_step_s)):
+        why = duration_problem(seconds) if seconds is not None else None
+        if why:
+            problems.append(Problem("exp_max_time", "error", f"the {label} is {why}"))
+    return _usable(max_time_s), _usable(first_step_s)
+
+
+def _usable(seconds: float | None) -> float | None:
+    return seconds if seconds is not None and duration_problem(seconds) is None else None
 
 
 def _normalise(path: Path) -> str:

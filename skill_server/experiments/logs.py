@@ -269,10 +269,10 @@ def scan_text(text: str, state: ScanState, first_step_re: re.Pattern[str] | None
         if sig.needles and not any(needle in text for needle in sig.needles):
             continue
         count, last = count_matching_lines(sig.regex, text)
-        if count:
+        if count and last is not None:  # a count is never without the last match's position
             hit = state.errors.setdefault(sig.name, {"count": 0, "line": "", "role": role})
             hit["count"] = int(hit.get("count", 0)) + count
-            hit["line"] = _line_at(text, last)  # type: ignore[arg-type]
+            hit["line"] = _line_at(text, last)
             hit["role"] = role
     lines = step_lines(text, role) if "step:" in text else []
     if lines:

@@ -9,13 +9,16 @@ downsampled history also shades each bucket's min..max band, so spikes stay visi
 
 from __future__ import annotations
 
+import base64
 import io
 import math
 import threading
 from dataclasses import dataclass, field
 
 from skill_server.core.errors import ToolFailure
+from skill_server.core.models import ImageAttachment
 from skill_server.experiments import history
+from skill_server.experiments.models import MetricsHistory
 from skill_server.experiments.store import Registry, Row
 
 INSTALL_HINT = ("plots need matplotlib, which is not installed in this interpreter: pip install "
@@ -26,6 +29,8 @@ MAX_PANELS = 6
 MAX_RUNS = len(RUN_COLORS)
 #: Points per curve read from the history for a plot.
 PLOT_POINTS = 1000
+#: Points per series returned instead of a plot when matplotlib is missing.
+DATA_POINTS = 200
 #: Metrics plotted when the caller names none: the first of these (globs) that a run has.
 DEFAULT_METRICS = ("critic/score/mean", "critic/real_reward", "critic/rewards/mean", "critic/success_rate",
                    "val-core/*", "actor/pg_loss", "actor/kl_loss", "actor/entropy", "response_length/mean")
@@ -56,6 +61,13 @@ class Picture:
     width: int
     height: int
 
+    def attachment(self, title: str, with_data: bool, path: str | None = None,
+                   host: str | None = None) -> ImageAttachment:
+        """The picture as a tool answers with it; ``with_data``: the PNG in the JSON too, as base64."""
+        encoded = base64.b64encode(self.png).decode("ascii") if with_data else None
+        return ImageAttachment.of(self.png, mime_type="image/png", title=title, width=self.width, height=self.height,
+                                  path=path, host=host, data_base64=encoded)
+
 
 def available() -> bool:
     try:
@@ -82,16 +94,30 @@ def run_labels(rows: list[Row]) -> list[str]:
     return [r.session if sessions.count(r.session) == 1 else r.id for r in rows]
 
 
-def curves_from_history(reg: Registry, runs: list[tuple[str, str]], metrics: list[str],
+def curves_from_history(reg: Registry, rows: list[Row], metrics: list[str],
                         max_points: int = PLOT_POINTS) -> list[Curve]:
-    """One curve per (run label, exp id) and metric name, from the metric history (downsampled)."""
+    """One curve per run (labelled by ``run_labels``) and metric name, from the metric history (downsampled)."""
     curves = []
-    for label, exp_id in runs[:MAX_RUNS]:
+    for label, row in zip(run_labels(rows)[:MAX_RUNS], rows):
         for metric in metrics[:MAX_PANELS]:
-            d = history.downsample(history.read_series(reg, exp_id, metric), max_points)
+            d = history.downsample(history.read_series(reg, row.id, metric), max_points)
             if d.steps:
                 curves.append(Curve(label, metric, d.steps, d.last, d.min, d.max))
     return curves
+
+
+def plot_data(reg: Registry, exp_id: str, metrics: list[str]) -> MetricsHistory:
+    """The series a plot of the run would show, for answers made where matplotlib is missing."""
+    return history.history_view(reg, exp_id, metrics, None, None, DATA_POINTS)
+
+
+def draw(curves: list[Curve], title: str, notes: list[str]) -> Picture | None:
+    """``render``, or None with a note when matplotlib is missing (the answer's plot_data holds the series)."""
+    try:
+        return render(curves, title)
+    except PlotsUnavailable as exc:
+        notes.append(f"{exc.message}; plot_data holds the series instead")
+        return None
 
 
 def _nan(values: list[float | None]) -> list[float]:

@@ -19,9 +19,10 @@ from __future__ import annotations
 import math
 import re
 import statistics
+from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeGuard
 
 #: The trainer's tqdm bar: ``Training Progress:  12%|█▏   | 3/25 [00:41<05:01, 13.70s/it]``.
 #: Every repetition is bounded, so a hostile line costs linear time.
@@ -93,7 +94,7 @@ def _finite(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _positive(value: Any) -> bool:
+def _positive(value: Any) -> TypeGuard[float]:
     return _finite(value) and value > 0
 
 
@@ -115,15 +116,14 @@ def fold(state: ProgressState, lines: list[StepLine], text: str, now: float) -> 
             top = line.step if top is None else max(top, line.step)
             step_time = line.metrics.get(STEP_TIME_KEY)
             if _positive(step_time):
-                state.step_times.append(float(step_time))  # type: ignore[arg-type]
+                state.step_times.append(float(step_time))
         state.step_times = state.step_times[-KEEP_STEP_TIMES:]
         if top is not None:
             state.batches.append([now, top])
             state.batches = state.batches[-KEEP_BATCHES:]
     if "Training Progress" in text:
-        match = None
-        for match in TQDM_RE.finditer(text):
-            pass
+        bars = deque(TQDM_RE.finditer(text), maxlen=1)  # the bar's newest redraw is the one that counts
+        match = bars[0] if bars else None
         if match is not None:
             done, total = int(match.group(1)), int(match.group(2))
             if 0 < total <= MAX_STEPS and done <= total:

@@ -30,9 +30,9 @@ from skill_server.experiments import history, plots
 from skill_server.experiments.models import TERMINAL, ProgressInfo
 from skill_server.experiments.observe import View, observe
 from skill_server.experiments.progress import iso
-from skill_server.experiments.queries import absorb_config, extra_ops, find, plan_extras, progress_info
+from skill_server.experiments.queries import ExtraPlan, absorb_config, extra_ops, find, plan_extras, progress_info
 from skill_server.experiments.signatures import SIGNATURES_BY_NAME
-from skill_server.experiments.store import open_registry
+from skill_server.experiments.store import Row, open_registry
 
 EXIT_BY_STATE = {"succeeded": 0, "failed": 10, "stopped": 11, "timed_out": 12, "lost": 13}
 EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_MAX_TIME, EXIT_INTERRUPTED, EXIT_PIPE_CLOSED = 1, 2, 124, 130, 141
@@ -85,9 +85,20 @@ class Watcher:
         return {name: last[name] for name in chosen[:8]}
 
     def events(self, view: View, progress: ProgressInfo) -> list[Event]:
+        """The events this view brings, always in this order: started (or the run's state), process states,
+        first step, restarts, step, errors, finished."""
+        out = self._state_events(view)
+        out += self._first_step_events(view)
+        out += self._restart_events(progress)
+        out += self._step_events(view, progress)
+        out += self._error_events(view)
+        if view.state in TERMINAL:
+            out.append(self._finished_event(view))
+        return out
+
+    def _state_events(self, view: View) -> list[Event]:
         out: list[Event] = []
-        row, scan = view.row, view.scan
-        step = scan.global_step
+        row, step = view.row, view.scan.global_step
         if not self.started:
             self.started = True
             out.append(Event("started", f"{row.id} state={view.state} host={row.host} "
@@ -104,20 +115,37 @@ class Watcher:
                 out.append(Event("state", f"process {p.role}: {before} -> {p.state}",
                                  {"role": p.role, "from": before, "to": p.state}))
             self.proc_states[p.role] = p.state
-        if scan.first_step_seen and not self.first_step:
-            self.first_step = True
-            after = f" {_duration(scan.first_step_at - row.created)} after launch" if scan.first_step_at else ""
-            out.append(Event("first_step", f"first training step seen (step {scan.first_step or step}){after}",
-                             {"step": scan.first_step or step}))
+        return out
+
+    def _first_step_events(self, view: View) -> list[Event]:
+        scan = view.scan
+        if not scan.first_step_seen or self.first_step:
+            return []
+        self.first_step = True
+        step = scan.first_step or scan.global_step
+        after = f" {_duration(scan.first_step_at - view.row.created)} after launch" if scan.first_step_at else ""
+        return [Event("first_step", f"first training step seen (step {step}){after}", {"step": step})]
+
+    def _restart_events(self, progress: ProgressInfo) -> list[Event]:
+        out = []
         for restart in progress.restarts[self.restarts:]:
             out.append(Event("restart", f"step counter went back from {restart.from_step} to {restart.to_step} "
                              f"({restart.role}): resumed or relaunched", restart.model_dump()))
             self.reported_step = None
         self.restarts = len(progress.restarts)
-        if step is not None and (self.reported_step is None or step // self.every > self.reported_step // self.every):
-            self.reported_step = step  # the first step seen, then each time a multiple of K is passed
-            out.append(self._step_event(step, scan.last_metrics, progress))
-        for name, hit in scan.errors.items():
+        return out
+
+    def _step_events(self, view: View, progress: ProgressInfo) -> list[Event]:
+        step = view.scan.global_step
+        if step is None or (self.reported_step is not None and step // self.every <= self.reported_step // self.every):
+            return []
+        self.reported_step = step  # the first step seen, then each time a multiple of K is passed
+        return [self._step_event(step, view.scan.last_metrics, progress)]
+
+    def _error_events(self, view: View) -> list[Event]:
+        """Each known error signature, the first time it is seen."""
+        out = []
+        for name, hit in view.scan.errors.items():
             sig = SIGNATURES_BY_NAME.get(name)
             if sig is None or name in self.errors:
                 continue
@@ -126,12 +154,14 @@ class Watcher:
             out.append(Event("error", f"{name} ({sig.severity}){role}: {hit.get('line', '')} | fix: {sig.hint}",
                              {"signature": name, "severity": sig.severity, "role": hit.get("role"),
                               "line": hit.get("line"), "count": hit.get("count"), "hint": sig.hint}))
-        if view.state in TERMINAL:
-            out.append(Event("finished", f"{view.state} exit_code={_fmt(view.exit_code)} after "
-                             f"{_duration(view.elapsed_s)}" + (f" at step {step}" if step is not None else ""),
-                             {"state": view.state, "exit_code": view.exit_code, "elapsed_s": round(view.elapsed_s, 1),
-                              "global_step": step}))
         return out
+
+    def _finished_event(self, view: View) -> Event:
+        step = view.scan.global_step
+        return Event("finished", f"{view.state} exit_code={_fmt(view.exit_code)} after "
+                     f"{_duration(view.elapsed_s)}" + (f" at step {step}" if step is not None else ""),
+                     {"state": view.state, "exit_code": view.exit_code, "elapsed_s": round(view.elapsed_s, 1),
+                      "global_step": step})
 
     def _step_event(self, step: int, last: dict[str, Any], progress: ProgressInfo) -> Event:
         metrics = self._metrics(last)
@@ -176,11 +206,7 @@ def watch(key: str, write: Callable[[str], None], *, every: int = DEFAULT_EVERY,
             row = find(reg, key)
         while True:
             now = time.time()
-            with open_registry() as reg:
-                row = reg.get(row.id) or row
-                plan = plan_extras(reg, row, False, now)  # the run's YAML, while its total steps are unknown
-                view = observe(reg, [row], extra_ops=lambda r: extra_ops(plan))[0]
-                absorb_config(reg, view, plan, now)
+            row, view, plan = _look(row, now)
             for event in watcher.events(view, progress_info(view, plan.config, now)):
                 write(format_line(event, row.session, as_json, now))
             if view.state in TERMINAL:
@@ -195,6 +221,17 @@ def watch(key: str, write: Callable[[str], None], *, every: int = DEFAULT_EVERY,
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _look(row: Row, now: float) -> tuple[Row, View, ExtraPlan]:
+    """One observation of the run (its row as the registry has it now), with its YAML read in the same round trip
+    while its total steps are unknown."""
+    with open_registry() as reg:
+        row = reg.get(row.id) or row
+        plan = plan_extras(reg, row, False, now)
+        view = observe(reg, [row], extra_ops=lambda r: extra_ops(plan))[0]
+        absorb_config(reg, view, plan, now)
+    return row, view, plan
 
 
 def _main_thread() -> bool:

@@ -61,7 +61,6 @@ def _output(action: str, v: bp.Validated, text: str | None, path: str | None) ->
     return BlueprintOutput(
         action=action, ok=v.ok, fields=v.values, resolved=v.resolved, max_time_s=v.max_time_s,
         first_step_timeout_s=v.first_step_timeout_s, notes=v.notes,
-        problems=[BlueprintProblem(field=p.field, severity=p.severity, message=p.message)  # type: ignore[arg-type]
-                  for p in v.problems],
+        problems=[BlueprintProblem(field=p.field, severity=p.severity, message=p.message) for p in v.problems],
         text=text, path=path,
     )

@@ -17,10 +17,10 @@ from __future__ import annotations
 import base64
 import math
 import posixpath
+from dataclasses import dataclass, field
 from typing import Any
 
 from skill_server.core.errors import ToolInputError
-from skill_server.core.models import ImageAttachment
 from skill_server.core.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
 from skill_server.experiments import history, plots, runconfig
 from skill_server.experiments.checks import host_path
@@ -118,28 +118,47 @@ def _plot_curves(reg: Registry, row: Row, overlays: list[Row], patterns: list[st
     else:
         metrics = plots.default_metrics(names)
     metrics = metrics[:plots.MAX_PANELS]
-    rows = [row] + overlays
-    return plots.curves_from_history(reg, list(zip(plots.run_labels(rows), [r.id for r in rows])), metrics), metrics
+    return plots.curves_from_history(reg, [row] + overlays, metrics), metrics
 
 
 # --------------------------------------------------------------------------------------------------
-# the tool
+# the steps of the tool
 
 
-def collect_results(inp: CollectInput) -> CollectOutput:
-    notes: list[str] = []
-    state = exit_code = None
-    errors: list[ErrorHit] = []
-    log_paths: list[str] = []
-    status: dict[str, Any] | None = None
-    spec: dict[str, Any] = {}
+@dataclass
+class _Run:
+    """What the registry says of the experiment (all empty when only result_dir is given)."""
+
     row: Row | None = None
-    overlays: list[Row] = []
-    hist_val: dict[str, list[float]] = {}
-    hist_train: dict[str, list[float]] = {}
-    curves: list[plots.Curve] = []
-    plot_metrics: list[str] = []
+    overlays: list[Row] = field(default_factory=list)
+    status: dict[str, Any] | None = None
+    #: The metric history as (validation, training) series: the tables when no markdown file has lines.
+    val_series: dict[str, list[float]] = field(default_factory=dict)
+    train_series: dict[str, list[float]] = field(default_factory=dict)
+    curves: list[plots.Curve] = field(default_factory=list)
     plot_data: MetricsHistory | None = None
+
+    @property
+    def state(self) -> str | None:
+        return self.status["state"] if self.status is not None else None
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.status["exit_code"] if self.status is not None else None
+
+    @property
+    def errors(self) -> list[ErrorHit]:
+        return self.status["errors"] if self.status is not None else []
+
+    @property
+    def log_paths(self) -> list[str]:
+        if self.status is None or self.row is None:
+            return []
+        host = self.row.host
+        return [p.log_path if p.host == host else f"{p.host}:{p.log_path}" for p in self.status["processes"]]
+
+
+def _check_arguments(inp: CollectInput) -> None:
     if inp.id is None and inp.result_dir is None:
         raise ToolInputError("give id (an experiment) or result_dir", field="id")
     if inp.id is not None and inp.host is not None:
@@ -147,91 +166,109 @@ def collect_results(inp: CollectInput) -> CollectOutput:
     for name in ("plot_metrics", "overlay_ids"):
         if inp.id is None and getattr(inp, name) is not None:
             raise ToolInputError("plots are drawn from an experiment's metric history: give id too", field=name)
-    want_plot = inp.id is not None and inp.plot is not False
-    host_name = normalise(inp.host, field="host") if inp.host is not None else LOCAL
-    if inp.id is not None:
-        with open_registry() as reg:
-            row = find(reg, inp.id)
-            overlays = [find(reg, key, f"overlay_ids.{i}") for i, key in enumerate(inp.overlay_ids or [])]
-            view = observe(reg, [row])[0]
-            status = status_fields(view, [], [0] * len(view.procs), 0)
-            row = view.row
-            hist_val, hist_train = _history_tables(reg, row.id)
-            if want_plot:
-                curves, plot_metrics = _plot_curves(reg, row, overlays, inp.plot_metrics, notes)
-                if curves and not plots.available():
-                    plot_data = history.history_view(reg, row.id, plot_metrics, None, None, 200)
-        spec = row.spec
-        host_name = row.host
-        state, exit_code = status["state"], status["exit_code"]
-        errors = status["errors"]
-        log_paths = [p.log_path if p.host == host_name else f"{p.host}:{p.log_path}" for p in status["processes"]]
-    host = get_host(host_name)
-    result_dir = host_path(inp.result_dir, "result_dir") if inp.result_dir else spec.get("result_dir")
-    assert result_dir is not None
 
+
+def _read_run(inp: CollectInput, exp_key: str, want_plot: bool, notes: list[str]) -> _Run:
+    """The run, its overlays, its status, its metric history and the curves to draw, in one registry session."""
+    with open_registry() as reg:
+        row = find(reg, exp_key)
+        overlays = [find(reg, key, f"overlay_ids.{i}") for i, key in enumerate(inp.overlay_ids or [])]
+        view = observe(reg, [row])[0]
+        status = status_fields(view, [], [0] * len(view.procs), 0)
+        row = view.row
+        run = _Run(row, overlays, status, *_history_tables(reg, row.id))
+        if want_plot:
+            run.curves, plot_metrics = _plot_curves(reg, row, overlays, inp.plot_metrics, notes)
+            if run.curves and not plots.available():
+                run.plot_data = plots.plot_data(reg, row.id, plot_metrics)
+    return run
+
+
+def _markdown_files(inp: CollectInput, host: Host, host_name: str, row: Row | None, spec: dict[str, Any],
+                    result_dir: str, notes: list[str]) -> tuple[str | None, str | None]:
+    """The (validation, training) metric files: as given, else as named by the given YAML or the run's own."""
     val_md = host_path(inp.val_markdown, "val_markdown") if inp.val_markdown else None
     train_md = host_path(inp.train_markdown, "train_markdown") if inp.train_markdown else None
-    if not (val_md and train_md):
-        if inp.yaml_path:
-            first = (spec.get("processes") or [{}])[0]
-            base = first.get("workdir") or spec.get("workdir") or result_dir
-            candidates = [runconfig.Candidate(host_name, host_path(inp.yaml_path, "yaml_path"), base)]
-        else:
-            candidates = [c for c in runconfig.candidates(row) if c.host == host_name] if row is not None else []
-        v, t = _yaml_markdown_paths(host, candidates, inp.yaml_path is not None, notes)
-        val_md, train_md = val_md or v, train_md or t
+    if val_md and train_md:
+        return val_md, train_md
+    if inp.yaml_path:
+        first = (spec.get("processes") or [{}])[0]
+        base = first.get("workdir") or spec.get("workdir") or result_dir
+        candidates = [runconfig.Candidate(host_name, host_path(inp.yaml_path, "yaml_path"), base)]
+    else:
+        candidates = [c for c in runconfig.candidates(row) if c.host == host_name] if row is not None else []
+    v, t = _yaml_markdown_paths(host, candidates, inp.yaml_path is not None, notes)
+    return val_md or v, train_md or t
 
+
+def _markdown_rows(label: str, arg: str, path: str | None, answers: dict[str, dict[str, Any]],
+                   notes: list[str]) -> list[dict[str, float]]:
+    """The dict lines of one metric file (``answers``: the reads by path); a note says why there are none."""
+    rows: list[dict[str, float]] = []
+    if path is None:
+        notes.append(f"no {label} markdown file known (pass {arg}, or set the YAML's "
+                     f"{arg.split('_')[0]}_print_to_markdown_file_path)")
+    elif not answers[path].get("ok"):
+        notes.append(f"cannot read the {label} file {path}: {answers[path].get('error')}")
+    else:
+        rows = metric_rows(answers[path]["text"], int(answers[path]["size"]) > MAX_MARKDOWN_BYTES)
+        if not rows:
+            notes.append(f"the {label} file {path} has no metric lines yet")
+    return rows
+
+
+def _summaries(label: str, path: str | None, rows: list[dict[str, float]], fallback: dict[str, list[float]],
+               notes: list[str]) -> tuple[list[MetricSummary], str]:
+    """One table and where it came from: the markdown file's lines, else the metric history, else nothing."""
+    if rows:
+        return summarise(rows), f"markdown file {path}"
+    if fallback:
+        steps = max(len(v) for v in fallback.values())
+        notes.append(f"{label} metrics taken from the log's step lines (no usable markdown file)")
+        return summarise_series(fallback), f"the log's step lines (metric history, {steps} steps)"
+    return [], "none"
+
+
+def _metric_tables(host: Host, val_md: str | None, train_md: str | None, run: _Run, notes: list[str]
+                   ) -> tuple[dict[str, list[MetricSummary]], dict[str, str]]:
+    """The validation and training tables and their sources, both files read in one round trip."""
     sources = [("validation", "val_markdown", val_md), ("training", "train_markdown", train_md)]
     wanted = [path for _, _, path in sources if path is not None]
     answers = dict(zip(wanted, host.call(_read_ops(wanted, MAX_MARKDOWN_BYTES)))) if wanted else {}
     tables: dict[str, list[MetricSummary]] = {}
     metrics_source: dict[str, str] = {}
     for label, arg, path in sources:
-        rows: list[dict[str, float]] = []
-        if path is None:
-            notes.append(f"no {label} markdown file known (pass {arg}, or set the YAML's "
-                         f"{arg.split('_')[0]}_print_to_markdown_file_path)")
-        elif not answers[path].get("ok"):
-            notes.append(f"cannot read the {label} file {path}: {answers[path].get('error')}")
-        else:
-            rows = metric_rows(answers[path]["text"], int(answers[path]["size"]) > MAX_MARKDOWN_BYTES)
-            if not rows:
-                notes.append(f"the {label} file {path} has no metric lines yet")
-        fallback = hist_val if label == "validation" else hist_train
-        if rows:
-            tables[label], metrics_source[label] = summarise(rows), f"markdown file {path}"
-        elif fallback:
-            steps = max(len(v) for v in fallback.values())
-            tables[label] = summarise_series(fallback)
-            metrics_source[label] = f"the log's step lines (metric history, {steps} steps)"
-            notes.append(f"{label} metrics taken from the log's step lines (no usable markdown file)")
-        else:
-            tables[label], metrics_source[label] = [], "none"
-    val_metrics, train_metrics = tables["validation"], tables["training"]
-    plateau = {m.key: bool(m.plateau) for m in val_metrics + train_metrics if m.plateau is not None}
+        rows = _markdown_rows(label, arg, path, answers, notes)
+        fallback = run.val_series if label == "validation" else run.train_series
+        tables[label], metrics_source[label] = _summaries(label, path, rows, fallback, notes)
+    return tables, metrics_source
 
+
+def _finish_flag_wanted(inp: CollectInput, state: str | None, notes: list[str]) -> bool:
+    """finish.flag is written once the run has ended, unless the caller says not to; a note says why not."""
     running = state in ("running", "unreachable")
-    flag_wanted = inp.write_finish_flag is not False and not running
     if inp.write_finish_flag is False:
         notes.append("finish.flag not written (write_finish_flag=false)")
     elif running:
         why = "is still running" if state == "running" else "cannot be asked about (host unreachable)"
         notes.append(f"the experiment {why}: results.md is interim and finish.flag was not written")
-    picture = None
-    if want_plot and curves:
-        assert row is not None
-        labels = plots.run_labels([row] + overlays)
-        title = f"{labels[0]}: metrics over steps" + (f" (with {', '.join(labels[1:])})" if len(labels) > 1 else "")
-        try:
-            picture = plots.render(curves, title)
-        except plots.PlotsUnavailable as exc:
-            notes.append(f"{exc.message}; plot_data holds the series instead")
-    elif want_plot:
+    return inp.write_finish_flag is not False and not running
+
+
+def _picture(run: _Run, notes: list[str]) -> tuple[plots.Picture | None, str]:
+    """metrics.png and its title, or (None, "") with a note when there is nothing to draw or no matplotlib."""
+    if not run.curves:
         notes.append("no plot: no step line with the chosen metrics has been scanned for this run")
+        return None, ""
+    assert run.row is not None
+    labels = plots.run_labels([run.row] + run.overlays)
+    title = f"{labels[0]}: metrics over steps" + (f" (with {', '.join(labels[1:])})" if len(labels) > 1 else "")
+    return plots.draw(run.curves, title, notes), title
+
+
+def _write(host: Host, result_dir: str, text: str, picture: plots.Picture | None, flag_wanted: bool) -> list[str]:
+    """Write metrics.png, results.md and finish.flag (as wanted) in one round trip; their paths, in that order."""
     plot_path = posixpath.join(result_dir, PLOT_NAME)
-    text = _render(spec, status, host_name, result_dir, val_md, train_md, val_metrics, train_metrics, metrics_source,
-                   plateau, errors, log_paths, notes, PLOT_NAME if picture else None)
     writes = []
     if picture is not None:
         writes.append({"op": "write", "path": plot_path, "data": base64.b64encode(picture.png).decode("ascii"),
@@ -239,17 +276,49 @@ def collect_results(inp: CollectInput) -> CollectOutput:
     writes.append({"op": "write", "path": posixpath.join(result_dir, "results.md"), "text": text, "replace": True})
     if flag_wanted:
         writes.append({"op": "write", "path": posixpath.join(result_dir, "finish.flag"), "text": "", "replace": True})
-    written = [expect(r, field="result_dir")["path"] for r in host.call(writes)]
+    return [expect(r, field="result_dir")["path"] for r in host.call(writes)]
+
+
+# --------------------------------------------------------------------------------------------------
+# the tool
+
+
+def collect_results(inp: CollectInput) -> CollectOutput:
+    """Locate the inputs, summarise, draw, render and write, in that order (the notes keep it)."""
+    _check_arguments(inp)
+    notes: list[str] = []
+    spec: dict[str, Any] = {}
+    want_plot = inp.id is not None and inp.plot is not False
+    host_name = normalise(inp.host, field="host") if inp.host is not None else LOCAL
+    run = _Run()
+    if inp.id is not None:
+        run = _read_run(inp, inp.id, want_plot, notes)
+        assert run.row is not None and run.status is not None
+        spec = run.row.spec
+        host_name = run.row.host
+    host = get_host(host_name)
+    result_dir = host_path(inp.result_dir, "result_dir") if inp.result_dir else spec.get("result_dir")
+    assert result_dir is not None
+
+    val_md, train_md = _markdown_files(inp, host, host_name, run.row, spec, result_dir, notes)
+    tables, metrics_source = _metric_tables(host, val_md, train_md, run, notes)
+    val_metrics, train_metrics = tables["validation"], tables["training"]
+    plateau = {m.key: bool(m.plateau) for m in val_metrics + train_metrics if m.plateau is not None}
+    flag_wanted = _finish_flag_wanted(inp, run.state, notes)
+    picture, title = _picture(run, notes) if want_plot else (None, "")
+    errors, log_paths = run.errors, run.log_paths
+    text = _render(spec, run.status, host_name, result_dir, val_md, train_md, val_metrics, train_metrics,
+                   metrics_source, plateau, errors, log_paths, notes, PLOT_NAME if picture else None)
+    written = _write(host, result_dir, text, picture, flag_wanted)
     image = None
     if picture is not None:
-        encoded = base64.b64encode(picture.png).decode("ascii") if inp.image_data else None
-        image = ImageAttachment.of(picture.png, mime_type="image/png", title=title, width=picture.width,
-                                   height=picture.height, path=written.pop(0), host=host_name, data_base64=encoded)
+        image = picture.attachment(title, bool(inp.image_data), path=written.pop(0), host=host_name)
     return CollectOutput(
-        host=host_name, results_path=written[0], finish_flag_path=written[1] if flag_wanted else None, state=state,
-        exit_code=exit_code, val_markdown=val_md, train_markdown=train_md, val_metrics=val_metrics,
-        train_metrics=train_metrics, metrics_source=metrics_source, plateau=plateau, errors=errors,
-        log_paths=log_paths, plot=image, plot_data=plot_data, notes=notes,
+        host=host_name, results_path=written[0], finish_flag_path=written[1] if flag_wanted else None,
+        state=run.state, exit_code=run.exit_code,
+        val_markdown=val_md, train_markdown=train_md, val_metrics=val_metrics, train_metrics=train_metrics,
+        metrics_source=metrics_source, plateau=plateau, errors=errors, log_paths=log_paths, plot=image,
+        plot_data=run.plot_data, notes=notes,
     )
 
 

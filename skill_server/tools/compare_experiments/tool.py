@@ -11,7 +11,6 @@ optional plot overlays the runs (returned as an image, never written: the tool w
 
 from __future__ import annotations
 
-import base64
 import math
 from typing import Any
 
@@ -75,17 +74,18 @@ def _leader(rows: list[Row], metric: str, table: dict[str, MetricStats], higher:
     source = "given (higher_is_better)" if higher is not None else (
         "assumed from the name: lower is better for loss-, error- and time-like metrics" if lower
         else "assumed from the name: higher is better (not a loss-, error- or time-like metric)")
-    scored = [(r.id, table[r.id].last_k_mean) for r in rows if table[r.id].last_k_mean is not None]
+    scored = [(r.id, mean) for r in rows if (mean := table[r.id].last_k_mean) is not None]
     if not scored:
         return None
-    scored.sort(key=lambda item: item[1], reverse=not lower)  # type: ignore[arg-type, return-value]
+    scored.sort(key=lambda item: item[1], reverse=not lower)
     (lead, value), rest = scored[0], scored[1:]
-    runner, runner_value = rest[0] if rest else (None, None)
-    margin = abs(value - runner_value) if runner_value is not None else None  # type: ignore[operator]
+    runner = rest[0][0] if rest else None
+    runner_value = rest[0][1] if rest else None
+    margin = abs(value - runner_value) if runner_value is not None else None
     relative = margin / abs(runner_value) if margin is not None and runner_value else None
     return Leader(metric=metric, statistic=f"mean of the last {last_k} values",
                   direction="lower" if lower else "higher",
-                  direction_source=source, leader=lead, value=value, runner_up=runner,  # type: ignore[arg-type]
+                  direction_source=source, leader=lead, value=value, runner_up=runner,
                   runner_up_value=runner_value, margin=margin, relative_margin=relative,
                   ranking=[r for r, _ in scored])
 
@@ -165,6 +165,47 @@ def _given_yaml_paths(inp: CompareInput) -> list[str | None]:
     return [None if p is None else host_path(p, f"yaml_paths.{i}") for i, p in enumerate(inp.yaml_paths)]
 
 
+def _with_primary(names: list[list[str]], metrics: list[str], given: str | None) -> tuple[list[str], str | None]:
+    """(metrics, the deciding one): the given primary's first match, moved to the front, else the first metric."""
+    if given is None:
+        return metrics, metrics[0] if metrics else None
+    matched, _ = history.match_names(sorted({n for ns in names for n in ns}), [given])
+    if not matched:
+        raise ToolInputError("no run has a metric matching it", field="primary")
+    primary = matched[0]
+    return [primary] + [m for m in metrics if m != primary], primary  # the deciding metric comes first
+
+
+def _stats_table(reg: Registry, rows: list[Row], metrics: list[str], primary: str | None, higher: bool | None,
+                 last_k: int) -> dict[str, dict[str, MetricStats]]:
+    """Per run id and metric: its statistics (the caller's direction applies to the primary metric only)."""
+    table: dict[str, dict[str, MetricStats]] = {}
+    for r in rows:
+        table[r.id] = {}
+        for m in metrics:
+            lower = lower_is_better(m) if (m != primary or higher is None) else not higher
+            table[r.id][m] = stats(history.read_series(reg, r.id, m), last_k, lower)
+    return table
+
+
+def _run_summary(row: Row, fields: dict[str, Any], config_file: str | None, metrics: list[MetricStats]) -> RunSummary:
+    progress = fields["progress"]
+    return RunSummary(id=row.id, session=row.session, host=row.host, state=fields["state"],
+                      global_step=fields["global_step"], total_steps=progress.total_steps,
+                      steps_per_hour=progress.steps_per_hour, steps_per_hour_source=progress.seconds_per_step_source,
+                      elapsed_s=fields["elapsed_s"], config_file=config_file, metrics=metrics)
+
+
+def _image(rows: list[Row], curves: list[plots.Curve], with_data: bool, notes: list[str]) -> ImageAttachment | None:
+    """The overlay plot, returned only (the tool writes nothing); a note when there is none."""
+    if not curves:
+        notes.append("no plot: none of the compared metrics has a scanned step line yet")
+        return None
+    title = ("compare: " + ", ".join(plots.run_labels(rows)))[:120]
+    picture = plots.draw(curves, title, notes)
+    return picture.attachment(title, with_data) if picture is not None else None
+
+
 def compare_experiments(inp: CompareInput) -> CompareOutput:
     notes: list[str] = []
     last_k = inp.last_k or DEFAULT_LAST_K
@@ -176,26 +217,14 @@ def compare_experiments(inp: CompareInput) -> CompareOutput:
         rows = [reg.get(r.id) or r for r in rows]
         names = [history.metric_names(reg, r.id) for r in rows]
         metrics = _choose_metrics(names, list(inp.metrics) if inp.metrics else None, notes)
-        primary = metrics[0] if metrics else None
-        if inp.primary is not None:
-            matched, _ = history.match_names(sorted({n for ns in names for n in ns}), [inp.primary])
-            if not matched:
-                raise ToolInputError("no run has a metric matching it", field="primary")
-            primary = matched[0]
-            metrics = [primary] + [m for m in metrics if m != primary]  # the deciding metric comes first
-        table: dict[str, dict[str, MetricStats]] = {}
-        for r in rows:
-            table[r.id] = {}
-            for m in metrics:
-                lower = lower_is_better(m) if (m != primary or inp.higher_is_better is None) \
-                    else not inp.higher_is_better
-                table[r.id][m] = stats(history.read_series(reg, r.id, m), last_k, lower)
+        metrics, primary = _with_primary(names, metrics, inp.primary)
+        table = _stats_table(reg, rows, metrics, primary, inp.higher_is_better, last_k)
         curves = []
         if inp.plot:
             shown = metrics[:plots.MAX_PANELS]
-            curves = plots.curves_from_history(reg, list(zip(plots.run_labels(rows), [r.id for r in rows])), shown)
+            curves = plots.curves_from_history(reg, rows, shown)
             if curves and not plots.available():
-                plot_data = {r.id: history.history_view(reg, r.id, shown, None, None, 200) for r in rows}
+                plot_data = {r.id: plots.plot_data(reg, r.id, shown) for r in rows}
     leader = None
     if primary is not None:
         leader = _leader(rows, primary, {r.id: table[r.id][primary] for r in rows}, inp.higher_is_better, last_k)
@@ -204,27 +233,8 @@ def compare_experiments(inp: CompareInput) -> CompareOutput:
     configs = _config_files(rows, given, notes)
     differences, differing = config_differences([flat for _, flat in configs],
                                                 inp.max_config_keys or DEFAULT_CONFIG_KEYS)
-    runs = []
-    for r, f, (config_file, _) in zip(rows, fields, configs):
-        progress = f["progress"]
-        runs.append(RunSummary(id=r.id, session=r.session, host=r.host, state=f["state"],
-                               global_step=f["global_step"], total_steps=progress.total_steps,
-                               steps_per_hour=progress.steps_per_hour,
-                               steps_per_hour_source=progress.seconds_per_step_source,
-                               elapsed_s=f["elapsed_s"], config_file=config_file,
-                               metrics=[table[r.id][m] for m in metrics]))
-    image = None
-    if inp.plot:
-        if not curves:
-            notes.append("no plot: none of the compared metrics has a scanned step line yet")
-        else:
-            try:
-                title = "compare: " + ", ".join(plots.run_labels(rows))
-                picture = plots.render(curves, title[:120])
-                image = ImageAttachment.of(
-                    picture.png, mime_type="image/png", title=title[:120], width=picture.width, height=picture.height,
-                    data_base64=base64.b64encode(picture.png).decode("ascii") if inp.image_data else None)
-            except plots.PlotsUnavailable as exc:
-                notes.append(f"{exc.message}; plot_data holds the series instead")
+    runs = [_run_summary(r, f, config_file, [table[r.id][m] for m in metrics])
+            for r, f, (config_file, _) in zip(rows, fields, configs)]
+    image = _image(rows, curves, bool(inp.image_data), notes) if inp.plot else None
     return CompareOutput(runs=runs, metrics=metrics, leader=leader, config_differences=differences,
                          config_keys_differing=differing, plot=image, plot_data=plot_data, notes=notes)

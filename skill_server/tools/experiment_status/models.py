@@ -17,7 +17,8 @@ class StatusInput(ToolInput):
                                     description="Cursor from a previous result (needs id); default: the cursor stored "
                                     "by the previous status call.")
     max_lines: NonNegativeInt | None = Field(default=None, le=logs.MAX_LINES,
-                                             description="New lines to return (default 200 for one id, 20 each for all).")
+                                             description="New lines to return (default 200 for one id, 20 each "
+                                             "for all).")
     limit: PositiveInt | None = Field(default=None, le=500, description="When listing all: at most this many "
                                       "(every unfinished one plus the newest finished; default 50).")
     metrics_history: list[MetricPattern] | None = Field(

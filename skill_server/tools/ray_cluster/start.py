@@ -129,8 +129,9 @@ def _launch(inp: RayClusterInput, head: str, workers: list[str], ray: str, port:
         processes.append(ProcessSpec(role=f"worker{i + 1}", host=worker, command=commands.worker_command(
             ray, address, port, join, inp.num_gpus, inp.num_cpus, common)))
     launched = launch(LaunchInput(
-        name=inp.name or f"ray_{port}", host=head, workdir=inp.workdir or "~", result_dir=inp.log_dir or DEFAULT_LOG_DIR,
-        env=inp.env, max_time_s=inp.max_time_s or DEFAULT_MAX_TIME_S, processes=processes))
+        name=inp.name or f"ray_{port}", host=head, workdir=inp.workdir or "~",
+        result_dir=inp.log_dir or DEFAULT_LOG_DIR, env=inp.env, max_time_s=inp.max_time_s or DEFAULT_MAX_TIME_S,
+        processes=processes))
     with open_registry() as reg:
         row = reg.get(launched.id)
         if row is not None:
@@ -183,6 +184,18 @@ def start_cluster(inp: RayClusterInput, head: str, progress: Progress | None) ->
     return _wait(exp_id, head, workers, port, ray, version, timeout, started, notes, progress)
 
 
+def _alive(view: RayView) -> int | None:
+    return view.status.alive if view.status else None
+
+
+def _readiness(view: RayView, expected: int, ended: str | None) -> tuple[bool, str | None]:
+    """(ready, why not): ready once every node is alive and no ray start process has ended."""
+    alive = _alive(view)
+    if alive is not None and alive >= expected and ended is None:
+        return True, None
+    return False, ended or view.reason or f"{alive}/{expected} nodes alive so far"
+
+
 def _wait(exp_id: str, head: str, workers: list[str], port: int, ray: str, version: str | None, timeout: int,
           started: float, notes: list[str], progress: Progress | None) -> RayClusterOutput:
     expected = 1 + len(workers)
@@ -201,7 +214,7 @@ def _wait(exp_id: str, head: str, workers: list[str], port: int, ray: str, versi
             if ended is None:
                 ray_view = ask_ray(head, ray, address, with_version=version is None, timeout_s=max(3.0, left))
                 version = version or ray_view.version
-            alive = ray_view.status.alive if ray_view.status else None
+            alive = _alive(ray_view)
             waited = time.monotonic() - started
             if ended is not None or (alive is not None and alive >= expected) or waited >= timeout:
                 break
@@ -211,11 +224,7 @@ def _wait(exp_id: str, head: str, workers: list[str], port: int, ray: str, versi
             time.sleep(min(POLL_S, max(0.1, deadline - time.monotonic())))
             row = reg.get(exp_id) or row
         fields = observe_with_lines(reg, [reg.get(exp_id) or row], None, MAX_LINES)[0]
-    alive = ray_view.status.alive if ray_view.status else None
-    ready = alive is not None and alive >= expected and ended is None
-    reason = None
-    if not ready:
-        reason = ended or ray_view.reason or f"{alive}/{expected} nodes alive so far"
+    ready, reason = _readiness(ray_view, expected, ended)
     waited = round(time.monotonic() - started, 2)
     if progress is not None:
         progress(float(timeout), float(timeout), "ready" if ready else (reason or "waiting"))

@@ -78,38 +78,49 @@ def parse_status(text: str) -> ClusterStatus | None:
             continue
         header = _NODE_HEADER.match(stripped)
         if header:
-            node = header.group(1)
+            section, node = "node", header.group(1)
             status.nodes.setdefault(node, {})
-            section = "node"
             continue
-        if not line[:1].isspace() and not stripped.endswith(":"):
-            section, node = stripped.lower(), None  # a heading ("Resources") ends what came before
-            continue
-        if stripped.endswith(":"):
-            if not (section == "node" and stripped == "Usage:"):  # a node's own Usage block stays the node's
-                section = stripped[:-1].lower()
-            continue
-        if stripped.startswith("(") and stripped.endswith(")"):
-            continue  # "(no pending nodes)", "(no failures)", "(none)"
-        if section in ("active", "idle"):
-            match = _NODE_LINE.match(stripped)
-            if match:
-                status.alive += int(match.group(1))
-                if len(status.node_types) < MAX_LISTED:
-                    status.node_types.append(match.group(2))
-        elif section == "pending" and len(status.pending) < MAX_LISTED:
-            status.pending.append(stripped[:200])
-        elif section == "recent failures" and len(status.failures) < MAX_LISTED:
-            status.failures.append(stripped[:200])
-        elif section in ("usage", "total usage"):
-            found = _resource(stripped)
-            if found:
-                status.resources[found[0]] = found[1]
-        elif section == "node" and node is not None:
-            found = _resource(stripped)
-            if found:
-                status.nodes[node][found[0]] = found[1]
+        heading = _heading(line, section, node)
+        if heading is not None:
+            section, node = heading
+        elif not (stripped.startswith("(") and stripped.endswith(")")):  # "(no pending nodes)", "(none)"...
+            _add(status, section, node, stripped)
     return status
+
+
+def _heading(line: str, section: str, node: str | None) -> tuple[str, str | None] | None:
+    """The (section, node) that ``line`` starts when it is a heading; None when it is an entry."""
+    stripped = line.strip()
+    if not line[:1].isspace() and not stripped.endswith(":"):
+        return stripped.lower(), None  # a heading ("Resources") ends what came before
+    if not stripped.endswith(":"):
+        return None
+    if section == "node" and stripped == "Usage:":  # a node's own Usage block stays the node's
+        return section, node
+    return stripped[:-1].lower(), node
+
+
+def _add(status: ClusterStatus, section: str, node: str | None, entry: str) -> None:
+    """One entry line of ``section`` (of ``node``, for a node's resources) into ``status``."""
+    if section in ("active", "idle"):
+        match = _NODE_LINE.match(entry)
+        if match:
+            status.alive += int(match.group(1))
+            if len(status.node_types) < MAX_LISTED:
+                status.node_types.append(match.group(2))
+    elif section == "pending" and len(status.pending) < MAX_LISTED:
+        status.pending.append(entry[:200])
+    elif section == "recent failures" and len(status.failures) < MAX_LISTED:
+        status.failures.append(entry[:200])
+    elif section in ("usage", "total usage"):
+        found = _resource(entry)
+        if found:
+            status.resources[found[0]] = found[1]
+    elif section == "node" and node is not None:
+        found = _resource(entry)
+        if found:
+            status.nodes[node][found[0]] = found[1]
 
 
 def parse_version(text: str) -> str | None:

@@ -57,6 +57,23 @@ def _holders(gpus: list[GpuHost]) -> dict[str, list[tuple[int, str]]]:
     return out
 
 
+def _outcomes(host: str, found: list[tuple[int, str]], reason: str | None) -> list[GpuProcessOutcome]:
+    """The GPU users found on ``host``, each left alone for ``reason``."""
+    return [GpuProcessOutcome(host=host, pid=pid, name=name, reason=reason) for pid, name in found]
+
+
+def _reclaimed(host: str, found: list[tuple[int, str]], report: dict[str, list[dict[str, Any]]]
+               ) -> tuple[list[GpuProcessOutcome], list[GpuProcessOutcome]]:
+    """(ended, still there) from one host's reclaim report: those alive after SIGKILL, then those it skipped."""
+    names = dict(found)
+    ended = [GpuProcessOutcome(host=host, pid=x["pid"], name=x["name"], signal=x["signal"]) for x in report["killed"]]
+    alive = [GpuProcessOutcome(host=host, pid=x["pid"], name=x["name"], signal=x["signal"],
+                               reason="alive after SIGKILL") for x in report["survivors"]]
+    alive += [GpuProcessOutcome(host=host, pid=x["pid"], name=x["name"] or names.get(x["pid"], ""), reason=x["reason"])
+              for x in report["skipped"]]
+    return ended, alive
+
+
 def stop_cluster(inp: RayClusterInput, head: str) -> RayClusterOutput:
     port = inp.port or DEFAULT_PORT
     with open_registry() as reg:
@@ -88,18 +105,15 @@ def stop_cluster(inp: RayClusterInput, head: str) -> RayClusterOutput:
             answer = answers[h]
             report, failure = reclaim.read_result(answer)
             if report is None:
-                left += [GpuProcessOutcome(host=h, pid=pid, name=name, reason=failure) for pid, name in found]
+                left += _outcomes(h, found, failure)
                 continue
-            killed += [GpuProcessOutcome(host=h, pid=x["pid"], name=x["name"], signal=x["signal"])
-                       for x in report["killed"]]
-            left += [GpuProcessOutcome(host=h, pid=x["pid"], name=x["name"], signal=x["signal"],
-                                       reason="alive after SIGKILL") for x in report["survivors"]]
-            left += [GpuProcessOutcome(host=h, pid=x["pid"], name=x["name"] or dict(found).get(x["pid"], ""),
-                                       reason=x["reason"]) for x in report["skipped"]]
+            ended, alive = _reclaimed(h, found, report)
+            killed += ended
+            left += alive
             gpus[nodes.index(h)] = from_reply(h, answer, first=1)
     elif holders:
-        left = [GpuProcessOutcome(host=h, pid=pid, name=name, reason="still holds GPU memory; not ended "
-                                  "(kill_gpu_processes is false)") for h, found in holders.items() for pid, name in found]
+        left = [o for h, found in holders.items()
+                for o in _outcomes(h, found, "still holds GPU memory; not ended (kill_gpu_processes is false)")]
     notes = [stopped.note] if stopped.note else []
     if left:
         notes.append(f"{len(left)} process(es) still hold GPU memory: see gpu_processes_left")

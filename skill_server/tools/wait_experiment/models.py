@@ -21,8 +21,12 @@ class WaitInput(ToolInput):
                                     "only output appended while waiting).")
 
 
+#: Why a wait ended.
+WaitReason = Literal["exited", "first_step", "pattern", "error", "timeout", "unreachable"]
+
+
 class WaitOutput(ExperimentStatus):
-    reason: Literal["exited", "first_step", "pattern", "error", "timeout", "unreachable"]
+    reason: WaitReason
     next_wait_s: int = Field(description="Suggested seconds before the next check (0 when finished).")
     waited_s: float
     timeout_s: int

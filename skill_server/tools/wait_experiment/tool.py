@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass, field
 
 from skill_server.core.errors import ToolInputError
 from skill_server.core.models import Progress
@@ -18,8 +19,8 @@ from skill_server.experiments.models import TERMINAL, WAIT_DEFAULT_S, WAIT_MAX_S
 from skill_server.experiments.observe import View, observe
 from skill_server.experiments.queries import find, observe_with_lines, parse_cursor
 from skill_server.experiments.signatures import SIGNATURES_BY_NAME
-from skill_server.experiments.store import open_registry
-from skill_server.tools.wait_experiment.models import WaitInput, WaitOutput
+from skill_server.experiments.store import Registry, open_registry
+from skill_server.tools.wait_experiment.models import WaitInput, WaitOutput, WaitReason
 
 WAIT_SCHEDULE_S = (30, 60, 120, 240, 480, 960)
 POLL_S = 0.5
@@ -46,7 +47,8 @@ def _match(view: View, offsets: list[int], pattern: re.Pattern[str]) -> tuple[st
     return None, new
 
 
-def wait_experiment(inp: WaitInput, progress: Progress | None = None) -> WaitOutput:
+def _check_arguments(inp: WaitInput) -> tuple[int, str, re.Pattern[str] | None]:
+    """(timeout, what ends the wait, the compiled pattern when it is one)."""
     timeout = WAIT_DEFAULT_S if inp.timeout_s is None else min(inp.timeout_s, WAIT_MAX_S)
     until = inp.until or "exit"
     pattern = None
@@ -58,64 +60,104 @@ def wait_experiment(inp: WaitInput, progress: Progress | None = None) -> WaitOut
         raise ToolInputError("only used with until='pattern'", field="pattern")
     if inp.since is not None and pattern is None:
         raise ToolInputError("only used with until='pattern'", field="since")
+    return timeout, until, pattern
+
+
+@dataclass
+class _Wait:
+    """What ends this wait, and what it has seen so far."""
+
+    until: str
+    pattern: re.Pattern[str] | None
+    #: Error counts when the wait began: only a new error ends it.
+    baseline: dict[str, int]
+    #: Per process, where the pattern search goes on (empty without a pattern).
+    offsets: list[int] = field(default_factory=list)
+    matched: str | None = None
+
+    def search(self, reg: Registry, view: View) -> View:
+        """Observe again, reading each log past the offsets in the same round trip, and search what came back."""
+        assert self.pattern is not None
+        reads = [[(o, logs.SCAN_BUDGET)] for o in self.offsets]
+        view = observe(reg, [view.row], extra_reads=lambda r: reads)[0]
+        self.matched, self.offsets = _match(view, self.offsets, self.pattern)
+        return view
+
+    def reason(self, view: View) -> WaitReason | None:
+        """Why the wait ends with this view, or None; the run's exit comes first."""
+        if view.state in TERMINAL:
+            return "exited"
+        if self.matched is not None:
+            return "pattern"
+        if self.until == "first_step" and view.scan.first_step_seen:
+            return "first_step"
+        if any(c > self.baseline.get(name, 0) for name, c in _error_counts(view.scan).items()):
+            return "error"
+        return None
+
+
+def _start_offsets(since: str | None, view: View) -> list[int]:
+    """Where the pattern search starts: the given cursor, else the logs' current ends (only new lines count)."""
+    if since is not None:
+        return parse_cursor(since, len(view.procs), "since")
+    return [p.size or 0 for p in view.procs]
+
+
+def _poll(reg: Registry, view: View, wait: _Wait, timeout: int, started: float,
+          progress: Progress | None) -> tuple[View, WaitReason]:
+    """Observe every POLL_S until a reason to stop, or the timeout; the last view and the reason."""
+    last_progress = -1.0
+    while True:
+        if wait.pattern is not None and view.state != "unreachable":
+            view = wait.search(reg, view)
+        reason = wait.reason(view)
+        waited = time.monotonic() - started
+        if reason is None and waited >= timeout:
+            reason = "unreachable" if view.state == "unreachable" else "timeout"
+        if reason is not None:
+            return view, reason
+        if progress is not None and waited - last_progress >= 1.0:
+            last_progress = waited
+            step = view.scan.global_step
+            progress(round(waited, 1), float(timeout),
+                     f"{view.row.session}: {view.state}" + (f", step {step}" if step is not None else ""))
+        time.sleep(min(POLL_S, max(0.05, timeout - waited)))
+        fresh = reg.get(view.row.id) or view.row
+        if wait.pattern is None:
+            view = observe(reg, [fresh])[0]
+        else:
+            view.row = fresh
+
+
+def _settle(reg: Registry, exp_id: str, state: str, reason: WaitReason) -> tuple[WaitReason, int]:
+    """The final reason (an ended run has exited, unless the wait ended on its pattern or first step) and
+    ``next_wait_s``: 0 once ended, the schedule's first after an error, else the next step of the back-off,
+    which each wait that ends in a timeout advances."""
+    if state in TERMINAL:
+        return (reason if reason in ("pattern", "first_step") else "exited"), 0
+    if reason in ("timeout", "unreachable"):
+        done = reg.bump_timeouts(exp_id)
+        return reason, WAIT_SCHEDULE_S[min(done - 1, len(WAIT_SCHEDULE_S) - 1)]
+    if reason == "error":
+        return reason, WAIT_SCHEDULE_S[0]
+    row = reg.get(exp_id)
+    done = row.timeouts if row else 0
+    return reason, WAIT_SCHEDULE_S[min(done, len(WAIT_SCHEDULE_S) - 1)]
+
+
+def wait_experiment(inp: WaitInput, progress: Progress | None = None) -> WaitOutput:
+    timeout, until, pattern = _check_arguments(inp)
     started = time.monotonic()
     with open_registry(create=False) as reg:
         row = find(reg, inp.id)
         view = observe(reg, [row])[0]
-        baseline = _error_counts(view.scan)
-        offsets: list[int] = []
+        wait = _Wait(until, pattern, _error_counts(view.scan))
         if pattern is not None:
-            if inp.since is not None:
-                offsets = parse_cursor(inp.since, len(view.procs), "since")
-            else:
-                offsets = [p.size or 0 for p in view.procs]
-        reason: str | None = None
-        matched: str | None = None
-        last_progress = -1.0
-        while True:
-            if pattern is not None and view.state != "unreachable":
-                view = observe(reg, [view.row],
-                               extra_reads=lambda r: [[(o, logs.SCAN_BUDGET)] for o in offsets])[0]
-                matched, offsets = _match(view, offsets, pattern)
-            if view.state in TERMINAL:
-                reason = "exited"
-            elif matched is not None:
-                reason = "pattern"
-            elif until == "first_step" and view.scan.first_step_seen:
-                reason = "first_step"
-            elif any(c > baseline.get(name, 0) for name, c in _error_counts(view.scan).items()):
-                reason = "error"
-            waited = time.monotonic() - started
-            if reason is None and waited >= timeout:
-                reason = "unreachable" if view.state == "unreachable" else "timeout"
-            if reason is not None:
-                break
-            if progress is not None and waited - last_progress >= 1.0:
-                last_progress = waited
-                step = view.scan.global_step
-                progress(round(waited, 1), float(timeout),
-                         f"{view.row.session}: {view.state}" + (f", step {step}" if step is not None else ""))
-            time.sleep(min(POLL_S, max(0.05, timeout - waited)))
-            fresh = reg.get(row.id) or view.row
-            if pattern is None:
-                view = observe(reg, [fresh])[0]
-            else:
-                view.row = fresh
+            wait.offsets = _start_offsets(inp.since, view)
+        view, reason = _poll(reg, view, wait, timeout, started, progress)
         status = observe_with_lines(reg, [reg.get(row.id) or view.row], None, logs.MAX_LINES, checkpoints=True)[0]
-        if status["state"] in TERMINAL:
-            next_wait = 0
-            if reason not in ("pattern", "first_step"):
-                reason = "exited"
-        elif reason in ("timeout", "unreachable"):
-            done = reg.bump_timeouts(row.id)
-            next_wait = WAIT_SCHEDULE_S[min(done - 1, len(WAIT_SCHEDULE_S) - 1)]
-        elif reason == "error":
-            next_wait = WAIT_SCHEDULE_S[0]
-        else:
-            fresh = reg.get(row.id)
-            done = fresh.timeouts if fresh else 0
-            next_wait = WAIT_SCHEDULE_S[min(done, len(WAIT_SCHEDULE_S) - 1)]
+        reason, next_wait = _settle(reg, row.id, status["state"], reason)
     if progress is not None:
         progress(float(timeout), float(timeout), f"{view.row.session}: {reason}")
-    return WaitOutput(**status, reason=reason, next_wait_s=next_wait,  # type: ignore[arg-type]
-                      waited_s=round(time.monotonic() - started, 2), timeout_s=timeout, matched_line=matched)
+    return WaitOutput(**status, reason=reason, next_wait_s=next_wait,
+                      waited_s=round(time.monotonic() - started, 2), timeout_s=timeout, matched_line=wait.matched)
