@@ -21,7 +21,7 @@ from typing import Any
 
 import yaml
 
-from skill_server.agentjet.compose import Base, Composition, clone, compose, get_path, has_path
+from skill_server.agentjet.compose import Base, Composition, clone, compose
 from skill_server.agentjet.keys import KEYS
 from skill_server.agentjet.refusals import (
     CHECK_NAMES,
@@ -36,6 +36,7 @@ from skill_server.agentjet.refusals import (
 )
 from skill_server.agentjet.release import DATACLASS_MARK, OverridesTable, Release
 from skill_server.core.errors import ToolInputError
+from skill_server.core.trees import get_path, has_path
 
 NAME_SENTINEL = "read_yaml_name"
 INTERCHANGE_KEY = KEYS["interchange_method"]

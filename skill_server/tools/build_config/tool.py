@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from skill_server.agentjet import yamltypes
-from skill_server.agentjet.compose import default_base, flatten, load_base
+from skill_server.agentjet.compose import default_base, load_base
 from skill_server.agentjet.job import Construction, construct, dump, to_plain
 from skill_server.agentjet.refusals import AgentJetRefusal, unknown_kwarg_causes
 from skill_server.agentjet.release import select_agentjet
 from skill_server.core.errors import ToolFailure, ToolInputError
 from skill_server.core.fsutil import describe_kind, resolve_directory, resolve_path, write_text_atomic
+from skill_server.core.trees import flatten
 from skill_server.tools.build_config.models import BaseInfo, BuildConfigInput, BuildConfigResult, ProvenanceEntry
 
 # --- inputs ----------------------------------------------------------------------------------------

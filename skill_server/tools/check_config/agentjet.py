@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from skill_server.agentjet.compose import Base, compose, default_base, flatten, load_base
+from skill_server.agentjet.compose import Base, compose, default_base, load_base
 from skill_server.agentjet.identity import AgentJetRef
 from skill_server.agentjet.job import check_keys, overlay_composed, to_plain, walk_overrides
 from skill_server.agentjet.keys import KEYS  # the rules' names for config keys (re-exported)
@@ -38,6 +38,7 @@ from skill_server.agentjet.refusals import (
 from skill_server.agentjet.release import Release, bundled_releases, select_agentjet
 from skill_server.core.errors import ToolInputError
 from skill_server.core.models import MAX_JSON_INT
+from skill_server.core.trees import flatten, sections
 from skill_server.tools.check_config.values import MISSING, Unknown, describe_unknown, lookup
 
 SWARM_DEFAULT_LAYER = "ajet_swarm_default"
@@ -97,14 +98,7 @@ class _Defaults:
 
     def __post_init__(self) -> None:
         self.flat = flatten(self.tree)
-        self.sections = set()
-        stack: list[tuple[dict[str, Any], str]] = [(self.tree, "")]
-        while stack:
-            node, prefix = stack.pop()
-            for key, value in node.items():
-                if isinstance(value, dict):
-                    self.sections.add(prefix + str(key))
-                    stack.append((value, f"{prefix}{key}."))
+        self.sections = sections(self.tree)
         self.free_form = {k for k, v in self.flat.items() if v == {}}
 
 

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from skill_server.core.trees import flatten
 from skill_server.tools.check_config.agentjet import Cause, RefusedBase
 from skill_server.tools.check_config.context import BaseYaml, LintContext
 from skill_server.tools.check_config.replay import unknown_tree
 from skill_server.tools.check_config.script import Construction
-from skill_server.tools.check_config.values import flatten, jsonable
+from skill_server.tools.check_config.values import jsonable
 
 MAX_CANDIDATE_LEVELS = 8
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from skill_server.core.trees import flatten
 from skill_server.tools.check_config.agentjet import KEYS
 from skill_server.tools.check_config.context import CAP_INPUTS, LintContext, Run
 from skill_server.tools.check_config.models import (
@@ -16,7 +17,7 @@ from skill_server.tools.check_config.models import (
     Location,
     WriteInfo,
 )
-from skill_server.tools.check_config.values import MISSING, Unknown, a_type, describe_unknown, flatten, jsonable, show
+from skill_server.tools.check_config.values import MISSING, Unknown, a_type, describe_unknown, jsonable, show
 
 EFFECTIVE_FIELDS = tuple(name for name in Effective.model_fields if name not in ("episode_cap", "unresolved"))
 

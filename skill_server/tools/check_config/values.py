@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from skill_server.agentjet.compose import flatten  # noqa: F401  (the one implementation; lint modules import it here)
+from skill_server.core.trees import get_path
 
 MISSING: Any = object()  # a key the tree does not have
 
@@ -27,14 +27,7 @@ class Unknown:
 
 def lookup(tree: Any, dotted: str) -> Any:
     """The value at a dotted key: a value, an ``Unknown`` (the key or a section above it is unknown) or MISSING."""
-    node = tree
-    for part in dotted.split("."):
-        if isinstance(node, Unknown):
-            return node
-        if not isinstance(node, dict) or part not in node:
-            return MISSING
-        node = node[part]
-    return node
+    return get_path(tree, dotted, MISSING, opaque=Unknown)
 
 
 def is_int(x: Any) -> bool:
