@@ -8,7 +8,7 @@ import pytest
 
 from skill_server.agentjet.identity import agentjet_label
 from skill_server.tools.build_config.tool import BuildConfigInput, build_config
-from skill_server.tools.check_config.script import scan_script
+from skill_server.analysis.script import scan_script
 from tests.lint_helpers import LAYERS_TAIL, SWARM_TAIL, lint, only, rules, skipped, write
 
 HEAD = "import os\nimport argparse\nfrom ajet.copilot.job import AgentJetJob\n"

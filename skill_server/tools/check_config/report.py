@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from skill_server.analysis.agentjet import KEYS
+from skill_server.analysis.replay import Run
+from skill_server.analysis.values import MISSING, Unknown, a_type, describe_unknown, jsonable, show
 from skill_server.core.trees import flatten
-from skill_server.tools.check_config.agentjet import KEYS
-from skill_server.tools.check_config.context import CAP_INPUTS, LintContext, Run
+from skill_server.tools.check_config.context import CAP_INPUTS, LintContext
 from skill_server.tools.check_config.models import (
     BaseYamlInfo,
     ConstructionInfo,
@@ -17,7 +19,6 @@ from skill_server.tools.check_config.models import (
     Location,
     WriteInfo,
 )
-from skill_server.tools.check_config.values import MISSING, Unknown, a_type, describe_unknown, jsonable, show
 
 EFFECTIVE_FIELDS = tuple(name for name in Effective.model_fields if name not in ("episode_cap", "unresolved"))
 
@@ -29,7 +30,7 @@ def effective(ctx: LintContext, run: Run) -> Effective:
 
 def effective_value(ctx: LintContext, run: Run, key: str) -> EffectiveValue:
     value = run.value(key)
-    setter = ctx.effective_setter(run, key)
+    setter = run.effective_setter(key)
     assumes: list[str] = []
     if setter is not None:
         set_by: Any = setter.kind

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from skill_server.tools.check_config.agentjet import KEYS
-from skill_server.tools.check_config.context import CAP_INPUTS, LintContext, Run
+from skill_server.analysis.agentjet import KEYS
+from skill_server.analysis.replay import Run
+from skill_server.analysis.values import Unknown, is_int
+from skill_server.tools.check_config.context import CAP_INPUTS, LintContext
 from skill_server.tools.check_config.registry import Report, rule
-from skill_server.tools.check_config.values import Unknown, is_int
 
 
 @rule("cap-not-divisible", "warning", "max_env_worker is not a multiple of num_repeat.", """

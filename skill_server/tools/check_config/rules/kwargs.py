@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from skill_server.tools.check_config.context import LintContext, Run, cause_values, yaml_scalar
+from skill_server.analysis.replay import Run
+from skill_server.analysis.values import Unknown, same, show
+from skill_server.tools.check_config.context import LintContext, cause_values, yaml_scalar
 from skill_server.tools.check_config.models import Location
 from skill_server.tools.check_config.registry import Report, rule
-from skill_server.tools.check_config.values import Unknown, same, show
 
 
 @rule("kwarg-overrides-yaml", "warning", "A kwarg silently replaces a value the user's YAML writes.", """

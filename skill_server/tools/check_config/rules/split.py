@@ -6,7 +6,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from skill_server.tools.check_config.context import LintContext, Run
+from skill_server.analysis.replay import Run
+from skill_server.tools.check_config.context import LintContext
 from skill_server.tools.check_config.models import Location
 from skill_server.tools.check_config.registry import Report, rule
 

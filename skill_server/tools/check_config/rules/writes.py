@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+from skill_server.analysis.replay import Run
+from skill_server.analysis.script import Value, Write
+from skill_server.analysis.values import show
 from skill_server.core.trees import flatten
-from skill_server.tools.check_config.context import LintContext, Run
+from skill_server.tools.check_config.context import LintContext
 from skill_server.tools.check_config.models import Location
 from skill_server.tools.check_config.registry import Report, rule
-from skill_server.tools.check_config.script import Value, Write
-from skill_server.tools.check_config.values import show
 
 
 @rule("escape-hatch-has-kwarg", "warning", "A write after construction sets a key that has a kwarg.", """

@@ -5,8 +5,8 @@ from __future__ import annotations
 import ast
 from typing import Any
 
-from skill_server.tools.check_config.script import paths
-from skill_server.tools.check_config.script.model import PathRef
+from skill_server.analysis.script import paths
+from skill_server.analysis.script.model import PathRef
 
 MAX_INT_BITS = 4096  # larger integers are not computed (they would not fit any config value anyway)
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from skill_server.tools.check_config.script.argparse_defaults import register_options
-from skill_server.tools.check_config.script.effects import FREEZE_CALLS, WRITER_METHODS, EffectCollector
-from skill_server.tools.check_config.script.evaluate import Evaluator
-from skill_server.tools.check_config.script.jobs import JobTracker
-from skill_server.tools.check_config.script.model import (
+from skill_server.analysis.script.argparse_defaults import register_options
+from skill_server.analysis.script.effects import FREEZE_CALLS, WRITER_METHODS, EffectCollector
+from skill_server.analysis.script.evaluate import Evaluator
+from skill_server.analysis.script.jobs import JobTracker
+from skill_server.analysis.script.model import (
     Assumption,
     Construction,
     Freeze,
@@ -30,7 +30,7 @@ from skill_server.tools.check_config.script.model import (
     Value,
     Write,
 )
-from skill_server.tools.check_config.script.modules import MAX_SCRIPT_BYTES, ModuleLoader, parse_module
+from skill_server.analysis.script.modules import MAX_SCRIPT_BYTES, ModuleLoader, parse_module
 
 __all__ = ["scan_script", "ScriptScan", "Construction", "Kwarg", "Write", "Freeze", "Value", "PathRef", "Scope",
            "Assumption", "FREEZE_CALLS", "WRITER_METHODS", "MAX_SCRIPT_BYTES"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from skill_server.tools.check_config.script.model import PathRef
+from skill_server.analysis.script.model import PathRef
 
 
 class NotAPath(Exception):

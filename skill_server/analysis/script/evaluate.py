@@ -15,15 +15,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from skill_server.tools.check_config.script import paths
-from skill_server.tools.check_config.script.argparse_defaults import (
+from skill_server.analysis.script import paths
+from skill_server.analysis.script.argparse_defaults import (
     OPAQUE_ITEM,
     PARSER_CALLS,
     ArgParser,
     ParsedArgs,
     option_default,
 )
-from skill_server.tools.check_config.script.model import (
+from skill_server.analysis.script.model import (
     Assumption,
     ImportedModule,
     ImportedName,
@@ -34,17 +34,8 @@ from skill_server.tools.check_config.script.model import (
     Value,
     combine,
 )
-from skill_server.tools.check_config.script.modules import DataclassDef, ModuleInfo, ModuleLoader, dotted
-from skill_server.tools.check_config.script.static import (
-    NoValue,
-    arith,
-    as_str,
-    bounded,
-    hashable,
-    is_number,
-    path_join,
-    plain,
-)
+from skill_server.analysis.script.modules import DataclassDef, ModuleInfo, ModuleLoader, dotted
+from skill_server.analysis.script.static import NoValue, arith, as_str, bounded, hashable, is_number, path_join, plain
 
 MAX_DEPTH = 24
 END = 10 ** 9  # "after every line": the value a module name has once the module has run

@@ -11,12 +11,12 @@ import ast
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from skill_server.tools.check_config.script.model import Assumption, Prov, Scope, combine
-from skill_server.tools.check_config.script.modules import dotted
-from skill_server.tools.check_config.script.static import NoValue
+from skill_server.analysis.script.model import Assumption, Prov, Scope, combine
+from skill_server.analysis.script.modules import dotted
+from skill_server.analysis.script.static import NoValue
 
 if TYPE_CHECKING:
-    from skill_server.tools.check_config.script.evaluate import Evaluator
+    from skill_server.analysis.script.evaluate import Evaluator
 
 PARSER_CALLS = ("argparse.ArgumentParser", "ArgumentParser")
 LITERAL = Prov("literal")

@@ -1,11 +1,12 @@
-"""The linter's one door to AgentJet knowledge (the adapter).
+"""The analysis's one door to AgentJet knowledge (the adapter).
 
-Everything ``check_config`` knows about AgentJet goes through ``AgentJet``: which release it describes
-(``ref``, ``label``), the kwarg -> key table, the config keys (defaults, schema sections, dict sections),
-composing a base YAML exactly as ``build_config`` does, the swarm thread rule (through the episode cap) and
-what ``AgentJetJob`` refuses (``refusal_causes``, as the structured causes of ``agentjet.refusals``). Rules
-never import ``skill_server.agentjet`` themselves. Built on ``skill_server.agentjet.{release, compose,
-job, refusals}`` and ``skill_server.tools.episode_cap.tool``; every AgentJet rule is implemented there once, for both tools.
+Everything the analysis (and the linter on top of it) knows about AgentJet goes through ``AgentJet``:
+which release it describes (``ref``, ``label``), the kwarg -> key table, the config keys (defaults, schema
+sections, dict sections), composing a base YAML exactly as ``build_config`` does, the swarm thread rule
+(through the episode cap) and what ``AgentJetJob`` refuses (as the structured causes of
+``agentjet.refusals``). Rules never import ``skill_server.agentjet`` themselves. Built on
+``skill_server.agentjet.{release, compose, job, refusals, cap}``: every AgentJet rule is implemented there
+once, for every tool.
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ from skill_server.agentjet.refusals import (
     unknown_kwarg_causes,
 )
 from skill_server.agentjet.release import Release, bundled_releases, select_agentjet
+from skill_server.analysis.values import MISSING, Unknown, describe_unknown, lookup
 from skill_server.core.errors import ToolInputError
 from skill_server.core.models import MAX_JSON_INT
 from skill_server.core.trees import flatten, sections
-from skill_server.tools.check_config.values import MISSING, Unknown, describe_unknown, lookup
 
 SWARM_DEFAULT_LAYER = "ajet_swarm_default"
 #: The refusal causes check_config can report: all of AgentJet's but those of build_config's dotted ``set``

@@ -11,9 +11,9 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+from skill_server.analysis.script.model import Binding, ImportedModule, ImportedName, Opaque, Scope
 from skill_server.core.errors import ToolInputError
 from skill_server.core.fsutil import read_text_bounded
-from skill_server.tools.check_config.script.model import Binding, ImportedModule, ImportedName, Opaque, Scope
 
 MAX_SCRIPT_BYTES = 2 * 1024 * 1024
 MAX_MODULES = 16  # sibling modules read per scan

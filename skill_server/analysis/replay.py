@@ -1,51 +1,94 @@
 """Replaying AgentJetJob on a base: kwargs through the overrides table, the tcp switch, then the writes made
-before any dump, recording who set each key. Values computed at run time enter as ``Unknown``."""
+before any dump, recording who set each key. Values computed at run time enter as ``Unknown``.
+
+A ``Run`` is one construction (or the YAML alone) replayed: the config as AgentJetJob sees it at
+construction (base YAML, then kwargs, then the tcp switch) and as the engine gets it (then the writes made
+before any dump), who set each key (``Setter``: YAML line, kwarg, write, tcp switch), and AgentJet's
+refusal causes (``skill_server.agentjet.refusals.Cause``, through the adapter).
+"""
 
 from __future__ import annotations
 
 import copy
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
-from skill_server.tools.check_config.agentjet import KEYS
-from skill_server.tools.check_config.context import BaseYaml, LintContext, Run, Setter
-from skill_server.tools.check_config.script import Construction, Freeze, Kwarg, ScriptScan, Write
-from skill_server.tools.check_config.values import Unknown
+from skill_server.analysis.agentjet import KEYS, Cause, SkippedCheck
+from skill_server.analysis.bases import BaseYaml
+from skill_server.analysis.script import Assumption, Construction, Freeze, Kwarg, ScriptScan, Write
+from skill_server.analysis.session import Session
+from skill_server.analysis.values import Unknown, lookup
 
-
-def unknown_tree(tree: Any, reason: str) -> Any:
-    """The same sections with every leaf replaced by ``Unknown(reason)`` (a base that cannot be read)."""
-    unknown = Unknown(reason)
-    if not isinstance(tree, dict):
-        return unknown
-    out: dict[str, Any] = {}
-    stack: list[tuple[dict[str, Any], dict[str, Any]]] = [(tree, out)]
-    while stack:
-        src, dst = stack.pop()
-        for key, value in src.items():
-            if isinstance(value, dict) and value:
-                child: dict[str, Any] = {}
-                dst[key] = child
-                stack.append((value, child))
-            else:
-                dst[key] = unknown
-    return out
+SetterKind = Literal["yaml", "kwarg", "write", "tcp-switch"]
 
 
-def replay(ctx: LintContext, construction: Construction | None, base: BaseYaml) -> Run:
+@dataclass
+class Setter:
+    """One place that sets a key: a YAML line, a kwarg, a write after construction, or the tcp switch."""
+
+    kind: SetterKind
+    file: str | None
+    line: int | None
+    value: Any
+    assumes: tuple[Assumption, ...] = ()
+    name: str = ""  # the kwarg name (for a kwarg)
+    text: str = ""  # the expression as written in the script (for a kwarg or a write)
+
+
+@dataclass
+class Run:
+    """One construction (or the YAML alone) replayed the way AgentJetJob does it."""
+
+    construction: Construction | None
+    base: BaseYaml
+    script_file: str | None
+    at_construction: dict[str, Any]  # base + kwargs + tcp switch: what AgentJetJob checks
+    tree: dict[str, Any]  # + writes made before any dump: what the engine gets
+    setters: dict[str, list[Setter]]
+    writes: list[Write] = field(default_factory=list)
+    freezes: list[Freeze] = field(default_factory=list)
+    applied_writes: list[Write] = field(default_factory=list)
+    late_writes: list[tuple[Write, Freeze]] = field(default_factory=list)
+    kwarg_values: dict[str, Any] = field(default_factory=dict)  # given kwarg -> value (Unknown if not static)
+    causes: list[Cause] = field(default_factory=list)
+    cause_skips: list[SkippedCheck] = field(default_factory=list)
+
+    def value(self, name_or_key: str) -> Any:
+        """The effective value: a plain value, an ``Unknown`` or MISSING."""
+        return lookup(self.tree, KEYS.get(name_or_key, name_or_key))
+
+    def at_build(self, name_or_key: str) -> Any:
+        return lookup(self.at_construction, KEYS.get(name_or_key, name_or_key))
+
+    def causes_for(self, *ids: str) -> list[Cause]:
+        return [c for c in self.causes if c.id in ids]
+
+    def effective_setter(self, key: str) -> Setter | None:
+        """Who sets the value the engine gets for ``key``: its last setter, else a whole-section write above it."""
+        setters = self.setters.get(key)
+        if setters:
+            return setters[-1]
+        for write in reversed(self.applied_writes):
+            if key.startswith(write.key + ".") and self.script_file:
+                return Setter("write", self.script_file, write.line, None, write.value.assumes, text=write.value.text)
+        return None
+
+
+def replay(session: Session, construction: Construction | None, base: BaseYaml) -> Run:
     """AgentJetJob's order of events on this base: kwargs, the tcp switch, then the writes before any dump."""
-    aj = ctx.aj
+    aj = session.aj
     tree = copy.deepcopy(base.tree)
     setters: dict[str, list[Setter]] = {}
     for key, value in base.explicit.items():
-        loc = ctx.yaml_location(base, key)
-        setters.setdefault(key, []).append(Setter("yaml", loc.file, loc.line, value))
-    run = Run(construction, base, tree, tree, setters)
+        file, line = base.place_of(session, key)
+        setters.setdefault(key, []).append(Setter("yaml", file, line, value))
+    run = Run(construction, base, session.script_file, tree, tree, setters)
     if construction is not None:
-        _apply_kwargs(ctx, run, construction)
-    _tcp_switch(ctx, run)
+        _apply_kwargs(session, run, construction)
+    _tcp_switch(session, run)
     run.at_construction = copy.deepcopy(tree)
-    if construction is not None and ctx.scan is not None:
-        _apply_writes(ctx, run, construction, ctx.scan)
+    if construction is not None and session.scan is not None:
+        _apply_writes(session, run, construction, session.scan)
     kwargs = dict(run.kwarg_values)
     dynamic = None
     if construction is not None and construction.dynamic:
@@ -55,8 +98,8 @@ def replay(ctx: LintContext, construction: Construction | None, base: BaseYaml) 
     return run
 
 
-def _apply_kwargs(ctx: LintContext, run: Run, c: Construction) -> None:
-    aj = ctx.aj
+def _apply_kwargs(session: Session, run: Run, c: Construction) -> None:
+    aj = session.aj
     for name, kw in c.kwargs.items():
         run.kwarg_values[name] = kw.value.value if kw.value.resolved else Unknown(
             f"kwarg {name}={kw.value.describe_unresolved()}")
@@ -68,30 +111,30 @@ def _apply_kwargs(ctx: LintContext, run: Run, c: Construction) -> None:
             continue
         if given.value.resolved and given.value.value is None:
             if given.value.assumes:
-                ctx.note(f"kwarg {kwarg}={given.value.text} (line {given.line}) is None while "
+                session.note(f"kwarg {kwarg}={given.value.text} (line {given.line}) is None while "
                          + " and ".join(a.describe() for a in given.value.assumes)
                          + f", so {key} keeps its YAML value; otherwise the kwarg replaces it")
             continue  # None keeps the YAML value, as in AgentJetJob
         value = given.value.value if given.value.resolved else run.kwarg_values[kwarg]
         _set(run.tree, key, value)
         run.setters.setdefault(key, []).append(
-            Setter("kwarg", ctx.script_file, given.line, value, given.value.assumes, kwarg, given.value.text))
+            Setter("kwarg", session.script_file, given.line, value, given.value.assumes, kwarg, given.value.text))
 
 
-def _tcp_switch(ctx: LintContext, run: Run) -> None:
+def _tcp_switch(session: Session, run: Run) -> None:
     key = KEYS["interchange_method"]
-    switch = ctx.aj.tcp_switch(run.value("enable_swarm_mode"), run.value("nnodes"))
+    switch = session.aj.tcp_switch(run.value("enable_swarm_mode"), run.value("nnodes"))
     current = run.value(key)
     if switch is True and current != "tcp":
         _set(run.tree, key, "tcp")
-        where = ctx.effective_setter(run, KEYS["nnodes"])
-        run.setters.setdefault(key, []).append(Setter("tcp-switch", where.file if where else ctx.script_file,
+        where = run.effective_setter(KEYS["nnodes"])
+        run.setters.setdefault(key, []).append(Setter("tcp-switch", where.file if where else session.script_file,
                                                       where.line if where else None, "tcp"))
     elif isinstance(switch, Unknown) and current != "tcp":
         _set(run.tree, key, Unknown(switch.reason))
 
 
-def _apply_writes(ctx: LintContext, run: Run, c: Construction, scan: ScriptScan) -> None:
+def _apply_writes(session: Session, run: Run, c: Construction, scan: ScriptScan) -> None:
     single = len(scan.constructions) == 1
     run.writes = [w for w in scan.writes if w.construction == c.index or (w.construction is None and single)]
     run.freezes = [f for f in scan.freezes if f.construction == c.index or (f.construction is None and single)]
@@ -110,10 +153,10 @@ def _apply_writes(ctx: LintContext, run: Run, c: Construction, scan: ScriptScan)
         if _settable(run.tree, write.key):
             _set(run.tree, write.key, value)
             for stale in [k for k in run.setters if k.startswith(write.key + ".")]:
-                run.setters[stale].append(Setter("write", ctx.script_file, write.line, None, write.value.assumes,
+                run.setters[stale].append(Setter("write", session.script_file, write.line, None, write.value.assumes,
                                                  text=write.value.text))
             run.setters.setdefault(write.key, []).append(
-                Setter("write", ctx.script_file, write.line, value, write.value.assumes, text=write.value.text))
+                Setter("write", session.script_file, write.line, value, write.value.assumes, text=write.value.text))
 
 
 def happens_after(write: Write, freeze: Freeze) -> bool:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
-from skill_server.tools.check_config.script import paths
-from skill_server.tools.check_config.script.evaluate import Evaluator
-from skill_server.tools.check_config.script.model import Construction, Kwarg, Scope, Value, tracked
-from skill_server.tools.check_config.script.modules import ModuleInfo, dotted
+from skill_server.analysis.script import paths
+from skill_server.analysis.script.evaluate import Evaluator
+from skill_server.analysis.script.model import Construction, Kwarg, Scope, Value, tracked
+from skill_server.analysis.script.modules import ModuleInfo, dotted
 
 JOB_MODULE = "ajet.copilot.job"
 JOB_CLASS = "AgentJetJob"

@@ -1,0 +1,15 @@
+"""The analysis service: what an AgentJet swarm client script configures, read statically (never imported or run).
+
+One pass, in these modules (each builds on the ones before it):
+
+* ``script``: the scan. The script (and modules next to it) read with ``ast``: every ``AgentJetJob(...)``
+  with its kwargs resolved where that is possible statically, the writes to ``job.config`` after it and the
+  calls that freeze the config. ``script.evaluate`` is the static evaluator.
+* ``agentjet``: the adapter, the analysis's one door to AgentJet knowledge (``skill_server.agentjet``).
+* ``session``: the state the steps share (the AgentJet described, the scan, notes, YAML line numbers).
+* ``bases``: which base YAML each construction composes, found where AgentJetJob opens it.
+* ``replay``: AgentJetJob's construction replayed on that base, on values that may be ``Unknown`` (``values``).
+* ``analyse``: the entry, ``analyse(...) -> Analysis``: one ``Run`` per construction.
+
+Tools read the result: ``check_config`` runs its lint rules on it. Nothing here reports findings.
+"""
