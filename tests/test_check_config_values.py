@@ -7,8 +7,8 @@ import textwrap
 import pytest
 
 from skill_server.agentjet.identity import agentjet_label
-from skill_server.tools.build_config.tool import BuildConfigInput, build_config
 from skill_server.analysis.script import scan_script
+from skill_server.tools.build_config.tool import BuildConfigInput, build_config
 from tests.lint_helpers import LAYERS_TAIL, SWARM_TAIL, lint, only, rules, skipped, write
 
 HEAD = "import os\nimport argparse\nfrom ajet.copilot.job import AgentJetJob\n"
@@ -75,6 +75,27 @@ job = AgentJetJob(batch_size=args.batch_size, num_repeat=args.repeat, lr=args.lr
     assert got["experiment_name"].why == "positional argument name is given on the command line"
     assert got["backbone"].why == "no argparse option of the script stores missing"
     assert not got["logging"].resolved and "did not recognise" in got["logging"].why
+
+
+def test_a_registered_unit_teaches_the_evaluator_a_library(tmp_path):
+    """Adding a library is adding a unit: the core and the other units stay as they are."""
+    from skill_server.analysis.script import registry
+    from skill_server.analysis.script.model import Prov
+
+    def settings_value(site, node):
+        if len(node.args) != 1:
+            return None  # not its case: the core goes on (and finds nothing)
+        key, prov = site.eval(node.args[0])
+        return {"workers": 96}.get(key), Prov("constant", prov.assumes)
+
+    registry.call("settings.value")(settings_value)
+    try:
+        got = kwargs_of(tmp_path, 'import settings\njob = AgentJetJob(max_env_worker=settings.value("workers"), '
+                                  'num_repeat=settings.value())\n')
+    finally:
+        registry.CALLS.pop("settings.value")
+    assert (got["max_env_worker"].value, got["max_env_worker"].how) == (96, "constant")
+    assert got["num_repeat"].why == "settings is the imported module settings, which is not read statically"
 
 
 def test_a_function_called_once_passes_its_argument(tmp_path):

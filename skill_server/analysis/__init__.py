@@ -4,7 +4,9 @@ One pass, in these modules (each builds on the ones before it):
 
 * ``script``: the scan. The script (and modules next to it) read with ``ast``: every ``AgentJetJob(...)``
   with its kwargs resolved where that is possible statically, the writes to ``job.config`` after it and the
-  calls that freeze the config. ``script.evaluate`` is the static evaluator.
+  calls that freeze the config. ``script.evaluate`` is the static evaluator's core (the language); what it
+  knows about libraries (environment reads, paths, builtins, argparse, dataclasses) is in small registered
+  units, one file per library in ``script.units``, consulted through the table in ``script.registry``.
 * ``agentjet``: the adapter, the analysis's one door to AgentJet knowledge (``skill_server.agentjet``).
 * ``session``: the state the steps share (the AgentJet described, the scan, notes, YAML line numbers).
 * ``bases``: which base YAML each construction composes, found where AgentJetJob opens it.

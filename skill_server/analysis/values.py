@@ -43,10 +43,10 @@ def is_num(x: Any) -> bool:
 def same(a: Any, b: Any) -> bool:
     """Equal as config values (1 == 1.0, but True is not 1 and "1" is not 1)."""
     if is_num(a) and is_num(b):
-        return a == b
+        return bool(a == b)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    return type(a) is type(b) and a == b
+    return type(a) is type(b) and bool(a == b)
 
 
 def jsonable(value: Any, depth: int = 0) -> Any:

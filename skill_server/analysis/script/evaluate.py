@@ -1,30 +1,23 @@
-"""Static values of expressions: what a script's expression is before anything runs, or why it is unknown.
+"""The static evaluator's core: what an expression of the script is before anything runs, or why it is unknown.
 
-Resolved: literals and arithmetic on them, names assigned before use (function scope, then module
-scope), constants of modules next to the script, dataclass field defaults and arguments, functions
-called once (their parameters) or returning one expression, ``__file__``-relative paths, environment
-defaults (``os.getenv("X", "4")``: the value when X is unset, an ``env`` assumption) and argparse
-defaults reached through ``args.x`` (the value when the option is not given, a ``cli`` assumption).
-Anything else raises ``NoValue`` with the reason. Integers stay exact and bounded; nesting is bounded.
+The core reads the language: literals and containers, operators and conditions, f-strings, names assigned
+before use (function scope, then module scope), constants of modules next to the script, a function's
+parameter when the function is called once (or its default), and the result of a script function called
+without arguments that returns one expression. What a library gives a meaning to (environment reads,
+paths, builtins, argparse, dataclasses, ...) the core asks of the registered units (``registry``; the
+units are the files of ``units/``). Anything else raises ``NoValue`` with the reason. Integers stay exact
+and bounded; nesting is bounded.
 """
 
 from __future__ import annotations
 
 import ast
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from skill_server.analysis.script import paths
-from skill_server.analysis.script.argparse_defaults import (
-    OPAQUE_ITEM,
-    PARSER_CALLS,
-    ArgParser,
-    ParsedArgs,
-    option_default,
-)
+import skill_server.analysis.script.registry as registry
 from skill_server.analysis.script.model import (
-    Assumption,
+    Binding,
     ImportedModule,
     ImportedName,
     Opaque,
@@ -34,43 +27,33 @@ from skill_server.analysis.script.model import (
     Value,
     combine,
 )
-from skill_server.analysis.script.modules import DataclassDef, ModuleInfo, ModuleLoader, dotted
-from skill_server.analysis.script.static import NoValue, arith, as_str, bounded, hashable, is_number, path_join, plain
+from skill_server.analysis.script.modules import ModuleInfo, ModuleLoader, dotted
+from skill_server.analysis.script.paths import join, literal_path
+from skill_server.analysis.script.registry import Result, Site, by_type
+from skill_server.analysis.script.static import OPAQUE_ITEM, NoValue, arith, bounded, hashable, is_number, plain
 
 MAX_DEPTH = 24
 END = 10 ** 9  # "after every line": the value a module name has once the module has run
 LITERAL = Prov("literal")
 IMPORTED_AS_CONSTANT = ("literal", "constant", "arithmetic", "imported constant")  # a module's own computed constant
 
-ENV_GET = ("os.getenv", "getenv", "os.environ.get", "environ.get")
-PATH_CALLS = ("os.path.abspath", "os.path.realpath", "os.path.normpath", "os.path.expanduser", "os.fspath",
-              "abspath", "realpath", "normpath", "expanduser", "Path", "pathlib.Path", "PurePath", "str")
-
-
-@dataclass(eq=False)
-class Instance:
-    """A dataclass object created in the script (``cfg = CocktailConfig(grpo_n=4)``)."""
-
-    cls: DataclassDef
-    overrides: dict[str, ast.expr]
-    scope: Scope | None
-    line: int
+T = TypeVar("T")
 
 
 class Evaluator:
-    """Evaluates expressions of the script (and of modules next to it) statically."""
+    """Evaluates expressions of the script (and of modules next to it) statically; implements
+    ``registry.Evaluation``, the face the units see."""
 
     def __init__(self, main: ModuleInfo, loader: ModuleLoader, note: Callable[[str], None]) -> None:
         self.main = main
         self.loader = loader
-        self.note = note
-        self._parsers: dict[int, ArgParser] = {}
+        self._note = note
+        self._made: dict[int, Any] = {}
 
     # -- public
 
     def resolve(self, node: ast.expr, scope: Scope | None, line: int) -> Value:
-        module: ModuleInfo = scope.module if scope is not None and scope.module is not None else self.main
-        text = module.text(node)
+        text = self.module_of(scope).text(node)
         try:
             value, prov = self.eval(node, scope, line, 0)
         except NoValue as exc:
@@ -91,68 +74,73 @@ class Evaluator:
         if isinstance(value, PathRef):
             return value
         if isinstance(value, str):
-            return paths.literal_path(value)
+            return literal_path(value)
         return None
 
-    # -- the evaluator
+    # -- registry.Evaluation
 
-    def eval(self, node: ast.expr, scope: Scope | None, line: int, depth: int) -> tuple[Any, Prov]:
+    def eval(self, node: ast.expr, scope: Scope | None, line: int, depth: int) -> Result:
         if depth > MAX_DEPTH:
             raise NoValue(f"the expression nests deeper than {MAX_DEPTH} levels")
-        d = depth + 1
-        if isinstance(node, ast.Constant):
-            return bounded(node.value), LITERAL
-        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-            items, provs = [], []
-            for elt in node.elts:
-                if isinstance(elt, ast.Starred):
-                    raise NoValue("a starred element")
-                v, p = self.eval(elt, scope, line, d)
-                items.append(v)
-                provs.append(p)
-            if isinstance(node, ast.Tuple) and any(i is OPAQUE_ITEM for i in items):
-                return tuple(items), combine(provs)
-            return items, combine(provs)
-        if isinstance(node, ast.Dict):
-            return self._dict(node, scope, line, d)
-        if isinstance(node, ast.UnaryOp):
-            v, p = self.eval(node.operand, scope, line, d)
-            if isinstance(node.op, ast.USub) and is_number(v):
-                return -v, p
-            if isinstance(node.op, ast.UAdd) and is_number(v):
-                return +v, p
-            if isinstance(node.op, ast.Not) and plain(v):
-                return (not v), p
-            raise NoValue("an operation on a value known only at run time")
-        if isinstance(node, ast.BinOp):
-            left, pl = self.eval(node.left, scope, line, d)
-            right, pr = self.eval(node.right, scope, line, d)
-            if isinstance(left, PathRef) and isinstance(node.op, ast.Div):
-                return path_join(left, right), combine([pl, pr], "path")
-            return arith(node.op, left, right), combine([pl, pr], "arithmetic")
-        if isinstance(node, ast.BoolOp):
-            return self._boolop(node, scope, line, d)
-        if isinstance(node, ast.IfExp):
-            test, pt = self.eval(node.test, scope, line, d)
-            if not plain(test):
-                raise NoValue("a condition known only at run time")
-            v, p = self.eval(node.body if test else node.orelse, scope, line, d)
-            return v, combine([pt, p])
-        if isinstance(node, ast.Compare):
-            return self._compare(node, scope, line, d)
-        if isinstance(node, ast.JoinedStr):
-            return self._fstring(node, scope, line, d)
-        if isinstance(node, ast.Name):
-            return self._name(node.id, scope, line, d)
-        if isinstance(node, ast.Attribute):
-            return self._attribute(node, scope, line, d)
-        if isinstance(node, ast.Subscript):
-            return self._subscript(node, scope, line, d)
-        if isinstance(node, ast.Call):
-            return self._call(node, scope, line, d)
-        raise NoValue(f"{type(node).__name__.lower()} expressions are not read statically")
+        read = _NODES.get(type(node))
+        if read is None:
+            raise NoValue(f"{type(node).__name__.lower()} expressions are not read statically")
+        return read(self, node, scope, line, depth + 1)
 
-    def _dict(self, node: ast.Dict, scope: Scope | None, line: int, d: int) -> tuple[Any, Prov]:
+    def binding(self, binding: Binding, owner: Scope, name: str, depth: int) -> Result:
+        if isinstance(binding, ast.expr):
+            v, p = self.eval(binding, owner, getattr(binding, "lineno", END), depth)
+            imported = owner.module is not self.main
+            if p.how == "literal" or (imported and p.how in IMPORTED_AS_CONSTANT):
+                p = Prov("imported constant" if imported else "constant", p.assumes)
+            return v, p
+        if isinstance(binding, ImportedName):
+            module = self._module(binding.module, binding.level, owner)
+            found = module.scope.lookup(binding.name, END)
+            if found is None:
+                raise NoValue(f"{binding.name} is not assigned a static value in {module.path.name}")
+            v, p = self.binding(found[1], found[0], binding.name, depth + 1)
+            return v, (Prov("imported constant", p.assumes) if p.how in IMPORTED_AS_CONSTANT else p)
+        if isinstance(binding, ImportedModule):
+            if self.loader.find(binding.module, 0, self.module_of(owner)) is None:
+                raise NoValue(f"{name} is the imported module {binding.module}, which is not read statically")
+            return self._module(binding.module, 0, owner), LITERAL
+        if isinstance(binding, Opaque):
+            raise NoValue(binding.why)
+        if binding is None:
+            raise NoValue(f"{name} has no static value")
+        return binding, LITERAL  # a function (its Scope) or what a unit made of a class statement
+
+    def module_of(self, scope: Scope | None) -> ModuleInfo:
+        return scope.module if scope is not None and scope.module is not None else self.main
+
+    def made(self, node: ast.AST, make: Callable[[], T]) -> T:
+        if id(node) not in self._made:
+            self._made[id(node)] = make()
+        made: T = self._made[id(node)]
+        return made
+
+    def note(self, text: str) -> None:
+        self._note(text)
+
+    # -- literals, operators, conditions
+
+    def _constant(self, node: ast.Constant, scope: Scope | None, line: int, d: int) -> Result:
+        return bounded(node.value), LITERAL
+
+    def _sequence(self, node: ast.List | ast.Tuple | ast.Set, scope: Scope | None, line: int, d: int) -> Result:
+        items, provs = [], []
+        for elt in node.elts:
+            if isinstance(elt, ast.Starred):
+                raise NoValue("a starred element")
+            v, p = self.eval(elt, scope, line, d)
+            items.append(v)
+            provs.append(p)
+        if isinstance(node, ast.Tuple) and any(i is OPAQUE_ITEM for i in items):
+            return tuple(items), combine(provs)
+        return items, combine(provs)
+
+    def _dict(self, node: ast.Dict, scope: Scope | None, line: int, d: int) -> Result:
         out: dict[Any, Any] = {}
         provs: list[Prov] = []
         for k, v in zip(node.keys, node.values):
@@ -173,7 +161,26 @@ class Evaluator:
             provs += [pk, pv]
         return out, combine(provs)
 
-    def _boolop(self, node: ast.BoolOp, scope: Scope | None, line: int, d: int) -> tuple[Any, Prov]:
+    def _unary(self, node: ast.UnaryOp, scope: Scope | None, line: int, d: int) -> Result:
+        v, p = self.eval(node.operand, scope, line, d)
+        if isinstance(node.op, ast.USub) and is_number(v):
+            return -v, p
+        if isinstance(node.op, ast.UAdd) and is_number(v):
+            return +v, p
+        if isinstance(node.op, ast.Not) and plain(v):
+            return (not v), p
+        raise NoValue("an operation on a value known only at run time")
+
+    def _binary(self, node: ast.BinOp, scope: Scope | None, line: int, d: int) -> Result:
+        left, pl = self.eval(node.left, scope, line, d)
+        right, pr = self.eval(node.right, scope, line, d)
+        for unit in by_type(registry.OPERATORS, left):
+            result = unit(node.op, left, pl, right, pr)
+            if result is not None:
+                return result
+        return arith(node.op, left, right), combine([pl, pr], "arithmetic")
+
+    def _boolop(self, node: ast.BoolOp, scope: Scope | None, line: int, d: int) -> Result:
         provs: list[Prov] = []
         value: Any = None
         for operand in node.values:
@@ -187,7 +194,14 @@ class Evaluator:
                 break
         return value, combine(provs)
 
-    def _compare(self, node: ast.Compare, scope: Scope | None, line: int, d: int) -> tuple[Any, Prov]:
+    def _ifexp(self, node: ast.IfExp, scope: Scope | None, line: int, d: int) -> Result:
+        test, pt = self.eval(node.test, scope, line, d)
+        if not plain(test):
+            raise NoValue("a condition known only at run time")
+        v, p = self.eval(node.body if test else node.orelse, scope, line, d)
+        return v, combine([pt, p])
+
+    def _compare(self, node: ast.Compare, scope: Scope | None, line: int, d: int) -> Result:
         left, p = self.eval(node.left, scope, line, d)
         provs = [p]
         result = True
@@ -204,8 +218,8 @@ class Evaluator:
             left = right
         return result, combine(provs)
 
-    def _fstring(self, node: ast.JoinedStr, scope: Scope | None, line: int, d: int) -> tuple[Any, Prov]:
-        """f"{HERE}/x.yaml" (a path placeholder first) or an f-string of resolvable pieces."""
+    def _fstring(self, node: ast.JoinedStr, scope: Scope | None, line: int, d: int) -> Result:
+        """f"{HERE}/x.yaml" (a path placeholder first: a path) or an f-string of resolvable pieces."""
         base: PathRef | None = None
         parts: list[str] = []
         provs: list[Prov] = []
@@ -224,15 +238,17 @@ class Evaluator:
                 raise NoValue("an f-string field known only at run time")
             parts.append(str(v))
         if base is not None:
-            return path_join(base, "".join(parts).lstrip("/")), combine(provs, "path")
+            return join(base, "".join(parts).lstrip("/")), combine(provs, "path")
         return "".join(parts), combine(provs)
 
     # -- names and bindings
 
-    def _name(self, name: str, scope: Scope | None, line: int, d: int) -> tuple[Any, Prov]:
-        if name == "__file__":
-            module = scope.module if scope is not None and scope.module is not None else self.main
-            return PathRef("script_file", str(module.path)), Prov("path")
+    def _name(self, node: ast.Name, scope: Scope | None, line: int, d: int) -> Result:
+        name = node.id
+        for unit in registry.NAMES.get(name, ()):
+            result = unit(Site(self, scope, line, d))
+            if result is not None:
+                return result
         if scope is None:
             raise NoValue(f"{name} is not assigned in the script")
         param = self._parameter(name, scope, d)
@@ -242,42 +258,17 @@ class Evaluator:
         if found is None:
             raise NoValue(f"{name} is not assigned a static value before line {line}")
         owner, binding = found
-        return self._binding(binding, owner, name, d)
-
-    def _binding(self, binding: Any, owner: Scope, name: str, d: int) -> tuple[Any, Prov]:
-        if isinstance(binding, ast.expr):
-            v, p = self.eval(binding, owner, getattr(binding, "lineno", END), d)
-            imported = owner.module is not self.main
-            if p.how == "literal" or (imported and p.how in IMPORTED_AS_CONSTANT):
-                p = Prov("imported constant" if imported else "constant", p.assumes)
-            return v, p
-        if isinstance(binding, ImportedName):
-            module = self._module(binding.module, binding.level, owner)
-            found = module.scope.lookup(binding.name, END)
-            if found is None:
-                raise NoValue(f"{binding.name} is not assigned a static value in {module.path.name}")
-            v, p = self._binding(found[1], found[0], binding.name, d + 1)
-            return v, (Prov("imported constant", p.assumes) if p.how in IMPORTED_AS_CONSTANT else p)
-        if isinstance(binding, ImportedModule):
-            if self.loader.find(binding.module, 0, owner.module or self.main) is None:
-                raise NoValue(f"{name} is the imported module {binding.module}, which is not read statically")
-            return self._module(binding.module, 0, owner), LITERAL
-        if isinstance(binding, (DataclassDef, Scope)):
-            return binding, LITERAL
-        if isinstance(binding, Opaque):
-            raise NoValue(binding.why)
-        raise NoValue(f"{name} has no static value")
+        return self.binding(binding, owner, name, d)
 
     def _module(self, module: str, level: int, owner: Scope) -> ModuleInfo:
-        importer = owner.module if owner.module is not None else self.main
-        found = self.loader.find(module, level, importer)
+        found = self.loader.find(module, level, self.module_of(owner))
         if found is None:
             raise NoValue(f"{'.' * level}{module} is not a module next to the script (only those are read)")
         return found
 
-    def _parameter(self, name: str, scope: Scope, d: int) -> tuple[Any, Prov] | None:
-        """A parameter's value: what the function's single call passes (or its default), or, for a parameter
-        typed with a dataclass, that dataclass's defaults. None: ``name`` is not a parameter here."""
+    def _parameter(self, name: str, scope: Scope, d: int) -> Result | None:
+        """A parameter's value: what the function's single call passes (or its default), else what a unit
+        reads from the parameter's annotation. None: ``name`` is not a parameter here."""
         current: Scope | None = scope
         while current is not None:
             if name in current.params:
@@ -290,18 +281,18 @@ class Evaluator:
                 ann_name = dotted(ann) if ann is not None else None
                 if ann_name is None and isinstance(ann, ast.Constant) and isinstance(ann.value, str):
                     ann_name = ann.value
-                definition = self._dataclass_named(ann_name.split(".")[-1], current) if ann_name else None
-                if definition is not None:
-                    self.note(f"parameter {name} of {current.name}() is read with the dataclass defaults of "
-                              f"{definition.name} (callers may pass other values)")
-                    return Instance(definition, {}, None, 0), Prov("dataclass default")
+                if ann_name:
+                    for unit in registry.ANNOTATIONS:
+                        result = unit(self, ann_name, current, name)
+                        if result is not None:
+                            return result
                 raise NoValue(f"{name} is a parameter of {current.name}(), set by its callers")
             if current.assigned.get(name):
                 return None
             current = current.parent
         return None
 
-    def _single_call_argument(self, fscope: Scope, pname: str, d: int) -> tuple[Any, Prov] | None:
+    def _single_call_argument(self, fscope: Scope, pname: str, d: int) -> Result | None:
         """A function called exactly once: the value its call passes for ``pname`` (or the default)."""
         fnode = fscope.node
         if len(fscope.call_nodes) != 1 or not isinstance(fnode, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -326,44 +317,28 @@ class Evaluator:
         except NoValue:
             return None
 
-    def _dataclass_named(self, name: str, scope: Scope) -> DataclassDef | None:
-        found = scope.lookup(name, None)
-        if found is not None:
-            try:
-                value, _ = self._binding(found[1], found[0], name, 1)
-            except NoValue:
-                value = None
-            if isinstance(value, DataclassDef):
-                return value
-        module = scope.module if scope.module is not None else self.main
-        return module.dataclasses.get(name)
-
     # -- attributes, items, calls
 
-    def _attribute(self, node: ast.Attribute, scope: Scope | None, line: int, d: int) -> tuple[Any, Prov]:
+    def _attribute(self, node: ast.Attribute, scope: Scope | None, line: int, d: int) -> Result:
         owner, prov = self.eval(node.value, scope, line, d)
-        if isinstance(owner, Instance):
-            return self._field(owner, node.attr, d)
-        if isinstance(owner, DataclassDef):  # Cfg.field: the class attribute is the default
-            return self._field(Instance(owner, {}, None, line), node.attr, d)
         if isinstance(owner, ModuleInfo):
             found = owner.scope.lookup(node.attr, END)
             if found is None:
                 raise NoValue(f"{node.attr} is not assigned a static value in {owner.path.name}")
-            v, p = self._binding(found[1], found[0], node.attr, d)
+            v, p = self.binding(found[1], found[0], node.attr, d)
             return v, (Prov("imported constant", p.assumes) if p.how in IMPORTED_AS_CONSTANT else p)
-        if isinstance(owner, ParsedArgs):
-            return option_default(self, owner.parser, node.attr, d)
-        if isinstance(owner, PathRef) and node.attr == "parent":
-            return paths.parent(owner), prov
+        for unit in by_type(registry.ATTRIBUTES, owner):
+            result = unit(Site(self, scope, line, d), owner, prov, node.attr)
+            if result is not None:
+                return result
         raise NoValue(f"attribute .{node.attr} of a value known only at run time")
 
-    def _subscript(self, node: ast.Subscript, scope: Scope | None, line: int, d: int) -> tuple[Any, Prov]:
-        if dotted(node.value) == "sys.argv":
-            raise NoValue("a command-line argument (sys.argv), known only at run time")
-        if dotted(node.value) in ("os.environ", "environ"):
-            name = self._env_name(node.slice, scope, line, d)
-            raise NoValue(f"environment variable {name} (read with os.environ[...], which has no default)")
+    def _subscript(self, node: ast.Subscript, scope: Scope | None, line: int, d: int) -> Result:
+        name = dotted(node.value)
+        for unit in registry.ITEMS.get(name, ()) if name else ():
+            result = unit(Site(self, scope, line, d), node)
+            if result is not None:
+                return result
         base, pb = self.eval(node.value, scope, line, d)
         key, pk = self.eval(node.slice, scope, line, d)
         try:
@@ -374,184 +349,43 @@ class Evaluator:
             raise NoValue("the list of command-line arguments argparse did not recognise")
         return item, combine([pb, pk])
 
-    def _field(self, inst: Instance, attr: str, d: int) -> tuple[Any, Prov]:
-        fields = inst.cls.fields
-        if attr in inst.overrides:
-            v, p = self.eval(inst.overrides[attr], inst.scope, inst.line, d)
-            return v, combine([p], "dataclass argument")
-        if attr not in fields:
-            raise NoValue(f"{inst.cls.name} has no field {attr}")
-        default = fields[attr]
-        if default is None:
-            raise NoValue(f"{inst.cls.name}.{attr} has no default")
-        home = inst.cls.module.scope
-        if isinstance(default, ast.Call) and dotted(default.func) in ("field", "dataclasses.field"):
-            for kw in default.keywords:
-                if kw.arg == "default":
-                    v, p = self.eval(kw.value, home, END, d)
-                    return v, combine([p], "dataclass default")
-                if kw.arg == "default_factory":
-                    factory = kw.value
-                    if isinstance(factory, ast.Lambda):
-                        v, p = self.eval(factory.body, home, END, d)
-                        return v, combine([p], "dataclass default")
-                    made, _ = self.eval(factory, home, END, d)
-                    if isinstance(made, DataclassDef):
-                        return Instance(made, {}, None, 0), Prov("dataclass default")
-                    if dotted(factory) in ("list", "dict"):
-                        return ([] if dotted(factory) == "list" else {}), Prov("dataclass default")
-            raise NoValue(f"{inst.cls.name}.{attr} has no static default")
-        v, p = self.eval(default, home, END, d)
-        return v, combine([p], "dataclass default")
-
-    def _env_name(self, node: ast.expr, scope: Scope | None, line: int, d: int) -> str:
-        try:
-            name, _ = self.eval(node, scope, line, d)
-        except NoValue:
-            raise NoValue("an environment variable whose name is computed at run time") from None
-        if not isinstance(name, str):
-            raise NoValue("an environment variable whose name is not a string")
-        return name
-
-    def _call(self, node: ast.Call, scope: Scope | None, line: int, d: int) -> tuple[Any, Prov]:
+    def _call(self, node: ast.Call, scope: Scope | None, line: int, d: int) -> Result:
         name = dotted(node.func)
-        args = node.args
-        if name in ENV_GET and args and not node.keywords:
-            var = self._env_name(args[0], scope, line, d)
-            module = scope.module if scope is not None and scope.module is not None else self.main
-            if len(args) > 1:
-                value, p = self.eval(args[1], scope, line, d)
-                default_text = module.text(args[1])
-            else:
-                value, p, default_text = None, LITERAL, "None"
-            return value, combine([p, Prov("env-default", (Assumption("env", var, default_text),))])
-        if name in ("os.path.join", "path.join") and args:
-            out, p = self.eval(args[0], scope, line, d)
-            out = out if isinstance(out, PathRef) else paths.literal_path(as_str(out))
-            provs = [p]
-            for a in args[1:]:
-                part, pa = self.eval(a, scope, line, d)
-                out = path_join(out, part)
-                provs.append(pa)
-            return out, combine(provs, "path")
-        if name in ("os.path.dirname", "path.dirname", "dirname") and len(args) == 1:
-            v, p = self.eval(args[0], scope, line, d)
-            return paths.parent(v if isinstance(v, PathRef) else paths.literal_path(as_str(v))), combine([p], "path")
-        if name in PATH_CALLS and args:
-            return self._path_call(name, node, scope, line, d)
-        if name in ("int", "float", "bool") and len(args) == 1 and not node.keywords:
-            v, p = self.eval(args[0], scope, line, d)
-            if not plain(v) or isinstance(v, (list, dict)):
-                raise NoValue(f"{name}() of a value known only at run time")
-            try:
-                return bounded({"int": int, "float": float, "bool": bool}[name](v)), p
-            except (TypeError, ValueError, OverflowError):
-                raise NoValue(f"{name}({v!r}) fails at run time") from None
-        if name == "dict" and not args:
-            out_d: dict[str, Any] = {}
-            provs = []
-            for kw in node.keywords:
-                if kw.arg is None:
-                    raise NoValue("dict(**...) of a value known only at run time")
-                v, p = self.eval(kw.value, scope, line, d)
-                out_d[kw.arg] = v.path if isinstance(v, PathRef) else v
-                provs.append(p)
-            return out_d, combine(provs)
-        if name in ("min", "max") and args and not node.keywords:
-            values, provs = [], []
-            for a in args:
-                v, p = self.eval(a, scope, line, d)
-                values.append(v)
-                provs.append(p)
-            if all(is_number(v) for v in values):
-                return (min if name == "min" else max)(values), combine(provs, "arithmetic")
-            raise NoValue(f"{name}() of values known only at run time")
-        if name in PARSER_CALLS:
-            return self._parsers.setdefault(id(node), ArgParser(node.lineno)), LITERAL
+        for unit in registry.CALLS.get(name, ()) if name else ():
+            result = unit(Site(self, scope, line, d), node)
+            if result is not None:
+                return result
         if isinstance(node.func, ast.Attribute):
-            return self._method(node, scope, line, d)
+            return self._method(node, node.func, scope, line, d)
         try:
             callee, _ = self.eval(node.func, scope, line, d)
         except NoValue:
             raise NoValue(f"{_short(node.func)}(...) is computed at run time") from None
         return self._call_value(callee, node, scope, line, d)
 
-    def _path_call(self, name: str, node: ast.Call, scope: Scope | None, line: int, d: int) -> tuple[Any, Prov]:
-        short = name.split(".")[-1]
-        v, p = self.eval(node.args[0], scope, line, d)
-        provs = [p]
-        if isinstance(v, PathRef) or short in ("Path", "PurePath"):
-            ref = v if isinstance(v, PathRef) else paths.literal_path(as_str(v))
-            for a in node.args[1:]:
-                part, pa = self.eval(a, scope, line, d)
-                ref = path_join(ref, part)
-                provs.append(pa)
-            if short == "str" and len(node.args) > 1:
-                raise NoValue("str() with several arguments")
-            return ref, combine(provs, "path")
-        if short == "str" and len(node.args) == 1 and plain(v):
-            return str(v), p
-        if len(node.args) == 1 and isinstance(v, str):
-            return paths.literal_path(v), combine(provs, "path")
-        raise NoValue(f"{name}() of a value known only at run time")
-
-    def _method(self, node: ast.Call, scope: Scope | None, line: int, d: int) -> tuple[Any, Prov]:
-        func = node.func
-        assert isinstance(func, ast.Attribute)
+    def _method(self, node: ast.Call, func: ast.Attribute, scope: Scope | None, line: int, d: int) -> Result:
         owner, p = self.eval(func.value, scope, line, d)
-        attr = func.attr
-        if isinstance(owner, PathRef):
-            if attr in ("resolve", "absolute", "expanduser"):
-                return owner, p
-            if attr == "joinpath":
-                out = owner
-                provs = [p]
-                for a in node.args:
-                    part, pa = self.eval(a, scope, line, d)
-                    out = path_join(out, part)
-                    provs.append(pa)
-                return out, combine(provs, "path")
-        if isinstance(owner, str) and attr in ("lower", "upper", "strip") and not node.args:
-            return getattr(owner, attr)(), p
-        if isinstance(owner, dict) and attr == "get" and 1 <= len(node.args) <= 2:
-            key, pk = self.eval(node.args[0], scope, line, d)
-            if not hashable(key):
-                raise NoValue("a dict key known only at run time")
-            if key in owner:
-                return owner[key], combine([p, pk])
-            if len(node.args) == 2:
-                v, pv = self.eval(node.args[1], scope, line, d)
-                return v, combine([p, pk, pv])
-            return None, combine([p, pk])
-        if isinstance(owner, ArgParser):
-            if attr in ("add_argument_group", "add_mutually_exclusive_group"):
-                return owner, p
-            if attr in ("parse_args", "parse_known_args"):
-                given = node.args[0] if node.args else next((k.value for k in node.keywords if k.arg == "args"), None)
-                if given is not None and not (isinstance(given, (ast.List, ast.Tuple)) and not given.elts):
-                    raise NoValue(f"{attr}() is given an explicit argument list")
-                parsed = ParsedArgs(owner)
-                return (parsed if attr == "parse_args" else (parsed, OPAQUE_ITEM)), p
         if isinstance(owner, ModuleInfo):
-            found = owner.scope.lookup(attr, END)
+            found = owner.scope.lookup(func.attr, END)
             if found is not None:
-                callee, _ = self._binding(found[1], found[0], attr, d)
+                callee, _ = self.binding(found[1], found[0], func.attr, d)
                 return self._call_value(callee, node, scope, line, d)
-        raise NoValue(f".{attr}() is computed at run time")
+        for unit in by_type(registry.METHODS, owner):
+            result = unit(Site(self, scope, line, d), owner, p, func.attr, node)
+            if result is not None:
+                return result
+        raise NoValue(f".{func.attr}() is computed at run time")
 
-    def _call_value(self, callee: Any, node: ast.Call, scope: Scope | None, line: int, d: int) -> tuple[Any, Prov]:
-        if isinstance(callee, DataclassDef):
-            overrides = {k.arg: k.value for k in node.keywords if k.arg}
-            if any(k.arg is None for k in node.keywords) or any(isinstance(a, ast.Starred) for a in node.args):
-                raise NoValue(f"{callee.name}(...) with ** or * arguments")
-            names = list(callee.fields)
-            overrides.update({names[i]: a for i, a in enumerate(node.args) if i < len(names)})
-            return Instance(callee, overrides, scope, line), Prov("dataclass default")
+    def _call_value(self, callee: Any, node: ast.Call, scope: Scope | None, line: int, d: int) -> Result:
         if isinstance(callee, Scope) and isinstance(callee.node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return self._function_result(callee, node, d)
+        for unit in by_type(registry.CALLABLES, callee):
+            result = unit(Site(self, scope, line, d), callee, node)
+            if result is not None:
+                return result
         raise NoValue(f"{_short(node.func)}(...) is computed at run time")
 
-    def _function_result(self, fscope: Scope, call: ast.Call, d: int) -> tuple[Any, Prov]:
+    def _function_result(self, fscope: Scope, call: ast.Call, d: int) -> Result:
         """A function of the script without arguments at this call and one ``return EXPR``: that EXPR."""
         fnode = fscope.node
         assert isinstance(fnode, (ast.FunctionDef, ast.AsyncFunctionDef))
@@ -564,6 +398,25 @@ class Evaluator:
 
 
 # --- helpers ---------------------------------------------------------------------------------------
+
+#: How the core reads each kind of expression node (any other kind has no static value).
+_NODES: dict[type, Callable[[Evaluator, Any, Scope | None, int, int], Result]] = {
+    ast.Constant: Evaluator._constant,
+    ast.List: Evaluator._sequence,
+    ast.Tuple: Evaluator._sequence,
+    ast.Set: Evaluator._sequence,
+    ast.Dict: Evaluator._dict,
+    ast.UnaryOp: Evaluator._unary,
+    ast.BinOp: Evaluator._binary,
+    ast.BoolOp: Evaluator._boolop,
+    ast.IfExp: Evaluator._ifexp,
+    ast.Compare: Evaluator._compare,
+    ast.JoinedStr: Evaluator._fstring,
+    ast.Name: Evaluator._name,
+    ast.Attribute: Evaluator._attribute,
+    ast.Subscript: Evaluator._subscript,
+    ast.Call: Evaluator._call,
+}
 
 _COMPARE: dict[type, Callable[[Any, Any], Any]] = {
     ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b, ast.Lt: lambda a, b: a < b,
@@ -591,14 +444,11 @@ def _short(node: ast.AST) -> str:
 
 
 def _kind(value: Any) -> str:
-    if isinstance(value, Instance):
-        return f"a {value.cls.name} object"
-    if isinstance(value, ParsedArgs):
-        return "the parsed command line"
+    """How a message names a value that is not a plain config value."""
     if isinstance(value, ModuleInfo):
         return f"the module {value.name}"
-    if isinstance(value, DataclassDef):
-        return f"the class {value.name}"
+    for cls in type(value).__mro__:
+        describe = registry.KINDS.get(cls)
+        if describe is not None:
+            return describe(value)
     return f"a {type(value).__name__}"
-
-
