@@ -1,5 +1,6 @@
-"""Replaying AgentJetJob on a base: kwargs through the overrides table, the tcp switch, then the writes made
-before any dump, recording who set each key. Values computed at run time enter as ``Unknown``.
+"""Replaying AgentJetJob on a base: the construction steps ``build_config`` runs (``agentjet.job``), in the
+same order, on values that may be ``Unknown``; then the writes made before any dump, recording who set each
+key.
 
 A ``Run`` is one construction (or the YAML alone) replayed: the config as AgentJetJob sees it at
 construction (base YAML, then kwargs, then the tcp switch) and as the engine gets it (then the writes made
@@ -13,7 +14,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from skill_server.analysis.agentjet import KEYS, Cause, SkippedCheck
+from skill_server.analysis.agentjet import KEYS, Cause, ConstructionSteps, SkippedCheck
 from skill_server.analysis.bases import BaseYaml
 from skill_server.analysis.script import Assumption, Construction, Freeze, Kwarg, ScriptScan, Write
 from skill_server.analysis.session import Session
@@ -75,35 +76,80 @@ class Run:
 
 
 def replay(session: Session, construction: Construction | None, base: BaseYaml) -> Run:
-    """AgentJetJob's order of events on this base: kwargs, the tcp switch, then the writes before any dump."""
-    aj = session.aj
-    tree = copy.deepcopy(base.tree)
-    setters: dict[str, list[Setter]] = {}
-    for key, value in base.explicit.items():
-        file, line = base.place_of(session, key)
-        setters.setdefault(key, []).append(Setter("yaml", file, line, value))
-    run = Run(construction, base, session.script_file, tree, tree, setters)
-    if construction is not None:
-        _apply_kwargs(session, run, construction)
-    _tcp_switch(session, run)
-    run.at_construction = copy.deepcopy(tree)
-    if construction is not None and session.scan is not None:
-        _apply_writes(session, run, construction, session.scan)
-    kwargs = dict(run.kwarg_values)
-    dynamic = None
-    if construction is not None and construction.dynamic:
-        dynamic = f"{', '.join(construction.dynamic)} at line {construction.line}"
-    causes, run.cause_skips = aj.refusal_causes(run.at_build, kwargs, dynamic)
-    run.causes = [*base.causes, *causes]
+    """AgentJetJob's construction steps (``agentjet.job.ConstructionSteps``) on this base, then the writes
+    made before any dump; the causes are listed the base's first, then in the order of the steps."""
+    steps = _Replay(session, construction, base)
+    steps.run()
+    run = steps.result
+    run.causes = [*base.causes, *steps.causes]
     return run
 
 
+class _Replay(ConstructionSteps):
+    """The construction steps on values that may be unknown: a refusal is recorded as a cause (never raised),
+    a check that reads an unknown value as a skipped check; a value computed at run time enters as Unknown."""
+
+    def __init__(self, session: Session, construction: Construction | None, base: BaseYaml) -> None:
+        self.session = session
+        self.aj = session.aj
+        self.c = construction
+        self.base = base
+        self.result = Run(construction, base, session.script_file, {}, {}, {})
+        self.causes: list[Cause] = []
+        self.dynamic: str | None = None  # the splats or positional arguments that may pass more kwargs
+        if construction is not None and construction.dynamic:
+            self.dynamic = f"{', '.join(construction.dynamic)} at line {construction.line}"
+
+    def _found(self, found: tuple[list[Cause], list[SkippedCheck]]) -> None:
+        self.causes += found[0]
+        self.result.cause_skips += found[1]
+
+    def check_call(self) -> None:
+        run = self.result
+        for name, kw in (self.c.kwargs.items() if self.c is not None else ()):
+            run.kwarg_values[name] = kw.value.value if kw.value.resolved else Unknown(
+                f"kwarg {name}={kw.value.describe_unresolved()}")
+        self._found(self.aj.call_refusals(dict(run.kwarg_values), self.dynamic))
+
+    def open_base(self) -> None:
+        """Nothing to open: ``bases`` found the base where AgentJetJob opens it, and a missing one carries
+        AgentJet's refusal among its causes."""
+
+    def check_lengths(self) -> None:
+        self._found(self.aj.length_refusals(dict(self.result.kwarg_values), self.dynamic))
+
+    def compose_base(self) -> None:
+        """``bases`` composed the base as AgentJetJob does; the replay starts from its tree, and every key the
+        user's YAML writes is set there."""
+        run, session = self.result, self.session
+        run.tree = run.at_construction = copy.deepcopy(self.base.tree)
+        for key, value in self.base.explicit.items():
+            file, line = self.base.place_of(session, key)
+            run.setters.setdefault(key, []).append(Setter("yaml", file, line, value))
+
+    def stamp_name(self) -> None:
+        """The stamp is the launch time, which no static reading knows: experiment_name is shown as given."""
+
+    def write_kwargs(self) -> None:
+        if self.c is not None:
+            _apply_kwargs(self.session, self.result, self.c)
+
+    def check_values(self) -> None:
+        self._found(self.aj.value_refusals(self.result.value))
+
+    def switch_to_tcp(self) -> None:
+        _tcp_switch(self.session, self.result)
+
+    def write_after(self) -> None:
+        run = self.result
+        run.at_construction = copy.deepcopy(run.tree)
+        if self.c is not None and self.session.scan is not None:
+            _apply_writes(self.session, run, self.c, self.session.scan)
+
+
 def _apply_kwargs(session: Session, run: Run, c: Construction) -> None:
-    aj = session.aj
-    for name, kw in c.kwargs.items():
-        run.kwarg_values[name] = kw.value.value if kw.value.resolved else Unknown(
-            f"kwarg {name}={kw.value.describe_unresolved()}")
-    for kwarg, key in aj.kwarg_rows():
+    """The overrides walk, in table order: each kwarg the call passes (or a splat may pass) sets its key."""
+    for kwarg, key in session.aj.kwarg_rows():
         given: Kwarg | None = c.kwargs.get(kwarg)
         if given is None:
             if c.dynamic:
@@ -112,8 +158,8 @@ def _apply_kwargs(session: Session, run: Run, c: Construction) -> None:
         if given.value.resolved and given.value.value is None:
             if given.value.assumes:
                 session.note(f"kwarg {kwarg}={given.value.text} (line {given.line}) is None while "
-                         + " and ".join(a.describe() for a in given.value.assumes)
-                         + f", so {key} keeps its YAML value; otherwise the kwarg replaces it")
+                             + " and ".join(a.describe() for a in given.value.assumes)
+                             + f", so {key} keeps its YAML value; otherwise the kwarg replaces it")
             continue  # None keeps the YAML value, as in AgentJetJob
         value = given.value.value if given.value.resolved else run.kwarg_values[kwarg]
         _set(run.tree, key, value)
