@@ -241,6 +241,16 @@ def test_consolidation_with_an_unresolved_kwarg_is_null(tmp_path):
     assert "<" not in str(split.values)
 
 
+def test_locations_name_each_key_once_even_on_one_line(tmp_path):
+    """One location per file, line and key: two kwargs on one line are two places to change."""
+    write(tmp_path, "game.yaml", "ajet:\n  rollout:\n    num_repeat: 4\n", SWARM_TAIL)
+    script = write(tmp_path, "client.py", HEAD + 'BASE = os.path.join(os.path.dirname(__file__), "game.yaml")\n'
+                   "job = AgentJetJob(base_yaml_config=BASE, max_env_worker=64, batch_size=32)\n")
+    split = only(lint(script), "split-configuration")
+    assert [(loc.line, loc.key, loc.source) for loc in split.locations][:2] == [
+        (5, "ajet.rollout.max_env_worker", "kwarg"), (5, "ajet.data.train_batch_size", "kwarg")]
+
+
 # --- fixes never repeat what the script already does --------------------------------------------------
 
 

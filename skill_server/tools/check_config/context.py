@@ -118,7 +118,7 @@ class LintContext:
             for older in reversed(run.setters.get(key, [])[:-1]):
                 if older.kind != "tcp-switch":
                     later.append(Location(file=older.file, line=older.line, key=key, source=older.kind))
-        return _unique(first + later)
+        return unique_locations(first + later)
 
     def construction_location(self, run: Run) -> list[Location]:
         if run.construction is not None:
@@ -171,10 +171,12 @@ def cause_values(cause: Cause) -> dict[str, Any]:
             "verified": cause.verified}
 
 
-def _unique(locs: list[Location]) -> list[Location]:
-    seen: set[tuple[Any, ...]] = set()
+def unique_locations(locations: list[Location]) -> list[Location]:
+    """Each place once, in the order given: a location is the same when it names the same file, line and key
+    (two keys set on one line are two locations; the source does not matter, the first one given is kept)."""
+    seen: set[tuple[str | None, int | None, str | None]] = set()
     out: list[Location] = []
-    for loc in locs:
+    for loc in locations:
         ident = (loc.file, loc.line, loc.key)
         if ident not in seen:
             seen.add(ident)

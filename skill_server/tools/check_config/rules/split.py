@@ -9,7 +9,7 @@ from typing import Any
 from skill_server.analysis.inputs import job_inputs
 from skill_server.analysis.replay import Run
 from skill_server.analysis.script import Construction, Kwarg, Write
-from skill_server.tools.check_config.context import LintContext
+from skill_server.tools.check_config.context import LintContext, unique_locations
 from skill_server.tools.check_config.models import Location
 from skill_server.tools.check_config.registry import Report, rule
 
@@ -72,7 +72,7 @@ def _locations(ctx: LintContext, run: Run, kwarg_keys: dict[str, Kwarg], write_k
     locations = [Location(file=script, line=kw.line, key=key, source="kwarg") for key, kw in kwarg_keys.items()]
     locations += [Location(file=script, line=w.line, key=w.key, source="write") for w in write_keys.values()]
     locations += [ctx.yaml_location(run.base, k) for k in sorted(run.base.explicit)[:20]]
-    return _unique(locations)
+    return unique_locations(locations)
 
 
 def _fix(run: Run, yaml_first: bool, script_keys: set[str], consolidated: bool) -> str:
@@ -114,13 +114,3 @@ def _consolidated_path(base: Path) -> Path | None:
         if not candidate.exists() and not candidate.is_symlink():
             return candidate
     return None
-
-
-def _unique(locs: list[Location]) -> list[Location]:
-    seen: set[tuple[Any, ...]] = set()
-    out = []
-    for loc in locs:
-        if (loc.file, loc.line) not in seen:
-            seen.add((loc.file, loc.line))
-            out.append(loc)
-    return out
