@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 
 import skill_server.analysis.script.registry as registry
 from skill_server.analysis.script.model import (
+    END,
+    LITERAL,
     Binding,
     ImportedModule,
     ImportedName,
@@ -33,8 +35,6 @@ from skill_server.analysis.script.registry import Result, Site, by_type
 from skill_server.analysis.script.static import OPAQUE_ITEM, NoValue, arith, bounded, hashable, is_number, plain
 
 MAX_DEPTH = 24
-END = 10 ** 9  # "after every line": the value a module name has once the module has run
-LITERAL = Prov("literal")
 IMPORTED_AS_CONSTANT = ("literal", "constant", "arithmetic", "imported constant")  # a module's own computed constant
 
 T = TypeVar("T")

@@ -53,6 +53,12 @@ class Prov:
     assumes: tuple[Assumption, ...] = ()
 
 
+#: The provenance of a literal (and of objects units make, which are as static as the code that makes them).
+LITERAL = Prov("literal")
+#: A line after every line: a name looked up at END has the binding its module leaves it with once it has run.
+END = 10 ** 9
+
+
 def combine(provs: list[Prov] | tuple[Prov, ...], floor: str = "literal") -> Prov:
     """The provenance of a value computed from several parts."""
     hows = {p.how for p in provs} | {floor}

@@ -12,12 +12,10 @@ import ast
 from dataclasses import dataclass, field
 from typing import Any
 
-from skill_server.analysis.script.model import Assumption, Prov, Scope, UnitObject, combine
+from skill_server.analysis.script.model import LITERAL, Assumption, Prov, Scope, UnitObject, combine
 from skill_server.analysis.script.modules import dotted
 from skill_server.analysis.script.registry import Evaluation, Result, Site, attribute, call, kind, method, prepass
 from skill_server.analysis.script.static import OPAQUE_ITEM, NoValue
-
-LITERAL = Prov("literal")
 
 
 @dataclass

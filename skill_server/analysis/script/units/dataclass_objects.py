@@ -12,7 +12,7 @@ import ast
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from skill_server.analysis.script.model import Prov, Scope, UnitObject, combine
+from skill_server.analysis.script.model import END, Prov, Scope, UnitObject, combine
 from skill_server.analysis.script.modules import dotted
 from skill_server.analysis.script.registry import (
     Evaluation,
@@ -28,8 +28,6 @@ from skill_server.analysis.script.static import NoValue
 
 if TYPE_CHECKING:
     from skill_server.analysis.script.modules import ModuleInfo
-
-END = 10 ** 9  # a field default is read as the module has it once it has run
 
 
 @dataclass

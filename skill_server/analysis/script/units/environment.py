@@ -5,11 +5,9 @@ from __future__ import annotations
 
 import ast
 
-from skill_server.analysis.script.model import Assumption, Prov, combine
+from skill_server.analysis.script.model import LITERAL, Assumption, Prov, combine
 from skill_server.analysis.script.registry import Result, Site, call, item
 from skill_server.analysis.script.static import NoValue
-
-LITERAL = Prov("literal")
 
 
 @call("os.getenv", "getenv", "os.environ.get", "environ.get")
