@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from skill_server.analysis.agentjet import KEYS
 from skill_server.analysis.replay import Run
 from skill_server.analysis.values import MISSING, Unknown, a_type, describe_unknown, jsonable, show
@@ -17,6 +15,8 @@ from skill_server.tools.check_config.models import (
     FreezeInfo,
     KwargInfo,
     Location,
+    SetBy,
+    Source,
     WriteInfo,
 )
 
@@ -32,8 +32,11 @@ def effective_value(ctx: LintContext, run: Run, key: str) -> EffectiveValue:
     value = run.value(key)
     setter = run.effective_setter(key)
     assumes: list[str] = []
+    set_by: SetBy
+    source: Source
+    location: Location | None
     if setter is not None:
-        set_by: Any = setter.kind
+        set_by = setter.kind
         location = Location(file=setter.file, line=setter.line)
         assumes = [a.describe() for a in setter.assumes]
         kinds = {a.kind for a in setter.assumes}

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import Any
 
 from skill_server.analysis.agentjet import KEYS
 from skill_server.analysis.replay import Run
@@ -41,7 +42,7 @@ def length_budget(ctx: LintContext, run: Run) -> Iterator[Report]:
                      {**cause_values(cause), **v}, fix)
 
 
-def _types(values: dict) -> list[str]:
+def _types(values: dict[str, Any]) -> list[str]:
     return [f"{name} is {show(value)} ({a_type(value)})" for name, value in values.items() if not is_num(value)]
 
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 from skill_server.analysis.replay import Run
+from skill_server.analysis.script import Kwarg
 from skill_server.analysis.values import Unknown, same, show
 from skill_server.tools.check_config.context import LintContext, cause_values, yaml_scalar
 from skill_server.tools.check_config.models import Location
@@ -42,7 +44,7 @@ def redundant_kwarg(ctx: LintContext, run: Run) -> Iterator[Report]:
                          f"drop {kwarg}=... or remove {key} from {run.base.name}, so the value lives in one place")
 
 
-def _kwargs_over_yaml(ctx: LintContext, run: Run) -> Iterator[tuple]:
+def _kwargs_over_yaml(ctx: LintContext, run: Run) -> Iterator[tuple[str, str, Kwarg, Any]]:
     c = run.construction
     if c is None or not run.base.is_users:
         return

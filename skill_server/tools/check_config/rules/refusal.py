@@ -54,6 +54,7 @@ def agentjet_refusal(ctx: LintContext, run: Run) -> Iterator[Report]:
         if cause.id in claimed:
             continue
         names = [n for n in cause.values if n in KEYS]  # a check on config values: point at who sets them
+        key: str | None
         if names:
             locations = ctx.locate(run, *names)
             key = KEYS[names[0]]
