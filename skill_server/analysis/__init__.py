@@ -1,6 +1,6 @@
 """The analysis service: what an AgentJet swarm client script configures, read statically (never imported or run).
 
-One pass, in these modules (each builds on the ones before it):
+One pass through these modules, in the order it runs them:
 
 * ``script``: the scan. The script (and modules next to it) read with ``ast``: every ``AgentJetJob(...)``
   with its kwargs resolved where that is possible statically, the writes to ``job.config`` after it and the
@@ -10,8 +10,12 @@ One pass, in these modules (each builds on the ones before it):
 * ``agentjet``: the adapter, the analysis's one door to AgentJet knowledge (``skill_server.agentjet``).
 * ``session``: the state the steps share (the AgentJet described, the scan, notes, YAML line numbers).
 * ``bases``: which base YAML each construction composes, found where AgentJetJob opens it.
-* ``replay``: AgentJetJob's construction replayed on that base, on values that may be ``Unknown`` (``values``).
+* ``replay``: AgentJetJob's construction replayed on that base: the one ordered list of construction steps
+  of ``skill_server.agentjet.job`` (the one ``build_config`` runs), on values that may be ``Unknown``
+  (``values``).
 * ``analyse``: the entry, ``analyse(...) -> Analysis``: one ``Run`` per construction.
 
-Tools read the result: ``check_config`` runs its lint rules on it. Nothing here reports findings.
+Tools read the result: ``check_config`` runs its lint rules on it (and builds its consolidation on
+``inputs``: a run's kwargs and writes as ``build_config`` takes them, from resolved values only). Nothing
+here reports findings.
 """
