@@ -46,10 +46,6 @@ T = TypeVar("T")
 class Evaluation(Protocol):
     """What a unit may ask of the evaluator."""
 
-    @property
-    def main(self) -> ModuleInfo:
-        """The client script."""
-
     def eval(self, node: ast.expr, scope: Scope | None, line: int, depth: int) -> Result:
         """The static value of ``node`` as it is at ``line`` (``depth``: the nesting so far; pass it on)."""
 
