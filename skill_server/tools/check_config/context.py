@@ -24,13 +24,12 @@ CAP_INPUTS = ("max_env_worker", "num_repeat", "train_batch_size")
 
 
 class LintContext:
-    """What every rule reads: AgentJet (the adapter), the scan, the runs; where skips are recorded."""
+    """What every rule reads: AgentJet (the adapter), the runs, the script's file; where skips are recorded."""
 
     def __init__(self, analysis: Analysis) -> None:
         session = analysis.session
         self.session = session
         self.aj = session.aj
-        self.scan = session.scan
         self.script_file = session.script_file
         self.runs = analysis.runs
         self.notes = session.notes  # one list: the analysis's notes, then the rules'
