@@ -7,8 +7,8 @@ import textwrap
 import pytest
 
 from skill_server.agentjet.identity import agentjet_label
+from skill_server.analysis.script import scan_script
 from skill_server.tools.build_config.tool import BuildConfigInput, build_config
-from skill_server.tools.check_config.script import scan_script
 from tests.lint_helpers import LAYERS_TAIL, SWARM_TAIL, lint, only, rules, skipped, write
 
 HEAD = "import os\nimport argparse\nfrom ajet.copilot.job import AgentJetJob\n"
@@ -75,6 +75,27 @@ job = AgentJetJob(batch_size=args.batch_size, num_repeat=args.repeat, lr=args.lr
     assert got["experiment_name"].why == "positional argument name is given on the command line"
     assert got["backbone"].why == "no argparse option of the script stores missing"
     assert not got["logging"].resolved and "did not recognise" in got["logging"].why
+
+
+def test_a_registered_unit_teaches_the_evaluator_a_library(tmp_path):
+    """Adding a library is adding a unit: the core and the other units stay as they are."""
+    from skill_server.analysis.script import registry
+    from skill_server.analysis.script.model import Prov
+
+    def settings_value(site, node):
+        if len(node.args) != 1:
+            return None  # not its case: the core goes on (and finds nothing)
+        key, prov = site.eval(node.args[0])
+        return {"workers": 96}.get(key), Prov("constant", prov.assumes)
+
+    registry.call("settings.value")(settings_value)
+    try:
+        got = kwargs_of(tmp_path, 'import settings\njob = AgentJetJob(max_env_worker=settings.value("workers"), '
+                                  'num_repeat=settings.value())\n')
+    finally:
+        registry.CALLS.pop("settings.value")
+    assert (got["max_env_worker"].value, got["max_env_worker"].how) == (96, "constant")
+    assert got["num_repeat"].why == "settings is the imported module settings, which is not read statically"
 
 
 def test_a_function_called_once_passes_its_argument(tmp_path):
@@ -218,6 +239,16 @@ def test_consolidation_with_an_unresolved_kwarg_is_null(tmp_path):
                           "os.environ[...], which has no default)")
     assert missing[1] == "job.set_workflow(object) (line 6): sets ajet.rollout.user_workflow at run time"
     assert "<" not in str(split.values)
+
+
+def test_locations_name_each_key_once_even_on_one_line(tmp_path):
+    """One location per file, line and key: two kwargs on one line are two places to change."""
+    write(tmp_path, "game.yaml", "ajet:\n  rollout:\n    num_repeat: 4\n", SWARM_TAIL)
+    script = write(tmp_path, "client.py", HEAD + 'BASE = os.path.join(os.path.dirname(__file__), "game.yaml")\n'
+                   "job = AgentJetJob(base_yaml_config=BASE, max_env_worker=64, batch_size=32)\n")
+    split = only(lint(script), "split-configuration")
+    assert [(loc.line, loc.key, loc.source) for loc in split.locations][:2] == [
+        (5, "ajet.rollout.max_env_worker", "kwarg"), (5, "ajet.data.train_batch_size", "kwarg")]
 
 
 # --- fixes never repeat what the script already does --------------------------------------------------

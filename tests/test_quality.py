@@ -16,18 +16,10 @@ REASON = "# one piece:"
 
 #: Functions still being taken apart (issue 18); must end empty.
 KNOWN_COMPLEX = {
-    "skill_server/agentjet/job.py:_write",
     "skill_server/core/http_json.py:_read_response",
     "skill_server/experiments/launching.py:_plan",
     "skill_server/experiments/launching.py:launch",
     "skill_server/hosts/agent/procs.py:marked",
-    "skill_server/tools/check_config/rules/split.py:consolidate",
-    "skill_server/tools/check_config/rules/split.py:split_configuration",
-    "skill_server/tools/check_config/script/evaluate.py:Evaluator._call",
-    "skill_server/tools/check_config/script/evaluate.py:Evaluator._method",
-    "skill_server/tools/check_config/script/evaluate.py:Evaluator.eval",
-    "skill_server/tools/check_config/script/modules.py:_bind",
-    "skill_server/tools/check_config/script/static.py:arith",
     "skill_server/tools/swarm_status/diagnosis.py:diagnose",
 }
 

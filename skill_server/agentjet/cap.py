@@ -206,7 +206,8 @@ def _suggestions(inp: EpisodeCapInput, r: EpisodeCapResult) -> list[str]:
         if r.thread_rule == "ceil":
             waste = f"{r.queued_loops} of the {r.worker_loops} submitted loops wait in the queue and never run"
         else:
-            waste = f"{mew - r.bounds.max_env_worker_groups} pool threads stay idle (the floor rule drops the partial group)"
+            waste = (f"{mew - r.bounds.max_env_worker_groups} pool threads stay idle (the floor rule drops the "
+                     "partial group)")
         rounding_binds = r.bounds.max_env_worker_groups < mew and (
             tbs is None or r.bounds.max_env_worker_groups <= n * tbs)
         if r.queued_loops or (r.thread_rule == "floor" and rounding_binds):

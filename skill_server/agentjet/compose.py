@@ -12,7 +12,6 @@ AgentJetJob reads the base with ``yaml.safe_load``, writes it to a temporary fil
 * only the primary config may set ``hydra.searchpath``; Hydra's own ``hydra`` node is dropped.
 
 Errors are :class:`~skill_server.agentjet.refusals.AgentJetRefusal` with Hydra's exception and message.
-The plain tree helpers at the end (``flatten``, ``get_path``) serve the linter and ``swarm_status`` too.
 """
 
 from __future__ import annotations
@@ -29,6 +28,7 @@ from skill_server.agentjet.release import ConfigFile, Release, read_yaml_file
 from skill_server.core.errors import ToolInputError
 from skill_server.core.fsutil import read_text_bounded
 from skill_server.core.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
+from skill_server.core.trees import flatten
 
 PRIMARY = "tmp….yaml"  # Hydra calls the base by AgentJetJob's random temporary file name
 SELF = "_self_"
@@ -313,7 +313,8 @@ def _merge(dst: dict[Any, Any], src: dict[Any, Any], layer: str, origin: dict[st
             if isinstance(current, dict):
                 for stale in [k for k in origin if k.startswith(path + ".")]:
                     del origin[stale]
-            mark_leaves(value, path, layer, origin)
+            for leaf in flatten(value, prefix=path):
+                origin[leaf] = layer
 
 
 _CACHE: dict[tuple[Any, ...], tuple[list[Any], Composition]] = {}
@@ -373,48 +374,3 @@ def compose(release: Release, base: Base, *, field: str, cwd: Path | None = None
                 _CACHE.clear()
             _CACHE[cache_key] = ([release, base.raw], result)
     return result
-
-
-# --- plain tree helpers (also used by the linter) ---------------------------------------------------------
-
-
-def mark_leaves(value: Any, path: str, source: str, origin: dict[str, str]) -> None:
-    if isinstance(value, dict) and value:
-        for key, child in value.items():
-            mark_leaves(child, f"{path}.{key}" if path else str(key), source, origin)
-    elif path:
-        origin[path] = source
-
-
-def flatten(tree: Any) -> dict[str, Any]:
-    """Dotted leaf -> value of a nested mapping, in document order (an empty mapping counts as a leaf);
-    iterative, so deep trees cannot overflow the stack."""
-    out: dict[str, Any] = {}
-    stack: list[tuple[str, Any]] = [("", tree)]
-    while stack:
-        prefix, node = stack.pop()
-        if isinstance(node, dict) and node:
-            stack.extend((f"{prefix}.{k}" if prefix else str(k), v) for k, v in reversed(list(node.items())))
-        elif prefix:
-            out[prefix] = node
-    return out
-
-
-_ABSENT = object()
-
-
-def get_path(tree: Any, dotted: str, default: Any = _ABSENT) -> Any:
-    """The value at a dotted key; ``default`` (else ``KeyError``) when a part is missing or not a mapping."""
-    node: Any = tree
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            if default is _ABSENT:
-                raise KeyError(dotted)
-            return default
-        node = node[part]
-    return node
-
-
-def has_path(tree: Any, dotted: str) -> bool:
-    missing = object()
-    return get_path(tree, dotted, missing) is not missing

@@ -35,7 +35,8 @@ class AgentJetRef(ToolOutput):
     """The AgentJet an answer describes. Never null: a tool that cannot say which AgentJet it used errs."""
 
     source: Literal["bundled", "install"] = Field(
-        description="bundled: a release shipped with this tool; install: an AgentJet checkout or package read statically.")
+        description="bundled: a release shipped with this tool; install: an AgentJet checkout or package read "
+        "statically.")
     version: str | None = Field(description="ajet.__version__ (null when the install does not declare one).")
     commit: str | None = Field(description="Git commit of the release (null for an install without .git).")
     date: str | None = Field(description="Commit date, ISO 8601 (null when unknown).")

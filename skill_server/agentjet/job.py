@@ -1,12 +1,14 @@
 """``AgentJetJob(**kwargs)`` then ``job.config.<key> = value`` writes then ``dump_job_as_yaml()``, on plain data.
 
-The steps and their order follow AgentJet (see the release's fact sheet): the call itself refuses unknown
-kwargs; then the base must exist and the four lengths go together; then Hydra composes the base
-(:mod:`.compose`); the base's ``defaults`` and then ``hydra`` blocks are copied back; the result is laid
-over the config dataclasses (``Config()``: fields first in declaration order, then keys only YAML has);
-``ensure_new_experiment`` stamps the name; every row of the overrides table is read and each non-None
-kwarg written; then AgentJetJob's checks run, the tcp switch and the trinity check. Writes come after
-construction and are not checked. The dump is ``yaml.safe_dump(config.to_dict(), sort_keys=False)``.
+The steps and their order follow AgentJet (see the release's fact sheet) and are written down once, in
+:class:`ConstructionSteps`: the call itself refuses unknown kwargs; then the base must exist and the four
+lengths go together; then Hydra composes the base (:mod:`.compose`); the base's ``defaults`` and then
+``hydra`` blocks are copied back; the result is laid over the config dataclasses (``Config()``: fields
+first in declaration order, then keys only YAML has); ``ensure_new_experiment`` stamps the name; every row
+of the overrides table is read and each non-None kwarg written; then AgentJetJob's checks run, the tcp
+switch and the trinity check. Writes come after construction and are not checked. ``build_config`` runs
+the steps on plain data (:func:`construct`); the linter's replay (``skill_server.analysis.replay``) runs the
+same steps on values that may be unknown. The dump is ``yaml.safe_dump(config.to_dict(), sort_keys=False)``.
 
 A dataclass instance is an :class:`Obj` (a dict whose order is the instance's ``__dict__`` order);
 attribute reads and writes behave as Python's ``getattr``/``setattr`` do on the real objects.
@@ -15,13 +17,15 @@ attribute reads and writes behave as Python's ``getattr``/``setattr`` do on the 
 from __future__ import annotations
 
 import datetime
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from skill_server.agentjet.compose import Base, Composition, clone, compose, get_path, has_path
+from skill_server.agentjet.compose import Base, Composition, clone, compose
 from skill_server.agentjet.keys import KEYS
 from skill_server.agentjet.refusals import (
     CHECK_NAMES,
@@ -36,6 +40,7 @@ from skill_server.agentjet.refusals import (
 )
 from skill_server.agentjet.release import DATACLASS_MARK, OverridesTable, Release
 from skill_server.core.errors import ToolInputError
+from skill_server.core.trees import get_path, has_path
 
 NAME_SENTINEL = "read_yaml_name"
 INTERCHANGE_KEY = KEYS["interchange_method"]
@@ -73,6 +78,11 @@ def _type_name(value: Any) -> str:
     return value.cls if isinstance(value, Obj) else type(value).__name__
 
 
+def _no_attribute(node: Any, name: str) -> _AttributeProblem:
+    owner = _type_name(node)
+    return _AttributeProblem("AttributeError", f"'{owner}' object has no attribute '{name}'", owner)
+
+
 def get_attr(node: Any, name: str) -> Any:
     if isinstance(node, Obj):
         if name in node:
@@ -80,14 +90,14 @@ def get_attr(node: Any, name: str) -> Any:
     elif hasattr(type(node), name):
         raise ToolInputError(f"the config walk reaches a {type(node).__name__} attribute {name!r}, which this tool "
                              "does not emulate")
-    raise _AttributeProblem("AttributeError", f"'{_type_name(node)}' object has no attribute '{name}'", _type_name(node))
+    raise _no_attribute(node, name)
 
 
 def set_attr(node: Any, name: str, value: Any) -> None:
     if isinstance(node, Obj):
         node[name] = value
         return
-    raise _AttributeProblem("AttributeError", f"'{_type_name(node)}' object has no attribute '{name}'", _type_name(node))
+    raise _no_attribute(node, name)
 
 
 def overlay(schema: dict[str, Any], composed: dict[str, Any]) -> Obj:
@@ -161,61 +171,161 @@ class Construction:
     warnings: list[str] = field(default_factory=list)
 
 
-def construct(release: Release, base: Base, kwargs: dict[str, Any], writes: dict[str, Any], *, base_field: str,
-              cwd: Path | None = None, now: datetime.datetime | None = None) -> Construction:
-    """Run AgentJetJob on plain data; the first thing AgentJet would refuse raises :class:`AgentJetRefusal`."""
-    label = release.label
-    table = release.overrides
-    for cause in unknown_kwarg_causes(kwargs, table.constructor_kwargs, table.takes_any_kwarg, agentjet=label,
-                                      closest=table.closest):
-        raise AgentJetRefusal(cause)
-    for cause in length_group_causes(kwargs, agentjet=label):
-        raise AgentJetRefusal(cause)
+class ConstructionSteps(ABC):
+    """``AgentJetJob(**kwargs)`` and the writes after it, as one ordered list of steps: :meth:`run` is the one
+    place AgentJet's order is written down. Each executor says what a step does on its kind of values:
+    :class:`PlainConstruction` on plain data (the first refusal raises), the linter's replay on values that
+    may be unknown (every refusal is recorded, a check that reads an unknown value is skipped)."""
 
-    composition = compose(release, base, field=base_field, cwd=cwd)
-    for cause in base_block_causes(base.raw, base.display, field=base_field, agentjet=label):
-        raise AgentJetRefusal(cause)
-    config = overlay_composed(release, base, composition, base_field=base_field)
-    before = _snapshot(config)
-    built = Construction(release, composition, config, before)
-    kwargs = dict(kwargs)
-    kwargs.pop("base_yaml_config", None)
+    def run(self) -> None:
+        self.check_call()
+        self.open_base()
+        self.check_lengths()
+        self.compose_base()
+        self.stamp_name()
+        self.write_kwargs()
+        self.check_values()
+        self.switch_to_tcp()
+        self.write_after()
 
-    if kwargs.get("ensure_new_experiment"):
-        stamp = (now or datetime.datetime.now()).strftime("%Y%m%d-%H%M%S")
+    @abstractmethod
+    def check_call(self) -> None:
+        """The call itself: Python refuses a kwarg ``AgentJetJob.__init__`` does not take."""
+
+    @abstractmethod
+    def open_base(self) -> None:
+        """``base_yaml_config`` is opened: a missing file is refused (no base: the release's swarm default)."""
+
+    @abstractmethod
+    def check_lengths(self) -> None:
+        """The four length kwargs go together: all of them or none."""
+
+    @abstractmethod
+    def compose_base(self) -> None:
+        """Hydra composes the base; its ``defaults`` and ``hydra`` blocks are copied back (refused when
+        missing); the result is laid over ``Config()``."""
+
+    @abstractmethod
+    def stamp_name(self) -> None:
+        """``ensure_new_experiment``: the experiment name gets the launch time."""
+
+    @abstractmethod
+    def write_kwargs(self) -> None:
+        """The overrides walk: every row's key is read, each non-None kwarg written there, in table order."""
+
+    @abstractmethod
+    def check_values(self) -> None:
+        """AgentJetJob's checks on the values now in the config (lengths, LoRA, nnodes, backbone)."""
+
+    @abstractmethod
+    def switch_to_tcp(self) -> None:
+        """``nnodes > 1`` in swarm mode: the interchange becomes tcp."""
+
+    @abstractmethod
+    def write_after(self) -> None:
+        """``job.config.<key> = value`` after construction (AgentJet checks none of them)."""
+
+
+class PlainConstruction(ConstructionSteps):
+    """The steps on plain data: what ``build_config`` reproduces, refusing exactly where AgentJet raises."""
+
+    base: Base
+    built: Construction
+
+    def __init__(self, release: Release, base: Base | Callable[[], Base], kwargs: dict[str, Any],
+                 writes: dict[str, Any], *, base_field: str, cwd: Path | None, now: datetime.datetime | None) -> None:
+        self.release = release
+        self.label = release.label
+        self.table = release.overrides
+        self._opener = base
+        self.kwargs = dict(kwargs)
+        self.writes = writes
+        self.base_field = base_field
+        self.cwd = cwd
+        self.now = now
+        self.values: dict[str, Any] = {}  # the checked values, by check name
+
+    def check_call(self) -> None:
+        table = self.table
+        for cause in unknown_kwarg_causes(self.kwargs, table.constructor_kwargs, table.takes_any_kwarg,
+                                          agentjet=self.label, closest=table.closest):
+            raise AgentJetRefusal(cause)
+
+    def open_base(self) -> None:
+        self.base = self._opener if isinstance(self._opener, Base) else self._opener()
+
+    def check_lengths(self) -> None:
+        for cause in length_group_causes(self.kwargs, agentjet=self.label):
+            raise AgentJetRefusal(cause)
+
+    def compose_base(self) -> None:
+        release, base, base_field = self.release, self.base, self.base_field
+        composition = compose(release, base, field=base_field, cwd=self.cwd)
+        for cause in base_block_causes(base.raw, base.display, field=base_field, agentjet=self.label):
+            raise AgentJetRefusal(cause)
+        config = overlay_composed(release, base, composition, base_field=base_field)
+        self.built = Construction(release, composition, config, _snapshot(config))
+        self.kwargs.pop("base_yaml_config", None)
+
+    def stamp_name(self) -> None:
+        kwargs = self.kwargs
+        if not kwargs.get("ensure_new_experiment"):
+            return
+        stamp = (self.now or datetime.datetime.now()).strftime("%Y%m%d-%H%M%S")
         name = kwargs.get("experiment_name")
         if name is None:
-            name = _read(config, KEYS["experiment_name"], "ensure_new_experiment", base_field, label)
+            name = _read(self.built.config, KEYS["experiment_name"], "ensure_new_experiment", self.base_field,
+                         self.label)
             if name != NAME_SENTINEL:
                 kwargs["experiment_name"] = f"{name}_{stamp}"
         else:
             kwargs["experiment_name"] = f"{name}_{stamp}"
 
-    for kwarg, key in walk_overrides(config, table, kwargs, base_field=base_field, label=label):
-        built.sources[key] = "kwarg"
-        _type_warning(kwarg, kwargs[kwarg], get_path(before, key, None), built.warnings)
+    def write_kwargs(self) -> None:
+        built = self.built
+        for kwarg, key in walk_overrides(built.config, self.table, self.kwargs, base_field=self.base_field,
+                                         label=self.label):
+            built.sources[key] = "kwarg"
+            _type_warning(kwarg, self.kwargs[kwarg], get_path(built.before_kwargs, key, None), built.warnings)
 
-    values, where, keys = {}, {}, check_keys(table)
-    for name, key in keys.items():
-        values[name] = get_path(config, key, None)
-        given = kwargs.get(name) is not None
-        where[name] = f"kwargs.{name}" if given or base.kind == "default" else base_field
-    for cause in value_causes(values, where, agentjet=label, keys=keys):
-        raise AgentJetRefusal(cause)
-    if switches_to_tcp(values):
-        server = _read(config, "ajet.interchange_server", "nnodes", base_field, label)
+    def check_values(self) -> None:
+        where: dict[str, str] = {}
+        keys = check_keys(self.table)
+        for name, key in keys.items():
+            self.values[name] = get_path(self.built.config, key, None)
+            given = self.kwargs.get(name) is not None
+            where[name] = f"kwargs.{name}" if given or self.base.kind == "default" else self.base_field
+        for cause in value_causes(self.values, where, agentjet=self.label, keys=keys):
+            raise AgentJetRefusal(cause)
+
+    def switch_to_tcp(self) -> None:
+        if not switches_to_tcp(self.values):
+            return
+        built, label = self.built, self.label
+        server = _read(built.config, "ajet.interchange_server", "nnodes", self.base_field, label)
         try:
             set_attr(server, "interchange_method", "tcp")
         except _AttributeProblem as problem:
             raise AgentJetRefusal(Cause("missing-key", "ajet.interchange_server is not a section, so the tcp switch "
                                         "for nnodes > 1 cannot be written", problem.exception, problem.message,
-                                        field=base_field, key=INTERCHANGE_KEY, agentjet=label)) from None
+                                        field=self.base_field, key=INTERCHANGE_KEY, agentjet=label)) from None
         built.sources[INTERCHANGE_KEY] = "agentjet"
         built.notes[INTERCHANGE_KEY] = f"set to tcp by AgentJetJob ({label}): nnodes > 1 in swarm mode"
 
-    for key, value in writes.items():
-        _write(built, key, value)
-    return built
+    def write_after(self) -> None:
+        for key, value in self.writes.items():
+            _write(self.built, key, value)
+
+
+def construct(release: Release, base: Base | Callable[[], Base], kwargs: dict[str, Any], writes: dict[str, Any], *,
+              base_field: str, cwd: Path | None = None, now: datetime.datetime | None = None) -> Construction:
+    """Run AgentJetJob on plain data; the first thing AgentJet would refuse raises :class:`AgentJetRefusal`.
+
+    ``base`` is the base, or how to open it: called where AgentJetJob opens ``base_yaml_config``, after
+    the call's own check (so an unknown kwarg is refused before a missing base)."""
+    steps = PlainConstruction(release, base, kwargs, writes, base_field=base_field, cwd=cwd, now=now)
+    steps.run()
+    return steps.built
 
 
 def check_keys(table: OverridesTable) -> dict[str, str]:
@@ -322,50 +432,63 @@ def _type_warning(kwarg: str, value: Any, base_value: Any, warnings: list[str]) 
 def _write(built: Construction, key: str, value: Any) -> None:
     """``job.config.<key> = value`` after construction: attributes on dataclass sections, items in plain
     dicts; a new key goes to the end of its mapping, a mapping written over a section replaces it."""
-    field_name = f"set.{key}"
-    label = built.release.label
     parts = key.split(".")
     if not key or any(not p for p in parts):
-        raise ToolInputError("write keys are dotted paths such as ajet.rollout.temperature", field=field_name)
+        raise ToolInputError("write keys are dotted paths such as ajet.rollout.temperature", field=f"set.{key}")
+    section = _write_target(built, key, parts)
+    _warn_before_write(built, key)
+    section[parts[-1]] = clone(value)
+    for stale in [k for k in built.sources if k.startswith(key + ".")]:
+        del built.sources[stale]
+    built.sources[key] = "set"
+    _warn_after_write(built, key)
+
+
+def _write_target(built: Construction, key: str, parts: list[str]) -> dict[str, Any]:
+    """The mapping the write lands in, reached as Python would (AttributeError, KeyError: refused)."""
+    field_name = f"set.{key}"
+    label = built.release.label
     node: Any = built.config
     for depth, part in enumerate(parts[:-1]):
         reached = ".".join(parts[:depth + 1])
-        if isinstance(node, Obj):
-            if part not in node:
-                raise AgentJetRefusal(Cause(
-                    "write-below-missing-section", f"{reached} does not exist, so job.config.{key} = ... fails"
-                    + _closest_hint(reached, built.config), "AttributeError",
-                    f"'{node.cls}' object has no attribute '{part}'", field=field_name, key=reached, agentjet=label))
-            node = node[part]
-        elif isinstance(node, dict):
-            if part not in node:
-                raise AgentJetRefusal(Cause(
-                    "write-below-missing-section", f"{reached} does not exist in the plain-dict section "
-                    f"{'.'.join(parts[:depth])}, so writing {key} fails" + _closest_hint(reached, built.config),
-                    "KeyError", repr(part), field=field_name, key=reached, agentjet=label, verified=False))
-            node = node[part]
-        else:
+        if isinstance(node, Obj) and part not in node:
+            raise AgentJetRefusal(Cause(
+                "write-below-missing-section", f"{reached} does not exist, so job.config.{key} = ... fails"
+                + _closest_hint(reached, built.config), "AttributeError",
+                f"'{node.cls}' object has no attribute '{part}'", field=field_name, key=reached, agentjet=label))
+        if isinstance(node, dict) and not isinstance(node, Obj) and part not in node:
+            raise AgentJetRefusal(Cause(
+                "write-below-missing-section", f"{reached} does not exist in the plain-dict section "
+                f"{'.'.join(parts[:depth])}, so writing {key} fails" + _closest_hint(reached, built.config),
+                "KeyError", repr(part), field=field_name, key=reached, agentjet=label, verified=False))
+        if not isinstance(node, dict):
             raise AgentJetRefusal(Cause(
                 "write-through-value", f"{'.'.join(parts[:depth])} holds a {type(node).__name__}, not a section, so "
                 f"{key} cannot be written", "AttributeError", f"'{type(node).__name__}' object has no attribute "
                 f"'{part}'", field=field_name, key=reached, agentjet=label, verified=False))
+        node = node[part]
     if not isinstance(node, dict):
         raise AgentJetRefusal(Cause(
             "write-through-value", f"{'.'.join(parts[:-1])} holds a {type(node).__name__}, not a section, so {key} "
             "cannot be written", "AttributeError", f"'{type(node).__name__}' object has no attribute '{parts[-1]}'",
             field=field_name, key=key, agentjet=label, verified=False))
-    known = has_path(built.before_kwargs, key)
-    if not known:
+    return node
+
+
+def _warn_before_write(built: Construction, key: str) -> None:
+    """A key nothing reads, or one that has a kwarg (writes skip AgentJetJob's checks)."""
+    label = built.release.label
+    if not has_path(built.before_kwargs, key):
         built.warnings.append(f"write {key} creates a key that {label}'s defaults and schema do not have; nothing "
                               "may read it" + _closest_hint(key, built.before_kwargs))
     kwarg = built.release.overrides.kwarg_for(key)
     if kwarg:
         built.warnings.append(f"write {key} has a kwarg: pass {kwarg}=... to AgentJetJob instead of writing it "
                               "after construction (writes skip AgentJetJob's checks)")
-    node[parts[-1]] = clone(value)
-    for stale in [k for k in built.sources if k.startswith(key + ".")]:
-        del built.sources[stale]
-    built.sources[key] = "set"
+
+
+def _warn_after_write(built: Construction, key: str) -> None:
+    """What the write undoes of AgentJetJob's work: the tcp switch, the length check (which ran before it)."""
     if key == INTERCHANGE_KEY or key.startswith(INTERCHANGE_KEY.rsplit(".", 1)[0]):
         nnodes = get_path(built.config, KEYS["nnodes"], None)
         method = get_path(built.config, INTERCHANGE_KEY, None)

@@ -80,7 +80,8 @@ def _signature(init: ast.FunctionDef) -> list[tuple[str, Any]]:
         try:
             out.append((arg.arg, ast.literal_eval(default)))
         except (ValueError, SyntaxError, TypeError, RecursionError):
-            raise SourceUnreadable(f"the default of AgentJetJob.__init__ parameter {arg.arg!r} is not a literal") from None
+            raise SourceUnreadable(f"the default of AgentJetJob.__init__ parameter {arg.arg!r} is not a "
+                                   "literal") from None
     return out
 
 
@@ -114,32 +115,33 @@ def read_schema_source(source: str) -> dict[str, Any]:
     """The tree ``Config()`` builds: every dataclass node is a dict with ``__dataclass__`` (its class name)
     first and its fields in declaration order (inherited fields first), leaves holding the defaults."""
     tree = _parse(source, "the schema module")
-    classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef) and any(_is_dataclass(d) for d in n.decorator_list)}
+    classes = {n.name: n for n in tree.body
+               if isinstance(n, ast.ClassDef) and any(_is_dataclass(d) for d in n.decorator_list)}
     if "Config" not in classes:
         raise SourceUnreadable("the schema module has no @dataclass Config")
 
-    def fields_of(name: str, seen: tuple[str, ...]) -> list[ast.AnnAssign]:
+    def fields_of(name: str, seen: tuple[str, ...]) -> dict[str, ast.AnnAssign]:
+        """Field name -> its annotated assignment, inherited fields first (as dataclasses order them)."""
         if name in seen:
             raise SourceUnreadable(f"dataclass {name} inherits from itself")
         cls = classes[name]
         inherited: dict[str, ast.AnnAssign] = {}
         for base in cls.bases:
             if isinstance(base, ast.Name) and base.id in classes:
-                for stmt in fields_of(base.id, (*seen, name)):
-                    inherited[stmt.target.id] = stmt  # type: ignore[union-attr]
+                inherited.update(fields_of(base.id, (*seen, name)))
             elif not (isinstance(base, ast.Name) and base.id == "object"):
                 raise SourceUnreadable(f"dataclass {name} derives from {ast.unparse(base)}, which is not read")
-        for stmt in cls.body:
-            if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) and not _is_classvar(stmt.annotation):
-                inherited[stmt.target.id] = stmt  # an override keeps the inherited position
-        return list(inherited.values())
+        for item in cls.body:
+            if (isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name)
+                    and not _is_classvar(item.annotation)):
+                inherited[item.target.id] = item  # an override keeps the inherited position
+        return inherited
 
     def build(name: str, depth: int) -> dict[str, Any]:
         if depth > MAX_SCHEMA_DEPTH:
             raise SourceUnreadable(f"dataclasses nest deeper than {MAX_SCHEMA_DEPTH} levels at {name}")
         node: dict[str, Any] = {DATACLASS_MARK: name}
-        for stmt in fields_of(name, ()):
-            field_name = stmt.target.id  # type: ignore[union-attr]
+        for field_name, stmt in fields_of(name, ()).items():
             value = _field_default(stmt.value, classes)
             if value is _NO_DEFAULT:
                 raise SourceUnreadable(f"the default of {name}.{field_name} is not stated as a literal, a dataclass "
@@ -150,7 +152,7 @@ def read_schema_source(source: str) -> dict[str, Any]:
     return build("Config", 0)
 
 
-class _ClassRef(tuple):  # ("class", name)
+class _ClassRef(tuple[str, str]):  # ("class", name)
     pass
 
 
@@ -176,8 +178,9 @@ def _field_default(node: ast.expr | None, classes: dict[str, ast.ClassDef]) -> A
             if keyword.arg == "default_factory":
                 return _factory(keyword.value, classes)
         return _NO_DEFAULT
-    if isinstance(node, ast.Call) and _callee(node) in classes and not node.args and not node.keywords:
-        return _ClassRef(("class", _callee(node)))
+    made = _instantiated(node, classes)
+    if made is not None:
+        return _ClassRef(("class", made))
     return _literal(node)
 
 
@@ -188,12 +191,21 @@ def _factory(node: ast.expr, classes: dict[str, ast.ClassDef]) -> Any:
         return {"dict": {}, "list": []}.get(node.id, _NO_DEFAULT)
     if isinstance(node, ast.Lambda):
         body = node.body
-        if isinstance(body, ast.Call) and _callee(body) in classes and not body.args and not body.keywords:
-            return _ClassRef(("class", _callee(body)))
+        made = _instantiated(body, classes)
+        if made is not None:
+            return _ClassRef(("class", made))
         if isinstance(body, ast.Call) and _callee(body) in ("dict", "list") and not body.args and not body.keywords:
             return {} if _callee(body) == "dict" else []
         return _literal(body)
     return _NO_DEFAULT
+
+
+def _instantiated(node: ast.expr, classes: dict[str, ast.ClassDef]) -> str | None:
+    """The schema dataclass ``node`` instantiates without arguments (``Rollout()``), else None."""
+    if not isinstance(node, ast.Call) or node.args or node.keywords:
+        return None
+    callee = _callee(node)
+    return callee if callee is not None and callee in classes else None
 
 
 def _callee(node: ast.Call) -> str | None:
@@ -246,9 +258,10 @@ def read_init_version(source: str) -> str | None:
     except (SyntaxError, ValueError, RecursionError):
         return None
     for node in tree.body:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets):
-            if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
-                return node.value.value
+        if (isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "__version__" for t in node.targets)
+                and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+            return node.value.value
     return None
 
 

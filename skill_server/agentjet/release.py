@@ -23,9 +23,10 @@ import os
 import posixpath
 import stat
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from skill_server.agentjet import gitmeta, pysource
 from skill_server.agentjet.identity import AgentJetRef, agentjet_label, short_commit
@@ -194,24 +195,25 @@ class BundledRelease(Release):
         self._lock = threading.Lock()
 
     @functools.cached_property
-    def overrides(self) -> OverridesTable:  # type: ignore[override]
+    def overrides(self) -> OverridesTable:
         job = self.document["job"]
         return OverridesTable(rows=tuple((k, v) for k, v in job["overrides"]),
                               signature=tuple((k, v) for k, v in job["signature"]),
                               takes_any_kwarg=bool(job.get("takes_any_kwarg")))
 
     @functools.cached_property
-    def schema(self) -> Schema:  # type: ignore[override]
+    def schema(self) -> Schema:
         return Schema(tree=self.document["schema"])
 
     @property
-    def thread_rule(self) -> ThreadRule:  # type: ignore[override]
+    def thread_rule(self) -> ThreadRule:
         rule = self.document["thread_rule"]
         return ThreadRule(rule.get("rule"), f"{rule.get('evidence')} (bundled)", self.label)
 
     @property
-    def default_base(self) -> str:  # type: ignore[override]
-        return self.document.get("default_base", SWARM_DEFAULT)
+    def default_base(self) -> str:
+        rel: str = self.document.get("default_base", SWARM_DEFAULT)
+        return rel
 
     def _file_table(self) -> dict[str, ConfigFile]:
         """``layers.json``, read on first use only: tools that build no config never load it."""
@@ -226,10 +228,10 @@ class BundledRelease(Release):
                     }
         return self._files
 
-    def config_file(self, rel: str, *, raw: bool = False) -> ConfigFile | None:  # type: ignore[override]
+    def config_file(self, rel: str, *, raw: bool = False) -> ConfigFile | None:
         return self._file_table().get(_normal_rel(rel))
 
-    def has_folder(self, rel: str) -> bool:  # type: ignore[override]
+    def has_folder(self, rel: str) -> bool:
         prefix = _normal_rel(rel).rstrip("/") + "/"
         return any(name.startswith(prefix) for name in self._file_table())
 
@@ -376,13 +378,14 @@ class InstallRelease(Release):
         self.ref = AgentJetRef(source="install", version=version, commit=commit, date=date, path=str(install.root))
 
     @property
-    def root(self) -> Path:  # type: ignore[override]
+    def root(self) -> Path:
         return self.install.root
 
     @property
     def pyproject_version(self) -> str | None:
         """The checkout's ``pyproject.toml`` version, which may differ from ``ajet.__version__``."""
-        return self._optional("pyproject.toml", "pyproject", pysource.read_pyproject_version)
+        found: str | None = self._optional("pyproject.toml", "pyproject", pysource.read_pyproject_version)
+        return found
 
     def _optional(self, rel: str, kind: str, parse: Callable[[str], Any]) -> Any:
         try:
@@ -423,13 +426,13 @@ class InstallRelease(Release):
                 field=self.field)
 
     @property
-    def overrides(self) -> OverridesTable:  # type: ignore[override]
+    def overrides(self) -> OverridesTable:
         signature, rows, any_kwarg = self._read(JOB_MODULE, "job", pysource.read_job_source,
                                                 "AgentJetJob's signature and overrides table cannot be read")
         return OverridesTable(rows=tuple(rows), signature=tuple(signature), takes_any_kwarg=any_kwarg)
 
     @property
-    def schema(self) -> Schema:  # type: ignore[override]
+    def schema(self) -> Schema:
         tree = self._read(SCHEMA_MODULE, "schema", pysource.read_schema_source,
                           "the config dataclasses (field order and defaults) cannot be read, and this tool does not "
                           "fill them in from a bundled release")
@@ -439,7 +442,7 @@ class InstallRelease(Release):
         return Schema(tree=tree)
 
     @property
-    def thread_rule(self) -> ThreadRule:  # type: ignore[override]
+    def thread_rule(self) -> ThreadRule:
         try:
             rule, evidence = cached_file(self.install.root / ROLLOUT_MODULE, "rollout", pysource.read_thread_rule)
         except FileNotFoundError:
@@ -448,10 +451,10 @@ class InstallRelease(Release):
             return ThreadRule(None, f"cannot read {ROLLOUT_MODULE}: {exc}", self.label)
         return ThreadRule(rule, f"{evidence} of {ROLLOUT_MODULE}", self.label)
 
-    def has_folder(self, rel: str) -> bool:  # type: ignore[override]
+    def has_folder(self, rel: str) -> bool:
         return (self.install.root / rel).is_dir()
 
-    def config_file(self, rel: str, *, raw: bool = False) -> ConfigFile | None:  # type: ignore[override]
+    def config_file(self, rel: str, *, raw: bool = False) -> ConfigFile | None:
         rel = _normal_rel(rel)
         path = self.install.root / rel
         return read_yaml_file(path, origin=str(path), rel=rel, field=self.field, raw=raw)
@@ -498,4 +501,5 @@ def _matches(ref: AgentJetRef, wanted: str) -> bool:
     text = wanted.strip()
     version = text[1:] if text[:1] in "vV" and text[1:2].isdigit() else text
     lowered = text.lower()
-    return ref.version == version or (len(lowered) >= 4 and bool(ref.commit) and ref.commit.lower().startswith(lowered))
+    return ref.version == version or (len(lowered) >= 4 and ref.commit is not None
+                                      and ref.commit.lower().startswith(lowered))

@@ -101,7 +101,7 @@ def take_snapshot(checkout: str, *, commit: str | None = None, date: str | None 
         files[rel] = entry
     meta = {"repo": repo or gitmeta.origin_repo(install.root), "version": release.ref.version,
             "pyproject_version": release.pyproject_version, "commit": commit.lower(), "date": date}
-    document = {
+    document: dict[str, Any] = {
         "format": RELEASE_FORMAT,
         "about": ABOUT,
         "agentjet": meta,
@@ -123,7 +123,7 @@ def _same(a: Any, b: Any) -> bool:
         return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
     if isinstance(a, list):
         return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return a == b or (a != a and b != b)  # nan
+    return bool(a == b or (a != a and b != b))  # nan
 
 
 def _check_json(value: Any, where: str) -> None:

@@ -83,7 +83,9 @@ _PYYAML_RESOLVER = yaml.resolver.Resolver()
 
 
 def _pyyaml_plain_tag(text: str) -> str:
-    return _PYYAML_RESOLVER.resolve(yaml.ScalarNode, text, (True, False))
+    # types-PyYAML leaves BaseResolver.resolve unannotated: its result is the tag, a str
+    tag: str = _PYYAML_RESOLVER.resolve(yaml.ScalarNode, text, (True, False))  # type: ignore[no-untyped-call]
+    return tag
 
 
 def omegaconf_float(text: str) -> float:
@@ -126,7 +128,8 @@ def _retype_scalar(value: Any, where: str) -> Any:
 
 
 def _describe_unsupported(value: Any) -> str:
-    kind = {set: "a !!set value", tuple: "an !!omap or !!pairs entry", bytes: "!!binary data"}.get(type(value))
+    kinds: dict[type, str] = {set: "a !!set value", tuple: "an !!omap or !!pairs entry", bytes: "!!binary data"}
+    kind = kinds.get(type(value))
     kind = kind or f"a {type(value).__name__} value"
     return f"{kind}, which AgentJet's OmegaConf composition cannot hold"
 

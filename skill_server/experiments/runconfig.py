@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from skill_server.core import trees
 from skill_server.core.errors import ToolInputError
 from skill_server.core.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
 from skill_server.experiments.progress import MAX_STEPS
@@ -101,12 +102,7 @@ def parse_answer(candidate: Candidate, answer: dict[str, Any]) -> tuple[Any, str
 
 
 def _get(data: Any, dotted: str) -> Any:
-    node = data
-    for part in dotted.split("."):
-        if not isinstance(node, dict) or part not in node:
-            return None
-        node = node[part]
-    return node
+    return trees.get_path(data, dotted, None)
 
 
 def _positive_int(value: Any) -> int | None:
@@ -221,16 +217,7 @@ def fold_answers(row: Row, cands: list[Candidate], answers: list[dict[str, Any]]
 
 def flatten(data: Any) -> dict[str, Any]:
     """Dotted keys to leaf values (lists are leaves), bounded in keys and depth."""
-    out: dict[str, Any] = {}
-    stack: list[tuple[str, Any, int]] = [("", data, 0)]
-    while stack and len(out) < MAX_FLAT_KEYS:
-        prefix, node, depth = stack.pop()
-        if isinstance(node, dict) and node and depth < MAX_FLAT_DEPTH:
-            for key in reversed(list(node)):
-                stack.append((f"{prefix}.{key}" if prefix else str(key), node[key], depth + 1))
-        else:
-            out[prefix or "(root)"] = node
-    return out
+    return trees.flatten(data, max_keys=MAX_FLAT_KEYS, max_depth=MAX_FLAT_DEPTH, root="(root)")
 
 
 def shown(value: Any) -> Any:

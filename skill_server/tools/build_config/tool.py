@@ -14,22 +14,27 @@ from pathlib import Path
 from typing import Any
 
 from skill_server.agentjet import yamltypes
-from skill_server.agentjet.compose import default_base, flatten, load_base
+from skill_server.agentjet.compose import Base, default_base, load_base
 from skill_server.agentjet.job import Construction, construct, dump, to_plain
-from skill_server.agentjet.refusals import AgentJetRefusal, unknown_kwarg_causes
 from skill_server.agentjet.release import select_agentjet
 from skill_server.core.errors import ToolFailure, ToolInputError
 from skill_server.core.fsutil import describe_kind, resolve_directory, resolve_path, write_text_atomic
+from skill_server.core.trees import flatten
 from skill_server.tools.build_config.models import BaseInfo, BuildConfigInput, BuildConfigResult, ProvenanceEntry
 
 # --- inputs ----------------------------------------------------------------------------------------
+
+
+def _base_field(inp: BuildConfigInput) -> str:
+    """The argument that names the base: kwargs.base_yaml_config when given, else base_yaml."""
+    return "kwargs.base_yaml_config" if inp.kwargs.get("base_yaml_config") is not None else "base_yaml"
 
 
 def _base_path(inp: BuildConfigInput, cwd: Path | None) -> tuple[Path | None, str]:
     from_kwarg = inp.kwargs.get("base_yaml_config")
     if from_kwarg is not None and not isinstance(from_kwarg, str):
         raise ToolInputError(f"must be a path string, got {type(from_kwarg).__name__}", field="kwargs.base_yaml_config")
-    field = "kwargs.base_yaml_config" if from_kwarg is not None else "base_yaml"
+    field = _base_field(inp)
     chosen = from_kwarg if from_kwarg is not None else inp.base_yaml
     if chosen is None:
         return None, field
@@ -64,13 +69,13 @@ def build_config(inp: BuildConfigInput) -> BuildConfigResult:
     _check_values(inp)
     release = select_agentjet(inp.agentjet_version, inp.agentjet_root, cwd=cwd)
     output = _output_path(inp, cwd)
-    table = release.overrides
-    for cause in unknown_kwarg_causes(inp.kwargs, table.constructor_kwargs, table.takes_any_kwarg,
-                                      agentjet=release.label, closest=table.closest):
-        raise AgentJetRefusal(cause)  # Python refuses the call before AgentJetJob runs
-    path, base_field = _base_path(inp, cwd)
-    base = load_base(path, field=base_field, release=release) if path is not None else default_base(release)
-    built = construct(release, base, dict(inp.kwargs), dict(inp.set or {}), base_field=base_field, cwd=cwd)
+
+    def open_base() -> Base:  # where AgentJetJob opens base_yaml_config: after refusing unknown kwargs
+        path, field = _base_path(inp, cwd)
+        return load_base(path, field=field, release=release) if path is not None else default_base(release)
+
+    built = construct(release, open_base, dict(inp.kwargs), dict(inp.set or {}), base_field=_base_field(inp), cwd=cwd)
+    base = built.composition.base
     text = dump(built.config)
     written = None
     if output is not None:

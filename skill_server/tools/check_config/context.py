@@ -1,124 +1,42 @@
-"""The lint context: the scan, the base YAML and the replayed config (``replay``), computed once and handed to
-every rule.
+"""The lint context: the analysis of the script (``skill_server.analysis``), computed once, plus what only the
+linter needs: which checks were skipped and why, where each value is set (as finding locations), and how a
+fix should change it.
 
-For each ``AgentJetJob`` construction (or the YAML alone) a ``Run`` holds the config as AgentJetJob sees
-it at construction (base YAML, then kwargs, then the tcp switch) and as the engine gets it (then the
-writes made before any dump), who set each key (``Setter``: YAML line, kwarg, write, tcp switch), and
-AgentJet's refusal causes (``skill_server.agentjet.refusals.Cause``, through the adapter). A value that
-depends on anything unresolved is an ``Unknown`` with the reason.
+The analysis says what the script configures (one ``Run`` per construction: the config replayed, who set
+each key, AgentJet's refusal causes). Everything here is about reporting on it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
-from skill_server.core.safe_yaml import MAX_YAML_BYTES, PyYAMLLoader
-from skill_server.tools.check_config.agentjet import KEYS, AgentJet, CapFacts, Cause, ComposedBase, SkippedCheck
+from skill_server.analysis.agentjet import KEYS, CapFacts, Cause
+from skill_server.analysis.analyse import Analysis
+from skill_server.analysis.bases import BaseYaml
+from skill_server.analysis.replay import Run
+from skill_server.analysis.values import MISSING, Unknown, a_type, describe_unknown, is_int, show
 from skill_server.tools.check_config.models import Location
-from skill_server.tools.check_config.script import Assumption, Construction, Freeze, ScriptScan, Write
-from skill_server.tools.check_config.values import MISSING, Unknown, a_type, describe_unknown, is_int, lookup, show
 
-SetterKind = Literal["yaml", "kwarg", "write", "tcp-switch"]
 CAP_INPUTS = ("max_env_worker", "num_repeat", "train_batch_size")
 
 
-@dataclass
-class Setter:
-    """One place that sets a key: a YAML line, a kwarg, a write after construction, or the tcp switch."""
-
-    kind: SetterKind
-    file: str | None
-    line: int | None
-    value: Any
-    assumes: tuple[Assumption, ...] = ()
-    name: str = ""  # the kwarg name (for a kwarg)
-    text: str = ""  # the expression as written in the script (for a kwarg or a write)
-
-
-@dataclass
-class BaseYaml:
-    """The base YAML a run composes, or why it cannot be read."""
-
-    state: Literal["defaults", "file", "missing", "unresolved", "refused"]
-    anchor: str  # absolute | script_dir | cwd | explicit | defaults | unresolved
-    expression: str | None  # base_yaml_config as written in the script
-    path: Path | None  # the file compared, or the path that is missing
-    tried: list[str] = field(default_factory=list)  # every path looked at, in order
-    launch_dir_known: bool = True  # False: a relative path and no cwd given
-    reason: str | None = None  # why it cannot be read (in full)
-    value_reason: str | None = None  # why the values it would set are unknown (short, per value)
-    composed: ComposedBase | None = None
-    causes: list[Cause] = field(default_factory=list)  # what AgentJet refuses about this base
-    tree: dict[str, Any] = field(default_factory=dict)
-    origin: dict[str, str] = field(default_factory=dict)
-    explicit: dict[str, Any] = field(default_factory=dict)  # every key the user's YAML writes -> value
-    customised: dict[str, Any] = field(default_factory=dict)  # ... of those, the ones unlike AgentJet's defaults
-
-    @property
-    def is_users(self) -> bool:
-        return self.state == "file"
-
-    @property
-    def values_unknown(self) -> bool:
-        """Every value this base would set is unknown: it is missing, its path is unknown, or AgentJet refuses
-        to compose it."""
-        return self.state in ("missing", "unresolved", "refused")
-
-    @property
-    def name(self) -> str:
-        return self.path.name if self.path is not None else "AgentJet's defaults"
-
-
-@dataclass
-class Run:
-    """One construction (or the YAML alone) replayed the way AgentJetJob does it."""
-
-    construction: Construction | None
-    base: BaseYaml
-    at_construction: dict[str, Any]  # base + kwargs + tcp switch: what AgentJetJob checks
-    tree: dict[str, Any]  # + writes made before any dump: what the engine gets
-    setters: dict[str, list[Setter]]
-    writes: list[Write] = field(default_factory=list)
-    freezes: list[Freeze] = field(default_factory=list)
-    applied_writes: list[Write] = field(default_factory=list)
-    late_writes: list[tuple[Write, Freeze]] = field(default_factory=list)
-    kwarg_values: dict[str, Any] = field(default_factory=dict)  # given kwarg -> value (Unknown if not static)
-    causes: list[Cause] = field(default_factory=list)
-    cause_skips: list[SkippedCheck] = field(default_factory=list)
-
-    def value(self, name_or_key: str) -> Any:
-        """The effective value: a plain value, an ``Unknown`` or MISSING."""
-        return lookup(self.tree, KEYS.get(name_or_key, name_or_key))
-
-    def at_build(self, name_or_key: str) -> Any:
-        return lookup(self.at_construction, KEYS.get(name_or_key, name_or_key))
-
-    def causes_for(self, *ids: str) -> list[Cause]:
-        return [c for c in self.causes if c.id in ids]
-
-
 class LintContext:
-    """What every rule reads: AgentJet (the adapter), the scan, the runs; where skips are recorded."""
+    """What every rule reads: AgentJet (the adapter), the runs, the script's file; where skips are recorded."""
 
-    def __init__(self, aj: AgentJet, scan: ScriptScan | None, cwd: Path | None) -> None:
-        self.aj = aj
-        self.scan = scan
-        self.cwd = cwd
-        self.script_file = str(scan.path) if scan is not None else None
-        self.runs: list[Run] = []
-        self.notes: list[str] = []
+    def __init__(self, analysis: Analysis) -> None:
+        session = analysis.session
+        self.session = session
+        self.aj = session.aj
+        self.script_file = session.script_file
+        self.runs = analysis.runs
+        self.notes = session.notes  # one list: the analysis's notes, then the rules'
+        self.note = session.note
         self.skipped: list[tuple[str, str]] = []
-        self._yaml_lines: dict[str, dict[str, int]] = {}
 
     # -- bookkeeping
-
-    def note(self, text: str) -> None:
-        if text not in self.notes:
-            self.notes.append(text)
 
     def skip(self, rule: str, reason: str) -> None:
         if (rule, reason) not in self.skipped:
@@ -150,7 +68,7 @@ class LintContext:
         return got
 
     def _assumption_hint(self, run: Run, name: str) -> str:
-        setter = self.effective_setter(run, KEYS.get(name, name))
+        setter = run.effective_setter(KEYS.get(name, name))
         if setter is not None and any(a.kind == "env" for a in setter.assumes):
             return " (an environment default is a str at run time unless the script converts it)"
         return ""
@@ -178,15 +96,6 @@ class LintContext:
 
     # -- who sets what, and where
 
-    def effective_setter(self, run: Run, key: str) -> Setter | None:
-        setters = run.setters.get(key)
-        if setters:
-            return setters[-1]
-        for write in reversed(run.applied_writes):  # a whole-section write above the key
-            if key.startswith(write.key + ".") and self.script_file:
-                return Setter("write", self.script_file, write.line, None, write.value.assumes, text=write.value.text)
-        return None
-
     def locate(self, run: Run, *names: str) -> list[Location]:
         """Where each named value is set, effective setters first (in the order given), then overridden ones.
         A value nobody sets is located at AgentJet's default (its file when an install is used)."""
@@ -194,7 +103,7 @@ class LintContext:
         later: list[Location] = []
         for name in names:
             key = KEYS.get(name, name)
-            setter = self.effective_setter(run, key)
+            setter = run.effective_setter(key)
             if setter is None:
                 if run.base.values_unknown:
                     first.append(Location(file=str(run.base.path) if run.base.path else None, line=None, key=key,
@@ -208,7 +117,7 @@ class LintContext:
             for older in reversed(run.setters.get(key, [])[:-1]):
                 if older.kind != "tcp-switch":
                     later.append(Location(file=older.file, line=older.line, key=key, source=older.kind))
-        return _unique(first + later)
+        return unique_locations(first + later)
 
     def construction_location(self, run: Run) -> list[Location]:
         if run.construction is not None:
@@ -216,22 +125,16 @@ class LintContext:
         return [Location(file=str(run.base.path) if run.base.path else None, line=None)]
 
     def yaml_location(self, base: BaseYaml, key: str) -> Location:
-        layer = base.origin.get(key)
-        file = (base.composed.user_layers.get(layer or "") if base.composed else None) or (
-            str(base.path) if base.path else None)
-        return Location(file=file, line=self.yaml_lines(file).get(key) if file else None, key=key, source="yaml")
+        file, line = base.place_of(self.session, key)
+        return Location(file=file, line=line, key=key, source="yaml")
 
     def yaml_lines(self, file: str | None) -> dict[str, int]:
-        if not file:
-            return {}
-        if file not in self._yaml_lines:
-            self._yaml_lines[file] = _key_lines(Path(file))
-        return self._yaml_lines[file]
+        return self.session.key_lines(file)
 
     def where_to_set(self, run: Run, key: str, value: Any) -> str:
         """How to change ``key`` to ``value`` in the place that holds it now, else in the job's one place."""
         kwarg = self.aj.kwarg_for(key)
-        setter = self.effective_setter(run, key)
+        setter = run.effective_setter(key)
         text = show(value)
         if setter is not None and setter.kind == "kwarg":
             if setter.text == show(setter.value):
@@ -267,10 +170,12 @@ def cause_values(cause: Cause) -> dict[str, Any]:
             "verified": cause.verified}
 
 
-def _unique(locs: list[Location]) -> list[Location]:
-    seen: set[tuple[Any, ...]] = set()
+def unique_locations(locations: list[Location]) -> list[Location]:
+    """Each place once, in the order given: a location is the same when it names the same file, line and key
+    (two keys set on one line are two locations; the source does not matter, the first one given is kept)."""
+    seen: set[tuple[str | None, int | None, str | None]] = set()
     out: list[Location] = []
-    for loc in locs:
+    for loc in locations:
         ident = (loc.file, loc.line, loc.key)
         if ident not in seen:
             seen.add(ident)
@@ -283,33 +188,3 @@ def yaml_scalar(value: Any) -> str:
         return yaml.safe_dump(value, default_flow_style=True, width=10_000).strip().removesuffix("...").strip()
     except yaml.YAMLError:
         return show(value)
-
-
-def _key_lines(path: Path) -> dict[str, int]:
-    """Dotted key -> 1-based line of its key in a YAML file (the file was already loaded safely once)."""
-    try:
-        if not path.is_file() or path.stat().st_size > MAX_YAML_BYTES:
-            return {}
-        loader = PyYAMLLoader(path.read_text(encoding="utf-8"))  # bounded like every other read of a YAML
-        try:
-            node = loader.get_single_node()
-        finally:
-            loader.dispose()
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, RecursionError):
-        return {}
-    out: dict[str, int] = {}
-    budget = 200_000
-    seen: set[int] = set()
-    stack: list[tuple[Any, str]] = [(node, "")]
-    while stack and budget > 0:
-        n, prefix = stack.pop()
-        if not isinstance(n, yaml.MappingNode) or id(n) in seen:
-            continue
-        seen.add(id(n))
-        for k, v in n.value:
-            budget -= 1
-            if isinstance(k, yaml.ScalarNode):
-                dotted = f"{prefix}{k.value}"
-                out.setdefault(dotted, k.start_mark.line + 1)
-                stack.append((v, dotted + "."))
-    return out

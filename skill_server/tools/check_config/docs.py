@@ -12,8 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from skill_server.analysis.agentjet import LINT_CAUSES
 from skill_server.tools.check_config import rules as _rules  # noqa: F401  (registers every rule)
-from skill_server.tools.check_config.agentjet import LINT_CAUSES
 from skill_server.tools.check_config.registry import RULES, causes_of
 
 REFERENCE = Path(__file__).resolve().parents[3] / "references" / "split-configuration.md"

@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 from skill_server.tools.check_config.models import Location, Severity
 
 if TYPE_CHECKING:
-    from skill_server.tools.check_config.context import LintContext, Run
+    from skill_server.analysis.replay import Run
+    from skill_server.tools.check_config.context import LintContext
 
 
 @dataclass

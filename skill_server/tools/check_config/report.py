@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-from skill_server.tools.check_config.agentjet import KEYS
-from skill_server.tools.check_config.context import CAP_INPUTS, LintContext, Run
+from skill_server.analysis.agentjet import KEYS
+from skill_server.analysis.replay import Run
+from skill_server.analysis.values import MISSING, Unknown, a_type, describe_unknown, jsonable, show
+from skill_server.core.trees import flatten
+from skill_server.tools.check_config.context import CAP_INPUTS, LintContext
 from skill_server.tools.check_config.models import (
     BaseYamlInfo,
     ConstructionInfo,
@@ -14,9 +15,10 @@ from skill_server.tools.check_config.models import (
     FreezeInfo,
     KwargInfo,
     Location,
+    SetBy,
+    Source,
     WriteInfo,
 )
-from skill_server.tools.check_config.values import MISSING, Unknown, a_type, describe_unknown, flatten, jsonable, show
 
 EFFECTIVE_FIELDS = tuple(name for name in Effective.model_fields if name not in ("episode_cap", "unresolved"))
 
@@ -28,10 +30,13 @@ def effective(ctx: LintContext, run: Run) -> Effective:
 
 def effective_value(ctx: LintContext, run: Run, key: str) -> EffectiveValue:
     value = run.value(key)
-    setter = ctx.effective_setter(run, key)
+    setter = run.effective_setter(key)
     assumes: list[str] = []
+    set_by: SetBy
+    source: Source
+    location: Location | None
     if setter is not None:
-        set_by: Any = setter.kind
+        set_by = setter.kind
         location = Location(file=setter.file, line=setter.line)
         assumes = [a.describe() for a in setter.assumes]
         kinds = {a.kind for a in setter.assumes}

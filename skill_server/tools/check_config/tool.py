@@ -1,22 +1,20 @@
-"""check_config's entry: read the inputs, build the context once, run every registered rule, assemble the result."""
+"""check_config's entry: read the inputs, analyse the script once, run every registered rule, assemble the result."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from skill_server.analysis.agentjet import AgentJet
+from skill_server.analysis.analyse import analyse
+from skill_server.analysis.values import jsonable
 from skill_server.core.fsutil import resolve_directory, resolve_path
 from skill_server.core.safe_yaml import load_yaml_file
 from skill_server.tools.check_config import rules as _rules  # noqa: F401  (registers every rule)
-from skill_server.tools.check_config.agentjet import AgentJet
-from skill_server.tools.check_config.bases import base_for, defaults_base, file_base
 from skill_server.tools.check_config.context import LintContext
 from skill_server.tools.check_config.models import CheckConfigInput, CheckConfigResult, Finding, Skipped, Summary
 from skill_server.tools.check_config.registry import REFUSAL_RULE, RULES, claimed_causes
-from skill_server.tools.check_config.replay import replay
 from skill_server.tools.check_config.report import construction_info, effective
-from skill_server.tools.check_config.script import scan_script
-from skill_server.tools.check_config.values import jsonable
 
 SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
@@ -28,25 +26,10 @@ def check_config(inp: CheckConfigInput) -> CheckConfigResult:
     explicit: Path | None = None
     if inp.yaml:
         explicit = resolve_path(inp.yaml, field="yaml", base=cwd)
-        load_yaml_file(explicit, field="yaml", dialect="pyyaml")  # clear errors first: missing, not a mapping, too large
+        load_yaml_file(explicit, field="yaml", dialect="pyyaml")  # clear errors first: missing, no mapping, too large
         explicit = explicit.resolve()
-    scan = scan_script(resolve_path(inp.script, field="script", base=cwd), field="script") if inp.script else None
-    ctx = LintContext(aj, scan, cwd)
-    for text in scan.notes if scan else []:
-        ctx.note(text)
-    if scan is not None:
-        for construction in scan.constructions:
-            run = replay(ctx, construction, base_for(ctx, construction, explicit))
-            ctx.runs.append(run)
-        orphans = [w for w in scan.writes if w.construction is None]
-        if orphans and len(scan.constructions) != 1:
-            ctx.note(f"{len(orphans)} write(s) to a job's config could not be tied to one construction (lines "
-                     f"{', '.join(str(w.line) for w in orphans[:8])}); they are not checked")
-    if not ctx.runs:
-        base = file_base(ctx, explicit, "explicit", None, field="yaml") if explicit else defaults_base(ctx)
-        ctx.runs.append(replay(ctx, None, base))
-        if explicit is None:
-            ctx.note("nothing to compare: no construction and no yaml; AgentJet's defaults were checked")
+    script = resolve_path(inp.script, field="script", base=cwd) if inp.script else None
+    ctx = LintContext(analyse(aj, script, explicit, cwd))
     findings = _run_rules(ctx)
     infos = [construction_info(ctx, run) for run in ctx.runs if run.construction is not None]
     skipped = [Skipped(rule=r, reason=why) for r, why in ctx.skipped]

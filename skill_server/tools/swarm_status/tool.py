@@ -27,7 +27,6 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from skill_server.agentjet.cap import EpisodeCapInput, EpisodeCapResult, episode_cap_for
-from skill_server.agentjet.compose import get_path
 from skill_server.agentjet.keys import KEYS
 from skill_server.agentjet.release import Release, select_agentjet
 from skill_server.agentjet.swarm_api import ROUTE_ENGINE, ROUTE_EXPERIMENT_DIR, ROUTE_POOL
@@ -35,6 +34,7 @@ from skill_server.core.errors import SkillError, ToolInputError, internal_error_
 from skill_server.core.http_json import FetchError
 from skill_server.core.models import MAX_JSON_INT, Progress
 from skill_server.core.safe_yaml import load_yaml_file
+from skill_server.core.trees import get_path
 from skill_server.tools.swarm_status.diagnosis import diagnose, unreachable_advice, watch_sentences
 from skill_server.tools.swarm_status.links import ExperimentLink, experiment_server, experiments_on_port, is_local
 from skill_server.tools.swarm_status.models import (

@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from skill_server.tools.check_config.agentjet import KEYS
-from skill_server.tools.check_config.context import LintContext, Run, cause_values
+from skill_server.analysis.agentjet import KEYS
+from skill_server.analysis.replay import Run
+from skill_server.analysis.values import Unknown, describe_unknown, is_int, show
+from skill_server.tools.check_config.context import LintContext, cause_values
 from skill_server.tools.check_config.models import Location
 from skill_server.tools.check_config.registry import Report, rule
-from skill_server.tools.check_config.values import Unknown, describe_unknown, is_int, show
 
 
 @rule("base-yaml-missing", "error", "The base_yaml_config the script passes is not there.", """
@@ -94,7 +95,7 @@ def base_not_swarm(ctx: LintContext, run: Run) -> Iterator[Report]:
     c = run.construction
     if "enable_swarm_mode" in off and c is not None and "swarm_mode" not in c.kwargs:
         fix += f" (the kwarg swarm_mode=True of {ctx.aj.label} covers enable_swarm_mode)"
-    locations = ctx.locate(run, *off) if any(ctx.effective_setter(run, KEYS[n]) for n in off) else (
+    locations = ctx.locate(run, *off) if any(run.effective_setter(KEYS[n]) for n in off) else (
         [Location(file=str(base.path), line=None)] if base.path else ctx.construction_location(run))
     yield Report(KEYS[off[0]], message, locations, {**{n: values[n] for n in off},
                                                     "composes_swarm_defaults": not trap}, fix)

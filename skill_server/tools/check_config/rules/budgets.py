@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from typing import Any
 
-from skill_server.tools.check_config.agentjet import KEYS
-from skill_server.tools.check_config.context import LintContext, Run, cause_values
+from skill_server.analysis.agentjet import KEYS
+from skill_server.analysis.replay import Run
+from skill_server.analysis.values import a_type, is_num, show
+from skill_server.tools.check_config.context import LintContext, cause_values
 from skill_server.tools.check_config.registry import Report, rule
-from skill_server.tools.check_config.values import a_type, is_num, show
 
 
 @rule("length-budget", "error", "Prompt plus response exceed max_model_len, or one turn exceeds the response.", """
@@ -40,7 +42,7 @@ def length_budget(ctx: LintContext, run: Run) -> Iterator[Report]:
                      {**cause_values(cause), **v}, fix)
 
 
-def _types(values: dict) -> list[str]:
+def _types(values: dict[str, Any]) -> list[str]:
     return [f"{name} is {show(value)} ({a_type(value)})" for name, value in values.items() if not is_num(value)]
 
 

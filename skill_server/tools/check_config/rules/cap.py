@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
-from skill_server.tools.check_config.agentjet import KEYS
-from skill_server.tools.check_config.context import CAP_INPUTS, LintContext, Run
+from skill_server.analysis.agentjet import KEYS
+from skill_server.analysis.replay import Run
+from skill_server.analysis.values import Unknown, is_int
+from skill_server.tools.check_config.context import CAP_INPUTS, LintContext
 from skill_server.tools.check_config.registry import Report, rule
-from skill_server.tools.check_config.values import Unknown, is_int
 
 
 @rule("cap-not-divisible", "warning", "max_env_worker is not a multiple of num_repeat.", """
@@ -30,7 +32,7 @@ def cap_not_divisible(ctx: LintContext, run: Run) -> Iterator[Report]:
     below, above = (mew // n) * n, -(-mew // n) * n  # exact for any size
     choices = f"{below} or {above}" if below else f"{above}"
     waste = ""
-    values: dict = {"max_env_worker": mew, "num_repeat": n}
+    values: dict[str, Any] = {"max_env_worker": mew, "num_repeat": n}
     if facts is not None:
         waste = (f": {facts.queued_loops} of the {facts.worker_loops} worker loops wait in the queue and never run"
                  if facts.thread_rule == "ceil" else f": {facts.idle_threads} pool threads stay idle")

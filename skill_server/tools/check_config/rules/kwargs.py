@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
-from skill_server.tools.check_config.context import LintContext, Run, cause_values, yaml_scalar
+from skill_server.analysis.replay import Run
+from skill_server.analysis.script import Kwarg
+from skill_server.analysis.values import Unknown, same, show
+from skill_server.tools.check_config.context import LintContext, cause_values, yaml_scalar
 from skill_server.tools.check_config.models import Location
 from skill_server.tools.check_config.registry import Report, rule
-from skill_server.tools.check_config.values import Unknown, same, show
 
 
 @rule("kwarg-overrides-yaml", "warning", "A kwarg silently replaces a value the user's YAML writes.", """
@@ -41,7 +44,7 @@ def redundant_kwarg(ctx: LintContext, run: Run) -> Iterator[Report]:
                          f"drop {kwarg}=... or remove {key} from {run.base.name}, so the value lives in one place")
 
 
-def _kwargs_over_yaml(ctx: LintContext, run: Run) -> Iterator[tuple]:
+def _kwargs_over_yaml(ctx: LintContext, run: Run) -> Iterator[tuple[str, str, Kwarg, Any]]:
     c = run.construction
     if c is None or not run.base.is_users:
         return

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from skill_server.tools.check_config.agentjet import KEYS
-from skill_server.tools.check_config.context import LintContext, Run, cause_values
+from skill_server.analysis.agentjet import KEYS
+from skill_server.analysis.replay import Run
+from skill_server.tools.check_config.context import LintContext, cause_values
 from skill_server.tools.check_config.models import Location
 from skill_server.tools.check_config.registry import Report, claimed_causes, rule
 
@@ -53,6 +54,7 @@ def agentjet_refusal(ctx: LintContext, run: Run) -> Iterator[Report]:
         if cause.id in claimed:
             continue
         names = [n for n in cause.values if n in KEYS]  # a check on config values: point at who sets them
+        key: str | None
         if names:
             locations = ctx.locate(run, *names)
             key = KEYS[names[0]]

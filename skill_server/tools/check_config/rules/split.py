@@ -6,7 +6,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from skill_server.tools.check_config.context import LintContext, Run
+from skill_server.analysis.inputs import job_inputs
+from skill_server.analysis.replay import Run
+from skill_server.analysis.script import Construction, Kwarg, Write
+from skill_server.tools.check_config.context import LintContext, unique_locations
 from skill_server.tools.check_config.models import Location
 from skill_server.tools.check_config.registry import Report, rule
 
@@ -31,10 +34,7 @@ def split_configuration(ctx: LintContext, run: Run) -> Iterator[Report]:
     c = run.construction
     if c is None:
         return
-    aj = ctx.aj
-    kwarg_keys = {aj.key_for(name): kw for name, kw in c.kwargs.items() if aj.key_for(name)
-                  and name not in RUN_IDENTITY and not (kw.value.resolved and kw.value.value is None)}
-    write_keys = {w.key: w for w in run.applied_writes if w.kind != "method"}
+    kwarg_keys, write_keys = _script_side(ctx, run, c)
     script_keys = set(kwarg_keys) | set(write_keys)
     if run.base.values_unknown:
         if script_keys:
@@ -45,89 +45,65 @@ def split_configuration(ctx: LintContext, run: Run) -> Iterator[Report]:
         return
     both = sorted(k for k in script_keys if k in yaml_keys or any(y.startswith(k + ".") for y in yaml_keys))
     yaml_first = ctx.yaml_first(run)
-    locations = [Location(file=ctx.script_file, line=kw.line, key=key, source="kwarg")
-                 for key, kw in kwarg_keys.items() if key]
-    locations += [Location(file=ctx.script_file, line=w.line, key=w.key, source="write") for w in write_keys.values()]
-    locations += [ctx.yaml_location(run.base, k) for k in sorted(yaml_keys)[:20]]
-    name = run.base.name
+    consolidation = consolidate(ctx, run)
+    overlap = f" ({len(both)} in both places: {', '.join(both)})" if both else ""
+    yield Report(both[0] if both else None,
+                 f"configuration is split: {run.base.name} writes {len(yaml_keys)} key(s) and the script sets "
+                 f"{len(script_keys)} through kwargs or writes{overlap}; a reader of either place sees half the job",
+                 _locations(ctx, run, kwarg_keys, write_keys),
+                 {"yaml_keys": sorted(yaml_keys), "kwarg_keys": sorted(kwarg_keys), "write_keys": sorted(write_keys),
+                  "in_both": both, "one_place": "yaml" if yaml_first else "script", **consolidation},
+                 _fix(run, yaml_first, script_keys, consolidation["build_config_arguments"] is not None))
+
+
+def _script_side(ctx: LintContext, run: Run, c: Construction) -> tuple[dict[str, Kwarg], dict[str, Write]]:
+    """The config keys the script sets: through kwargs (not run-identity ones, not None) and through writes."""
+    aj = ctx.aj
+    kwarg_keys = {key: kw for name, kw in c.kwargs.items() if (key := aj.key_for(name))
+                  and name not in RUN_IDENTITY and not (kw.value.resolved and kw.value.value is None)}
+    write_keys = {w.key: w for w in run.applied_writes if w.kind != "method"}
+    return kwarg_keys, write_keys
+
+
+def _locations(ctx: LintContext, run: Run, kwarg_keys: dict[str, Kwarg], write_keys: dict[str, Write]
+               ) -> list[Location]:
+    """The script's side first (kwargs, then writes), then the YAML's (its first 20 keys)."""
+    script = ctx.script_file
+    locations = [Location(file=script, line=kw.line, key=key, source="kwarg") for key, kw in kwarg_keys.items()]
+    locations += [Location(file=script, line=w.line, key=w.key, source="write") for w in write_keys.values()]
+    locations += [ctx.yaml_location(run.base, k) for k in sorted(run.base.explicit)[:20]]
+    return unique_locations(locations)
+
+
+def _fix(run: Run, yaml_first: bool, script_keys: set[str], consolidated: bool) -> str:
+    """Move everything to the side that holds most of the job; build_config writes the result when it can."""
     if yaml_first:
-        fix = (f"the YAML holds most of this job ({len(yaml_keys)} keys): move " + ", ".join(sorted(script_keys))
-               + f" into {name} and construct AgentJetJob with only base_yaml_config (and run-identity kwargs such "
-               "as experiment_name if you must)")
+        fix = (f"the YAML holds most of this job ({len(run.base.explicit)} keys): move "
+               + ", ".join(sorted(script_keys)) + f" into {run.base.name} and construct AgentJetJob with only "
+               "base_yaml_config (and run-identity kwargs such as experiment_name if you must)")
     else:
         fix = ("the script holds most of this job: move the YAML's keys into AgentJetJob kwargs (for keys with a "
                "kwarg) and writes right after construction (for the rest), then drop base_yaml_config")
-    consolidation = consolidate(ctx, run)
-    if consolidation["build_config_arguments"] is not None:
-        fix += (". build_config writes the consolidated YAML the engine would run: call it with "
-                "values.build_config_arguments")
-    else:
-        fix += (". build_config cannot consolidate it yet: values.build_config_missing lists what is known only at "
-                "run time")
-    overlap = f" ({len(both)} in both places: {', '.join(both)})" if both else ""
-    yield Report(both[0] if both else None,
-                 f"configuration is split: {name} writes {len(yaml_keys)} key(s) and the script sets "
-                 f"{len(script_keys)} through kwargs or writes{overlap}; a reader of either place sees half the job",
-                 _unique(locations),
-                 {"yaml_keys": sorted(yaml_keys), "kwarg_keys": sorted(k for k in kwarg_keys if k),
-                  "write_keys": sorted(write_keys), "in_both": both, "one_place": "yaml" if yaml_first else "script",
-                  **consolidation}, fix)
+    if consolidated:
+        return fix + (". build_config writes the consolidated YAML the engine would run: call it with "
+                      "values.build_config_arguments")
+    return fix + (". build_config cannot consolidate it yet: values.build_config_missing lists what is known only at "
+                  "run time")
 
 
 def consolidate(ctx: LintContext, run: Run) -> dict[str, Any]:
     """build_config arguments that reproduce this job, only from resolved values (else null + what is missing)."""
-    c = run.construction
-    assert c is not None
-    aj = ctx.aj
-    label = aj.label
-    missing: list[str] = []
-    left_out: list[str] = []
-    assumes: list[str] = []
-    kwargs: dict[str, Any] = {}
-    for name, kw in c.kwargs.items():
-        if name == "base_yaml_config":
-            continue
-        if name == "ensure_new_experiment":
-            if kw.value.resolved and kw.value.value:
-                left_out.append(f"ensure_new_experiment (line {kw.line}): it would bake today's timestamp into the "
-                                "consolidated YAML's experiment_name")
-            continue
-        if not aj.accepts(name):
-            left_out.append(f"kwarg {name} (line {kw.line}): not a kwarg of {label}")
-            continue
-        if not kw.value.resolved:
-            missing.append(f"kwarg {name} (line {kw.line}): {kw.value.describe_unresolved()}")
-            continue
-        if kw.value.value is None:
-            continue
-        kwargs[name] = kw.value.value
-        assumes.extend(a.describe() for a in kw.value.assumes if a.describe() not in assumes)
-    for splat in c.dynamic:
-        missing.append(f"{splat} (line {c.line}): the kwargs it passes are known only at run time")
-    sets: dict[str, Any] = {}
-    late = {id(w) for w, _ in run.late_writes}
-    for w in run.writes:
-        if w.kind == "mirror" or id(w) in late:
-            continue
-        if w.kind == "method":
-            missing.append(f"{w.value.text} (line {w.line}): sets {w.key} at run time")
-        elif not aj.known(w.key):
-            left_out.append(f"write {w.key} (line {w.line}): not a key of AgentJet's config ({label})")
-        elif not w.value.resolved:
-            missing.append(f"write {w.key} (line {w.line}): {w.value.describe_unresolved()}")
-        else:
-            sets[w.key] = w.value.value
-            assumes.extend(a.describe() for a in w.value.assumes if a.describe() not in assumes)
+    inputs = job_inputs(ctx.aj, run)
     arguments: dict[str, Any] | None = None
-    if not missing:
-        arguments = {"base_yaml": str(run.base.path) if run.base.path else None, "kwargs": kwargs}
-        if sets:
-            arguments["set"] = sets
+    if not inputs.missing:
+        arguments = {"base_yaml": str(run.base.path) if run.base.path else None, "kwargs": inputs.kwargs}
+        if inputs.sets:
+            arguments["set"] = inputs.sets
         output = _consolidated_path(run.base.path) if run.base.path else None
         if output is not None:
             arguments["output_path"] = str(output)
-    return {"build_config_arguments": arguments, "build_config_missing": missing, "build_config_left_out": left_out,
-            "build_config_assumes": assumes}
+    return {"build_config_arguments": arguments, "build_config_missing": inputs.missing,
+            "build_config_left_out": inputs.left_out, "build_config_assumes": inputs.assumes}
 
 
 def _consolidated_path(base: Path) -> Path | None:
@@ -138,13 +114,3 @@ def _consolidated_path(base: Path) -> Path | None:
         if not candidate.exists() and not candidate.is_symlink():
             return candidate
     return None
-
-
-def _unique(locs: list[Location]) -> list[Location]:
-    seen: set[tuple[Any, ...]] = set()
-    out = []
-    for loc in locs:
-        if (loc.file, loc.line) not in seen:
-            seen.add((loc.file, loc.line))
-            out.append(loc)
-    return out

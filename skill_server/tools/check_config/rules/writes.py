@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from skill_server.tools.check_config.context import LintContext, Run
+from skill_server.analysis.replay import Run
+from skill_server.analysis.script import Value, Write
+from skill_server.analysis.values import show
+from skill_server.core.trees import flatten
+from skill_server.tools.check_config.context import LintContext
 from skill_server.tools.check_config.models import Location
 from skill_server.tools.check_config.registry import Report, rule
-from skill_server.tools.check_config.script import Value, Write
-from skill_server.tools.check_config.values import flatten, show
 
 
 @rule("escape-hatch-has-kwarg", "warning", "A write after construction sets a key that has a kwarg.", """
@@ -79,26 +81,26 @@ def unknown_key(ctx: LintContext, run: Run) -> Iterator[Report]:
         return
     late = {id(w) for w, _ in run.late_writes}
     for write in run.writes:
-        loc = [Location(file=ctx.script_file, line=write.line, source="write")]
+        at = [Location(file=ctx.script_file, line=write.line, source="write")]
         if write.kind == "mirror":
-            key = aj.key_for(write.key)
-            if key is None or id(write) in late:
+            config_key = aj.key_for(write.key)
+            if config_key is None or id(write) in late:
                 continue
             passed = c.kwargs.get(write.key)
             fix = (f"delete this line; the script already passes {write.key}={passed.value.text} at line "
                    f"{passed.line}: change that kwarg instead" if passed is not None else
                    f"pass {write.key}={_py(write.value)} to AgentJetJob instead (a kwarg of {label})")
-            yield Report(key, f"job.{write.key} = ... (line {write.line}) only changes the job's copy of the resolved "
-                         f"value; the config ({key}) that gets dumped is not touched and nothing reads the attribute",
-                         loc, {"attribute": write.key, "config_key": key}, fix)
+            yield Report(config_key, f"job.{write.key} = ... (line {write.line}) only changes the job's copy of the "
+                         f"resolved value; the config ({config_key}) that gets dumped is not touched and nothing reads "
+                         "the attribute", at, {"attribute": write.key, "config_key": config_key}, fix)
             continue
         if write.kind == "method":
             continue
-        report = _access(ctx, write, loc, label)
+        report = _access(ctx, write, at, label)
         if report is not None:
             yield report
         if write.kind == "whole-dict" and write.value.resolved and isinstance(write.value.value, dict):
-            yield from _whole_dict(ctx, write, loc)
+            yield from _whole_dict(ctx, write, at)
 
 
 @rule("write-after-dump", "error", "A write comes after the config was serialised.", """

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from skill_server.agentjet.compose import flatten  # noqa: F401  (the one implementation; lint modules import it here)
+from skill_server.core.trees import get_path
 
 MISSING: Any = object()  # a key the tree does not have
 
@@ -27,14 +27,7 @@ class Unknown:
 
 def lookup(tree: Any, dotted: str) -> Any:
     """The value at a dotted key: a value, an ``Unknown`` (the key or a section above it is unknown) or MISSING."""
-    node = tree
-    for part in dotted.split("."):
-        if isinstance(node, Unknown):
-            return node
-        if not isinstance(node, dict) or part not in node:
-            return MISSING
-        node = node[part]
-    return node
+    return get_path(tree, dotted, MISSING, opaque=Unknown)
 
 
 def is_int(x: Any) -> bool:
@@ -50,10 +43,10 @@ def is_num(x: Any) -> bool:
 def same(a: Any, b: Any) -> bool:
     """Equal as config values (1 == 1.0, but True is not 1 and "1" is not 1)."""
     if is_num(a) and is_num(b):
-        return a == b
+        return bool(a == b)
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    return type(a) is type(b) and a == b
+    return type(a) is type(b) and bool(a == b)
 
 
 def jsonable(value: Any, depth: int = 0) -> Any:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable
 from typing import Any
-
-from skill_server.tools.check_config.script import paths
-from skill_server.tools.check_config.script.model import PathRef
 
 MAX_INT_BITS = 4096  # larger integers are not computed (they would not fit any config value anyway)
 
@@ -17,6 +15,14 @@ class NoValue(Exception):
     def __init__(self, why: str = "") -> None:
         super().__init__(why)
         self.why = why
+
+
+class _Opaque:
+    """An element of a result that is never static (the unknown-args list of ``parse_known_args``)."""
+
+
+#: Subscripting it has no static value; a tuple holding it stays a tuple (messages name it as one).
+OPAQUE_ITEM = _Opaque()
 
 
 def plain(v: Any, depth: int = 0) -> bool:
@@ -50,54 +56,53 @@ def bounded(v: Any) -> Any:
     return v
 
 
-def as_str(v: Any) -> str:
-    if isinstance(v, str):
-        return v
-    raise NoValue("a path part that is not a string")
-
-
-def path_join(base: PathRef, part: Any) -> PathRef:
-    try:
-        return paths.join(base, part)
-    except paths.NotAPath:
-        raise NoValue("a path part that is not a string") from None
-
-
 def arith(op: ast.operator, a: Any, b: Any) -> Any:
     """``a op b`` as Python computes it, refusing results past MAX_INT_BITS before computing them."""
-    if isinstance(op, ast.Add) and isinstance(a, str) and isinstance(b, str):
-        return a + b
-    if isinstance(op, ast.Add) and isinstance(a, list) and isinstance(b, list):
+    if isinstance(op, ast.Add) and _concatenable(a, b):
         return a + b
     if not (is_number(a) and is_number(b)):
         raise NoValue("arithmetic on values known only at run time")
+    compute = _NUMERIC.get(type(op))
+    if compute is None:
+        raise NoValue("an operator that is not read statically")
     try:
-        if isinstance(op, ast.Add):
-            return bounded(a + b)
-        if isinstance(op, ast.Sub):
-            return bounded(a - b)
-        if isinstance(op, ast.Mult):
-            if isinstance(a, int) and isinstance(b, int) and a.bit_length() + b.bit_length() > MAX_INT_BITS + 1:
-                raise NoValue("an integer larger than any config value")
-            return bounded(a * b)
-        if isinstance(op, ast.Div):
-            return a / b
-        if isinstance(op, ast.FloorDiv):
-            return a // b
-        if isinstance(op, ast.Mod):
-            return a % b
-        if isinstance(op, ast.Pow):
-            if isinstance(a, int) and isinstance(b, int) and b >= 0:
-                if a not in (0, 1, -1) and b * max(1, abs(a).bit_length() - 1) > MAX_INT_BITS:
-                    raise NoValue("an integer larger than any config value")
-                return bounded(a ** b)
-            if abs(b) <= 1024:
-                result = a ** b
-                if isinstance(result, complex):
-                    raise NoValue("a complex number")
-                return bounded(result)
+        return compute(a, b)
     except (ZeroDivisionError, OverflowError):
         raise NoValue("arithmetic that fails or overflows") from None
     except ValueError:  # int/str conversion limits and the like
         raise NoValue("arithmetic that fails at run time") from None
-    raise NoValue("an operator that is not read statically")
+
+
+def _concatenable(a: Any, b: Any) -> bool:
+    return (isinstance(a, str) and isinstance(b, str)) or (isinstance(a, list) and isinstance(b, list))
+
+
+def _multiply(a: Any, b: Any) -> Any:
+    if isinstance(a, int) and isinstance(b, int) and a.bit_length() + b.bit_length() > MAX_INT_BITS + 1:
+        raise NoValue("an integer larger than any config value")
+    return bounded(a * b)
+
+
+def _power(a: Any, b: Any) -> Any:
+    if isinstance(a, int) and isinstance(b, int) and b >= 0:
+        if a not in (0, 1, -1) and b * max(1, abs(a).bit_length() - 1) > MAX_INT_BITS:
+            raise NoValue("an integer larger than any config value")
+        return bounded(a ** b)
+    if abs(b) > 1024:
+        raise NoValue("an operator that is not read statically")
+    result = a ** b
+    if isinstance(result, complex):
+        raise NoValue("a complex number")
+    return bounded(result)
+
+
+#: The arithmetic on numbers read statically; each refuses results no config holds before computing them.
+_NUMERIC: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Add: lambda a, b: bounded(a + b),
+    ast.Sub: lambda a, b: bounded(a - b),
+    ast.Mult: _multiply,
+    ast.Div: lambda a, b: a / b,
+    ast.FloorDiv: lambda a, b: a // b,
+    ast.Mod: lambda a, b: a % b,
+    ast.Pow: _power,
+}

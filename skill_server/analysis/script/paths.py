@@ -1,31 +1,37 @@
-"""Path expressions as the script builds them (``__file__``-relative, absolute, or launch-directory relative)."""
+"""Path expressions as the script builds them: a ``PathRef`` anchored at the script file, an absolute path, or
+the launch directory (a relative path, resolved there at run time)."""
 
 from __future__ import annotations
 
 import os
 from typing import Any
 
-from skill_server.tools.check_config.script.model import PathRef
-
-
-class NotAPath(Exception):
-    """A part of a path expression is not a string or a path."""
+from skill_server.analysis.script.model import PathRef
+from skill_server.analysis.script.static import NoValue
 
 
 def literal_path(text: str) -> PathRef:
+    """A path written as a string: absolute (``~`` expanded), else relative to the launch directory."""
     expanded = os.path.expanduser(text)
     if os.path.isabs(expanded):
         return PathRef("absolute", os.path.normpath(expanded))
     return PathRef("cwd", os.path.normpath(text) if text else ".")
 
 
+def as_text(value: Any) -> str:
+    """A path part that must be a string."""
+    if isinstance(value, str):
+        return value
+    raise NoValue("a path part that is not a string")
+
+
 def join(base: PathRef, part: Any) -> PathRef:
+    """``base / part`` (an absolute or anchored ``part`` replaces ``base``, as ``os.path.join`` does)."""
     if isinstance(part, PathRef):
         if part.anchor != "cwd":
             return part
         part = part.path
-    if not isinstance(part, str):
-        raise NotAPath
+    part = as_text(part)
     if os.path.isabs(part):
         return PathRef("absolute", os.path.normpath(part))
     if base.anchor == "script_file":
@@ -34,6 +40,7 @@ def join(base: PathRef, part: Any) -> PathRef:
 
 
 def parent(ref: PathRef) -> PathRef:
+    """The folder of a path (``os.path.dirname``, ``Path.parent``)."""
     if ref.anchor == "script_file":
         return PathRef("script_dir", os.path.dirname(ref.path))
     if ref.anchor == "cwd":

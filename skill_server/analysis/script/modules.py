@@ -1,6 +1,7 @@
 """Reading Python modules statically: the client script and the modules next to it.
 
-``ModuleInfo`` is one parsed file with its symbol tables (scopes, functions, dataclasses, imports).
+``ModuleInfo`` is one parsed file with its symbol tables (scopes, functions, classes, imports); what a
+``class`` statement binds its name to is asked of the evaluator's units (``registry.CLASSES``).
 ``ModuleLoader`` finds ``from cfg import X`` / ``import cfg`` targets next to the script and reads them
 with ``ast`` only, on demand and at most ``MAX_MODULES`` of them. Nothing is imported or executed.
 """
@@ -8,25 +9,18 @@ with ``ast`` only, on demand and at most ``MAX_MODULES`` of them. Nothing is imp
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import skill_server.analysis.script.registry as registry
+from skill_server.analysis.script.model import Binding, ImportedModule, ImportedName, Opaque, Scope, UnitObject
 from skill_server.core.errors import ToolInputError
 from skill_server.core.fsutil import read_text_bounded
-from skill_server.tools.check_config.script.model import Binding, ImportedModule, ImportedName, Opaque, Scope
 
 MAX_SCRIPT_BYTES = 2 * 1024 * 1024
 MAX_MODULES = 16  # sibling modules read per scan
 MAX_TEXT = 200
-
-
-@dataclass
-class DataclassDef:
-    """A ``@dataclass`` class: its fields in order, each with its default expression (None: no default)."""
-
-    name: str
-    fields: dict[str, ast.expr | None]
-    module: ModuleInfo
 
 
 class ModuleInfo:
@@ -39,7 +33,7 @@ class ModuleInfo:
         self.name = name
         self.scope = Scope("<module>", None, tree, module=self)
         self.functions: dict[str, Scope] = {}  # function name -> its scope (first definition wins)
-        self.dataclasses: dict[str, DataclassDef] = {}
+        self.classes: dict[str, UnitObject] = {}  # class name -> what a unit made of it (first definition wins)
         self.imports: list[tuple[ast.Import | ast.ImportFrom, Scope]] = []
         self._lines: list[bytes] | None = None
         self.effect_nodes = walk_module(self)
@@ -143,6 +137,7 @@ def walk_module(module: ModuleInfo) -> list[tuple[ast.AST, Scope]]:
     scopes: list[Scope] = [module.scope]
     # (node, scope, binds): names bound inside lambdas and comprehensions stay in their own scopes
     stack: list[tuple[ast.AST, Scope, bool]] = [(stmt, module.scope, True) for stmt in reversed(module.tree.body)]
+    pending: list[tuple[ast.AST, Scope, bool]]
     while stack:
         node, scope, binds = stack.pop()
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -150,7 +145,7 @@ def walk_module(module: ModuleInfo) -> list[tuple[ast.AST, Scope]]:
             scopes.append(inner)
             module.functions.setdefault(node.name, inner)
             if binds:
-                scope.assign(node.name, node.lineno, inner)  # type: ignore[arg-type]
+                scope.assign(node.name, node.lineno, inner)
             args = node.args
             for arg in [*args.posonlyargs, *args.args, *args.kwonlyargs, *(a for a in (args.vararg, args.kwarg) if a)]:
                 inner.params[arg.arg] = arg.annotation
@@ -178,63 +173,90 @@ def walk_module(module: ModuleInfo) -> list[tuple[ast.AST, Scope]]:
 
 
 def _bind_class(node: ast.ClassDef, scope: Scope, module: ModuleInfo) -> None:
-    if any(is_dataclass_decorator(d) for d in node.decorator_list):
-        definition = DataclassDef(node.name, {
-            s.target.id: s.value for s in node.body
-            if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}, module)
-        module.dataclasses.setdefault(node.name, definition)
-        scope.assign(node.name, node.lineno, definition)  # type: ignore[arg-type]
-    else:
-        scope.assign(node.name, node.lineno, Opaque(f"{node.name} is a class"))
+    for unit in registry.CLASSES:
+        made = unit(node, module)
+        if made is not None:
+            module.classes.setdefault(node.name, made)
+            scope.assign(node.name, node.lineno, made)
+            return
+    scope.assign(node.name, node.lineno, Opaque(f"{node.name} is a class"))
 
 
-def _bind(child: ast.AST, scope: Scope, module: ModuleInfo) -> None:
-    line = getattr(child, "lineno", 0) or 0
-    if isinstance(child, (ast.Import, ast.ImportFrom)):
-        module.imports.append((child, scope))
-        if isinstance(child, ast.ImportFrom):
-            for alias in child.names:
-                if alias.name != "*":
-                    scope.assign(alias.asname or alias.name, line,
-                                 ImportedName(child.module or "", alias.name, child.level or 0))
+def _bind(node: ast.AST, scope: Scope, module: ModuleInfo) -> None:
+    """Bind the names a statement (or a walrus, an except clause) binds, in the scope it runs in."""
+    binder = _BINDERS.get(type(node))
+    if binder is not None:
+        binder(node, scope, module, getattr(node, "lineno", 0) or 0)
+
+
+def _bind_import(node: ast.Import | ast.ImportFrom, scope: Scope, module: ModuleInfo, line: int) -> None:
+    module.imports.append((node, scope))
+    if isinstance(node, ast.ImportFrom):
+        for alias in node.names:
+            if alias.name != "*":
+                scope.assign(alias.asname or alias.name, line, ImportedName(node.module or "", alias.name,
+                                                                              node.level or 0))
+        return
+    for alias in node.names:
+        if alias.asname:
+            scope.assign(alias.asname, line, ImportedModule(alias.name))
         else:
-            for alias in child.names:
-                if alias.asname:
-                    scope.assign(alias.asname, line, ImportedModule(alias.name))
-                else:
-                    top = alias.name.split(".")[0]
-                    scope.assign(top, line, ImportedModule(top))
-    elif isinstance(child, ast.Assign):
-        for target in child.targets:
-            bind_target(target, child.value, line, scope)
-    elif isinstance(child, ast.AnnAssign) and isinstance(child.target, ast.Name):
-        scope.assign(child.target.id, line, child.value)
-    elif isinstance(child, ast.AugAssign) and isinstance(child.target, ast.Name):
-        scope.assign(child.target.id, line, Opaque(f"{child.target.id} is changed in place at line {line}"))
-    elif isinstance(child, ast.NamedExpr) and isinstance(child.target, ast.Name):
-        scope.assign(child.target.id, line, child.value)
-    elif isinstance(child, (ast.For, ast.AsyncFor)):
-        for name in target_names(child.target):
-            scope.assign(name, line, Opaque(f"{name} is a loop variable (line {line})"))
-    elif isinstance(child, (ast.With, ast.AsyncWith)):
-        for item in child.items:
-            if item.optional_vars is not None:
-                for name in target_names(item.optional_vars):
-                    scope.assign(name, line, Opaque(f"{name} is bound by a with statement (line {line})"))
-    elif isinstance(child, ast.ExceptHandler) and child.name:
-        scope.assign(child.name, line, Opaque(f"{child.name} is an exception"))
+            top = alias.name.split(".")[0]
+            scope.assign(top, line, ImportedModule(top))
+
+
+def _bind_assign(node: ast.Assign, scope: Scope, module: ModuleInfo, line: int) -> None:
+    for target in node.targets:
+        bind_target(target, node.value, line, scope)
+
+
+def _bind_annotated(node: ast.AnnAssign | ast.NamedExpr, scope: Scope, module: ModuleInfo, line: int) -> None:
+    if isinstance(node.target, ast.Name):
+        scope.assign(node.target.id, line, node.value)
+
+
+def _bind_augmented(node: ast.AugAssign, scope: Scope, module: ModuleInfo, line: int) -> None:
+    if isinstance(node.target, ast.Name):
+        scope.assign(node.target.id, line, Opaque(f"{node.target.id} is changed in place at line {line}"))
+
+
+def _bind_loop(node: ast.For | ast.AsyncFor, scope: Scope, module: ModuleInfo, line: int) -> None:
+    for name in target_names(node.target):
+        scope.assign(name, line, Opaque(f"{name} is a loop variable (line {line})"))
+
+
+def _bind_with(node: ast.With | ast.AsyncWith, scope: Scope, module: ModuleInfo, line: int) -> None:
+    for item in node.items:
+        if item.optional_vars is not None:
+            for name in target_names(item.optional_vars):
+                scope.assign(name, line, Opaque(f"{name} is bound by a with statement (line {line})"))
+
+
+def _bind_handler(node: ast.ExceptHandler, scope: Scope, module: ModuleInfo, line: int) -> None:
+    if node.name:
+        scope.assign(node.name, line, Opaque(f"{node.name} is an exception"))
+
+
+#: How each kind of statement binds names (functions and classes are bound by the walk itself).
+_BINDERS: dict[type, Callable[[Any, Scope, ModuleInfo, int], None]] = {
+    ast.Import: _bind_import, ast.ImportFrom: _bind_import, ast.Assign: _bind_assign,
+    ast.AnnAssign: _bind_annotated, ast.NamedExpr: _bind_annotated, ast.AugAssign: _bind_augmented,
+    ast.For: _bind_loop, ast.AsyncFor: _bind_loop, ast.With: _bind_with, ast.AsyncWith: _bind_with,
+    ast.ExceptHandler: _bind_handler,
+}
 
 
 def bind_target(target: ast.expr, value: ast.expr, line: int, scope: Scope) -> None:
     if isinstance(target, ast.Name):
         scope.assign(target.id, line, value)
     elif isinstance(target, (ast.Tuple, ast.List)):
-        same_shape = isinstance(value, (ast.Tuple, ast.List)) and len(value.elts) == len(target.elts)
+        elements = value.elts if isinstance(value, (ast.Tuple, ast.List)) else None
+        same_shape = elements is not None and len(elements) == len(target.elts)
         for i, t in enumerate(target.elts):
             if not isinstance(t, ast.Name):
                 continue
-            if same_shape:
-                scope.assign(t.id, line, value.elts[i])  # type: ignore[union-attr]
+            if same_shape and elements is not None:
+                scope.assign(t.id, line, elements[i])
             else:  # args, rest = parser.parse_known_args(): element i of the value
                 item = ast.Subscript(value=value, slice=ast.Constant(i), ctx=ast.Load())
                 ast.copy_location(item, value)
@@ -243,12 +265,6 @@ def bind_target(target: ast.expr, value: ast.expr, line: int, scope: Scope) -> N
 
 def target_names(node: ast.AST) -> list[str]:
     return [n.id for n in ast.walk(node) if isinstance(n, ast.Name)]
-
-
-def is_dataclass_decorator(node: ast.expr) -> bool:
-    target = node.func if isinstance(node, ast.Call) else node
-    return (isinstance(target, ast.Name) and target.id == "dataclass") or (
-        isinstance(target, ast.Attribute) and target.attr == "dataclass")
 
 
 def dotted(node: ast.AST | None) -> str | None:
@@ -262,5 +278,5 @@ def dotted(node: ast.AST | None) -> str | None:
     return None
 
 
-__all__ = ["Binding", "DataclassDef", "ModuleInfo", "ModuleLoader", "parse_module", "walk_module", "dotted",
-           "bind_target", "target_names", "is_dataclass_decorator", "MAX_SCRIPT_BYTES"]
+__all__ = ["Binding", "ModuleInfo", "ModuleLoader", "parse_module", "walk_module", "dotted", "bind_target",
+           "target_names", "MAX_SCRIPT_BYTES"]

@@ -5,9 +5,11 @@ class was imported) with its kwargs resolved where that is possible statically, 
 path, the post-construction writes to ``job.config...`` and the calls that freeze the config (dump /
 sync). The linter turns this into findings; nothing here knows about AgentJet's defaults.
 
-Layout: ``modules`` (reading files, symbol tables), ``evaluate`` (static values and why one is unknown),
-``jobs`` (constructions and job variables), ``effects`` (writes and freezes), this module (the passes over
-the nodes ``modules.walk_module`` listed).
+Layout: ``model`` (what a scan produces, as data), ``modules`` (reading files, symbol tables),
+``evaluate`` (the static evaluator's core: values, and why one is unknown), ``registry`` and ``units/``
+(what the evaluator knows about libraries, as small registered units), ``static`` and ``paths`` (plain
+values and path values), ``jobs`` (constructions and job variables), ``effects`` (writes and freezes),
+and this module (the passes over the nodes ``modules.walk_module`` listed).
 """
 
 from __future__ import annotations
@@ -15,11 +17,12 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-from skill_server.tools.check_config.script.argparse_defaults import register_options
-from skill_server.tools.check_config.script.effects import FREEZE_CALLS, WRITER_METHODS, EffectCollector
-from skill_server.tools.check_config.script.evaluate import Evaluator
-from skill_server.tools.check_config.script.jobs import JobTracker
-from skill_server.tools.check_config.script.model import (
+from skill_server.analysis.script import registry
+from skill_server.analysis.script import units as _units  # noqa: F401  (registers every unit)
+from skill_server.analysis.script.effects import FREEZE_CALLS, WRITER_METHODS, EffectCollector
+from skill_server.analysis.script.evaluate import Evaluator
+from skill_server.analysis.script.jobs import JobTracker
+from skill_server.analysis.script.model import (
     Assumption,
     Construction,
     Freeze,
@@ -30,7 +33,7 @@ from skill_server.tools.check_config.script.model import (
     Value,
     Write,
 )
-from skill_server.tools.check_config.script.modules import MAX_SCRIPT_BYTES, ModuleLoader, parse_module
+from skill_server.analysis.script.modules import MAX_SCRIPT_BYTES, ModuleLoader, parse_module
 
 __all__ = ["scan_script", "ScriptScan", "Construction", "Kwarg", "Write", "Freeze", "Value", "PathRef", "Scope",
            "Assumption", "FREEZE_CALLS", "WRITER_METHODS", "MAX_SCRIPT_BYTES"]
@@ -59,7 +62,8 @@ def scan_script(path: str | Path, *, field: str = "script") -> ScriptScan:
             if (scope, call.lineno) not in fscope.call_sites:
                 fscope.call_sites.append((scope, call.lineno))
             fscope.call_nodes.append((scope, call))
-    register_options(evaluator, calls)  # argparse options attached to their parsers, for args.x
+    for prepass in registry.PREPASSES:  # e.g. argparse options attached to their parsers, for args.x
+        prepass(evaluator, calls)
 
     jobs = JobTracker(main, evaluator, notes)
     for _ in range(2):  # twice: a builder function may be defined after its caller

@@ -5,10 +5,10 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable
 
-from skill_server.tools.check_config.script import paths
-from skill_server.tools.check_config.script.evaluate import Evaluator
-from skill_server.tools.check_config.script.model import Construction, Kwarg, Scope, Value, tracked
-from skill_server.tools.check_config.script.modules import ModuleInfo, dotted
+from skill_server.analysis.script.evaluate import Evaluator
+from skill_server.analysis.script.model import Construction, Kwarg, Scope, Value, tracked
+from skill_server.analysis.script.modules import ModuleInfo, dotted
+from skill_server.analysis.script.paths import literal_path
 
 JOB_MODULE = "ajet.copilot.job"
 JOB_CLASS = "AgentJetJob"
@@ -110,7 +110,7 @@ class JobTracker:
             c.base_yaml = base.value
             ref = self.evaluator.resolve_path(node, scope, base.line) if node is not None else None
             if ref is None and base.value.resolved and isinstance(base.value.value, str):
-                ref = paths.literal_path(base.value.value)
+                ref = literal_path(base.value.value)
             c.base_path = ref
         return c
 

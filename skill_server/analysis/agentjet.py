@@ -1,11 +1,12 @@
-"""The linter's one door to AgentJet knowledge (the adapter).
+"""The analysis's one door to AgentJet knowledge (the adapter).
 
-Everything ``check_config`` knows about AgentJet goes through ``AgentJet``: which release it describes
-(``ref``, ``label``), the kwarg -> key table, the config keys (defaults, schema sections, dict sections),
-composing a base YAML exactly as ``build_config`` does, the swarm thread rule (through the episode cap) and
-what ``AgentJetJob`` refuses (``refusal_causes``, as the structured causes of ``agentjet.refusals``). Rules
-never import ``skill_server.agentjet`` themselves. Built on ``skill_server.agentjet.{release, compose,
-job, refusals}`` and ``skill_server.tools.episode_cap.tool``; every AgentJet rule is implemented there once, for both tools.
+Everything the analysis (and the linter on top of it) knows about AgentJet goes through ``AgentJet``:
+which release it describes (``ref``, ``label``), the kwarg -> key table, the config keys (defaults, schema
+sections, dict sections), composing a base YAML exactly as ``build_config`` does, the swarm thread rule
+(through the episode cap) and what ``AgentJetJob`` refuses (as the structured causes of
+``agentjet.refusals``). Rules never import ``skill_server.agentjet`` themselves. Built on
+``skill_server.agentjet.{release, compose, job, refusals, cap}``: every AgentJet rule is implemented there
+once, for every tool.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from skill_server.agentjet.compose import Base, compose, default_base, flatten, load_base
+from skill_server.agentjet.compose import Base, compose, default_base, load_base
 from skill_server.agentjet.identity import AgentJetRef
-from skill_server.agentjet.job import check_keys, overlay_composed, to_plain, walk_overrides
+from skill_server.agentjet.job import ConstructionSteps, check_keys, overlay_composed, to_plain, walk_overrides
 from skill_server.agentjet.keys import KEYS  # the rules' names for config keys (re-exported)
 from skill_server.agentjet.refusals import (
     CAUSE_IDS,
@@ -36,16 +37,18 @@ from skill_server.agentjet.refusals import (
     unknown_kwarg_causes,
 )
 from skill_server.agentjet.release import Release, bundled_releases, select_agentjet
+from skill_server.analysis.values import MISSING, Unknown, describe_unknown, lookup
 from skill_server.core.errors import ToolInputError
 from skill_server.core.models import MAX_JSON_INT
-from skill_server.tools.check_config.values import MISSING, Unknown, describe_unknown, lookup
+from skill_server.core.trees import flatten, sections
 
 SWARM_DEFAULT_LAYER = "ajet_swarm_default"
 #: The refusal causes check_config can report: all of AgentJet's but those of build_config's dotted ``set``
 #: writes (a script's own writes are checked by the unknown-key rule, which knows attribute from item access).
 LINT_CAUSES = CAUSE_IDS - {"write-below-missing-section", "write-through-value"}
 
-__all__ = ["KEYS", "LINT_CAUSES", "AgentJet", "CapFacts", "Cause", "ComposedBase", "RefusedBase", "SkippedCheck"]
+__all__ = ["KEYS", "LINT_CAUSES", "AgentJet", "CapFacts", "Cause", "ComposedBase", "ConstructionSteps", "RefusedBase",
+           "SkippedCheck"]
 
 
 @dataclass(frozen=True)
@@ -97,14 +100,7 @@ class _Defaults:
 
     def __post_init__(self) -> None:
         self.flat = flatten(self.tree)
-        self.sections = set()
-        stack: list[tuple[dict[str, Any], str]] = [(self.tree, "")]
-        while stack:
-            node, prefix = stack.pop()
-            for key, value in node.items():
-                if isinstance(value, dict):
-                    self.sections.add(prefix + str(key))
-                    stack.append((value, f"{prefix}{key}."))
+        self.sections = sections(self.tree)
         self.free_form = {k for k, v in self.flat.items() if v == {}}
 
 
@@ -331,38 +327,38 @@ class AgentJet:
             return f"the episode cap cannot be computed: {str(exc).splitlines()[0]}"
         return CapFacts(r.episode_cap, r.thread_rule, r.worker_loops, r.queued_loops, r.idle_threads)
 
-    # --- what AgentJetJob refuses -------------------------------------------------------------------
+    # --- what AgentJetJob refuses (one method per construction step that refuses) -------------------------
+    #
+    # ``kwargs`` maps each given kwarg to its value (``Unknown`` when computed at run time); ``dynamic``
+    # names the splats or positional arguments that may pass more (None: none). Unlike AgentJet, which stops
+    # at the first cause, every cause is reported; a check that reads an unknown value is skipped, never
+    # guessed. Causes about the base itself come from :meth:`compose_base` and :meth:`absent_base_cause`.
 
-    def refusal_causes(self, get: Callable[[str], Any], kwargs: dict[str, Any],
-                       dynamic: str | None) -> tuple[list[Cause], list[SkippedCheck]]:
-        """Every reason AgentJetJob of this release refuses a construction (on the kwargs and the values at
-        construction), and the checks that could not run for want of a value.
-
-        ``get(key)`` is the value at construction (base + kwargs): a value, ``Unknown`` or MISSING.
-        ``kwargs`` maps each given kwarg to its value (``Unknown`` when computed at run time); ``dynamic``
-        names the splats or positional arguments that may pass more (None: none). Causes about the base
-        itself come from :meth:`compose_base`. Unlike AgentJet, which stops at the first cause, every cause
-        is reported; a check that reads an unknown value is skipped, never guessed.
-        """
-        label = self.label
+    def call_refusals(self, kwargs: dict[str, Any], dynamic: str | None) -> tuple[list[Cause], list[SkippedCheck]]:
+        """The call itself: kwargs ``AgentJetJob`` of this release does not take."""
         table = self._table
-        causes: list[Cause] = unknown_kwarg_causes(kwargs, table.constructor_kwargs, table.takes_any_kwarg,
-                                                   agentjet=label, closest=table.closest)
+        causes = unknown_kwarg_causes(kwargs, table.constructor_kwargs, table.takes_any_kwarg, agentjet=self.label,
+                                      closest=table.closest)
         skipped: list[SkippedCheck] = []
         if dynamic and not table.takes_any_kwarg:
             skipped.append(SkippedCheck("unknown-kwarg", f"{dynamic} may pass kwargs whose names are known only at "
                                         "run time"))
+        return causes, skipped
+
+    def length_refusals(self, kwargs: dict[str, Any], dynamic: str | None) -> tuple[list[Cause], list[SkippedCheck]]:
+        """The four length kwargs, all given or none."""
         unknown = [(k, kwargs[k]) for k in LENGTH_KWARGS if isinstance(kwargs.get(k), Unknown)]
         given = [k for k in LENGTH_KWARGS if kwargs.get(k) is not None and not isinstance(kwargs.get(k), Unknown)]
         if unknown:
-            skipped.append(SkippedCheck("length-group-incomplete", "the four length kwargs go together, and "
-                                        + describe_unknown(unknown)))
-        elif dynamic and len(given) < len(LENGTH_KWARGS):
-            skipped.append(SkippedCheck("length-group-incomplete", f"{dynamic} may pass the other length kwargs"))
-        else:
-            causes += length_group_causes({k: kwargs.get(k) for k in LENGTH_KWARGS}, agentjet=label)
+            return [], [SkippedCheck("length-group-incomplete", "the four length kwargs go together, and "
+                                     + describe_unknown(unknown))]
+        if dynamic and len(given) < len(LENGTH_KWARGS):
+            return [], [SkippedCheck("length-group-incomplete", f"{dynamic} may pass the other length kwargs")]
+        return length_group_causes({k: kwargs.get(k) for k in LENGTH_KWARGS}, agentjet=self.label), []
 
-        keys = check_keys(table)
+    def value_refusals(self, get: Callable[[str], Any]) -> tuple[list[Cause], list[SkippedCheck]]:
+        """AgentJetJob's checks on the config's values; ``get(key)``: a value, ``Unknown`` or MISSING."""
+        keys = check_keys(self._table)
         values: dict[str, Any] = {}
         unknown_values: dict[str, Unknown] = {}
         for name, key in keys.items():
@@ -371,8 +367,6 @@ class AgentJet:
                 unknown_values[name] = value
             elif value is not MISSING:
                 values[name] = value
-        found, skips = each_value_cause(values, unknown_values, agentjet=label, keys=keys)
-        causes += found
-        for cid, names in skips:
-            skipped.append(SkippedCheck(cid, describe_unknown([(n, unknown_values[n]) for n in names])))
-        return causes, skipped
+        causes, skips = each_value_cause(values, unknown_values, agentjet=self.label, keys=keys)
+        return causes, [SkippedCheck(cid, describe_unknown([(n, unknown_values[n]) for n in names]))
+                        for cid, names in skips]

@@ -7,10 +7,10 @@ import ast
 from collections.abc import Callable
 from typing import Any
 
-from skill_server.tools.check_config.script.evaluate import Evaluator
-from skill_server.tools.check_config.script.jobs import JobTracker
-from skill_server.tools.check_config.script.model import Freeze, Scope, Value, Write, tracked
-from skill_server.tools.check_config.script.modules import ModuleInfo, dotted
+from skill_server.analysis.script.evaluate import Evaluator
+from skill_server.analysis.script.jobs import JobTracker
+from skill_server.analysis.script.model import Freeze, Scope, Value, Write, tracked
+from skill_server.analysis.script.modules import ModuleInfo, dotted
 
 #: Calls after which writes to ``job.config`` no longer reach the engine.
 FREEZE_CALLS = ("dump_job_as_yaml", "sync_train_config", "auto_sync_train_config_and_start_engine",

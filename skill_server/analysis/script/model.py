@@ -11,7 +11,10 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
+
+if TYPE_CHECKING:
+    from skill_server.analysis.script.modules import ModuleInfo
 
 #: How a resolved value was obtained. Listed from most to least fragile: the first that applies to
 #: any part of an expression names the whole (an env default times a literal is an env default).
@@ -48,6 +51,12 @@ class Prov:
 
     how: str = "literal"
     assumes: tuple[Assumption, ...] = ()
+
+
+#: The provenance of a literal (and of objects units make, which are as static as the code that makes them).
+LITERAL = Prov("literal")
+#: A line after every line: a name looked up at END has the binding its module leaves it with once it has run.
+END = 10 ** 9
 
 
 def combine(provs: list[Prov] | tuple[Prov, ...], floor: str = "literal") -> Prov:
@@ -139,19 +148,26 @@ class Opaque:
         self.why = why
 
 
-#: What a name is bound to: an expression, an import, an opaque marker, a function (its ``Scope``), a
-#: dataclass (``modules.DataclassDef``, kept out of this union to avoid an import cycle), or None.
-Binding = Union[ast.expr, ImportedName, ImportedModule, Opaque, "Scope", None]  # noqa: UP007 (forward reference)
+class UnitObject:
+    """An object an evaluator unit makes (a dataclass definition, an argparse parser): its own static value,
+    which only that unit's attributes, methods and calls know how to read."""
+
+
+#: What a name is bound to: an expression, an import, an opaque marker, a function (its ``Scope``), an
+#: object a unit made of a class statement (a dataclass definition), or None (annotated, never assigned).
+Binding = Union[ast.expr, ImportedName, ImportedModule, Opaque, UnitObject, "Scope", None]  # noqa: UP007 (forward ref)
 
 
 class Scope:
     """A module or function body: its simple-name bindings in source order, and what tools need about it."""
 
-    def __init__(self, name: str, parent: Scope | None, node: ast.AST | None, module: Any = None) -> None:
+    def __init__(self, name: str, parent: Scope | None, node: ast.AST | None, module: ModuleInfo | None = None
+                 ) -> None:
         self.name = name
         self.parent = parent
         self.node = node
-        self.module = module if module is not None else (parent.module if parent is not None else None)
+        self.module: ModuleInfo | None = module if module is not None else (
+            parent.module if parent is not None else None)
         self.assigned: dict[str, list[tuple[int, Binding]]] = {}
         self.params: dict[str, ast.expr | None] = {}  # parameter -> annotation
         self.jobs: dict[str, list[tuple[int, int | None]]] = {}  # variable -> [(line, construction)]
@@ -193,7 +209,8 @@ def tracked(scope: Scope | None, table: Callable[[Scope], dict[str, list[tuple[i
     """The entry ``name`` last got in ``table`` (a scope's ``jobs`` or ``aliases``) before ``line``, searching
     outwards as Python resolves names: a scope that binds ``name`` to something else hides the outer ones.
     Wrapped in a tuple, since the entry itself may be None."""
-    current, use_line = scope, line
+    current: Scope | None = scope
+    use_line: int | None = line
     while current is not None:
         entries = table(current).get(name)
         if entries:

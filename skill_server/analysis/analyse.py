@@ -1,0 +1,46 @@
+"""The entry: what a client script (and/or a YAML) configures, one ``Run`` per ``AgentJetJob`` construction.
+
+``analyse`` scans the script (``script``), locates each construction's base YAML where AgentJetJob opens
+it (``bases``), and replays AgentJetJob's construction on it (``replay``). Without a construction the YAML
+alone (or AgentJet's defaults) is replayed. Tools build on the result: ``check_config`` runs its rules on
+it; a tool that needs a script's effective values reads them from ``Run.value``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from skill_server.analysis.agentjet import AgentJet
+from skill_server.analysis.bases import base_for, defaults_base, file_base
+from skill_server.analysis.replay import Run, replay
+from skill_server.analysis.script import scan_script
+from skill_server.analysis.session import Session
+
+
+@dataclass
+class Analysis:
+    session: Session  # the AgentJet described, the scan, the notes
+    runs: list[Run]  # one per construction, in source order; else one for the YAML (or the defaults) alone
+
+
+def analyse(aj: AgentJet, script: Path | None, yaml: Path | None, cwd: Path | None) -> Analysis:
+    """Everything resolved statically about ``script`` (read, never run) and ``yaml`` (the base to compare
+    instead of the script's own, or the YAML alone). Input errors name the fields ``script`` and ``yaml``."""
+    scan = scan_script(script, field="script") if script is not None else None
+    session = Session(aj, scan, cwd)
+    for text in scan.notes if scan else []:
+        session.note(text)
+    runs: list[Run] = []
+    if scan is not None:
+        runs = [replay(session, c, base_for(session, c, yaml)) for c in scan.constructions]
+        orphans = [w for w in scan.writes if w.construction is None]
+        if orphans and len(scan.constructions) != 1:
+            session.note(f"{len(orphans)} write(s) to a job's config could not be tied to one construction (lines "
+                         f"{', '.join(str(w.line) for w in orphans[:8])}); they are not checked")
+    if not runs:
+        base = file_base(session, yaml, "explicit", None, field="yaml") if yaml else defaults_base(session)
+        runs.append(replay(session, None, base))
+        if yaml is None:
+            session.note("nothing to compare: no construction and no yaml; AgentJet's defaults were checked")
+    return Analysis(session, runs)
