@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from skill_server.app.arguments import check_argument_tree
-from skill_server.core.errors import ToolFailure, ToolInputError, utf8_safe
+from skill_server.core.errors import ToolFailure, ToolInputError
+from skill_server.core.text import shorten, utf8_safe
 
 if TYPE_CHECKING:  # pydantic is imported with the first model: listing the tools needs none
     from pydantic import BaseModel
@@ -145,8 +146,7 @@ def _os_failure(exc: OSError, arguments: dict[str, Any]) -> ToolFailure:
             elif isinstance(value, list):
                 stack.extend((item, f"{name}.{index}") for index, item in enumerate(value))
     what = exc.strerror or type(exc).__name__
-    shown = path if path is None or len(path) <= 160 else path[:80] + "..." + path[-77:]
-    return ToolFailure(f"{what}: {shown}" if shown else f"file system error: {what}", field=field)
+    return ToolFailure(f"{what}: {shorten(path, 160)}" if path else f"file system error: {what}", field=field)
 
 
 def _printable_strings(data: Any) -> Any:

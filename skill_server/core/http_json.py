@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from skill_server.core.text import shorten
+
 MAX_BODY_BYTES = 2 * 1024 * 1024
 MAX_HEADER_BYTES = 64 * 1024
 _STATUS_LINE = re.compile(rb"^HTTP/\d(?:\.\d)? (\d{3})(?: (.*))?$")
@@ -264,8 +266,7 @@ def _no_constant(name: str) -> float:
 
 
 def _snippet(body: bytes, limit: int = 120) -> str:
-    text = " ".join(body.decode("utf-8", errors="replace").split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return shorten(" ".join(body.decode("utf-8", errors="replace").split()), limit)
 
 
 def run_parallel(calls: Sequence[Callable[[], _T]], *, deadline: float,

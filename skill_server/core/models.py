@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from skill_server.core.errors import ToolInputError
+from skill_server.core.text import shorten
 
 #: ``progress(done, total, message)``: how a long tool reports progress. The MCP adapter forwards it
 #: as progress notifications; the CLI ignores it.
@@ -213,5 +214,4 @@ def _expand(nodes: list[dict[str, Any]], defs: dict[str, Any]) -> list[dict[str,
 
 
 def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return shorten(repr(value), limit)

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from skill_server.core.text import shorten
 from skill_server.experiments.progress import ProgressState, StepLine
 from skill_server.experiments.progress import fold as fold_progress
 from skill_server.experiments.signatures import RAY_PREFIX, SIGNATURES
@@ -116,12 +117,7 @@ def read_appended(path: str, offset: int, budget: int, *, final: bool) -> Chunk:
 
 
 def split_lines(text: str) -> list[str]:
-    out = []
-    for line in text.splitlines():
-        if len(line) > MAX_LINE_CHARS:
-            line = line[:MAX_LINE_CHARS] + " [...]"
-        out.append(line)
-    return out
+    return [shorten(line, MAX_LINE_CHARS) for line in text.splitlines()]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -211,7 +207,7 @@ def _line_at(text: str, pos: int) -> str:
     start = text.rfind("\n", 0, pos) + 1
     end = text.find("\n", pos)
     line = text[start: end if end >= 0 else len(text)].strip()
-    return line if len(line) <= MAX_ERROR_LINE else line[: MAX_ERROR_LINE - 6] + " [...]"
+    return shorten(line, MAX_ERROR_LINE)
 
 
 def count_matching_lines(regex: re.Pattern[str], text: str) -> tuple[int, int | None]:

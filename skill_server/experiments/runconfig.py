@@ -23,6 +23,7 @@ from typing import Any
 
 from skill_server.core.errors import ToolInputError
 from skill_server.core.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
+from skill_server.core.text import shorten
 from skill_server.experiments.progress import MAX_STEPS
 from skill_server.experiments.store import Registry, Row
 
@@ -242,4 +243,4 @@ def shown(value: Any) -> Any:
             return str(value)
         return value
     text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
-    return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 6] + " [...]"
+    return shorten(text, MAX_VALUE_CHARS)

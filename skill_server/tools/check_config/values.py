@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from skill_server.agentjet.compose import flatten  # noqa: F401  (the one implementation; lint modules import it here)
+from skill_server.core.text import shorten
 
 MISSING: Any = object()  # a key the tree does not have
 
@@ -78,8 +79,7 @@ def jsonable(value: Any, depth: int = 0) -> Any:
 
 def show(value: Any) -> str:
     """A value as a message shows it (short)."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return shorten(repr(value), 80)
 
 
 def describe_unknown(pairs: list[tuple[str, Unknown]]) -> str:
