@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import math
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from skill_server.core.errors import SkillError, internal_error_message
+from skill_server.core.jsonsafe import json_number, json_safe
 from skill_server.core.text import ELLIPSIS, one_line, shorten, utf8_safe
 
 
@@ -50,3 +54,10 @@ def test_utf8_safe_escapes_lone_surrogates_only():
     assert utf8_safe("caf\u00e9") == "caf\u00e9"
     assert utf8_safe("a\udcffb").encode("utf-8") == b"a\\udcffb"
 
+
+def test_non_finite_numbers_become_null_everywhere_in_a_tree():
+    assert [json_number(v) for v in (math.nan, math.inf, -math.inf, 1.5, 3)] == [None, None, None, 1.5, 3]
+    tree = {"lr": math.nan, 1: [math.inf, (2.0, -math.inf)], "ok": {"s": "nan", "b": True, "n": None}}
+    safe = json_safe(tree)
+    assert safe == {"lr": None, "1": [None, [2.0, None]], "ok": {"s": "nan", "b": True, "n": None}}
+    json.dumps(safe, allow_nan=False)

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from skill_server.core.jsonsafe import json_number
 from skill_server.core.text import shorten
 from skill_server.experiments.progress import ProgressState, StepLine
 from skill_server.experiments.progress import fold as fold_progress
@@ -87,12 +88,6 @@ def parse_metric_pairs(body: str) -> dict[str, float | int]:
         if number is not None:
             metrics[key] = number
     return metrics
-
-
-def json_safe_number(value: float | int) -> float | int | None:
-    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
-        return None
-    return value
 
 
 # --------------------------------------------------------------------------------------------------
@@ -274,7 +269,7 @@ def scan_text(text: str, state: ScanState, first_step_re: re.Pattern[str] | None
     if lines:
         last_line = lines[-1]
         state.metrics_step = last_line.step
-        state.last_metrics = {k: json_safe_number(v) for k, v in last_line.metrics.items()}
+        state.last_metrics = {k: json_number(v) for k, v in last_line.metrics.items()}
         global_step = last_line.metrics.get("training/global_step", last_line.step)
         if isinstance(global_step, float) and global_step.is_integer():
             global_step = int(global_step)

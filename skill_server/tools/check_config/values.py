@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 from skill_server.agentjet.compose import flatten  # noqa: F401  (the one implementation; lint modules import it here)
+from skill_server.core.jsonsafe import json_number
 from skill_server.core.text import shorten
 
 MISSING: Any = object()  # a key the tree does not have
@@ -61,8 +62,8 @@ def jsonable(value: Any, depth: int = 0) -> Any:
     """A JSON-safe copy: unknowns become null, non-finite floats null, odd objects their repr."""
     if isinstance(value, Unknown) or value is MISSING:
         return None
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
+    if isinstance(value, float):
+        return json_number(value)
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if depth > 32:
