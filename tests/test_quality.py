@@ -35,7 +35,6 @@ KNOWN_COMPLEX = {
     "skill_server/tools/ray_cluster/start.py:_wait",
     "skill_server/tools/ray_cluster/status_text.py:parse_status",
     "skill_server/tools/ray_cluster/stop.py:stop_cluster",
-    "skill_server/tools/swarm_status/diagnosis.py:diagnose",
     "skill_server/tools/wait_experiment/tool.py:wait_experiment",
 }
 
