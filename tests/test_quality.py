@@ -17,7 +17,6 @@ REASON = "# one piece:"
 #: Functions still being taken apart (issue 18); must end empty.
 KNOWN_COMPLEX = {
     "skill_server/agentjet/job.py:_write",
-    "skill_server/core/http_json.py:_read_response",
     "skill_server/experiments/blueprint.py:validate_text",
     "skill_server/experiments/launching.py:_plan",
     "skill_server/experiments/launching.py:launch",
