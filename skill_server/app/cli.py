@@ -14,7 +14,7 @@ import json
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from skill_server.core.text import one_line
 
@@ -51,7 +51,7 @@ class _UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would exit 2 with a multi-line usage; keep it one line
+    def error(self, message: str) -> NoReturn:  # argparse would exit 2 with a multi-line usage; keep it one line
         raise _UsageError(message)
 
 
@@ -365,7 +365,7 @@ def _missing_package_message(exc: ModuleNotFoundError, serving: bool) -> str:
 
 
 def _is_requirement(exc: ModuleNotFoundError) -> bool:
-    return bool(exc.name) and exc.name.split(".")[0] in REQUIREMENTS
+    return exc.name is not None and exc.name.split(".")[0] in REQUIREMENTS
 
 
 def main(argv: list[str] | None = None) -> int:
