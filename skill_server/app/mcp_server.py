@@ -82,7 +82,7 @@ INSTRUCTIONS = (
     "`python -m skill_server call TOOL --json '{...}'` (`call TOOL --help` lists a tool's arguments)."
 )
 
-Context = ServerRequestContext[Any]
+RequestContext = ServerRequestContext[Any]
 
 
 def build_server() -> Server[Any]:
@@ -137,11 +137,11 @@ def _tool_listing() -> tuple[Tool, ...]:
     )
 
 
-async def _list_tools(ctx: Context, params: PaginatedRequestParams | None) -> ListToolsResult:
+async def _list_tools(ctx: RequestContext, params: PaginatedRequestParams | None) -> ListToolsResult:
     return ListToolsResult(tools=list(_tool_listing()))
 
 
-async def _call_tool(ctx: Context, params: CallToolRequestParams) -> CallToolResult:
+async def _call_tool(ctx: RequestContext, params: CallToolRequestParams) -> CallToolResult:
     """Run one tool; any failure is an ``isError`` result whose text says what went wrong, in one line."""
     spec = TOOLS_BY_NAME.get(params.name)
     if spec is None:
@@ -162,7 +162,7 @@ def _failed(name: str, text: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
-def _progress_reporter(ctx: Context) -> Callable[..., None]:
+def _progress_reporter(ctx: RequestContext) -> Callable[..., None]:
     """The ``progress`` callback a tool calls from its worker thread: one MCP progress notification a call.
 
     A no-op when the client asked for no progress (the SDK drops it). Best effort: a notification that
@@ -238,19 +238,20 @@ def overrides_json() -> str:
     }, indent=1)
 
 
-async def _list_resources(ctx: Context, params: PaginatedRequestParams | None) -> ListResourcesResult:
+async def _list_resources(ctx: RequestContext, params: PaginatedRequestParams | None) -> ListResourcesResult:
     return ListResourcesResult(resources=[Resource(
         uri=OVERRIDES_URI, name="overrides", mime_type="application/json",
         description="AgentJetJob kwarg -> YAML key overrides table (detected install or bundled).")])
 
 
-async def _list_resource_templates(ctx: Context, params: PaginatedRequestParams | None) -> ListResourceTemplatesResult:
+async def _list_resource_templates(ctx: RequestContext,
+                                   params: PaginatedRequestParams | None) -> ListResourceTemplatesResult:
     return ListResourceTemplatesResult(resource_templates=[ResourceTemplate(
         uri_template=REFERENCE_TEMPLATE, name="reference", mime_type="text/markdown",
         description="A reference page of this skill: " + ", ".join(list_references()))])
 
 
-async def _read_resource(ctx: Context, params: ReadResourceRequestParams) -> ReadResourceResult:
+async def _read_resource(ctx: RequestContext, params: ReadResourceRequestParams) -> ReadResourceResult:
     """The overrides table or a reference page; any other address, or a page that does not exist, is an
     invalid-params error that says so (a page's error lists the pages there are)."""
     uri = params.uri
@@ -323,7 +324,7 @@ PROMPTS: dict[str, PromptSpec] = {prompt.name: prompt for prompt in (
 )}
 
 
-async def _list_prompts(ctx: Context, params: PaginatedRequestParams | None) -> ListPromptsResult:
+async def _list_prompts(ctx: RequestContext, params: PaginatedRequestParams | None) -> ListPromptsResult:
     return ListPromptsResult(prompts=[
         Prompt(name=prompt.name, description=prompt.description,
                arguments=[PromptArgument(name=name, required=True) for name in prompt.required]
@@ -331,7 +332,7 @@ async def _list_prompts(ctx: Context, params: PaginatedRequestParams | None) -> 
         for prompt in PROMPTS.values()])
 
 
-async def _get_prompt(ctx: Context, params: GetPromptRequestParams) -> GetPromptResult:
+async def _get_prompt(ctx: RequestContext, params: GetPromptRequestParams) -> GetPromptResult:
     prompt = PROMPTS.get(params.name)
     try:
         if prompt is None:
