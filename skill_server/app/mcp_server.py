@@ -28,7 +28,6 @@ from typing import Any
 from urllib.parse import unquote
 
 import anyio
-import anyio.from_thread
 import anyio.to_thread
 import pydantic_core
 from mcp.server import Server, ServerRequestContext
@@ -64,7 +63,6 @@ from mcp.types import (
 from skill_server import __version__
 from skill_server.app.table import TOOLS, TOOLS_BY_NAME, schema_manifest
 from skill_server.core.errors import SkillError, internal_error_message
-from skill_server.core.models import attached_images
 
 log = logging.getLogger("skill_server.mcp")
 
@@ -168,6 +166,7 @@ def _progress_reporter(ctx: RequestContext) -> Callable[..., None]:
     A no-op when the client asked for no progress (the SDK drops it). Best effort: a notification that
     cannot be sent never fails the tool.
     """
+    import anyio.from_thread  # here, not at the top: only a tool that reports progress needs it (start-up time)
 
     def progress(done: float, total: float | None = None, message: str | None = None) -> None:
         try:
@@ -181,6 +180,7 @@ def _progress_reporter(ctx: RequestContext) -> Callable[..., None]:
 def _tool_result(result: Any, dumped: dict[str, Any]) -> CallToolResult:
     """The result as structured content, the same JSON as text (for clients that read only text), and an
     image block per picture the tool attached (``ImageAttachment``)."""
+    from skill_server.core.models import attached_images  # here, not at the top: start-up time
     text = pydantic_core.to_json(dumped, fallback=str, indent=2).decode()
     blocks: list[ContentBlock] = [TextContent(type="text", text=text)]
     blocks += [ImageContent(type="image", data=base64.b64encode(image.data).decode("ascii"), mime_type=image.mime_type)
