@@ -155,7 +155,9 @@ def describe_validation_error(exc: ValidationError, schema: dict[str, Any] | Non
             msg = "unknown argument" + _suggestion(schema, path)
         elif kind == "value_error":
             msg = msg.removeprefix("Value error, ")
-        shown = "" if kind in ("missing", "extra_forbidden", "value_error") else f" (got {_short(err.get('input'))})"
+        shown = ""
+        if kind not in ("missing", "extra_forbidden", "value_error"):
+            shown = f" (got {shorten(repr(err.get('input')), 60)})"
         if loc:
             fields.append(loc)
             parts.append(f"{loc}: {msg}{shown}")
@@ -211,7 +213,3 @@ def _expand(nodes: list[dict[str, Any]], defs: dict[str, Any]) -> list[dict[str,
             stack.extend(b for b in node.get(key, ()) if isinstance(b, dict))
         out.append(node)
     return out
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    return shorten(repr(value), limit)
