@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from skill_server.core.errors import ToolFailure
+from skill_server.core.jsonsafe import json_number
 from skill_server.core.models import ImageAttachment, ToolOutput, attached_images
 from skill_server.experiments import history, logs, plots, progress, runconfig
 from skill_server.experiments.observe import first_step_pattern
@@ -323,7 +324,7 @@ def test_images_are_found_anywhere_in_a_result():
 
 def test_iso_and_json_safety():
     assert progress.iso(0) == "1970-01-01T00:00:00+00:00"
-    assert logs.json_safe_number(math.inf) is None
+    assert json_number(math.inf) is None
     assert os.path.basename(plots.INSTALL_HINT) and "matplotlib" in plots.INSTALL_HINT
 
 

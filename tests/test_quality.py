@@ -16,11 +16,9 @@ REASON = "# one piece:"
 
 #: Functions still being taken apart (issue 18); must end empty.
 KNOWN_COMPLEX = {
-    "skill_server/core/http_json.py:_read_response",
     "skill_server/experiments/launching.py:_plan",
     "skill_server/experiments/launching.py:launch",
     "skill_server/hosts/agent/procs.py:marked",
-    "skill_server/tools/swarm_status/diagnosis.py:diagnose",
 }
 
 

@@ -18,6 +18,7 @@ from dataclasses import field as dataclass_field
 from typing import Any
 
 from skill_server.core.errors import ToolInputError
+from skill_server.core.text import shorten
 
 LENGTH_KWARGS = ("max_prompt_length", "max_response_length", "max_model_len", "max_response_length_in_one_turn")
 
@@ -82,8 +83,7 @@ def _type(value: Any) -> str:
 
 
 def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return shorten(repr(value), 60)
 
 
 # --- before composition -----------------------------------------------------------------------------

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from skill_server.core.jsonsafe import json_number
+from skill_server.core.text import shorten
 from skill_server.core.trees import get_path
 
 MISSING: Any = object()  # a key the tree does not have
@@ -53,8 +55,8 @@ def jsonable(value: Any, depth: int = 0) -> Any:
     """A JSON-safe copy: unknowns become null, non-finite floats null, odd objects their repr."""
     if isinstance(value, Unknown) or value is MISSING:
         return None
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
+    if isinstance(value, float):
+        return json_number(value)
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if depth > 32:
@@ -71,8 +73,7 @@ def jsonable(value: Any, depth: int = 0) -> Any:
 
 def show(value: Any) -> str:
     """A value as a message shows it (short)."""
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
+    return shorten(repr(value), 80)
 
 
 def describe_unknown(pairs: list[tuple[str, Unknown]]) -> str:

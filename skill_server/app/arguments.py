@@ -13,7 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from skill_server.core.errors import ToolInputError, utf8_safe
+from skill_server.core.errors import ToolInputError
+from skill_server.core.text import utf8_safe
 
 MAX_DEPTH = 32
 MAX_NODES = 100_000

@@ -14,7 +14,9 @@ import json
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from skill_server.core.text import one_line
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -49,7 +51,7 @@ class _UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # argparse would exit 2 with a multi-line usage; keep it one line
+    def error(self, message: str) -> NoReturn:  # argparse would exit 2 with a multi-line usage; keep it one line
         raise _UsageError(message)
 
 
@@ -141,7 +143,7 @@ def _one_line_errors(prefix: str, run: Callable[[], int]) -> int:
         _discard_stdout()
         return EXIT_PIPE_CLOSED
     except _StdoutFailed as exc:
-        sys.stderr.write(f"{prefix}: cannot write the result to stdout: {_one_line(str(exc))}\n")
+        sys.stderr.write(f"{prefix}: cannot write the result to stdout: {one_line(str(exc))}\n")
     except SkillError as exc:
         sys.stderr.write(f"{prefix}: {exc}\n")  # one line by construction (SkillError escapes breaks)
     except ModuleNotFoundError as exc:
@@ -258,10 +260,6 @@ def _discard_stdout() -> None:
         pass
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
 def _tool_help(tool_name: str) -> int:
     from skill_server.app.schema_text import tool_help
 
@@ -334,7 +332,7 @@ def _snapshot(args: argparse.Namespace) -> int:
         return snapshot.run(args.checkout, write=args.write, commit=args.commit, date=args.date, repo=args.repo,
                             releases_dir=args.releases_dir, out=sys.stdout)
     except SkillError as exc:
-        sys.stderr.write(f"snapshot: {_one_line(str(exc))}\n")
+        sys.stderr.write(f"snapshot: {one_line(str(exc))}\n")
         return EXIT_TOOL_ERROR
 
 
@@ -367,7 +365,7 @@ def _missing_package_message(exc: ModuleNotFoundError, serving: bool) -> str:
 
 
 def _is_requirement(exc: ModuleNotFoundError) -> bool:
-    return bool(exc.name) and exc.name.split(".")[0] in REQUIREMENTS
+    return exc.name is not None and exc.name.split(".")[0] in REQUIREMENTS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -395,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
             return _watch(args)
         return _call(args.tool, args.json_args, args.pairs)
     except _UsageError as exc:
-        sys.stderr.write(f"usage error: {_one_line(str(exc))} (see {PROG} --help)\n")
+        sys.stderr.write(f"usage error: {one_line(str(exc))} (see {PROG} --help)\n")
         return EXIT_USAGE
     except ModuleNotFoundError as exc:
         if _is_requirement(exc):

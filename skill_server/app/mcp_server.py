@@ -1,11 +1,12 @@
-"""MCP front end: an ``MCPServer`` whose tools are generated from the table in ``skill_server.app.table``.
+"""MCP front end: the SDK's low-level ``Server``, answering every request from the tool table in ``app.table``.
 
-Each tool gets a flat signature derived from its input model (so clients send plain top-level
-arguments), returns its pydantic output model (so the server publishes an output schema), and carries
-the table's hints as MCP annotations. Domain errors become ``ToolError`` with their one-line message.
-The domain function runs on a worker thread; its progress callback is bridged to MCP progress
-notifications. A result holding ``ImageAttachment`` pictures also gets one image content block per
-picture. This module is the only one that imports the MCP SDK.
+The low-level server takes one handler per MCP method, so what goes on the wire is ours: ``tools/list``
+publishes each tool's input and output schema from the committed manifest (``tool_schemas.json``, equal
+to the models by test) with the table's hints as annotations, and ``tools/call`` hands the client's
+arguments, exactly as sent, to ``ToolSpec.invoke``: the CLI's path, so a bad argument gets the same
+one-line message from both. The tool runs on a worker thread; its progress callback becomes MCP progress
+notifications. A result is structured content plus the same JSON as a text block, plus one image block
+per ``ImageAttachment`` picture. This module is the only one that imports the MCP SDK.
 """
 
 from __future__ import annotations
@@ -20,21 +21,48 @@ import re
 import secrets
 import signal
 import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
-import anyio.from_thread
+import anyio
 import anyio.to_thread
 import pydantic_core
-from mcp.server.mcpserver import Context, MCPServer
-from mcp.server.mcpserver.exceptions import ToolError
-from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
-from mcp.types import CallToolResult, ImageContent, TextContent, ToolAnnotations
+from mcp.server import Server, ServerRequestContext
+from mcp.server.stdio import stdio_server
+from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
+from mcp.shared.exceptions import MCPError
+from mcp.types import (
+    INVALID_PARAMS,
+    CallToolRequestParams,
+    CallToolResult,
+    ContentBlock,
+    GetPromptRequestParams,
+    GetPromptResult,
+    ImageContent,
+    ListPromptsResult,
+    ListResourcesResult,
+    ListResourceTemplatesResult,
+    ListToolsResult,
+    PaginatedRequestParams,
+    Prompt,
+    PromptArgument,
+    PromptMessage,
+    ReadResourceRequestParams,
+    ReadResourceResult,
+    Resource,
+    ResourceTemplate,
+    TextContent,
+    TextResourceContents,
+    Tool,
+    ToolAnnotations,
+)
 
 from skill_server import __version__
-from skill_server.app.table import TOOLS, ToolSpec, schema_manifest
+from skill_server.app.table import TOOLS, TOOLS_BY_NAME, schema_manifest
 from skill_server.core.errors import SkillError, internal_error_message
-from skill_server.core.models import attached_images
 
 log = logging.getLogger("skill_server.mcp")
 
@@ -52,70 +80,49 @@ INSTRUCTIONS = (
     "`python -m skill_server call TOOL --json '{...}'` (`call TOOL --help` lists a tool's arguments)."
 )
 
-
-class _RawArguments(FuncMetadata):
-    """Hands the client's arguments to the handler exactly as sent.
-
-    The SDK would otherwise validate them against a signature first: unknown names dropped, JSON in
-    strings parsed. The tool table validates instead (``ToolSpec.invoke``), so a bad argument gets
-    the same one-line message over MCP as from the CLI.
-    """
-
-    def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:
-        return {"arguments": dict(arguments_to_validate)}
+RequestContext = ServerRequestContext[Any]
 
 
-def _handler_for(spec: ToolSpec) -> Any:
-    """``async def <tool>(arguments, ctx) -> dict`` for one table entry."""
-
-    async def handler(arguments: dict[str, Any], ctx: Context) -> dict[str, Any]:
-        progress = None
-        if spec.reports_progress:
-
-            def progress(done: float, total: float | None = None, message: str | None = None) -> None:
-                try:
-                    anyio.from_thread.run(functools.partial(ctx.report_progress, done, total, message))
-                except Exception:  # progress is best effort; never fail the tool over it
-                    log.debug("progress notification failed", exc_info=True)
-
-        try:
-            result = await anyio.to_thread.run_sync(functools.partial(spec.invoke, arguments, progress))
-            return _with_images(result, spec.dump(result))
-        except SkillError as exc:
-            raise ToolError(str(exc)) from None
-        except Exception as exc:  # an unexpected bug: say what it was instead of a generic failure
-            log.exception("tool %s failed", spec.name)
-            raise ToolError(internal_error_message(exc)) from None
-
-    handler.__name__ = spec.name
-    handler.__qualname__ = spec.name
-    handler.__doc__ = spec.description
-    return handler
+def build_server() -> Server[Any]:
+    """The MCP server: every tool of the table, the reference pages and the overrides table, two prompts."""
+    return Server(
+        SERVER_NAME,
+        version=__version__,
+        instructions=INSTRUCTIONS,
+        get_tool_input_schema=_input_schema,
+        on_list_tools=_list_tools,
+        on_call_tool=_call_tool,
+        on_list_resources=_list_resources,
+        on_list_resource_templates=_list_resource_templates,
+        on_read_resource=_read_resource,
+        on_list_prompts=_list_prompts,
+        on_get_prompt=_get_prompt,
+        # nothing is ever published (the lists are fixed); served so that 2026-07-28 clients are offered the
+        # same capabilities as from the SDK's high-level server, which serves it by default
+        on_subscriptions_listen=ListenHandler(InMemorySubscriptionBus()),
+    )
 
 
-def _with_images(result: Any, dumped: dict[str, Any]) -> Any:
-    """The structured result, plus an image content block per picture the tool attached (``ImageAttachment``):
-    the text block is the same JSON the SDK would have made."""
-    images = attached_images(result)
-    if not images:
-        return dumped
-    text = pydantic_core.to_json(dumped, fallback=str, indent=2).decode()
-    blocks: list[Any] = [TextContent(type="text", text=text)]
-    blocks += [ImageContent(type="image", data=base64.b64encode(image.data).decode("ascii"), mime_type=image.mime_type)
-               for image in images]
-    return CallToolResult(content=blocks, structured_content=dumped)
+# --- tools ---------------------------------------------------------------------------------------
 
 
-def build_server() -> MCPServer:
-    """The MCP server with every tool of the table registered."""
-    server = MCPServer(SERVER_NAME, version=__version__, instructions=INSTRUCTIONS)
+def _input_schema(name: str) -> dict[str, Any] | None:
+    """A tool's published input schema (the SDK checks ``Mcp-Param-*`` headers of 2026-07-28 HTTP calls by it)."""
+    schemas = schema_manifest().get(name)
+    return None if schemas is None else schemas["input"]
+
+
+@functools.lru_cache(maxsize=1)
+def _tool_listing() -> tuple[Tool, ...]:
+    """Every tool as ``tools/list`` publishes it (built once: the table and the manifest are fixed)."""
     manifest = schema_manifest()
-    for spec in TOOLS:
-        server.add_tool(
-            _handler_for(spec),
+    return tuple(
+        Tool(
             name=spec.name,
             title=spec.title,
             description=spec.description,
+            input_schema=manifest[spec.name]["input"],
+            output_schema=manifest[spec.name]["output"],
             annotations=ToolAnnotations(
                 title=spec.title,
                 read_only_hint=spec.read_only,
@@ -123,35 +130,74 @@ def build_server() -> MCPServer:
                 idempotent_hint=spec.idempotent,
                 open_world_hint=spec.open_world,
             ),
-            structured_output=True,
         )
-        _publish_schemas(server, spec.name, manifest[spec.name])
-    _register_resources_and_prompts(server)
-    return server
+        for spec in TOOLS
+    )
 
 
-def _publish_schemas(server: MCPServer, name: str, schemas: dict[str, Any]) -> None:
-    """Advertise the models' own schemas (from the manifest) and pass arguments through untouched.
+async def _list_tools(ctx: RequestContext, params: PaginatedRequestParams | None) -> ListToolsResult:
+    return ListToolsResult(tools=list(_tool_listing()))
 
-    The handler returns the output model dumped to JSON types, validated by the SDK as a plain
-    mapping, while clients see the output model's schema. ``Tool.run`` reads ``fn_metadata`` live.
+
+async def _call_tool(ctx: RequestContext, params: CallToolRequestParams) -> CallToolResult:
+    """Run one tool; any failure is an ``isError`` result whose text says what went wrong, in one line."""
+    spec = TOOLS_BY_NAME.get(params.name)
+    if spec is None:
+        return _failed(params.name, f"Unknown tool: {params.name}")
+    progress = _progress_reporter(ctx) if spec.reports_progress else None
+    try:
+        result = await anyio.to_thread.run_sync(functools.partial(spec.invoke, params.arguments or {}, progress))
+        return _tool_result(result, spec.dump(result))
+    except SkillError as exc:
+        return _failed(spec.name, f"Error executing tool {spec.name}: {exc}")
+    except Exception as exc:  # a bug: say what it was instead of a generic failure
+        log.exception("tool %s failed", spec.name)
+        return _failed(spec.name, f"Error executing tool {spec.name}: {internal_error_message(exc)}")
+
+
+def _failed(name: str, text: str) -> CallToolResult:
+    log.info("tool %s: %s", name, text)
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
+
+
+def _progress_reporter(ctx: RequestContext) -> Callable[..., None]:
+    """The ``progress`` callback a tool calls from its worker thread: one MCP progress notification a call.
+
+    A no-op when the client asked for no progress (the SDK drops it). Best effort: a notification that
+    cannot be sent never fails the tool.
     """
-    tool = server._tool_manager.get_tool(name)  # the SDK has no public setter for a tool's schemas
-    if tool is None:  # pragma: no cover - registered just above
-        raise RuntimeError(f"tool {name} was not registered")
-    sdk = tool.fn_metadata
-    tool.parameters = schemas["input"]
-    tool.fn_metadata = _RawArguments(arg_model=sdk.arg_model, output_schema=schemas["output"],
-                                     output_model=sdk.output_model, wrap_output=sdk.wrap_output)
+    import anyio.from_thread  # here, not at the top: only a tool that reports progress needs it (start-up time)
+
+    def progress(done: float, total: float | None = None, message: str | None = None) -> None:
+        try:
+            anyio.from_thread.run(functools.partial(ctx.session.report_progress, done, total, message))
+        except Exception:
+            log.debug("progress notification failed", exc_info=True)
+
+    return progress
 
 
-# --- resources and prompts ---------------------------------------------------------------------
+def _tool_result(result: Any, dumped: dict[str, Any]) -> CallToolResult:
+    """The result as structured content, the same JSON as text (for clients that read only text), and an
+    image block per picture the tool attached (``ImageAttachment``)."""
+    from skill_server.core.models import attached_images  # here, not at the top: start-up time
+    text = pydantic_core.to_json(dumped, fallback=str, indent=2).decode()
+    blocks: list[ContentBlock] = [TextContent(type="text", text=text)]
+    blocks += [ImageContent(type="image", data=base64.b64encode(image.data).decode("ascii"), mime_type=image.mime_type)
+               for image in attached_images(result)]
+    return CallToolResult(content=blocks, structured_content=dumped)
+
+
+# --- resources -----------------------------------------------------------------------------------
 
 REFERENCE_DIRS = (
     Path(__file__).resolve().parents[1] / "references",  # a symlink in a checkout; real files in an installed wheel
     Path(__file__).resolve().parents[2] / "references",  # the skill folder / checkout
 )
 _REFERENCE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
+REFERENCE_TEMPLATE = "agentjet://reference/{name}"
+_REFERENCE_URI = re.compile(r"agentjet://reference/([^/?#]+)")
+OVERRIDES_URI = "agentjet://overrides"
 
 
 def reference_dir() -> Path | None:
@@ -192,6 +238,63 @@ def overrides_json() -> str:
     }, indent=1)
 
 
+async def _list_resources(ctx: RequestContext, params: PaginatedRequestParams | None) -> ListResourcesResult:
+    return ListResourcesResult(resources=[Resource(
+        uri=OVERRIDES_URI, name="overrides", mime_type="application/json",
+        description="AgentJetJob kwarg -> YAML key overrides table (detected install or bundled).")])
+
+
+async def _list_resource_templates(ctx: RequestContext,
+                                   params: PaginatedRequestParams | None) -> ListResourceTemplatesResult:
+    return ListResourceTemplatesResult(resource_templates=[ResourceTemplate(
+        uri_template=REFERENCE_TEMPLATE, name="reference", mime_type="text/markdown",
+        description="A reference page of this skill: " + ", ".join(list_references()))])
+
+
+async def _read_resource(ctx: RequestContext, params: ReadResourceRequestParams) -> ReadResourceResult:
+    """The overrides table or a reference page; any other address, or a page that does not exist, is an
+    invalid-params error that says so (a page's error lists the pages there are)."""
+    uri = params.uri
+    page = _REFERENCE_URI.fullmatch(uri)
+    try:
+        if uri == OVERRIDES_URI:
+            text, mime_type = await anyio.to_thread.run_sync(overrides_json), "application/json"
+        elif page is not None:
+            text = await anyio.to_thread.run_sync(read_reference, unquote(page.group(1)))
+            mime_type = "text/markdown"
+        else:
+            raise ValueError(f"Unknown resource: {uri}")
+    except ValueError as exc:
+        log.info("resource %s: %s", uri, exc)
+        raise MCPError(code=INVALID_PARAMS, message=str(exc), data={"uri": uri}) from None
+    return ReadResourceResult(contents=[TextResourceContents(uri=uri, text=text, mime_type=mime_type)])
+
+
+# --- prompts -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PromptSpec:
+    """A prompt: its text with ``{argument}`` fields, the arguments it needs and those it may take."""
+
+    name: str
+    description: str
+    template: str
+    required: tuple[str, ...] = ()
+    optional: dict[str, str] = field(default_factory=dict)  # name -> the value used when not given
+
+    def render(self, arguments: dict[str, str]) -> str:
+        """The prompt's text; a missing or unknown argument is an error naming it."""
+        unknown = sorted(set(arguments) - set(self.required) - set(self.optional))
+        if unknown:
+            raise ValueError(f"Unknown arguments for prompt {self.name}: {', '.join(unknown)} "
+                             f"(valid: {', '.join([*self.required, *self.optional])})")
+        missing = [name for name in self.required if name not in arguments]
+        if missing:
+            raise ValueError(f"Missing required arguments for prompt {self.name}: {', '.join(missing)}")
+        return self.template.format(**{**self.optional, **arguments})
+
+
 RUN_BLUEPRINT = """Run the AgentJet experiment described by the blueprint {blueprint}.
 1. blueprint(action="validate", path=...) and fix every problem it reports before launching.
 2. check_config on the client script / YAML it names; fix errors (warnings: say why you keep them).
@@ -213,25 +316,32 @@ EXPLAIN_GAUGE = """Explain why overwatch's "Running Episodes" gauge sits where i
    the engine's config changes only after a restart of the engine.
 """
 
+PROMPTS: dict[str, PromptSpec] = {prompt.name: prompt for prompt in (
+    PromptSpec("run-blueprint", "Run an AgentJet experiment blueprint end to end.", RUN_BLUEPRINT,
+               required=("blueprint",)),
+    PromptSpec("explain-gauge", "Explain the overwatch Running Episodes gauge of a swarm server.", EXPLAIN_GAUGE,
+               optional={"url": "http://localhost:10086"}),
+)}
 
-def _register_resources_and_prompts(server: MCPServer) -> None:
-    @server.resource("agentjet://reference/{name}", name="reference", mime_type="text/markdown",
-                     description="A reference page of this skill: " + ", ".join(list_references()))
-    def reference(name: str) -> str:
-        return read_reference(name)
 
-    @server.resource("agentjet://overrides", name="overrides", mime_type="application/json",
-                     description="AgentJetJob kwarg -> YAML key overrides table (detected install or bundled).")
-    def overrides() -> str:
-        return overrides_json()
+async def _list_prompts(ctx: RequestContext, params: PaginatedRequestParams | None) -> ListPromptsResult:
+    return ListPromptsResult(prompts=[
+        Prompt(name=prompt.name, description=prompt.description,
+               arguments=[PromptArgument(name=name, required=True) for name in prompt.required]
+               + [PromptArgument(name=name, required=False) for name in prompt.optional])
+        for prompt in PROMPTS.values()])
 
-    @server.prompt(name="run-blueprint", description="Run an AgentJet experiment blueprint end to end.")
-    def run_blueprint(blueprint: str) -> str:
-        return RUN_BLUEPRINT.format(blueprint=blueprint)
 
-    @server.prompt(name="explain-gauge", description="Explain the overwatch Running Episodes gauge of a swarm server.")
-    def explain_gauge(url: str = "http://localhost:10086") -> str:
-        return EXPLAIN_GAUGE.format(url=url)
+async def _get_prompt(ctx: RequestContext, params: GetPromptRequestParams) -> GetPromptResult:
+    prompt = PROMPTS.get(params.name)
+    try:
+        if prompt is None:
+            raise ValueError(f"Unknown prompt: {params.name}")
+        text = prompt.render(params.arguments or {})
+    except ValueError as exc:
+        raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
+    return GetPromptResult(description=prompt.description,
+                           messages=[PromptMessage(role="user", content=TextContent(type="text", text=text))])
 
 
 # --- transports ---------------------------------------------------------------------------------
@@ -261,7 +371,7 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
-def http_app(server: MCPServer, *, host: str, token: str, allowed_hosts: list[str] | None = None) -> Any:
+def http_app(server: Server[Any], *, host: str, token: str, allowed_hosts: list[str] | None = None) -> Any:
     """The streamable-HTTP app behind bearer auth, with DNS-rebinding protection on."""
     from mcp.server.transport_security import TransportSecuritySettings
 
@@ -325,6 +435,11 @@ def _announce_on_terminal() -> None:
         sys.stderr.flush()
 
 
+async def _serve_stdio(server: Server[Any]) -> None:
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
 def serve(transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
           allowed_hosts: list[str] | None = None) -> int:
     """Run the server until the client disconnects (stdio EOF) or a signal stops it."""
@@ -332,7 +447,7 @@ def serve(transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
     server = build_server()
     if transport == "stdio":
         _announce_on_terminal()
-        server.run()
+        anyio.run(_serve_stdio, server)
         return 0
     import uvicorn
 

@@ -74,7 +74,7 @@ def describe_type(prop: dict[str, Any]) -> str:
         extra = f" matching {prop['pattern']}" if "pattern" in prop else ""
         return "string" + extra + _bounds(prop, "minLength", "maxLength", "characters")
     if kind in ("integer", "number"):
-        return kind + _numeric_bounds(prop)
+        return f"{kind}{_numeric_bounds(prop)}"
     return str(kind)
 
 

@@ -22,10 +22,11 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from skill_server.app.arguments import check_argument_tree
-from skill_server.core.errors import ToolFailure, ToolInputError, utf8_safe
+from skill_server.core.errors import ToolFailure, ToolInputError
+from skill_server.core.text import shorten, utf8_safe
 
 if TYPE_CHECKING:  # pydantic is imported with the first model: listing the tools needs none
     from pydantic import BaseModel
@@ -37,7 +38,7 @@ SCHEMA_MANIFEST = Path(__file__).with_name("tool_schemas.json")
 Ref = Any  # "module:attribute", or the object itself
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _import_ref(ref: str) -> Any:
     module, _, attribute = ref.partition(":")
     return getattr(importlib.import_module(module), attribute)
@@ -73,22 +74,23 @@ class ToolSpec:
     @property
     def input_type(self) -> type[BaseModel]:
         """The input model class (imported on first use)."""
-        return _resolve(self.input_model)
+        return cast("type[BaseModel]", _resolve(self.input_model))
 
     @property
     def output_type(self) -> type[BaseModel]:
         """The output model class (imported on first use)."""
-        return _resolve(self.output_model)
+        return cast("type[BaseModel]", _resolve(self.output_model))
 
     @property
     def function(self) -> Callable[..., BaseModel]:
         """The tool function (imported on first use)."""
-        return _resolve(self.run)
+        return cast("Callable[..., BaseModel]", _resolve(self.run))
 
     @property
     def input_schema(self) -> dict[str, Any]:
         """The published input schema (from the manifest: no model import needed)."""
-        return schema_manifest()[self.name]["input"]
+        schema: dict[str, Any] = schema_manifest()[self.name]["input"]
+        return schema
 
     def validate(self, arguments: Any) -> BaseModel:
         """Validate raw arguments into the input model, or raise ``ToolInputError`` naming the field."""
@@ -127,7 +129,8 @@ class ToolSpec:
         Text UTF-8 cannot carry (lone surrogates, from undecodable file names or a hostile server) is
         escaped, so no result ever fails to serialise.
         """
-        return _printable_strings(result.model_dump(mode="json"))
+        dumped: dict[str, Any] = _printable_strings(result.model_dump(mode="json"))
+        return dumped
 
 
 def _os_failure(exc: OSError, arguments: dict[str, Any]) -> ToolFailure:
@@ -145,8 +148,7 @@ def _os_failure(exc: OSError, arguments: dict[str, Any]) -> ToolFailure:
             elif isinstance(value, list):
                 stack.extend((item, f"{name}.{index}") for index, item in enumerate(value))
     what = exc.strerror or type(exc).__name__
-    shown = path if path is None or len(path) <= 160 else path[:80] + "..." + path[-77:]
-    return ToolFailure(f"{what}: {shown}" if shown else f"file system error: {what}", field=field)
+    return ToolFailure(f"{what}: {shorten(path, 160)}" if path else f"file system error: {what}", field=field)
 
 
 def _printable_strings(data: Any) -> Any:
@@ -206,12 +208,12 @@ TOOLS: tuple[ToolSpec, ...] = (
             "escape-hatch-has-kwarg, unknown-key, write-after-dump, length-budget, lora-rules, "
             "batch-not-divisible-by-gpus, samples-below-world-size, base-yaml-missing, base-not-swarm, "
             "interchange-not-tcp, cap-not-divisible, cap-limited-by-batch, tracker-threads-below-cap, "
-            "agentjet-refusal. Each has key, locations (file, line), values and a fix. Everything AgentJet would refuse "
-            "(the causes build_config refuses with) is a finding with AgentJet's exception, all at once. Findings "
-            "describe one AgentJet release (agentjet_version, agentjet_root; default the newest bundled), named in "
-            "agentjet and in every version-dependent message. Effective values carry their source; a value that "
-            "depends on the environment, the command line or a missing or refused base YAML is null with the reason, "
-            "and checks that could not run are listed in skipped."
+            "agentjet-refusal. Each has key, locations (file, line), values and a fix. Everything AgentJet would "
+            "refuse (the causes build_config refuses with) is a finding with AgentJet's exception, all at once. "
+            "Findings describe one AgentJet release (agentjet_version, agentjet_root; default the newest bundled), "
+            "named in agentjet and in every version-dependent message. Effective values carry their source; a value "
+            "that depends on the environment, the command line or a missing or refused base YAML is null with the "
+            "reason, and checks that could not run are listed in skipped."
         ),
         input_model="skill_server.tools.check_config.models:CheckConfigInput",
         output_model="skill_server.tools.check_config.models:CheckConfigResult",
@@ -433,7 +435,8 @@ def build_schema_manifest() -> dict[str, Any]:
 def schema_manifest() -> dict[str, Any]:
     """The committed manifest (fast to read); ``tests/test_tool_table.py`` keeps it equal to the models."""
     with SCHEMA_MANIFEST.open(encoding="utf-8") as handle:
-        return json.load(handle)
+        manifest: dict[str, Any] = json.load(handle)
+    return manifest
 
 
 def write_schema_manifest() -> Path:

@@ -22,6 +22,7 @@ import stat
 from pathlib import Path
 
 from skill_server.core.errors import ToolFailure, ToolInputError
+from skill_server.core.text import shorten
 
 DEFAULT_MODE = 0o644
 NAME_MAX = 255
@@ -73,12 +74,8 @@ def check_path_length(path: Path, *, field: str | None) -> None:
         raise ToolInputError(f"path is {len(encoded)} bytes, over the {PATH_MAX}-byte limit", field=field)
     longest = max((len(os.fsencode(part)) for part in path.parts), default=0)
     if longest > NAME_MAX:
-        raise ToolInputError(f"a name in {_shorten(str(path))} is {longest} bytes, over the {NAME_MAX}-byte "
+        raise ToolInputError(f"a name in {shorten(str(path), 120)} is {longest} bytes, over the {NAME_MAX}-byte "
                              "limit of file systems", field=field)
-
-
-def _shorten(text: str, limit: int = 120) -> str:
-    return text if len(text) <= limit else text[:60] + "..." + text[-57:]
 
 
 def describe_kind(mode: int) -> str:

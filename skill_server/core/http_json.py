@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from skill_server.core.text import shorten
+
 MAX_BODY_BYTES = 2 * 1024 * 1024
 MAX_HEADER_BYTES = 64 * 1024
 _STATUS_LINE = re.compile(rb"^HTTP/\d(?:\.\d)? (\d{3})(?: (.*))?$")
@@ -78,7 +80,7 @@ def http_get(url: str, *, timeout: float, max_bytes: int = MAX_BODY_BYTES,
         raise FetchError(f"connection refused: nothing listens on {host}:{port}", "unreachable") from None
     except socket.gaierror:
         raise FetchError(f"cannot resolve host {host!r}", "unreachable") from None
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         raise FetchError(f"could not connect to {host}:{port} within {timeout:g}s", "timeout") from None
     except OSError as exc:
         raise FetchError(f"cannot connect to {host}:{port}: {exc.strerror or exc}", "unreachable") from None
@@ -97,7 +99,7 @@ def http_get(url: str, *, timeout: float, max_bytes: int = MAX_BODY_BYTES,
         try:
             sock.settimeout(remaining())
             sock.sendall(request)
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             remaining()  # raises the deadline message
             raise FetchError("timed out sending the request", "timeout") from None
         except OSError as exc:
@@ -111,68 +113,92 @@ def http_get(url: str, *, timeout: float, max_bytes: int = MAX_BODY_BYTES,
 
 
 def _read_response(sock: socket.socket, remaining: Callable[[], float], max_bytes: int) -> HttpResponse:
+    """Receive until the answer is complete (its length, its last chunk, or the close), within the deadline."""
     buf = bytearray()
-    head: tuple[int, dict[str, str]] | None = None
-    body_start = 0
-    length: int | None = None
-    chunked = False
-    while True:
-        if head is not None:
-            body_len = len(buf) - body_start
-            if length is not None and body_len >= length:
-                break
-            if chunked and _dechunk(bytes(buf[body_start:])) is not None:
-                break
-        try:
-            sock.settimeout(remaining())
-            piece = sock.recv(65536)
-        except (socket.timeout, TimeoutError):
-            remaining()
-            raise FetchError("timed out reading the answer", "timeout") from None
-        except (ConnectionResetError, ConnectionAbortedError):
-            piece = b""  # treated like a close; an incomplete body is reported below
-        except OSError as exc:
-            raise FetchError(f"connection failed while reading: {exc.strerror or exc}") from None
+    head: _Head | None = None
+    while head is None or not head.complete(buf):
+        piece = _receive(sock, remaining)
         if not piece:
             break
         buf += piece
         if head is None:
-            cut = buf.find(b"\r\n\r\n")
-            if cut < 0:
-                if len(buf) > MAX_HEADER_BYTES:
-                    raise FetchError("not an HTTP answer (no end of headers in the first 64 KiB)")
-                continue
-            head = _parse_head(bytes(buf[:cut]))
-            body_start = cut + 4
-            chunked = "chunked" in head[1].get("transfer-encoding", "").lower()
-            if not chunked and "content-length" in head[1]:
-                try:
-                    length = int(head[1]["content-length"])
-                except ValueError:
-                    raise FetchError(f"invalid Content-Length {head[1]['content-length']!r}") from None
-                if length > max_bytes:
-                    raise FetchError(f"answer of {length} bytes exceeds the {_mib(max_bytes)} limit")
-        if head is not None and len(buf) - body_start > max_bytes + (64 * 1024 if chunked else 0):
+            head = _head_of(buf, max_bytes)
+        if head is not None and len(buf) - head.body_start > max_bytes + (64 * 1024 if head.chunked else 0):
             raise FetchError(f"answer larger than the {_mib(max_bytes)} limit")
     if head is None:
         if not buf:
             raise FetchError("the server closed the connection without answering")
         raise FetchError("not an HTTP answer (truncated or unknown protocol)")
-    status, headers = head
-    raw = bytes(buf[body_start:])
-    if chunked:
+    body = _body(head, bytes(buf[head.body_start:]), max_bytes)
+    return HttpResponse(status=head.status, headers=head.headers, body=body)
+
+
+@dataclass(frozen=True)
+class _Head:
+    """What the status line and headers say about the body that follows them."""
+
+    status: int
+    headers: dict[str, str]
+    body_start: int  # where the body begins in the bytes received
+    length: int | None  # Content-Length, when given (never with chunked encoding)
+    chunked: bool
+
+    def complete(self, buf: bytearray) -> bool:
+        """Whether ``buf`` holds the whole body (an answer with neither runs to the close)."""
+        if self.length is not None:
+            return len(buf) - self.body_start >= self.length
+        return self.chunked and _dechunk(bytes(buf[self.body_start:])) is not None
+
+
+def _receive(sock: socket.socket, remaining: Callable[[], float]) -> bytes:
+    """The next bytes, or b"" once the peer closed (a reset counts as a close: a short body is reported later)."""
+    try:
+        sock.settimeout(remaining())
+        return sock.recv(65536)
+    except TimeoutError:
+        remaining()
+        raise FetchError("timed out reading the answer", "timeout") from None
+    except (ConnectionResetError, ConnectionAbortedError):
+        return b""
+    except OSError as exc:
+        raise FetchError(f"connection failed while reading: {exc.strerror or exc}") from None
+
+
+def _head_of(buf: bytearray, max_bytes: int) -> _Head | None:
+    """The head once its end has arrived, else None; a head too long, or announcing too large a body, is refused."""
+    cut = buf.find(b"\r\n\r\n")
+    if cut < 0:
+        if len(buf) > MAX_HEADER_BYTES:
+            raise FetchError("not an HTTP answer (no end of headers in the first 64 KiB)")
+        return None
+    status, headers = _parse_head(bytes(buf[:cut]))
+    chunked = "chunked" in headers.get("transfer-encoding", "").lower()
+    length = None
+    if not chunked and "content-length" in headers:
+        try:
+            length = int(headers["content-length"])
+        except ValueError:
+            raise FetchError(f"invalid Content-Length {headers['content-length']!r}") from None
+        if length > max_bytes:
+            raise FetchError(f"answer of {length} bytes exceeds the {_mib(max_bytes)} limit")
+    return _Head(status, headers, cut + 4, length, chunked)
+
+
+def _body(head: _Head, raw: bytes, max_bytes: int) -> bytes:
+    """The body from the bytes after the head, as its encoding and length say; a short one is refused."""
+    if head.chunked:
         body = _dechunk(raw)
         if body is None:
             raise FetchError(f"truncated answer: chunked body ended after {len(raw)} bytes")
-    elif length is not None:
-        if len(raw) < length:
-            raise FetchError(f"truncated answer: got {len(raw)} of {length} bytes")
-        body = raw[:length]
+    elif head.length is not None:
+        if len(raw) < head.length:
+            raise FetchError(f"truncated answer: got {len(raw)} of {head.length} bytes")
+        body = raw[:head.length]
     else:
         body = raw  # no length given: the body runs to the close
     if len(body) > max_bytes:
         raise FetchError(f"answer larger than the {_mib(max_bytes)} limit")
-    return HttpResponse(status=status, headers=headers, body=body)
+    return body
 
 
 def _parse_head(head: bytes) -> tuple[int, dict[str, str]]:
@@ -264,8 +290,7 @@ def _no_constant(name: str) -> float:
 
 
 def _snippet(body: bytes, limit: int = 120) -> str:
-    text = " ".join(body.decode("utf-8", errors="replace").split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return shorten(" ".join(body.decode("utf-8", errors="replace").split()), limit)
 
 
 def run_parallel(calls: Sequence[Callable[[], _T]], *, deadline: float,

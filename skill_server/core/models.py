@@ -19,6 +19,7 @@ from pydantic import (
 )
 
 from skill_server.core.errors import ToolInputError
+from skill_server.core.text import shorten
 
 #: ``progress(done, total, message)``: how a long tool reports progress. The MCP adapter forwards it
 #: as progress notifications; the CLI ignores it.
@@ -154,7 +155,9 @@ def describe_validation_error(exc: ValidationError, schema: dict[str, Any] | Non
             msg = "unknown argument" + _suggestion(schema, path)
         elif kind == "value_error":
             msg = msg.removeprefix("Value error, ")
-        shown = "" if kind in ("missing", "extra_forbidden", "value_error") else f" (got {_short(err.get('input'))})"
+        shown = ""
+        if kind not in ("missing", "extra_forbidden", "value_error"):
+            shown = f" (got {shorten(repr(err.get('input')), 60)})"
         if loc:
             fields.append(loc)
             parts.append(f"{loc}: {msg}{shown}")
@@ -210,8 +213,3 @@ def _expand(nodes: list[dict[str, Any]], defs: dict[str, Any]) -> list[dict[str,
             stack.extend(b for b in node.get(key, ()) if isinstance(b, dict))
         out.append(node)
     return out
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -60,19 +60,22 @@ class PyYAMLLoader(yaml.SafeLoader):
         self.alias_count = 0
         self.depth = 0
 
-    def compose_node(self, parent: Any, index: Any) -> Any:  # type: ignore[override]
+    def compose_node(self, parent: Any, index: Any) -> Any:
         if self.check_event(yaml.AliasEvent):
             self.alias_count += 1
             if self.alias_count > MAX_ALIASES:
-                raise ComposerError(None, None, f"more than {MAX_ALIASES} alias references",
-                                    self.peek_event().start_mark)
+                raise ComposerError(None, None, f"more than {MAX_ALIASES} alias references", self._next_mark())
         self.depth += 1
         try:
             if self.depth > MAX_DEPTH:
-                raise ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", self.peek_event().start_mark)
+                raise ComposerError(None, None, f"nested deeper than {MAX_DEPTH} levels", self._next_mark())
             return super().compose_node(parent, index)
         finally:
             self.depth -= 1
+
+    def _next_mark(self) -> Any:
+        """Where the next event starts: the position an error about it names."""
+        return self.peek_event().start_mark  # type: ignore[no-untyped-call]  # types-PyYAML leaves it untyped
 
     def construct_bounded_int(self, node: yaml.ScalarNode) -> int:
         try:

@@ -17,12 +17,12 @@ from __future__ import annotations
 
 import fnmatch
 import json
-import math
 import sqlite3
 from dataclasses import dataclass, field
 from typing import Any
 
 from skill_server.core.errors import ToolFailure
+from skill_server.core.jsonsafe import json_number
 from skill_server.experiments.models import MetricSeries, MetricsHistory
 from skill_server.experiments.progress import StepLine
 from skill_server.experiments.store import Registry
@@ -96,8 +96,7 @@ def _insert_points(conn: sqlite3.Connection, exp_id: str, lines: list[StepLine],
         for name, value in line.metrics.items():
             series = ids.get(name)
             if series is not None:
-                number = float(value)
-                rows.append((series, seq, line.step, number if math.isfinite(number) else None))
+                rows.append((series, seq, line.step, json_number(float(value))))
     conn.executemany("INSERT OR REPLACE INTO metric_points (series, seq, step, value) VALUES (?, ?, ?, ?)", rows)
 
 

@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from skill_server.core.jsonsafe import json_number
+from skill_server.core.text import shorten
 from skill_server.experiments.progress import ProgressState, StepLine
 from skill_server.experiments.progress import fold as fold_progress
 from skill_server.experiments.signatures import RAY_PREFIX, SIGNATURES
@@ -88,12 +90,6 @@ def parse_metric_pairs(body: str) -> dict[str, float | int]:
     return metrics
 
 
-def json_safe_number(value: float | int) -> float | int | None:
-    if isinstance(value, float) and (math.isnan(value) or math.isinf(value)):
-        return None
-    return value
-
-
 # --------------------------------------------------------------------------------------------------
 # Byte-range reading (the reading itself happens on the log's host: ``hosts.agent.files.read_appended``)
 
@@ -116,12 +112,7 @@ def read_appended(path: str, offset: int, budget: int, *, final: bool) -> Chunk:
 
 
 def split_lines(text: str) -> list[str]:
-    out = []
-    for line in text.splitlines():
-        if len(line) > MAX_LINE_CHARS:
-            line = line[:MAX_LINE_CHARS] + " [...]"
-        out.append(line)
-    return out
+    return [shorten(line, MAX_LINE_CHARS) for line in text.splitlines()]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -211,7 +202,7 @@ def _line_at(text: str, pos: int) -> str:
     start = text.rfind("\n", 0, pos) + 1
     end = text.find("\n", pos)
     line = text[start: end if end >= 0 else len(text)].strip()
-    return line if len(line) <= MAX_ERROR_LINE else line[: MAX_ERROR_LINE - 6] + " [...]"
+    return shorten(line, MAX_ERROR_LINE)
 
 
 def count_matching_lines(regex: re.Pattern[str], text: str) -> tuple[int, int | None]:
@@ -278,7 +269,7 @@ def scan_text(text: str, state: ScanState, first_step_re: re.Pattern[str] | None
     if lines:
         last_line = lines[-1]
         state.metrics_step = last_line.step
-        state.last_metrics = {k: json_safe_number(v) for k, v in last_line.metrics.items()}
+        state.last_metrics = {k: json_number(v) for k, v in last_line.metrics.items()}
         global_step = last_line.metrics.get("training/global_step", last_line.step)
         if isinstance(global_step, float) and global_step.is_integer():
             global_step = int(global_step)

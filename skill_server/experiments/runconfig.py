@@ -23,7 +23,9 @@ from typing import Any
 
 from skill_server.core import trees
 from skill_server.core.errors import ToolInputError
+from skill_server.core.jsonsafe import json_number
 from skill_server.core.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
+from skill_server.core.text import shorten
 from skill_server.experiments.progress import MAX_STEPS
 from skill_server.experiments.store import Registry, Row
 
@@ -222,11 +224,9 @@ def flatten(data: Any) -> dict[str, Any]:
 
 def shown(value: Any) -> Any:
     """A config value as JSON, long ones cut (the cut is marked)."""
-    if isinstance(value, (bool, int, float)) or value is None:
-        if isinstance(value, float) and value != value:
-            return "nan"
-        if isinstance(value, float) and value in (float("inf"), float("-inf")):
-            return str(value)
+    if isinstance(value, float):
+        return json_number(value)
+    if isinstance(value, (bool, int)) or value is None:
         return value
     text = value if isinstance(value, str) else json.dumps(value, default=str, ensure_ascii=False)
-    return text if len(text) <= MAX_VALUE_CHARS else text[: MAX_VALUE_CHARS - 6] + " [...]"
+    return shorten(text, MAX_VALUE_CHARS)

@@ -15,8 +15,8 @@ import math
 import re
 from typing import Any
 
+from skill_server.core.jsonsafe import json_number
 from skill_server.core.models import ToolOutput
-from skill_server.experiments import logs
 
 MAX_DICT_LINE = 1024 * 1024
 PLATEAU_KEYS = ("mean_reward", "task_pass_rate")
@@ -130,6 +130,6 @@ def summarise_series(series: dict[str, list[float]]) -> list[MetricSummary]:
         finite = _finite(values)
         best = (min(finite) if lower_is_better(key) else max(finite)) if finite else None
         plateau = plateaued(values) if any(k in key for k in PLATEAU_KEYS) else None
-        out.append(MetricSummary(key=key, n=len(values), first=logs.json_safe_number(values[0]), best=best,
-                                 last=logs.json_safe_number(values[-1]), trend=_trend(values), plateau=plateau))
+        out.append(MetricSummary(key=key, n=len(values), first=json_number(values[0]), best=best,
+                                 last=json_number(values[-1]), trend=_trend(values), plateau=plateau))
     return out

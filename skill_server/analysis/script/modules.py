@@ -17,6 +17,7 @@ import skill_server.analysis.script.registry as registry
 from skill_server.analysis.script.model import Binding, ImportedModule, ImportedName, Opaque, Scope, UnitObject
 from skill_server.core.errors import ToolInputError
 from skill_server.core.fsutil import read_text_bounded
+from skill_server.core.text import shorten
 
 MAX_SCRIPT_BYTES = 2 * 1024 * 1024
 MAX_MODULES = 16  # sibling modules read per scan
@@ -62,7 +63,7 @@ class ModuleInfo:
             except (RecursionError, ValueError, AttributeError, TypeError):  # text is informational only
                 segment = type(node).__name__
         segment = " ".join(segment.split())
-        return segment if len(segment) <= MAX_TEXT else segment[:MAX_TEXT - 3] + "..."
+        return shorten(segment, MAX_TEXT)
 
 
 def parse_module(path: Path, *, field: str, name: str = "__main__") -> ModuleInfo:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from skill_server.agentjet import yamltypes
 from skill_server.agentjet.compose import Base, default_base, load_base
@@ -19,6 +18,7 @@ from skill_server.agentjet.job import Construction, construct, dump, to_plain
 from skill_server.agentjet.release import select_agentjet
 from skill_server.core.errors import ToolFailure, ToolInputError
 from skill_server.core.fsutil import describe_kind, resolve_directory, resolve_path, write_text_atomic
+from skill_server.core.jsonsafe import json_safe
 from skill_server.core.trees import flatten
 from skill_server.tools.build_config.models import BaseInfo, BuildConfigInput, BuildConfigResult, ProvenanceEntry
 
@@ -124,8 +124,8 @@ def _provenance(built: Construction, mode: str) -> list[ProvenanceEntry]:
             layer = f"{built.composition.base.name} (copied back as written)"
         elif layer is None and key in before:
             layer = "schema"
-        entries.append(ProvenanceEntry(key=key, value=_jsonable(value), source=source,  # type: ignore[arg-type]
-                                       base_value=_jsonable(before.get(key)), layer=layer,
+        entries.append(ProvenanceEntry(key=key, value=json_safe(value), source=source,  # type: ignore[arg-type]
+                                       base_value=json_safe(before.get(key)), layer=layer,
                                        note=built.notes.get(key)))
     return entries
 
@@ -138,15 +138,3 @@ def _source_of(sources: dict[str, str], key: str) -> str:
         if "." not in probe:
             return "base"
         probe = probe.rsplit(".", 1)[0]
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, float) and value != value:
-        return "nan"
-    if isinstance(value, float) and value in (float("inf"), float("-inf")):
-        return "inf" if value > 0 else "-inf"
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_jsonable(v) for v in value]
-    return value

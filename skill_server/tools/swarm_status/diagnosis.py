@@ -16,7 +16,7 @@ from skill_server.tools.swarm_status.models import FAR_BELOW_FRACTION, NEAR_TARG
 if TYPE_CHECKING:
     from skill_server.agentjet.cap import EpisodeCapResult
     from skill_server.tools.swarm_status.links import ExperimentLink
-    from skill_server.tools.swarm_status.models import CapConfig, ServerStatus, WatchStats
+    from skill_server.tools.swarm_status.models import CapConfig, ServerStatus, StepProgress, WatchStats
 
 _NOT_ROLLING_WHY = {
     "ENGINE.OFFLINE": "no training runs: a client has to sync a config and start the engine",
@@ -35,79 +35,118 @@ _KNOB = {
 
 
 def diagnose(s: ServerStatus, cfg: CapConfig | None) -> list[str]:
-    """Plain sentences relating the live numbers to the cap and the engine state."""
-    out: list[str] = []
-    state = s.engine_status
-    rolling = state == "ENGINE.ROLLING"
-    running = s.running_episodes
-    cap = s.episode_cap
-    step = s.step_progress
-    step_ending = step is not None and step.fraction >= NEAR_TARGET_FRACTION
+    """Plain sentences relating the live numbers to the cap and the engine state, in the order they are
+    said: the engine's state, the gauge against the cap, the given config against the engine's targets,
+    episodes near their discard timeout, the end of the step."""
+    out = _engine_state(s) + _gauge(s)
+    if cfg is not None:
+        out += _config_mismatch(s, cfg, s.episode_cap is not None)
+    return out + _near_timeout(s) + _step_end(s)
 
+
+def _rolling(s: ServerStatus) -> bool:
+    return s.engine_status == "ENGINE.ROLLING"
+
+
+def _ending_step(s: ServerStatus) -> StepProgress | None:
+    """The step's progress when its target is nearly met, else None."""
+    step = s.step_progress
+    return step if step is not None and step.fraction >= NEAR_TARGET_FRACTION else None
+
+
+def _engine_state(s: ServerStatus) -> list[str]:
+    """A state this tool does not know, or why a state other than ROLLING holds the gauge at zero."""
+    state = s.engine_status
+    out: list[str] = []
     if state is not None and state not in ENGINE_STATES:
         out.append(f"Engine status {state!r} is not one this tool knows ({', '.join(ENGINE_STATES)}); "
                    "the server may be a newer or older AgentJet.")
     if state in _NOT_ROLLING_WHY:
+        running = s.running_episodes
         count = f"{running} running episodes" if running is not None else "no running episodes"
         zero = "zero is expected" if state != "ENGINE.ROLLING_POST" else "the gauge falls toward zero"
         out.append(f"The engine is {state}, not ROLLING: {_NOT_ROLLING_WHY[state]}. {count.capitalize()}; {zero}.")
         if s.engine_status_detail:
             out.append(f"The server's status detail: {s.engine_status_detail}")
-    if running is None:
-        if s.reachable and ROUTE_POOL in s.field_errors:
-            out.append("The running-episode count is unknown because the rollout pool information could not be read.")
-    elif cap is not None and (rolling or state is None):
-        limit = cap.episode_cap
-        binding = [b for b in cap.binding] or ["max_env_worker"]
-        if running > limit:
-            out.append(f"The gauge ({running}) is above the computed cap ({limit}): the engine runs a different "
-                       "config than the cap inputs describe; check max_env_worker, num_repeat and train_batch_size "
-                       "against the engine's yaml_backup.yaml.")
-        elif running >= limit or (limit >= 20 and running >= 0.95 * limit):
-            knob = " and ".join(_KNOB[b] for b in binding)
-            out.append(f"The gauge ({running}) is at the episode cap ({limit}), which {knob} sets: more clients "
-                       "will not raise it.")
-            out.extend(_lifting_advice(cap, binding))
-        elif running < FAR_BELOW_FRACTION * limit:
-            if step_ending:
-                out.append(f"The gauge ({running}) is far below the cap ({limit}), but this step is nearly done "
-                           f"({step.done}/{step.target} {step.counter}): fewer episodes are handed out near the "
-                           "end of a step.")
-            else:
-                held = (f"; {s.running_clients} client(s) hold the claimed episodes"
-                        if s.running_clients is not None else "")
-                out.append(f"The gauge ({running}) is far below the cap ({limit}): the engine has room, so the "
-                           f"clients are the limit{held}. Raise each client's parallelism (threads / concurrent "
-                           "episodes) or start more clients.")
-        else:
-            out.append(f"The gauge ({running}) is below the cap ({limit}) but not far: the clients nearly "
-                       "saturate the engine.")
-    elif running is not None and rolling and cap is None:
-        out.append(f"{running} episodes are claimed (overwatch's gauge). Give max_env_worker (with num_repeat and "
-                   "train_batch_size) or yaml to relate it to the episode cap.")
-    if cfg is not None:
-        out.extend(_config_mismatch(s, cfg, cap is not None))
-    if s.episodes_near_timeout:
-        stale = s.stalest_episodes[0] if s.stalest_episodes else None
-        example = ""
-        if stale is not None and stale.idle_s is not None and stale.discard_timeout_s is not None:
-            example = (f" (stalest: {stale.episode_uuid}, idle {stale.idle_s:g}s of {stale.discard_timeout_s:g}s"
-                       + (f", client {stale.client_uuid}" if stale.client_uuid else "") + ")")
-        out.append(f"{s.episodes_near_timeout} running episode(s) are close to their discard timeout{example}: "
-                   "the server returns an episode to the pool once it is idle past the timeout (checked every "
-                   "10 s) and the client's late result is dropped. A stuck client or a very slow LLM call or "
-                   "environment is likely; raise discard_episode_timeout in begin_episode if such waits are normal.")
-    if step is not None and rolling and step_ending:
-        out.append(f"The step's target is nearly met ({step.done} of {step.target} {step.counter.replace('_', ' ')}"
-                   f" for {s.sample_collection_method}): a weight sync is near, and the gauge will drop to zero "
-                   "during it.")
-    elif s.sample_collection_method and "agree_sync_weight" in s.sample_collection_method and rolling:
-        out.append(f"With {s.sample_collection_method} the step ends when the clients agree to sync weights, "
-                   "not at an episode count.")
     return out
 
 
+def _gauge(s: ServerStatus) -> list[str]:
+    """The gauge against the cap while episodes are handed out; without a cap, what would give one."""
+    running, cap = s.running_episodes, s.episode_cap
+    if running is None:
+        if s.reachable and ROUTE_POOL in s.field_errors:
+            return ["The running-episode count is unknown because the rollout pool information could not be read."]
+        return []
+    if cap is not None and (_rolling(s) or s.engine_status is None):
+        return _gauge_against_cap(s, running, cap)
+    if cap is None and _rolling(s):
+        return [f"{running} episodes are claimed (overwatch's gauge). Give max_env_worker (with num_repeat and "
+                "train_batch_size) or yaml to relate it to the episode cap."]
+    return []
+
+
+def _gauge_against_cap(s: ServerStatus, running: int, cap: EpisodeCapResult) -> list[str]:
+    limit = cap.episode_cap
+    if running > limit:
+        return [f"The gauge ({running}) is above the computed cap ({limit}): the engine runs a different "
+                "config than the cap inputs describe; check max_env_worker, num_repeat and train_batch_size "
+                "against the engine's yaml_backup.yaml."]
+    if running >= limit or (limit >= 20 and running >= 0.95 * limit):
+        binding: list[str] = list(cap.binding) or ["max_env_worker"]
+        knob = " and ".join(_KNOB[b] for b in binding)
+        return [f"The gauge ({running}) is at the episode cap ({limit}), which {knob} sets: more clients "
+                "will not raise it.", *_lifting_advice(cap, binding)]
+    if running < FAR_BELOW_FRACTION * limit:
+        return [_far_below_cap(s, running, limit)]
+    return [f"The gauge ({running}) is below the cap ({limit}) but not far: the clients nearly "
+            "saturate the engine."]
+
+
+def _far_below_cap(s: ServerStatus, running: int, limit: int) -> str:
+    """Far below the cap: the end of a step hands out fewer episodes; otherwise the clients are the limit."""
+    step = _ending_step(s)
+    if step is not None:
+        return (f"The gauge ({running}) is far below the cap ({limit}), but this step is nearly done "
+                f"({step.done}/{step.target} {step.counter}): fewer episodes are handed out near the "
+                "end of a step.")
+    held = f"; {s.running_clients} client(s) hold the claimed episodes" if s.running_clients is not None else ""
+    return (f"The gauge ({running}) is far below the cap ({limit}): the engine has room, so the "
+            f"clients are the limit{held}. Raise each client's parallelism (threads / concurrent "
+            "episodes) or start more clients.")
+
+
+def _near_timeout(s: ServerStatus) -> list[str]:
+    """Episodes idle close to their discard timeout, with the stalest as the example."""
+    if not s.episodes_near_timeout:
+        return []
+    stale = s.stalest_episodes[0] if s.stalest_episodes else None
+    example = ""
+    if stale is not None and stale.idle_s is not None and stale.discard_timeout_s is not None:
+        example = (f" (stalest: {stale.episode_uuid}, idle {stale.idle_s:g}s of {stale.discard_timeout_s:g}s"
+                   + (f", client {stale.client_uuid}" if stale.client_uuid else "") + ")")
+    return [f"{s.episodes_near_timeout} running episode(s) are close to their discard timeout{example}: "
+            "the server returns an episode to the pool once it is idle past the timeout (checked every "
+            "10 s) and the client's late result is dropped. A stuck client or a very slow LLM call or "
+            "environment is likely; raise discard_episode_timeout in begin_episode if such waits are normal."]
+
+
+def _step_end(s: ServerStatus) -> list[str]:
+    """How the current step ends: soon (a weight sync is near), or by agreement rather than a count."""
+    if not _rolling(s):
+        return []
+    step = _ending_step(s)
+    method = s.sample_collection_method
+    if step is not None:
+        return [f"The step's target is nearly met ({step.done} of {step.target} {step.counter.replace('_', ' ')}"
+                f" for {method}): a weight sync is near, and the gauge will drop to zero during it."]
+    if method and "agree_sync_weight" in method:
+        return [f"With {method} the step ends when the clients agree to sync weights, not at an episode count."]
+    return []
+
+
 def _lifting_advice(cap: EpisodeCapResult, binding: list[str]) -> list[str]:
+    """The cap's own suggestions for the bounds that bind."""
     picked: list[str] = []
     for sentence in cap.suggestions:
         if ("max_env_worker" in binding and sentence.startswith("To lift the cap")) \

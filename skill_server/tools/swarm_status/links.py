@@ -57,7 +57,8 @@ def server_address(spec: dict[str, Any]) -> dict[str, Any] | None:
         if flag and 0 < int(flag.group(1)) < 65536:
             return found | {"port": int(flag.group(1)), "port_source": "--swarm-port in the server's command"}
     for process in processes:
-        env = process.get("env") if isinstance(process.get("env"), dict) else {}
+        given_env = process.get("env")
+        env = given_env if isinstance(given_env, dict) else {}
         for text, source in ((env.get("AJET_SWARM_URL"), "AJET_SWARM_URL in the run's environment"),
                              (_assigned_url(str(process.get("command", ""))), "AJET_SWARM_URL in a command"),
                              (process.get("wait_for_url"), f"wait_for_url of process {process.get('role')}")):

@@ -236,8 +236,11 @@ class SwarmStatusResult(ServerStatus):
     """With ``url``, ``id`` (or the default): the server's own fields at the top level. With ``urls``:
     ``servers`` lists one object per URL in the given order, and the top level holds only the summary."""
 
-    url: str | None = Field(default=None, description="The server read (single-server form).")
-    reachable: bool | None = Field(default=None, description="Single-server form only.")
+    # Optional here, required in ServerStatus: the several-server form has no single url. pydantic takes a
+    # narrower field in a subclass; mypy sees attributes, where that is an incompatible override.
+    url: str | None = Field(  # type: ignore[assignment]
+        default=None, description="The server read (single-server form).")
+    reachable: bool | None = Field(default=None, description="Single-server form only.")  # type: ignore[assignment]
     servers: list[ServerStatus] | None = Field(
         default=None, description="One status per URL when urls was given.")
     summary: str = Field(description="One line over all servers.")

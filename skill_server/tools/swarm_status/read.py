@@ -16,9 +16,9 @@ from collections import Counter
 from typing import Any
 
 from skill_server.agentjet.swarm_api import ROUTE_ENGINE, ROUTE_EXPERIMENT_DIR, ROUTE_POOL
-from skill_server.core.errors import utf8_safe
 from skill_server.core.http_json import FetchError, get_json, run_parallel
 from skill_server.core.models import MAX_JSON_INT
+from skill_server.core.text import shorten, utf8_safe
 from skill_server.tools.swarm_status.models import (
     NEAR_TIMEOUT_FRACTION,
     STALEST_SHOWN,
@@ -164,10 +164,7 @@ def opt_str(value: Any, limit: int = 500) -> str | None:
     """Text a server sent, bounded, with anything UTF-8 cannot carry (lone surrogates) escaped."""
     if value is None:
         return None
-    text = value if isinstance(value, str) else str(value)
-    if len(text) > limit:
-        text = text[: limit - 3] + "..."
-    return utf8_safe(text)
+    return utf8_safe(shorten(value if isinstance(value, str) else str(value), limit))
 
 
 def _parse_running(details: Any, status: ServerStatus) -> None:

@@ -93,7 +93,7 @@ def config_from_yaml(path: str | Path, *, field: str, source: Literal["yaml", "s
         raise ToolInputError(f"{path} has no 'ajet' mapping; give a config dumped by AgentJetJob "
                              "(for example saved_experiments/<name>/yaml_backup.yaml)", field=field)
     cfg = CapConfig(yaml=str(path))
-    found = {name: _yaml_int(data, KEYS[name], field)
+    found: dict[str, int | str | None] = {name: _yaml_int(data, KEYS[name], field)
              for name in ("max_env_worker", "num_repeat", "train_batch_size", "max_inference_tracker_threads")}
     found["sample_collection_method"] = _yaml_str(data, KEYS["swarm_mode_sample_collection_method"], field)
     for name, value in found.items():
