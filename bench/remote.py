@@ -113,7 +113,7 @@ def main() -> int:
     finally:
         close_masters()
         subprocess.run(["tmux", "-S", str(root / f"tmux-{os.getuid()}" / os.environ["SKILL_SERVER_TMUX_SOCKET"]),
-                        "kill-server"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                        "kill-server"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False)
         sshd.stop()
     return 0
 

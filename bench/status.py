@@ -71,8 +71,8 @@ HISTORY_WRITER = STEP_LINE + (
 
 
 def fill(path: Path, size: int) -> None:
-    line = ("(TaskRunner pid=4821) Rollout progress (812.5 tokens/s): [0-5]:3 threads  //  [finished]:12 threads"
-            " // episode 3f2a claimed, current global step: 7\n").encode()
+    line = (b"(TaskRunner pid=4821) Rollout progress (812.5 tokens/s): [0-5]:3 threads  //  [finished]:12 threads"
+            b" // episode 3f2a claimed, current global step: 7\n")
     block = line * (4 * 1024 * 1024 // len(line))
     written = 0
     with open(path, "wb") as fh:

@@ -21,9 +21,10 @@ import shutil
 import sys
 import tarfile
 import textwrap
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from tests.conftest import REPO
 from tests.tmp_dirs import process_tmp_dir

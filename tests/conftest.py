@@ -62,7 +62,7 @@ def run_cli(*args: str, env: dict[str, str] | None = None, cwd: Path | None = No
     """Run ``python -m skill_server ARGS`` in a subprocess, as an assistant's shell would."""
     return subprocess.run(
         [sys.executable, "-m", "skill_server", *args],
-        capture_output=True, text=True, env=env or cli_env(), cwd=cwd or REPO, timeout=timeout,
+        capture_output=True, text=True, env=env or cli_env(), cwd=cwd or REPO, timeout=timeout, check=False,
     )
 
 
@@ -72,7 +72,7 @@ def run_cli_to_closed_pipe(*args: str) -> subprocess.CompletedProcess[str]:
     os.close(read_end)
     try:
         return subprocess.run([sys.executable, "-m", "skill_server", *args], stdout=write_end,
-                              stderr=subprocess.PIPE, text=True, cwd=REPO, env=cli_env(), timeout=60)
+                              stderr=subprocess.PIPE, text=True, cwd=REPO, env=cli_env(), timeout=60, check=False)
     finally:
         os.close(write_end)
 
@@ -100,6 +100,6 @@ def private_tmux(monkeypatch: pytest.MonkeyPatch):
     yield name
     try:
         subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True, timeout=30,
-                       env={**os.environ, "TMUX_TMPDIR": tmpdir})
+                       env={**os.environ, "TMUX_TMPDIR": tmpdir}, check=False)
     finally:
         shutil.rmtree(tmpdir, ignore_errors=True)

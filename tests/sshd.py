@@ -255,7 +255,7 @@ class LoopbackSshd:
             self._spawn("all", "sshd_config")
         ports = [str(p) for p in self.ports.values()]
         if self.network is not None:
-            probe = subprocess.run(self.network.argv([sys.executable, "-c", _PROBE, *ports]), timeout=60)
+            probe = subprocess.run(self.network.argv([sys.executable, "-c", _PROBE, *ports]), timeout=60, check=False)
             if probe.returncode != 0:
                 self.stop()
                 raise RuntimeError("sshd did not listen: " + self._logs())
@@ -293,7 +293,7 @@ class LoopbackSshd:
             for node in self.nodes:
                 for sock in (self.root / node / "tmux").glob("tmux-*/*"):
                     subprocess.run(["tmux", "-S", str(sock), "kill-server"], stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL, timeout=10)
+                                   stderr=subprocess.DEVNULL, timeout=10, check=False)
         shutil.rmtree(self.root, ignore_errors=True)
 
     def node_exec(self, node: str, argv: list[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -302,7 +302,7 @@ class LoopbackSshd:
         proc = self.procs[node]  # unshare (nsenter execs it): its child is sshd, pid 1 of the node
         target = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[0])
         return subprocess.run(["nsenter", f"--target={target}", "--pid", "--mount", "--net", "--", *argv],
-                              capture_output=True, text=True, timeout=timeout)
+                              capture_output=True, text=True, timeout=timeout, check=False)
 
     def set_port(self, alias: str, port: int) -> None:
         """Point an alias at another port (to make a node unreachable, or reachable again)."""

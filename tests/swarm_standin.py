@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 ENGINE_ROUTE = "/get_engine_status"
 POOL_ROUTE = "/get_current_batch_rollout_pool_information"

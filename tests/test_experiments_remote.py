@@ -57,7 +57,7 @@ def remote(sshd: LoopbackSshd, monkeypatch: pytest.MonkeyPatch):
             sshd.node_dir(n) / "tmux" / f"tmux-{os.getuid()}" / name for n in NODES]:
         if sock.exists():
             subprocess.run(["tmux", "-S", str(sock), "kill-server"], stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, timeout=10)
+                           stderr=subprocess.DEVNULL, timeout=10, check=False)
     for node in NODES:
         sshd.set_port(node, sshd.ports[node])
 
@@ -170,12 +170,12 @@ def test_the_run_survives_losing_the_ssh_connection(remote: LoopbackSshd):
     work = workdir_on(remote)
     out = call("launch_experiment", host="node1", name="survive", workdir=str(work),
                command=trainer("--steps", "2", "--hold", "4"))
-    check = subprocess.run(ssh_options() + ["-O", "check", "node1"], capture_output=True, text=True, timeout=20)
+    check = subprocess.run(ssh_options() + ["-O", "check", "node1"], capture_output=True, text=True, timeout=20, check=False)
     master = int(re.search(r"pid=(\d+)", check.stderr).group(1))
-    subprocess.run(ssh_options() + ["-O", "exit", "node1"], capture_output=True, timeout=20)
+    subprocess.run(ssh_options() + ["-O", "exit", "node1"], capture_output=True, timeout=20, check=False)
     wait_until(lambda: not Path(f"/proc/{master}").exists() or "Z" in Path(f"/proc/{master}/stat").read_text())
     assert status(out["id"], max_lines=0)["state"] == "running"  # a new connection, the same run
-    check = subprocess.run(ssh_options() + ["-O", "check", "node1"], capture_output=True, text=True, timeout=20)
+    check = subprocess.run(ssh_options() + ["-O", "check", "node1"], capture_output=True, text=True, timeout=20, check=False)
     os.kill(int(re.search(r"pid=(\d+)", check.stderr).group(1)), 9)  # and now the master dies hard
     done = call("wait_experiment", id=out["id"], timeout_s=40)
     assert done["state"] == "succeeded" and done["global_step"] == 2

@@ -11,8 +11,8 @@ import pytest
 from skill_server.app.table import TOOLS_BY_NAME
 from skill_server.core.errors import ToolInputError
 from skill_server.experiments import blueprint, logs, summaries
-from skill_server.experiments.signatures import SIGNATURES, SIGNATURES_BY_NAME, render_table
 from skill_server.experiments import checks as launch
+from skill_server.experiments.signatures import SIGNATURES, SIGNATURES_BY_NAME, render_table
 from tests.conftest import REPO
 
 ISSUE_LIST = (

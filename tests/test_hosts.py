@@ -174,7 +174,7 @@ def test_run_is_bounded_in_time_and_output_and_kills_the_group():
     assert done[2]["returncode"] is None and "not found" in done[2]["error"]
     assert done[3]["stdout"] == "a 'b' $c\n"
     time.sleep(0.2)
-    assert subprocess.run(["pgrep", "-f", "^sleep 31.7$"], capture_output=True).returncode == 1  # none left
+    assert subprocess.run(["pgrep", "-f", "^sleep 31.7$"], capture_output=True, check=False).returncode == 1  # none left
 
 
 def test_one_bad_op_costs_only_its_own_result():
@@ -202,7 +202,7 @@ def test_agent_sources_are_stdlib_only_and_python_3_8_syntax():
 
 def _bootstrap(payload: bytes, request: dict, env: dict[str, str]) -> dict:
     proc = subprocess.run([sys.executable, "-I", "-S", "-c", program.BOOTSTRAP], capture_output=True, timeout=60,
-                          input=payload + json.dumps(request).encode(), env=env)
+                          input=payload + json.dumps(request).encode(), env=env, check=False)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -223,7 +223,7 @@ def test_the_shipped_program_installs_once_per_version_and_answers(tmp_path: Pat
     standalone = tmp_path / "agent.py"
     standalone.write_text(program.program_text())
     proc = subprocess.run([sys.executable, str(standalone)], input=json.dumps(request).encode(), capture_output=True,
-                          timeout=60, env=env)
+                          timeout=60, env=env, check=False)
     assert json.loads(proc.stdout)["results"][0]["ok"]
 
 

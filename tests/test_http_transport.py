@@ -8,8 +8,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import httpx2
 import pytest
@@ -104,6 +104,6 @@ def test_non_loopback_without_token_is_refused():
     env.pop("SKILL_SERVER_TOKEN", None)
     proc = subprocess.run(
         [sys.executable, "-m", "skill_server", "serve", "--transport", "http", "--host", "0.0.0.0", "--port", "0"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=30,
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=30, check=False,
     )
     assert proc.returncode != 0 and "refusing to bind 0.0.0.0 without a token" in proc.stderr

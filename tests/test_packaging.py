@@ -70,7 +70,7 @@ def test_skills_ref_validates_a_copy(tmp_path):
     # and through the console script users run (skills-ref 0.1.1 names it `agentskills`)
     cli = Path(sys.executable).with_name("agentskills")
     proc = subprocess.run([str(cli) if cli.exists() else "agentskills", "validate", str(skill)],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0 and "Valid skill" in proc.stdout, proc.stderr
 
 
@@ -79,7 +79,7 @@ def test_skills_ref_validates_a_copy(tmp_path):
 
 def run(cmd: list[str], *, env: dict[str, str], cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+                          stdin=subprocess.DEVNULL, check=False)
 
 
 @pytest.fixture(scope="session")
@@ -199,7 +199,7 @@ def test_quick_start_works_as_written_then_the_skill_installs_lean(node22, tmp_p
                PIP_CACHE_DIR=str(CACHE / "pip"), PIP_DISABLE_PIP_VERSION_CHECK="1", PYTEST_ADDOPTS=INNER_PYTEST)
     script = "set -e\n" + "\n".join(lines) + "\n"
     proc = subprocess.run(["bash", "-c", script], cwd=checkout, env=env, input="", capture_output=True, text=True,
-                          timeout=1200)
+                          timeout=1200, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     assert re.search(r"^\d+ passed", proc.stdout, re.M), proc.stdout[-2000:]
@@ -320,7 +320,7 @@ def test_wheel_carries_data_and_works_outside_the_checkout(tmp_path):
     wheels = tmp_path / "wheels"
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps",
                            "-w", str(wheels), str(export_checkout(tmp_path / "src"))],
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     (wheel,) = wheels.glob("*.whl")
     site = tmp_path / "site"
@@ -335,7 +335,7 @@ def test_wheel_carries_data_and_works_outside_the_checkout(tmp_path):
     code = ("from skill_server.app.mcp_server import read_reference, list_references; "
             "import skill_server; print(skill_server.__file__); print(len(read_reference('episode-cap'))); "
             "print(','.join(list_references()))")
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     origin, size, pages = out.stdout.split()
     assert origin.startswith(str(site)) and int(size) > 1000 and "overlay-config" in pages.split(",")

@@ -27,9 +27,10 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -99,7 +100,7 @@ def cluster():
 def cli(server: LoopbackSshd, tool: str, arguments: dict[str, Any], timeout: float = 180) -> tuple[int, Any, str]:
     """``python -m skill_server call TOOL --json ...`` inside the private network, as an assistant runs it."""
     argv = server.network.argv([sys.executable, "-m", "skill_server", "call", tool, "--json", json.dumps(arguments)])
-    done = subprocess.run(argv, capture_output=True, text=True, env=server.env, cwd=REPO, timeout=timeout)
+    done = subprocess.run(argv, capture_output=True, text=True, env=server.env, cwd=REPO, timeout=timeout, check=False)
     return done.returncode, json.loads(done.stdout) if done.returncode == 0 else None, done.stderr
 
 

@@ -37,7 +37,7 @@ def test_listing_tools_imports_no_tool_module():
         "sys.stderr.write(repr(sorted(m for m in sys.modules if m in "
         "('skill_server.tools.build_config.tool', 'skill_server.tools.episode_cap.tool', 'skill_server.tools.swarm_status.tool', 'mcp'))))"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env())
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env(), check=False)
     assert proc.stderr.strip() == "[]", proc.stderr
     assert all(t.name in proc.stdout for t in TOOLS)
 
@@ -45,7 +45,7 @@ def test_listing_tools_imports_no_tool_module():
 def test_listing_tools_imports_no_heavy_package():
     code = ("import sys; from skill_server.app import cli; cli.main(['tools', '--json']); "
             "sys.stderr.write(repr(sorted(m for m in sys.modules if m in ('pydantic', 'yaml', 'matplotlib', 'mcp'))))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env())
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env(), check=False)
     assert proc.stderr.strip() == "[]", proc.stderr
 
 
@@ -179,7 +179,7 @@ def test_call_tool_help_lists_every_argument_with_type_default_and_description()
 def test_call_help_imports_neither_mcp_nor_the_tool_module():
     code = ("import sys; from skill_server.app import cli; cli.main(['call', 'swarm_status', '--help']); "
             "sys.stderr.write(repr(sorted(m for m in sys.modules if m in ('skill_server.tools.swarm_status.tool', 'mcp'))))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env())
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env(), check=False)
     assert proc.stderr.strip() == "[]" and "watch_s" in proc.stdout
 
 
@@ -190,7 +190,7 @@ def _call_episode_cap_with_json(json_text: str) -> subprocess.CompletedProcess[s
     code = ("import sys; from skill_server.app import cli; "
             "raise SystemExit(cli.main(['call', 'episode_cap', '--json', sys.stdin.read()]))")
     return subprocess.run([sys.executable, "-c", code], input=json_text, capture_output=True, text=True,
-                          cwd=REPO, env=cli_env(), timeout=60)
+                          cwd=REPO, env=cli_env(), timeout=60, check=False)
 
 
 @pytest.mark.parametrize("json_text, needle", [
@@ -225,7 +225,7 @@ def test_parsed_but_unusable_values_are_bad_arguments_like_over_mcp(json_text, n
 def test_undecodable_bytes_in_argv_are_a_bad_argument():
     proc = subprocess.run([sys.executable.encode(), b"-m", b"skill_server", b"call", b"episode_cap",
                            b"max_env_worker=8", b"agentjet_root=/tmp/\xff"], capture_output=True, cwd=REPO,
-                          env=cli_env(), timeout=60)
+                          env=cli_env(), timeout=60, check=False)
     assert proc.returncode == 1 and b"agentjet_root: text is not valid Unicode" in proc.stderr
     assert proc.stderr.count(b"\n") == 1
 
@@ -264,7 +264,7 @@ def test_a_python_without_the_dependencies_says_what_to_install(tmp_path):
     env = {k: v for k, v in cli_env().items() if k not in ("PYTHONHOME",)}
     for args in (["tools"], ["call", "episode_cap", "max_env_worker=8", "num_repeat=2"], []):
         proc = subprocess.run([str(python), "-m", "skill_server", *args], capture_output=True, text=True,
-                              cwd=REPO, env=env, timeout=60, input="")
+                              cwd=REPO, env=env, timeout=60, input="", check=False)
         assert proc.returncode == 3, (args, proc.stderr)
         assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
         assert "lacks the package" in proc.stderr and "pip install pyyaml 'pydantic>=2'" in proc.stderr
@@ -283,7 +283,7 @@ def test_a_stdout_that_cannot_take_the_result_is_one_line_not_a_bug(tmp_path):
     os.mknod(full, 0o666 | stat.S_IFCHR, os.makedev(1, 7))  # the full device's numbers, under a temp dir
     with open(full, "wb") as stdout:
         proc = subprocess.run([sys.executable, "-m", "skill_server", "call", "build_config"], stdout=stdout,
-                              stderr=subprocess.PIPE, text=True, cwd=REPO, env=cli_env(), timeout=60)
+                              stderr=subprocess.PIPE, text=True, cwd=REPO, env=cli_env(), timeout=60, check=False)
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.startswith("build_config: cannot write the result to stdout:")
     assert "No space left" in proc.stderr and "internal error" not in proc.stderr
