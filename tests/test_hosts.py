@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+import glob
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -19,7 +21,8 @@ from skill_server.core.errors import ToolInputError
 from skill_server.experiments.states import ProcFacts, process_state, run_state
 from skill_server.hosts import LOCAL, get_host, normalise
 from skill_server.hosts import ssh as ssh_mod
-from skill_server.hosts.agent import PROTOCOL_VERSION, files, ops, program
+from skill_server.hosts.agent import files, ops, program
+from skill_server.hosts.agent.protocol import PROTOCOL_VERSION
 
 AGENT_DIR = Path(files.__file__).parent
 
@@ -225,6 +228,64 @@ def test_the_shipped_program_installs_once_per_version_and_answers(tmp_path: Pat
     proc = subprocess.run([sys.executable, str(standalone)], input=json.dumps(request).encode(), capture_output=True,
                           timeout=60, env=env)
     assert json.loads(proc.stdout)["results"][0]["ok"]
+
+
+@pytest.mark.parametrize("where", ["xdg", "home"])
+def test_stage_one_finds_the_state_directory_by_the_protocol_rule(tmp_path: Path, where: str):
+    """Stage one runs before the package exists on the host: its copy of the rule must agree with it."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home")}
+    if where == "xdg":
+        env["XDG_STATE_HOME"] = str(tmp_path / "xdg")
+    expected = tmp_path / ("xdg" if where == "xdg" else "home/.local/state") / "agentjet-swarm-skill"
+    reply = _bootstrap(ssh_mod.program.ssh_payload(), {"v": PROTOCOL_VERSION, "ops": [{"op": "ping"}]}, env)
+    assert reply["results"][0]["state_dir"] == str(expected)
+    assert [p.name for p in (expected / "agent").iterdir()] and "SKILL_SERVER_STATE_DIR" not in program._STAGE_ONE
+
+
+def _python38() -> str | None:
+    """A Python 3.8 on this machine (the oldest the host agent supports), or None."""
+    found = [shutil.which("python3.8")] + sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8")))
+    for candidate in filter(None, found):
+        try:
+            done = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
+                                  text=True, timeout=30, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.stdout.strip() == "(3, 8)":
+            return candidate
+    return None
+
+
+def test_the_agent_answers_on_python_3_8(tmp_path: Path):
+    python = _python38()
+    if python is None:
+        pytest.skip("no Python 3.8 on this machine")
+    env = {"PATH": os.environ["PATH"], "SKILL_SERVER_STATE_DIR": str(tmp_path / "state"), "HOME": str(tmp_path)}
+    (tmp_path / "w").mkdir()
+    ops_ = [{"op": "ping"}, {"op": "run", "argv": ["echo", "hi"]},
+            {"op": "write", "path": str(tmp_path / "w" / "f.txt"), "text": "x", "replace": True},
+            {"op": "read", "path": str(tmp_path / "w" / "f.txt"), "length": 10, "text": True},
+            {"op": "checkpoints", "path": str(tmp_path)},
+            {"op": "launch", "exp_id": "py38", "session": "ajet_py38", "socket_name": "ajs-py38", "dry_run": True,
+             "replace_pids": [], "python": None, "workdir": str(tmp_path / "w"), "result_dir": ".",
+             "max_time_s": 60, "deadline_grace_s": 5,
+             "procs": [{"role": "main", "command": "true", "workdir": str(tmp_path / "w"), "workdir_field": "workdir",
+                        "env": {}, "log_path": "main.log", "log_field": "log_path", "wait_for_url": None,
+                        "wait_for_url_timeout_s": 0}]},
+            {"op": "observe", "sockets": [str(tmp_path / "nosock")], "procs": []},
+            {"op": "reclaim_gpus", "pids": [2**22 + 7], "grace_s": 0}]
+    request = json.dumps({"v": PROTOCOL_VERSION, "ops": ops_}).encode()
+    for _ in range(2):  # installing, then installed
+        proc = subprocess.run([python, "-I", "-S", "-c", program.BOOTSTRAP], capture_output=True, timeout=60,
+                              input=ssh_mod.program.ssh_payload() + request, env=env, check=False)
+        results = json.loads(proc.stdout)["results"]
+        assert [r["ok"] for r in results] == [True] * len(ops_), (proc.stderr, results)
+    assert results[0]["version"][:2] == [3, 8] and results[1]["stdout"] == "hi\n" and results[3]["text"] == "x"
+    standalone = tmp_path / "agent.py"
+    standalone.write_text(program.program_text())
+    proc = subprocess.run([python, str(standalone)], input=request, capture_output=True, timeout=60, env=env,
+                          check=False)
+    assert [r["ok"] for r in json.loads(proc.stdout)["results"]][:2] == [True, True]
 
 
 # ---- states

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from skill_server.core.errors import ToolFailure
-from skill_server.hosts.agent.files import state_dir as _host_state_dir
+from skill_server.hosts.agent.protocol import state_dir as _host_state_dir
 
 DB_NAME = "experiments.sqlite3"
 

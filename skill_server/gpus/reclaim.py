@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from skill_server.hosts import HostUnreachable, Reply
-from skill_server.hosts.agent.procs import KILL_WAIT_S
+from skill_server.hosts.agent.protocol import KILL_WAIT_S
 
 __all__ = ["KILL_WAIT_S", "read_result", "reclaim_op"]
 

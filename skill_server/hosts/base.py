@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from skill_server.core.errors import ToolFailure, ToolInputError
-from skill_server.hosts.agent import PROTOCOL_VERSION
+from skill_server.hosts.agent.protocol import PROTOCOL_VERSION
 
 LOCAL = "local"
 

@@ -36,7 +36,7 @@ from typing import IO, Any
 
 from skill_server.core.errors import ToolFailure
 from skill_server.hosts.agent import program
-from skill_server.hosts.agent.files import state_dir
+from skill_server.hosts.agent.protocol import state_dir
 from skill_server.hosts.base import Host, HostUnreachable, tmux_attach_argv
 
 log = logging.getLogger(__name__)

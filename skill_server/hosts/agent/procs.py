@@ -16,14 +16,33 @@ from __future__ import annotations
 import os
 import signal
 import time
+from typing import TypedDict
 
-MARKER = "AGENTJET_SKILL_RUN"
+from .protocol import KILL_WAIT_S, RUN_MARKER, SeenProc, StopReport
+
 USE_PROC = os.path.isdir("/proc/self")
 POLL_S = 0.2
 MARKED_POLL_S = 1.0
 TERM_WAIT_S = 3.0
-KILL_WAIT_S = 3.0
-_MARKER_BYTES = MARKER.encode() + b"="
+_MARKER_BYTES = RUN_MARKER.encode() + b"="
+
+
+class Wrapper(TypedDict):
+    """A run's wrapper process (a process group leader) as recorded at launch."""
+
+    role: str
+    pid: int
+    start: str | None
+
+
+class Marked(TypedDict):
+    """A live process carrying the run marker."""
+
+    pid: int
+    pgid: int
+    role: str
+    start: str | None
+    command: str
 
 
 def _proc_stat(pid: int) -> list[str] | None:
@@ -89,11 +108,11 @@ def cmdline(pid: int) -> str:
     return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
 
 
-def marked(prefix: str) -> list[dict]:
+def marked(prefix: str) -> list[Marked]:
     """Live processes whose marker starts with ``prefix`` (``<id>/`` for a run, ``<id>/<role>`` for one
     process): pid, pgid, role and command. This process itself is never listed."""
     me = os.getpid()
-    found = []
+    found: list[Marked] = []
     if USE_PROC:
         try:
             entries = os.listdir("/proc")
@@ -126,7 +145,7 @@ def marked(prefix: str) -> list[dict]:
         parts = line.split(None, 3)
         if len(parts) == 4 and parts[0].isdecimal():
             plain[int(parts[0])] = parts
-    needle = " " + MARKER + "=" + prefix
+    needle = " " + RUN_MARKER + "=" + prefix
     for flags in (["-E"], ["e"]):  # BSD/macOS show the environment with -E, procps with e
         lines = _ps(["-A", "-ww"] + flags + ["-o", "pid=", "-o", "command="])
         if not lines:
@@ -143,7 +162,7 @@ def marked(prefix: str) -> list[dict]:
             at = environment.find(needle)
             if at < 0:
                 continue
-            value = environment[at + 1 + len(MARKER) + 1:].split(" ", 1)[0]
+            value = environment[at + 1 + len(RUN_MARKER) + 1:].split(" ", 1)[0]
             found.append({"pid": pid, "pgid": int(known[1]) if known[1].isdecimal() else 0,
                           "role": value.split("/", 1)[-1], "start": start_time(pid), "command": known[3][:200]})
         return found
@@ -161,12 +180,12 @@ def _send(pid: int, sig: int, group: bool) -> bool:
     return True
 
 
-def _live(wrappers: list[dict], prefix: str) -> tuple[list[dict], list[dict]]:
+def _live(wrappers: list[Wrapper], prefix: str) -> tuple[list[Wrapper], list[Marked]]:
     """(live wrappers, live marked processes)."""
-    return [w for w in wrappers if alive(w.get("pid"), w.get("start"))], marked(prefix)
+    return [w for w in wrappers if alive(w["pid"], w["start"])], marked(prefix)
 
 
-def _signal_all(wrappers: list[dict], procs: list[dict], sig: int) -> None:
+def _signal_all(wrappers: list[Wrapper], procs: list[Marked], sig: int) -> None:
     groups = {w["pid"] for w in wrappers} | {p["pgid"] for p in procs if p["pgid"] > 1}
     for pgid in groups:
         _send(pgid, sig, group=True)
@@ -174,7 +193,7 @@ def _signal_all(wrappers: list[dict], procs: list[dict], sig: int) -> None:
         _send(p["pid"], sig, group=False)
 
 
-def _wait_gone(wrappers: list[dict], prefix: str, seconds: float) -> tuple[list[dict], list[dict]]:
+def _wait_gone(wrappers: list[Wrapper], prefix: str, seconds: float) -> tuple[list[Wrapper], list[Marked]]:
     """Wait until nothing of the run lives, at most ``seconds``. Wrappers are checked every POLL_S; the
     marker scan (it reads every process's environment) at most once per MARKED_POLL_S."""
     end = time.monotonic() + seconds
@@ -183,27 +202,27 @@ def _wait_gone(wrappers: list[dict], prefix: str, seconds: float) -> tuple[list[
     while (live_w or live_p) and time.monotonic() < end:
         time.sleep(POLL_S)
         had_wrappers = bool(live_w)
-        live_w = [w for w in live_w if alive(w.get("pid"), w.get("start"))]
+        live_w = [w for w in live_w if alive(w["pid"], w["start"])]
         if time.monotonic() >= next_scan or (had_wrappers and not live_w):
             live_p = marked(prefix)
             next_scan = time.monotonic() + MARKED_POLL_S
     return live_w, live_p
 
 
-def _describe(wrappers: list[dict], procs: list[dict]) -> list[dict]:
+def _describe(wrappers: list[Wrapper], procs: list[Marked]) -> list[SeenProc]:
     seen = set()
-    out = []
+    out: list[SeenProc] = []
     for w in wrappers:
         seen.add(w["pid"])
-        out.append({"pid": w["pid"], "role": w.get("role", ""), "start": w.get("start"), "command": "(wrapper)"})
+        out.append({"pid": w["pid"], "role": w["role"], "start": w["start"], "command": "(wrapper)"})
     for p in procs:
         if p["pid"] not in seen:
             seen.add(p["pid"])
-            out.append({"pid": p["pid"], "role": p["role"], "start": p.get("start"), "command": p["command"]})
+            out.append({"pid": p["pid"], "role": p["role"], "start": p["start"], "command": p["command"]})
     return out
 
 
-def terminate(wrappers: list[dict], prefix: str, grace_s: float) -> dict:
+def terminate(wrappers: list[Wrapper], prefix: str, grace_s: float) -> StopReport:
     """Stop every process of a run (or of one role): Ctrl-C, grace, SIGTERM, SIGKILL, verify.
 
     ``wrappers``: [{role, pid, start}] of the wrapper processes (process group leaders). Returns
@@ -211,11 +230,11 @@ def terminate(wrappers: list[dict], prefix: str, grace_s: float) -> dict:
     SIGTERM/SIGKILL were sent) and ``survivors`` (alive even after SIGKILL: never claimed stopped).
     """
     live_w, live_p = _live(wrappers, prefix)
-    interrupted = sorted({w.get("role", "") for w in live_w})
+    interrupted = sorted({w["role"] for w in live_w})
     for w in live_w:  # what Ctrl-C in the pane does: SIGINT to the foreground process group
         _send(w["pid"], signal.SIGINT, group=True)
-    terminated: list[dict] = []
-    killed: list[dict] = []
+    terminated: list[SeenProc] = []
+    killed: list[SeenProc] = []
     if live_w or live_p:
         live_w, live_p = _wait_gone(wrappers, prefix, grace_s)
     if live_w or live_p:
