@@ -22,7 +22,6 @@ KNOWN_COMPLEX = {
     "skill_server/experiments/launching.py:_plan",
     "skill_server/experiments/launching.py:launch",
     "skill_server/experiments/watch.py:Watcher.events",
-    "skill_server/hosts/agent/procs.py:marked",
     "skill_server/tools/check_config/rules/split.py:consolidate",
     "skill_server/tools/check_config/rules/split.py:split_configuration",
     "skill_server/tools/check_config/script/evaluate.py:Evaluator._call",

@@ -111,62 +111,77 @@ def cmdline(pid: int) -> str:
 def marked(prefix: str) -> list[Marked]:
     """Live processes whose marker starts with ``prefix`` (``<id>/`` for a run, ``<id>/<role>`` for one
     process): pid, pgid, role and command. This process itself is never listed."""
+    return _marked_in_proc(prefix) if USE_PROC else _marked_by_ps(prefix)
+
+
+def _marked_in_proc(prefix: str) -> list[Marked]:
     me = os.getpid()
-    found: list[Marked] = []
-    if USE_PROC:
-        try:
-            entries = os.listdir("/proc")
-        except OSError:
-            entries = []
-        for entry in entries:
-            if not entry.isdecimal() or int(entry) == me:
-                continue
-            try:
-                with open("/proc/" + entry + "/environ", "rb") as handle:
-                    environ = handle.read()
-            except OSError:
-                continue
-            if _MARKER_BYTES not in environ:
-                continue
-            value = _marker_value(environ)
-            if value is None or not value.startswith(prefix):
-                continue
-            fields = _proc_stat(int(entry))
-            if not fields or fields[0] in ("Z", "X"):
-                continue
-            found.append({"pid": int(entry), "pgid": int(fields[2]), "role": value.split("/", 1)[-1],
-                          "start": fields[19] if len(fields) > 19 else None, "command": cmdline(int(entry))[:200]})
-        return found
-    # Without /proc: ps prints the environment after the arguments, so the environment of a process is
-    # what its listing with environment adds to its listing without (a marker in an argument, such as
-    # tmux's own command line, must not count).
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        entries = []
+    found = []
+    for entry in entries:
+        if entry.isdecimal() and int(entry) != me:
+            proc = _marked_pid(int(entry), prefix)
+            if proc is not None:
+                found.append(proc)
+    return found
+
+
+def _marked_pid(pid: int, prefix: str) -> Marked | None:
+    """``pid`` as a marked process (from /proc), or None when it carries no marker with ``prefix``."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as handle:
+            environ = handle.read()
+    except OSError:
+        return None
+    if _MARKER_BYTES not in environ:
+        return None
+    value = _marker_value(environ)
+    if value is None or not value.startswith(prefix):
+        return None
+    fields = _proc_stat(pid)
+    if not fields or fields[0] in ("Z", "X"):
+        return None
+    return {"pid": pid, "pgid": int(fields[2]), "role": value.split("/", 1)[-1],
+            "start": fields[19] if len(fields) > 19 else None, "command": cmdline(pid)[:200]}
+
+
+def _marked_by_ps(prefix: str) -> list[Marked]:
+    """Without /proc: ps prints the environment after the arguments, so the environment of a process is
+    what its listing with environment adds to its listing without (a marker in an argument, such as
+    tmux's own command line, must not count)."""
+    me = os.getpid()
     plain = {}
     for line in _ps(["-A", "-ww", "-o", "pid=", "-o", "pgid=", "-o", "stat=", "-o", "command="]):
         parts = line.split(None, 3)
         if len(parts) == 4 and parts[0].isdecimal():
             plain[int(parts[0])] = parts
-    needle = " " + RUN_MARKER + "=" + prefix
     for flags in (["-E"], ["e"]):  # BSD/macOS show the environment with -E, procps with e
         lines = _ps(["-A", "-ww"] + flags + ["-o", "pid=", "-o", "command="])
-        if not lines:
-            continue
-        for line in lines:
-            parts = line.split(None, 1)
-            if len(parts) < 2 or not parts[0].isdecimal():
-                continue
-            pid = int(parts[0])
-            known = plain.get(pid)
-            if pid == me or known is None or known[2].startswith("Z") or not parts[1].startswith(known[3]):
-                continue
-            environment = " " + parts[1][len(known[3]):]
-            at = environment.find(needle)
-            if at < 0:
-                continue
-            value = environment[at + 1 + len(RUN_MARKER) + 1:].split(" ", 1)[0]
-            found.append({"pid": pid, "pgid": int(known[1]) if known[1].isdecimal() else 0,
-                          "role": value.split("/", 1)[-1], "start": start_time(pid), "command": known[3][:200]})
-        return found
-    return found
+        if lines:
+            found = (_ps_marked(line, plain, prefix, me) for line in lines)
+            return [proc for proc in found if proc is not None]
+    return []
+
+
+def _ps_marked(line: str, plain: dict[int, list[str]], prefix: str, me: int) -> Marked | None:
+    """One line of ``ps`` with environments as a marked process, or None."""
+    parts = line.split(None, 1)
+    if len(parts) < 2 or not parts[0].isdecimal():
+        return None
+    pid = int(parts[0])
+    known = plain.get(pid)
+    if pid == me or known is None or known[2].startswith("Z") or not parts[1].startswith(known[3]):
+        return None
+    environment = " " + parts[1][len(known[3]):]
+    at = environment.find(" " + RUN_MARKER + "=" + prefix)
+    if at < 0:
+        return None
+    value = environment[at + 1 + len(RUN_MARKER) + 1:].split(" ", 1)[0]
+    return {"pid": pid, "pgid": int(known[1]) if known[1].isdecimal() else 0, "role": value.split("/", 1)[-1],
+            "start": start_time(pid), "command": known[3][:200]}
 
 
 def _send(pid: int, sig: int, group: bool) -> bool:
