@@ -59,7 +59,8 @@ def _ps(args: list[str]) -> list[str]:
     import subprocess  # only where there is no /proc
 
     try:
-        out = subprocess.run(["ps"] + args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=20)
+        out = subprocess.run(["ps"] + args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=20,
+                             check=False)
     except (OSError, subprocess.SubprocessError):
         return []
     return out.stdout.decode("utf-8", "replace").splitlines()

@@ -38,8 +38,8 @@ class NewPane(TypedDict):
 
 def _tmux(socket: str, args: list[str]) -> subprocess.CompletedProcess[bytes]:
     try:
-        return subprocess.run(["tmux", "-S", socket] + args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, timeout=TIMEOUT_S)
+        return subprocess.run(["tmux", "-S", socket] + args, stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=TIMEOUT_S, check=False)
     except FileNotFoundError:
         raise AgentError("tmux is not installed on this host (experiments run in tmux)", kind="no_tmux") from None
     except subprocess.TimeoutExpired:
