@@ -116,12 +116,13 @@ def _blob(data: bytes) -> bytes:
 
 
 def _state_dir_source(protocol_source: str) -> str:
-    """``protocol.state_dir`` for stage one: that function's own source, and the constant it reads."""
-    import ast
-
-    tree = ast.parse(protocol_source)
-    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "state_dir")
-    return "STATE_DIR_ENV = %r\n\n\n%s\n" % (STATE_DIR_ENV, ast.get_source_segment(protocol_source, node))
+    """``protocol.state_dir`` for stage one: that function's own source (its ``def`` line up to the next
+    line at the left margin), and the constant it reads. Lines, not ``ast``: this runs in the server's
+    worker threads, where CPython 3.11's parser is not thread-safe."""
+    lines = protocol_source.splitlines()
+    start = lines.index("def state_dir() -> str:")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i][:1] not in ("", " ")), len(lines))
+    return "STATE_DIR_ENV = %r\n\n\n%s\n" % (STATE_DIR_ENV, "\n".join(lines[start:end]).rstrip())
 
 
 def ssh_payload() -> bytes:
