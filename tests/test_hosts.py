@@ -17,12 +17,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skill_server.core.errors import ToolInputError
+from skill_server.core.errors import ToolFailure, ToolInputError
 from skill_server.experiments.states import ProcFacts, process_state, run_state
-from skill_server.hosts import LOCAL, get_host, normalise
+from skill_server.hosts import LOCAL, HostUnreachable, client, get_host, normalise, result_of
 from skill_server.hosts import ssh as ssh_mod
 from skill_server.hosts.agent import files, ops, program
-from skill_server.hosts.agent.protocol import PROTOCOL_VERSION
+from skill_server.hosts.agent.protocol import PROTOCOL_VERSION, LaunchProc, ObserveProc, ReadSpan, StopProc
 
 AGENT_DIR = Path(files.__file__).parent
 
@@ -178,6 +178,69 @@ def test_run_is_bounded_in_time_and_output_and_kills_the_group():
     assert done[3]["stdout"] == "a 'b' $c\n"
     time.sleep(0.2)
     assert subprocess.run(["pgrep", "-f", "^sleep 31.7$"], capture_output=True).returncode == 1  # none left
+
+
+def test_each_client_function_builds_the_request_the_agent_reads():
+    """The wire, op by op (protocol version 1): what each client function sends, keys in order."""
+    launch = client.launch("x-1", "ajet_x", "agentjet", replace_pids=[7], python=None, workdir="/w", result_dir="r",
+                           max_time_s=60, deadline_grace_s=5, procs=[LaunchProc(
+                               role="main", command="true", workdir="/w", workdir_field="workdir", env={},
+                               log_path="m.log", log_field="log_path", wait_for_url=None, wait_for_url_timeout_s=0)])
+    proc = {"role": "main", "command": "true", "workdir": "/w", "workdir_field": "workdir", "env": {},
+            "log_path": "m.log", "log_field": "log_path", "wait_for_url": None, "wait_for_url_timeout_s": 0}
+    launched = {"op": "launch", "exp_id": "x-1", "session": "ajet_x", "socket_name": "agentjet", "dry_run": True,
+                "replace_pids": [7], "python": None, "workdir": "/w", "result_dir": "r", "max_time_s": 60,
+                "deadline_grace_s": 5, "procs": [proc]}
+    cases = [
+        (client.ping(), {"op": "ping"}),
+        (client.run(["nvidia-smi", "-L"], timeout_s=20, max_output=1024),
+         {"op": "run", "argv": ["nvidia-smi", "-L"], "timeout_s": 20, "max_output": 1024}),
+        (client.run(["cat"], timeout_s=5.0, stdin="x", cwd="/t", env={"A": "1"}, max_output=2048),
+         {"op": "run", "argv": ["cat"], "timeout_s": 5.0, "stdin": "x", "cwd": "/t", "env": {"A": "1"},
+          "max_output": 2048}),
+        (client.read("/p", 11, offset=-11, text=True),
+         {"op": "read", "path": "/p", "offset": -11, "length": 11, "text": True}),
+        (client.write("/p", text="t", replace=True), {"op": "write", "path": "/p", "text": "t", "replace": True}),
+        (client.write("/p", data=b"\0", replace=True), {"op": "write", "path": "/p", "data": "AA==", "replace": True}),
+        (launch.check, launched),
+        (launch.start, {**launched, "dry_run": False}),
+        (client.discard("x-1", "/s", "ajet_x"), {"op": "discard", "exp_id": "x-1", "socket_path": "/s",
+                                                  "session": "ajet_x"}),
+        (client.observe(["/s"], [ObserveProc(run_dir="/r", role="main", pid=5, start="9", log_path="/l",
+                                             reads=[ReadSpan(offset=0, budget=10)])]),
+         {"op": "observe", "sockets": ["/s"], "procs": [{"run_dir": "/r", "role": "main", "pid": 5, "start": "9",
+                                                          "log_path": "/l", "reads": [{"offset": 0, "budget": 10}]}]}),
+        (client.stop("x-1", "/r", "/s", "ajet_x", grace_s=1.0, procs=[StopProc(role="main", pid=None, start=None)]),
+         {"op": "stop", "exp_id": "x-1", "run_dir": "/r", "socket_path": "/s", "session": "ajet_x", "grace_s": 1.0,
+          "kill_session": True, "procs": [{"role": "main", "pid": None, "start": None}]}),
+        (client.checkpoints("/c", max_depth=3, max_entries=20000, limit=50),
+         {"op": "checkpoints", "path": "/c", "max_depth": 3, "max_entries": 20000, "limit": 50}),
+        (client.reclaim_gpus([3, 4], 10.0), {"op": "reclaim_gpus", "pids": [3, 4], "grace_s": 10.0}),
+    ]
+    for op, wire in cases:
+        assert json.dumps(op.request) == json.dumps(wire)
+    assert {op.request["op"] for op, _ in cases} == set(ops.OPS)
+    with pytest.raises(ValueError):
+        client.write("/p", replace=True)
+
+
+def test_client_answers_are_typed_and_failures_become_tool_errors(tmp_path: Path):
+    target = tmp_path / "a.txt"
+    write, read, missing = (client.write(str(target), text="hello", replace=False),
+                            client.read(str(target), 100, text=True), client.read(str(tmp_path / "nope"), 1))
+    results = get_host(LOCAL).call([write, read, missing])
+    assert write.expect(results[0])["path"] == str(target)
+    answer = read.answer(results[1])
+    assert answer["ok"] and answer["size"] == 5 and answer["text"] == "hello"
+    failed = missing.answer(results[2])
+    assert not failed["ok"] and failed["kind"] == "not_found"
+    with pytest.raises(ToolInputError) as err:
+        missing.expect(results[2], field="yaml_path")
+    assert err.value.field == "yaml_path" and "file not found" in str(err.value)
+    with pytest.raises(ToolFailure):
+        missing.expect(results[2])
+    assert result_of(HostUnreachable("h", "down")) == {"ok": False, "error": "host 'h' is unreachable: down",
+                                                       "field": None, "kind": "unreachable"}
 
 
 def test_one_bad_op_costs_only_its_own_result():

@@ -36,7 +36,8 @@ from skill_server.experiments.progress import iso
 from skill_server.experiments.store import Registry, open_registry
 from skill_server.gpus import nvidia_smi
 from skill_server.gpus.query import free_problems, from_reply
-from skill_server.hosts import LOCAL, HostUnreachable, call_hosts, expect, get_host, normalise
+from skill_server.hosts import LOCAL, HostUnreachable, Reply, call_hosts, client, expect, get_host, normalise
+from skill_server.hosts.agent.protocol import LaunchProc, LaunchStarted
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +61,10 @@ class _Proc:
     wait_for_url: str | None
     wait_for_url_timeout_s: int
 
-    def request(self) -> dict[str, Any]:
-        return {"role": self.role, "command": self.command, "workdir": self.workdir, "workdir_field": self.workdir_field,
-                "env": self.env, "log_path": self.log_path, "log_field": self.log_field,
-                "wait_for_url": self.wait_for_url, "wait_for_url_timeout_s": self.wait_for_url_timeout_s}
+    def request(self) -> LaunchProc:
+        return LaunchProc(role=self.role, command=self.command, workdir=self.workdir, workdir_field=self.workdir_field,
+                          env=self.env, log_path=self.log_path, log_field=self.log_field,
+                          wait_for_url=self.wait_for_url, wait_for_url_timeout_s=self.wait_for_url_timeout_s)
 
 
 def _blueprint_defaults(path: str, main_host: str) -> dict[str, Any]:
@@ -180,23 +181,23 @@ def launch(inp: LaunchInput) -> LaunchOutput:
     created = time.time()
     exp_id = f"{session}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(created))}-{secrets.token_hex(2)}"
 
-    def request(host: str, dry_run: bool, replace: list[int]) -> list[dict[str, Any]]:
-        check_gpus = dry_run and host == main_host and inp.require_free_gpus is not None
-        gpu_ops = nvidia_smi.query_ops() if check_gpus else []
-        return [{"op": "launch", "exp_id": exp_id, "session": session, "socket_name": socket, "dry_run": dry_run,
-                 "replace_pids": replace, "python": python, "workdir": workdir, "result_dir": result_dir,
-                 "max_time_s": max_time_s, "deadline_grace_s": DEADLINE_GRACE_S,
-                 "procs": [p.request() for p in procs if p.host == host]}] + gpu_ops
+    def request(host: str, replace: list[int]) -> client.Launch:
+        return client.launch(exp_id, session, socket, replace_pids=replace, python=python, workdir=workdir,
+                             result_dir=result_dir, max_time_s=max_time_s, deadline_grace_s=DEADLINE_GRACE_S,
+                             procs=[p.request() for p in procs if p.host == host])
 
     with open_registry() as reg:
         replace = _check_previous(reg, socket, session, hosts)
-        checked = call_hosts({h: request(h, True, replace[h]) for h in hosts}, timeout_s=LAUNCH_TIMEOUT_S)
+        ops = {h: request(h, replace[h]) for h in hosts}
+        gpu_ops = nvidia_smi.query_ops() if inp.require_free_gpus is not None else []
+        checked = call_hosts({h: [ops[h].check] + (gpu_ops if h == main_host else []) for h in hosts},
+                             timeout_s=LAUNCH_TIMEOUT_S)
         plans = {}
         for h in hosts:
             reply = checked[h]
             if isinstance(reply, HostUnreachable):
                 raise _host_error(reply, procs, main_host)
-            plans[h] = expect(reply[0])
+            plans[h] = ops[h].check.expect(reply[0])
         if inp.require_free_gpus is not None:
             _check_free_gpus(main_host, checked[main_host], inp.require_free_gpus)
         resolved = {(h, p["role"]): p for h in hosts for p in plans[h]["procs"]}
@@ -215,22 +216,27 @@ def launch(inp: LaunchInput) -> LaunchOutput:
         spec["attach"] = spec["hosts"][procs[0].host]["attach"]
         starting = [h for h in hosts if any(p.host == h for p in procs)]
         sockets = {h: plans[h]["socket_path"] for h in starting}
-        started = call_hosts({h: request(h, False, replace[h]) for h in starting}, timeout_s=LAUNCH_TIMEOUT_S)
+        started = call_hosts({h: [ops[h].start] for h in starting}, timeout_s=LAUNCH_TIMEOUT_S)
         failure: Exception | None = None
+        launched: dict[str, LaunchStarted] = {}
         for h in starting:
             reply = started[h]
             if isinstance(reply, HostUnreachable):
                 failure = failure or _host_error(reply, procs, main_host)
-            elif not reply[0].get("ok"):
-                try:
-                    expect(reply[0])
-                except (ToolFailure, ToolInputError) as exc:
-                    failure = failure or exc
+                continue
+            answer = ops[h].start.answer(reply[0])
+            if answer["ok"]:
+                launched[h] = answer
+                continue
+            try:
+                expect(answer)
+            except (ToolFailure, ToolInputError) as exc:
+                failure = failure or exc
         if failure is not None:
             _roll_back(exp_id, session, sockets, started)
             raise failure
         for p in spec["processes"]:
-            ids = next(x for x in started[p["host"]][0]["procs"] if x["role"] == p["role"])  # type: ignore[index]
+            ids = next(x for x in launched[p["host"]]["procs"] if x["role"] == p["role"])
             p.update(window_id=ids["window_id"], pane_id=ids["pane_id"], pid=ids["pid"], start=ids["start"])
         try:
             reg.insert(id=exp_id, session=session, socket=socket, created=created, started_at=iso(created),
@@ -248,7 +254,7 @@ def launch(inp: LaunchInput) -> LaunchOutput:
     )
 
 
-def _check_free_gpus(host: str, reply: Any, required: float) -> None:
+def _check_free_gpus(host: str, reply: Reply, required: float) -> None:
     """Refuse the launch (nothing has started yet) unless every GPU of ``host`` is free enough; the
     nvidia-smi queries rode along with the host's check op."""
     problems = free_problems(from_reply(host, reply, first=1), required)
@@ -256,9 +262,8 @@ def _check_free_gpus(host: str, reply: Any, required: float) -> None:
         raise ToolFailure("refusing to start: " + "; ".join(problems), field="require_free_gpus")
 
 
-def _roll_back(exp_id: str, session: str, sockets: dict[str, str], started: dict[str, Any]) -> None:
+def _roll_back(exp_id: str, session: str, sockets: dict[str, str], started: dict[str, Reply]) -> None:
     """Undo the hosts that did start (another host refused): kill, remove their run directories."""
     undo = [h for h, reply in started.items() if not isinstance(reply, HostUnreachable) and reply[0].get("ok")]
     if undo:
-        call_hosts({h: [{"op": "discard", "exp_id": exp_id, "socket_path": sockets[h], "session": session}]
-                    for h in undo}, timeout_s=LAUNCH_TIMEOUT_S)
+        call_hosts({h: [client.discard(exp_id, sockets[h], session)] for h in undo}, timeout_s=LAUNCH_TIMEOUT_S)

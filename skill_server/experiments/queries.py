@@ -35,7 +35,7 @@ from skill_server.experiments.models import (
 from skill_server.experiments.observe import View, observe
 from skill_server.experiments.signatures import SIGNATURES_BY_NAME
 from skill_server.experiments.store import Registry, Row
-from skill_server.hosts import call_hosts, result_of
+from skill_server.hosts import call_hosts, client, result_of
 
 MAX_CURSOR_OFFSET = 2**62
 
@@ -189,9 +189,9 @@ def plan_extras(reg: Registry, row: Row, want_checkpoints: bool, now: float) -> 
     return ExtraPlan(config, cands, read, listing)
 
 
-def extra_ops(plan: ExtraPlan) -> list[tuple[str, dict[str, Any]]]:
+def extra_ops(plan: ExtraPlan) -> list[tuple[str, client.Op[Any]]]:
     """The (host, op) pairs of a plan, for ``observe(extra_ops=...)``; the checkpoint listing comes last."""
-    ops = [(c.host, runconfig.read_op(c.path)) for c in plan.candidates]
+    ops: list[tuple[str, client.Op[Any]]] = [(c.host, runconfig.read_op(c.path)) for c in plan.candidates]
     if plan.list_checkpoints:
         listing = ckpt.listing_op(plan.config)
         assert listing is not None

@@ -32,6 +32,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -39,6 +40,7 @@ from skill_server.core.errors import ToolFailure
 from skill_server.hosts.agent import program
 from skill_server.hosts.agent.protocol import state_dir
 from skill_server.hosts.base import Host, HostUnreachable, tmux_attach_argv
+from skill_server.hosts.client import Op, Result
 
 log = logging.getLogger(__name__)
 
@@ -269,7 +271,7 @@ class SshHost(Host):
         except ToolFailure as exc:
             raise HostUnreachable(self.name, exc.message) from None
 
-    def call(self, ops: list[dict[str, Any]], *, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+    def call(self, ops: Sequence[Op[Any]], *, timeout_s: float = 60.0) -> list[Result]:
         request = json.dumps(self._request(ops), separators=(",", ":")).encode("utf-8")
         if len(request) <= SESSION_MAX_REQUEST:
             reply = self._ask_session(request, timeout_s)

@@ -29,7 +29,8 @@ from skill_server.experiments.observe import observe
 from skill_server.experiments.queries import find, status_fields
 from skill_server.experiments.store import Registry, Row, open_registry
 from skill_server.experiments.summaries import MetricSummary, metric_rows, summarise, summarise_series
-from skill_server.hosts import LOCAL, Host, expect, get_host, normalise
+from skill_server.hosts import LOCAL, Host, client, expect, get_host, normalise
+from skill_server.hosts.agent.protocol import ReadReply
 from skill_server.tools.collect_results.models import CollectInput, CollectOutput
 
 MAX_MARKDOWN_BYTES = 64 * 1024 * 1024
@@ -56,8 +57,8 @@ def _markdown_paths(data: Any, base: str) -> tuple[str | None, str | None]:
     return found[0], found[1]
 
 
-def _read_ops(paths: list[str], length: int) -> list[dict[str, Any]]:
-    return [{"op": "read", "path": p, "offset": -length, "length": length, "text": True} for p in paths]
+def _read_ops(paths: list[str], length: int) -> list[client.Op[ReadReply]]:
+    return [client.read(p, length, offset=-length, text=True) for p in paths]
 
 
 def _yaml_markdown_paths(host: Host, candidates: list[runconfig.Candidate], explicit: bool,
@@ -234,11 +235,10 @@ def collect_results(inp: CollectInput) -> CollectOutput:
                    plateau, errors, log_paths, notes, PLOT_NAME if picture else None)
     writes = []
     if picture is not None:
-        writes.append({"op": "write", "path": plot_path, "data": base64.b64encode(picture.png).decode("ascii"),
-                       "replace": True})
-    writes.append({"op": "write", "path": posixpath.join(result_dir, "results.md"), "text": text, "replace": True})
+        writes.append(client.write(plot_path, data=picture.png, replace=True))
+    writes.append(client.write(posixpath.join(result_dir, "results.md"), text=text, replace=True))
     if flag_wanted:
-        writes.append({"op": "write", "path": posixpath.join(result_dir, "finish.flag"), "text": "", "replace": True})
+        writes.append(client.write(posixpath.join(result_dir, "finish.flag"), text="", replace=True))
     written = [expect(r, field="result_dir")["path"] for r in host.call(writes)]
     image = None
     if picture is not None:

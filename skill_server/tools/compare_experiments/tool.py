@@ -23,7 +23,8 @@ from skill_server.experiments.models import MetricsHistory
 from skill_server.experiments.queries import find, observe_with_lines
 from skill_server.experiments.store import Registry, Row, open_registry
 from skill_server.experiments.summaries import lower_is_better
-from skill_server.hosts import call_hosts, result_of
+from skill_server.hosts import call_hosts, client, result_of
+from skill_server.hosts.agent.protocol import ReadReply
 from skill_server.tools.compare_experiments.models import (
     MAX_METRICS,
     CompareInput,
@@ -100,7 +101,7 @@ def _config_files(rows: list[Row], given: list[str | None], notes: list[str]
     its own candidates); one call per host."""
     cands = {r.id: ([runconfig.Candidate(r.host, path, path.rsplit("/", 1)[0] or "/")] if path is not None
                     else runconfig.candidates(r)) for r, path in zip(rows, given)}
-    requests: dict[str, list[dict[str, Any]]] = {}
+    requests: dict[str, list[client.Op[ReadReply]]] = {}
     where: dict[tuple[str, int], tuple[str, int]] = {}
     for r in rows:
         for i, c in enumerate(cands[r.id]):

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any
 
 from skill_server.core.errors import ToolInputError
-from skill_server.hosts.agent.protocol import LOG_MARK
+from skill_server.hosts import client
+from skill_server.hosts.agent.protocol import LOG_MARK, RunReply
 
 DEFAULT_RAY = "ray"
 DEFAULT_JOIN_TIMEOUT_S = 300
@@ -73,9 +73,9 @@ def ray_argv(ray: str, *args: str) -> list[str]:
     return [ray, *args]
 
 
-def version_op(ray: str) -> dict[str, Any]:
+def version_op(ray: str) -> client.Op[RunReply]:
     """The run op asking ``ray --version`` on a node (bounded)."""
-    return {"op": "run", "argv": ray_argv(ray, "--version"), "timeout_s": VERSION_TIMEOUT_S, "max_output": 64 * 1024}
+    return client.run(ray_argv(ray, "--version"), timeout_s=VERSION_TIMEOUT_S, max_output=64 * 1024)
 
 
 def _options(num_gpus: int | None, num_cpus: int | None, extra: list[str]) -> list[str]:

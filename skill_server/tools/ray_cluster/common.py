@@ -14,7 +14,8 @@ from typing import Any
 from skill_server.core.errors import ToolInputError
 from skill_server.experiments.checks import session_name, socket_name
 from skill_server.experiments.store import Registry, Row
-from skill_server.hosts import HostUnreachable, call_hosts
+from skill_server.hosts import HostUnreachable, call_hosts, client
+from skill_server.hosts.agent.protocol import Failure, RunReply
 from skill_server.tools.ray_cluster import commands
 from skill_server.tools.ray_cluster.models import DEFAULT_PORT, RayClusterInput, RayNode, RayResource
 from skill_server.tools.ray_cluster.status_text import ClusterStatus, last_message, parse_status, parse_version
@@ -53,18 +54,16 @@ class RayView:
     reason: str | None
 
 
-def _run_failure(result: dict[str, Any] | None, what: str, timeout: float) -> str | None:
-    if result is None:
-        return "no answer"
-    if not result.get("ok"):
-        return str(result.get("error"))
-    if result.get("error"):
+def _run_failure(result: RunReply | Failure, what: str, timeout: float) -> str | None:
+    if not result["ok"]:
+        return result["error"]
+    if result["error"]:
         return f"{what}: {result['error']}"
-    if result.get("timed_out"):
+    if result["timed_out"]:
         return f"{what} did not answer within {timeout:.0f} s"
-    if result.get("returncode") != 0:
-        text = str(result.get("stderr") or "") + "\n" + str(result.get("stdout") or "")
-        return f"{what} failed (exit {result.get('returncode')}): {last_message(text) or 'no message'}"
+    if result["returncode"] != 0:
+        text = result["stderr"] + "\n" + result["stdout"]
+        return f"{what} failed (exit {result['returncode']}): {last_message(text) or 'no message'}"
     return None
 
 
@@ -72,25 +71,25 @@ def ask_ray(head: str, ray: str, address: str, *, with_version: bool, timeout_s:
             ) -> RayView:
     """``ray status -v --address=ADDRESS`` (and ``ray --version``) on the head, one round trip, bounded."""
     timeout_s = max(3.0, min(timeout_s, STATUS_TIMEOUT_S))
-    ops = []
-    if with_version:
-        ops.append(commands.version_op(ray))
-    ops.append({"op": "run", "argv": commands.ray_argv(ray, "status", "-v", f"--address={address}"),
-                "timeout_s": timeout_s, "max_output": 1024 * 1024})
+    ops = [commands.version_op(ray)] if with_version else []
+    status = client.run(commands.ray_argv(ray, "status", "-v", f"--address={address}"), timeout_s=timeout_s,
+                        max_output=1024 * 1024)
     bound = (commands.VERSION_TIMEOUT_S if with_version else 0) + timeout_s + 30
-    reply = call_hosts({head: ops}, timeout_s=bound)[head]
+    reply = call_hosts({head: ops + [status]}, timeout_s=bound)[head]
     if isinstance(reply, HostUnreachable):
         return RayView(None, None, f"head {head} is unreachable: {reply.reason}")
     version = None
-    if with_version and _run_failure(reply[0], "ray --version", commands.VERSION_TIMEOUT_S) is None:
-        version = parse_version(str(reply[0].get("stdout") or ""))
-    result = reply[-1]
+    if ops:
+        asked = ops[0].answer(reply[0])
+        if asked["ok"] and _run_failure(asked, "ray --version", commands.VERSION_TIMEOUT_S) is None:
+            version = parse_version(asked["stdout"])
+    result = status.answer(reply[-1])
     failure = _run_failure(result, f"ray status on {head}", timeout_s)
-    if failure is not None:
-        if result.get("timed_out"):
-            failure += f" (is a Ray head listening at {address}?)"
+    if failure is not None or not result["ok"]:
+        if result["ok"] and result["timed_out"]:
+            failure = f"{failure} (is a Ray head listening at {address}?)"
         return RayView(version, None, failure)
-    text = str(result.get("stdout") or "")
+    text = result["stdout"]
     parsed = parse_status(text)
     if parsed is None:
         return RayView(version, None, "ray status printed something this tool does not recognise: "

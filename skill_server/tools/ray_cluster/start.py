@@ -89,10 +89,9 @@ def _host_field(host: str, head: str, workers: list[str]) -> str:
 
 def preflight(nodes: list[str], head: str, workers: list[str], ray: str, require_free: float | None) -> str | None:
     """Check every node before anything starts; raise what refuses the start, return the head's Ray version."""
-    ops = [commands.version_op(ray)]
-    if require_free is not None:
-        ops += nvidia_smi.query_ops()
-    replies = call_hosts({h: list(ops) for h in nodes}, timeout_s=CHECK_TIMEOUT_S)
+    version = commands.version_op(ray)
+    ops = [version, *nvidia_smi.query_ops()] if require_free is not None else [version]
+    replies = call_hosts({h: ops for h in nodes}, timeout_s=CHECK_TIMEOUT_S)
     versions: dict[str, str] = {}
     gpu_problems: list[str] = []
     for host in nodes:
@@ -100,14 +99,16 @@ def preflight(nodes: list[str], head: str, workers: list[str], ray: str, require
         field = _host_field(host, head, workers)
         if isinstance(reply, HostUnreachable):
             raise ToolFailure(reply.message, field=field)
-        result = reply[0]
-        if not result.get("ok") or result.get("error") or result.get("returncode") != 0:
-            detail = result.get("error") or (str(result.get("stderr") or "").strip().splitlines() or [""])[-1]
-            if result.get("timed_out"):
+        result = version.answer(reply[0])
+        if not result["ok"]:
+            raise ToolFailure(f"{ray} --version failed on {host}: {result['error'] or 'exit None'}", field="ray")
+        if result["error"] or result["returncode"] != 0:
+            detail = result["error"] or (result["stderr"].strip().splitlines() or [""])[-1]
+            if result["timed_out"]:
                 detail = f"it did not answer within {commands.VERSION_TIMEOUT_S} s"
-            raise ToolFailure(f"{ray} --version failed on {host}: {detail or 'exit ' + str(result.get('returncode'))}",
+            raise ToolFailure(f"{ray} --version failed on {host}: {detail or 'exit ' + str(result['returncode'])}",
                               field="ray")
-        versions[host] = parse_version(str(result.get("stdout") or "")) or "unknown"
+        versions[host] = parse_version(result["stdout"]) or "unknown"
         if require_free is not None:
             gpu_problems += free_problems(from_reply(host, reply, first=1), require_free)
     if len(set(versions.values())) > 1:
