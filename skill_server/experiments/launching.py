@@ -33,6 +33,7 @@ from skill_server.experiments.checks import (
 from skill_server.experiments.models import LaunchInput, LaunchOutput, ProcessInfo
 from skill_server.experiments.observe import observe
 from skill_server.experiments.progress import iso
+from skill_server.experiments.spec import HostRecord, ProcessRecord, RunSpec
 from skill_server.experiments.store import Registry, open_registry
 from skill_server.gpus import nvidia_smi
 from skill_server.gpus.query import free_problems, from_reply
@@ -201,19 +202,9 @@ def launch(inp: LaunchInput) -> LaunchOutput:
         if inp.require_free_gpus is not None:
             _check_free_gpus(main_host, checked[main_host], inp.require_free_gpus)
         resolved = {(h, p["role"]): p for h in hosts for p in plans[h]["procs"]}
-        spec: dict[str, Any] = {
-            "format": 2, "host": main_host, "result_dir": plans[main_host]["result_dir"],
-            "workdir": workdir, "python": python, "blueprint": inp.blueprint, "yaml_path": defaults.get("yaml_path"),
-            "max_time_s": max_time_s, "first_step_timeout_s": first_step_s, "first_step_pattern": first_step_pattern,
-            "hosts": {h: {"run_dir": plans[h]["run_dir"], "socket_path": plans[h]["socket_path"],
-                          "attach": get_host(h).attach_command(plans[h]["socket_path"], session),
-                          "python": plans[h]["python"]} for h in hosts},
-            "processes": [{"role": p.role, "command": p.command, "host": p.host,
-                           "workdir": resolved[(p.host, p.role)]["workdir"],
-                           "log_path": resolved[(p.host, p.role)]["log_path"], "wait_for_url": p.wait_for_url}
-                          for p in procs],
-        }
-        spec["attach"] = spec["hosts"][procs[0].host]["attach"]
+        places = {h: HostRecord(run_dir=plans[h]["run_dir"], socket_path=plans[h]["socket_path"],
+                                attach=get_host(h).attach_command(plans[h]["socket_path"], session),
+                                python=plans[h]["python"]) for h in hosts}
         starting = [h for h in hosts if any(p.host == h for p in procs)]
         sockets = {h: plans[h]["socket_path"] for h in starting}
         started = call_hosts({h: [ops[h].start] for h in starting}, timeout_s=LAUNCH_TIMEOUT_S)
@@ -235,9 +226,17 @@ def launch(inp: LaunchInput) -> LaunchOutput:
         if failure is not None:
             _roll_back(exp_id, session, sockets, started)
             raise failure
-        for p in spec["processes"]:
-            ids = next(x for x in launched[p["host"]]["procs"] if x["role"] == p["role"])
-            p.update(window_id=ids["window_id"], pane_id=ids["pane_id"], pid=ids["pid"], start=ids["start"])
+        ids = {(h, x["role"]): x for h, answer in launched.items() for x in answer["procs"]}
+        spec = RunSpec(
+            host=main_host, result_dir=plans[main_host]["result_dir"], workdir=workdir, python=python,
+            blueprint=inp.blueprint, yaml_path=defaults.get("yaml_path"), max_time_s=max_time_s,
+            first_step_timeout_s=first_step_s, first_step_pattern=first_step_pattern, hosts=places,
+            processes=tuple(ProcessRecord(
+                role=p.role, command=p.command, host=p.host, workdir=resolved[(p.host, p.role)]["workdir"],
+                log_path=resolved[(p.host, p.role)]["log_path"], wait_for_url=p.wait_for_url,
+                window_id=ids[(p.host, p.role)]["window_id"], pane_id=ids[(p.host, p.role)]["pane_id"],
+                pid=ids[(p.host, p.role)]["pid"], start=ids[(p.host, p.role)]["start"]) for p in procs),
+            attach=places[procs[0].host].attach)
         try:
             reg.insert(id=exp_id, session=session, socket=socket, created=created, started_at=iso(created),
                        spec=spec)
@@ -246,10 +245,10 @@ def launch(inp: LaunchInput) -> LaunchOutput:
             raise
     log.info("launched %s (session %s) on %s", exp_id, session, ", ".join(starting))
     return LaunchOutput(
-        id=exp_id, session=session, socket=socket, host=main_host, log_path=spec["processes"][0]["log_path"],
-        result_dir=spec["result_dir"], attach=spec["attach"], started_at=iso(created),
-        processes=[ProcessInfo(role=p["role"], host=p["host"], state="running", exit_code=None, log_path=p["log_path"],
-                               pid=p["pid"], attach=spec["hosts"][p["host"]]["attach"]) for p in spec["processes"]],
+        id=exp_id, session=session, socket=socket, host=main_host, log_path=spec.processes[0].log_path,
+        result_dir=spec.result_dir, attach=spec.attach, started_at=iso(created),
+        processes=[ProcessInfo(role=p.role, host=p.host, state="running", exit_code=None, log_path=p.log_path,
+                               pid=p.pid, attach=spec.attach_on(p.host)) for p in spec.processes],
         max_time_s=max_time_s, first_step_timeout_s=first_step_s,
     )
 

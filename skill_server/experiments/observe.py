@@ -24,8 +24,9 @@ from skill_server.experiments import blueprint as bp
 from skill_server.experiments import history, logs
 from skill_server.experiments.models import TERMINAL
 from skill_server.experiments.progress import StepLine
+from skill_server.experiments.spec import RunProcess
 from skill_server.experiments.states import ProcFacts, process_state, run_state
-from skill_server.experiments.store import Registry, Row, RunProcess
+from skill_server.experiments.store import Registry, Row
 from skill_server.hosts import HostUnreachable, Reply, call_hosts, client, result_of
 from skill_server.hosts.agent.protocol import Appended, ObserveProc, ObserveReply, ReadSpan
 
@@ -177,7 +178,7 @@ def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, 
         what = "cannot be asked" if state == "unreachable" else "cannot be asked for new output"
         note = "; ".join(([note] if note else []) + [f"host {u} ({what}; the next call retries)" for u in unreachable])
     if state == "running":
-        max_time = float(row.spec.get("max_time_s") or bp.DEFAULT_MAX_TIME_S)
+        max_time = float(row.spec.max_time_s or bp.DEFAULT_MAX_TIME_S)
         if now - row.created > max_time + 60:
             note = (note + "; " if note else "") + ("past its max time but still running: the watchdog on its host "
                                                     "did not end it; stop_experiment does")
@@ -188,8 +189,8 @@ def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, 
 
 def first_step_pattern(row: Row) -> re.Pattern[str] | None:
     """The run's own first-step regex, or None for the default rule (the first ``step:N`` line, N >= 1)."""
-    pattern = row.spec.get("first_step_pattern")
-    if not isinstance(pattern, str) or not pattern or pattern == logs.LEGACY_FIRST_STEP_PATTERN:
+    pattern = row.spec.first_step_pattern
+    if not pattern or pattern == logs.LEGACY_FIRST_STEP_PATTERN:
         return None
     try:
         return re.compile(pattern, re.MULTILINE)

@@ -54,9 +54,9 @@ def candidates(row: Row) -> list[Candidate]:
     """The run's YAML candidates: the blueprint's yaml_path first, then each ``--conf`` argument."""
     out: list[Candidate] = []
     procs = row.processes
-    first_workdir = procs[0].workdir if procs else str(row.spec.get("workdir") or "")
-    yaml_path = row.spec.get("yaml_path")
-    if isinstance(yaml_path, str) and yaml_path.startswith(("/", "~")):
+    first_workdir = procs[0].workdir if procs else row.spec.workdir
+    yaml_path = row.spec.yaml_path
+    if yaml_path is not None and yaml_path.startswith(("/", "~")):
         out.append(Candidate(row.host, yaml_path, first_workdir))
     for p in procs:
         for token in conf_arguments(p.command):

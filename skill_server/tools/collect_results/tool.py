@@ -27,6 +27,7 @@ from skill_server.experiments.checks import host_path
 from skill_server.experiments.models import ErrorHit, MetricsHistory
 from skill_server.experiments.observe import observe
 from skill_server.experiments.queries import find, status_fields
+from skill_server.experiments.spec import RunSpec
 from skill_server.experiments.store import Registry, Row, open_registry
 from skill_server.experiments.summaries import MetricSummary, metric_rows, summarise, summarise_series
 from skill_server.hosts import LOCAL, Host, client, expect, get_host, normalise
@@ -133,7 +134,7 @@ def collect_results(inp: CollectInput) -> CollectOutput:
     errors: list[ErrorHit] = []
     log_paths: list[str] = []
     status: dict[str, Any] | None = None
-    spec: dict[str, Any] = {}
+    spec: RunSpec | None = None
     row: Row | None = None
     overlays: list[Row] = []
     hist_val: dict[str, list[float]] = {}
@@ -168,15 +169,15 @@ def collect_results(inp: CollectInput) -> CollectOutput:
         errors = status["errors"]
         log_paths = [p.log_path if p.host == host_name else f"{p.host}:{p.log_path}" for p in status["processes"]]
     host = get_host(host_name)
-    result_dir = host_path(inp.result_dir, "result_dir") if inp.result_dir else spec.get("result_dir")
+    result_dir = host_path(inp.result_dir, "result_dir") if inp.result_dir else spec.result_dir if spec else None
     assert result_dir is not None
 
     val_md = host_path(inp.val_markdown, "val_markdown") if inp.val_markdown else None
     train_md = host_path(inp.train_markdown, "train_markdown") if inp.train_markdown else None
     if not (val_md and train_md):
         if inp.yaml_path:
-            first = (spec.get("processes") or [{}])[0]
-            base = first.get("workdir") or spec.get("workdir") or result_dir
+            first = spec.processes[0].workdir if spec and spec.processes else ""
+            base = first or (spec.workdir if spec else "") or result_dir
             candidates = [runconfig.Candidate(host_name, host_path(inp.yaml_path, "yaml_path"), base)]
         else:
             candidates = [c for c in runconfig.candidates(row) if c.host == host_name] if row is not None else []
@@ -271,7 +272,7 @@ def _table(metrics: list[MetricSummary]) -> list[str]:
     return out + [""]
 
 
-def _render(spec: dict[str, Any], status: dict[str, Any] | None, host: str, result_dir: str, val_md: str | None,
+def _render(spec: RunSpec | None, status: dict[str, Any] | None, host: str, result_dir: str, val_md: str | None,
             train_md: str | None, val_metrics: list[MetricSummary], train_metrics: list[MetricSummary],
             sources: dict[str, str], plateau: dict[str, bool], errors: list[ErrorHit], log_paths: list[str],
             notes: list[str], plot_name: str | None) -> str:
@@ -284,7 +285,7 @@ def _render(spec: dict[str, Any], status: dict[str, Any] | None, host: str, resu
             f"- first step seen: {status['first_step_seen']} (overdue: {status['first_step_overdue']}), "
             f"last global step: {status['global_step']}",
         ]
-        commands = [p.get("command", "") for p in spec.get("processes", [])]
+        commands = [p.command for p in spec.processes] if spec else []
         out += [f"- command: `{c}`" for c in commands]
     out += [f"- result dir: {result_dir}" + ("" if host == LOCAL else f" (on {host})")]
     out += [f"- log: {p}" for p in log_paths]

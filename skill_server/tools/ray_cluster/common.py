@@ -1,7 +1,7 @@
 """What the three actions share: the cluster's record, asking the head's ``ray status``, the answer's fields.
 
 A cluster started here is an experiment run (one ``ray start --block`` process per node, in tmux, with
-logs, the run marker and the stop guarantees) whose registry spec also holds ``ray_cluster``: head,
+logs, the run marker and the stop guarantees) whose registry spec also holds its ``RayCluster``: head,
 workers, port, the address workers joined and the ray path. It is found by id, or as the newest run
 of its session name (``ajet_ray_<port>`` unless named) whose head is the given head.
 """
@@ -13,6 +13,7 @@ from typing import Any
 
 from skill_server.core.errors import ToolInputError
 from skill_server.experiments.checks import session_name, socket_name
+from skill_server.experiments.spec import RayCluster
 from skill_server.experiments.store import Registry, Row
 from skill_server.hosts import HostUnreachable, call_hosts, client
 from skill_server.hosts.agent.protocol import Failure, RunReply
@@ -20,7 +21,6 @@ from skill_server.tools.ray_cluster import commands
 from skill_server.tools.ray_cluster.models import DEFAULT_PORT, RayClusterInput, RayNode, RayResource
 from skill_server.tools.ray_cluster.status_text import ClusterStatus, last_message, parse_status, parse_version
 
-SPEC_KEY = "ray_cluster"
 #: ``ray status`` to an address where nothing listens blocks for about 40 s: every call is bounded.
 STATUS_TIMEOUT_S = 20.0
 MAX_LINES = 40
@@ -30,18 +30,19 @@ def default_session(inp: RayClusterInput) -> str:
     return session_name(inp.name or f"ray_{inp.port or DEFAULT_PORT}", None)
 
 
-def find_cluster(reg: Registry, inp: RayClusterInput, head: str) -> Row | None:
-    """The cluster run ``id`` names, else the newest of this session name whose head is ``head``."""
+def find_cluster(reg: Registry, inp: RayClusterInput, head: str) -> tuple[Row, RayCluster] | None:
+    """The cluster run ``id`` names, else the newest of this session name whose head is ``head``; with its
+    cluster record."""
     if inp.id is not None:
         row = reg.find(inp.id)
-        if row is None or SPEC_KEY not in row.spec:
+        if row is None or row.spec.ray_cluster is None:
             raise ToolInputError(f"no Ray cluster {inp.id!r} started by this server", field="id")
-        return row
+        return row, row.spec.ray_cluster
     port = inp.port or DEFAULT_PORT
     for row in reg.session_runs(socket_name(), default_session(inp)):
-        meta = row.spec.get(SPEC_KEY) or {}
-        if meta.get("head") == head and meta.get("port") == port:
-            return row
+        meta = row.spec.ray_cluster
+        if meta is not None and meta.head == head and meta.port == port:
+            return row, meta
     return None
 
 

@@ -23,7 +23,7 @@ from skill_server.gpus.query import CALL_TIMEOUT_S, from_reply
 from skill_server.hosts import HostUnreachable, Reply, call_hosts, client
 from skill_server.hosts.agent.protocol import RunReply
 from skill_server.tools.ray_cluster import commands
-from skill_server.tools.ray_cluster.common import SPEC_KEY, default_session, find_cluster
+from skill_server.tools.ray_cluster.common import default_session, find_cluster
 from skill_server.tools.ray_cluster.models import (
     DEFAULT_PORT,
     GpuProcessOutcome,
@@ -61,13 +61,13 @@ def _holders(gpus: list[GpuHost]) -> dict[str, list[tuple[int, str]]]:
 def stop_cluster(inp: RayClusterInput, head: str) -> RayClusterOutput:
     port = inp.port or DEFAULT_PORT
     with open_registry() as reg:
-        row = find_cluster(reg, inp, head)
-    if row is None:
+        cluster = find_cluster(reg, inp, head)
+    if cluster is None:
         raise ToolFailure(f"no Ray cluster started by this server on {head} port {port} (session "
                           f"{default_session(inp)}): ray_cluster stop only stops clusters it started; to clean a "
                           "node by hand run 'ray stop --force' there", field="head")
-    meta = row.spec[SPEC_KEY]
-    head, workers, ray = meta["head"], list(meta.get("workers") or []), meta.get("ray") or "ray"
+    row, meta = cluster
+    head, workers, ray = meta.head, list(meta.workers), meta.ray or "ray"
     if inp.ray is not None:
         ray = commands.check_ray(inp.ray)
     grace = 10 if inp.grace_s is None else inp.grace_s
@@ -108,7 +108,7 @@ def stop_cluster(inp: RayClusterInput, head: str) -> RayClusterOutput:
         notes.append(f"{len(left)} process(es) still hold GPU memory: see gpu_processes_left")
     return RayClusterOutput(
         action="stop", id=row.id, session=row.session, state=stopped.state, head=head, workers=workers, port=port,
-        address=meta.get("address"), ray_version=None, expected_nodes=len(nodes), alive_nodes=None, ready=False,
+        address=meta.address, ray_version=None, expected_nodes=len(nodes), alive_nodes=None, ready=False,
         nodes=None, resources=None, reason=None, processes=stopped.processes, lines=stopped.lines,
         ray_stop=reports, killed_processes=stopped.killed_processes, still_alive=stopped.still_alive, gpus=gpus,
         gpu_processes_killed=killed, gpu_processes_left=left, note="; ".join(notes) or None)
