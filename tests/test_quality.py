@@ -19,8 +19,6 @@ KNOWN_COMPLEX = {
     "skill_server/agentjet/job.py:_write",
     "skill_server/core/http_json.py:_read_response",
     "skill_server/experiments/blueprint.py:validate_text",
-    "skill_server/experiments/launching.py:_plan",
-    "skill_server/experiments/launching.py:launch",
     "skill_server/experiments/watch.py:Watcher.events",
     "skill_server/tools/check_config/rules/split.py:consolidate",
     "skill_server/tools/check_config/rules/split.py:split_configuration",
