@@ -22,7 +22,7 @@ from skill_server.experiments.states import ProcFacts, process_state, run_state
 from skill_server.hosts import LOCAL, HostUnreachable, client, get_host, normalise, result_of
 from skill_server.hosts import ssh as ssh_mod
 from skill_server.hosts.agent import files, ops, program
-from skill_server.hosts.agent.protocol import PROTOCOL_VERSION, LaunchProc, ObserveProc, ReadSpan, StopProc
+from skill_server.hosts.agent.protocol import PROTOCOL_VERSION
 
 AGENT_DIR = Path(files.__file__).parent
 
@@ -182,12 +182,10 @@ def test_run_is_bounded_in_time_and_output_and_kills_the_group():
 
 def test_each_client_function_builds_the_request_the_agent_reads():
     """The wire, op by op (protocol version 1): what each client function sends, keys in order."""
-    launch = client.launch("x-1", "ajet_x", "agentjet", replace_pids=[7], python=None, workdir="/w", result_dir="r",
-                           max_time_s=60, deadline_grace_s=5, procs=[LaunchProc(
-                               role="main", command="true", workdir="/w", workdir_field="workdir", env={},
-                               log_path="m.log", log_field="log_path", wait_for_url=None, wait_for_url_timeout_s=0)])
     proc = {"role": "main", "command": "true", "workdir": "/w", "workdir_field": "workdir", "env": {},
             "log_path": "m.log", "log_field": "log_path", "wait_for_url": None, "wait_for_url_timeout_s": 0}
+    launch = client.launch("x-1", "ajet_x", "agentjet", replace_pids=[7], python=None, workdir="/w", result_dir="r",
+                           max_time_s=60, deadline_grace_s=5, procs=[proc])
     launched = {"op": "launch", "exp_id": "x-1", "session": "ajet_x", "socket_name": "agentjet", "dry_run": True,
                 "replace_pids": [7], "python": None, "workdir": "/w", "result_dir": "r", "max_time_s": 60,
                 "deadline_grace_s": 5, "procs": [proc]}
@@ -206,11 +204,11 @@ def test_each_client_function_builds_the_request_the_agent_reads():
         (launch.start, {**launched, "dry_run": False}),
         (client.discard("x-1", "/s", "ajet_x"), {"op": "discard", "exp_id": "x-1", "socket_path": "/s",
                                                   "session": "ajet_x"}),
-        (client.observe(["/s"], [ObserveProc(run_dir="/r", role="main", pid=5, start="9", log_path="/l",
-                                             reads=[ReadSpan(offset=0, budget=10)])]),
+        (client.observe(["/s"], [{"run_dir": "/r", "role": "main", "pid": 5, "start": "9", "log_path": "/l",
+                                  "reads": [{"offset": 0, "budget": 10}]}]),
          {"op": "observe", "sockets": ["/s"], "procs": [{"run_dir": "/r", "role": "main", "pid": 5, "start": "9",
                                                           "log_path": "/l", "reads": [{"offset": 0, "budget": 10}]}]}),
-        (client.stop("x-1", "/r", "/s", "ajet_x", grace_s=1.0, procs=[StopProc(role="main", pid=None, start=None)]),
+        (client.stop("x-1", "/r", "/s", "ajet_x", grace_s=1.0, procs=[{"role": "main", "pid": None, "start": None}]),
          {"op": "stop", "exp_id": "x-1", "run_dir": "/r", "socket_path": "/s", "session": "ajet_x", "grace_s": 1.0,
           "kill_session": True, "procs": [{"role": "main", "pid": None, "start": None}]}),
         (client.checkpoints("/c", max_depth=3, max_entries=20000, limit=50),
@@ -291,6 +289,19 @@ def test_the_shipped_program_installs_once_per_version_and_answers(tmp_path: Pat
     proc = subprocess.run([sys.executable, str(standalone)], input=json.dumps(request).encode(), capture_output=True,
                           timeout=60, env=env)
     assert json.loads(proc.stdout)["results"][0]["ok"]
+
+
+def test_the_installed_agent_never_loads_typing(tmp_path: Path):
+    """Every host call starts the agent: the wire types exist for type checkers only, so it pays nothing for them."""
+    env = {"PATH": os.environ["PATH"], "SKILL_SERVER_STATE_DIR": str(tmp_path / "state"), "HOME": str(tmp_path)}
+    _bootstrap(ssh_mod.program.ssh_payload(), {"v": PROTOCOL_VERSION, "ops": [{"op": "ping"}]}, env)
+    (installed,) = (tmp_path / "state" / "agent").iterdir()
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); from ajs_agent import ops; "
+             "ops.handle({'v': ops.PROTOCOL_VERSION, 'ops': [{'op': 'ping'}, {'op': 'observe', 'procs': []}]}); "
+             "print('typing' in sys.modules)")
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", probe, str(installed)], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.stdout.strip() == "False", done.stderr
 
 
 @pytest.mark.parametrize("where", ["xdg", "home"])

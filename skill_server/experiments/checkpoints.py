@@ -6,12 +6,14 @@ The directory comes from the run's YAML (``runconfig``); the listing is the host
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skill_server.experiments.models import CheckpointInfo, CheckpointList
 from skill_server.experiments.progress import iso
 from skill_server.hosts import client
-from skill_server.hosts.agent.protocol import CheckpointsReply
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import CheckpointsReply
 
 #: How deep below the directory ``global_step_N`` folders are looked for, and how many entries a walk may see.
 MAX_DEPTH = 3
@@ -43,7 +45,7 @@ def from_answer(config: dict[str, Any], result: client.Result) -> CheckpointList
     base = dict(host=config.get("host"), directory=config.get("checkpoint_dir"),
                 source=config.get("checkpoint_source"))
     note = config.get("checkpoint_note")
-    answer = client.answer(result, CheckpointsReply)
+    answer = client.answer(result, client.checkpoints)
     if not answer["ok"]:
         if answer["kind"] == "not_found":
             return CheckpointList(**base, checkpoints=[], more=0, latest=None, truncated=False,

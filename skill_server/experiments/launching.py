@@ -18,7 +18,7 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skill_server.core.errors import ToolFailure, ToolInputError
 from skill_server.experiments import blueprint as bp
@@ -38,7 +38,9 @@ from skill_server.experiments.store import Registry, open_registry
 from skill_server.gpus import nvidia_smi
 from skill_server.gpus.query import free_problems, from_reply
 from skill_server.hosts import LOCAL, HostUnreachable, Reply, call_hosts, client, expect, get_host, normalise
-from skill_server.hosts.agent.protocol import LaunchPlan, LaunchProc, LaunchStarted
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import LaunchPlan, LaunchProc, LaunchStarted
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +65,10 @@ class _Proc:
     wait_for_url_timeout_s: int
 
     def request(self) -> LaunchProc:
-        return LaunchProc(role=self.role, command=self.command, workdir=self.workdir, workdir_field=self.workdir_field,
-                          env=self.env, log_path=self.log_path, log_field=self.log_field,
-                          wait_for_url=self.wait_for_url, wait_for_url_timeout_s=self.wait_for_url_timeout_s)
+        return {"role": self.role, "command": self.command, "workdir": self.workdir,
+                "workdir_field": self.workdir_field, "env": self.env, "log_path": self.log_path,
+                "log_field": self.log_field, "wait_for_url": self.wait_for_url,
+                "wait_for_url_timeout_s": self.wait_for_url_timeout_s}
 
 
 def _blueprint_defaults(path: str, main_host: str) -> dict[str, Any]:

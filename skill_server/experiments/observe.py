@@ -18,7 +18,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skill_server.experiments import blueprint as bp
 from skill_server.experiments import history, logs
@@ -28,7 +28,9 @@ from skill_server.experiments.spec import RunProcess
 from skill_server.experiments.states import ProcFacts, process_state, run_state
 from skill_server.experiments.store import Registry, Row
 from skill_server.hosts import HostUnreachable, Reply, call_hosts, client, result_of
-from skill_server.hosts.agent.protocol import Appended, ObserveProc, ObserveReply, ReadSpan
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import Appended, ObserveProc, ReadSpan
 
 #: Most log bytes one observation asks a host for (scan ranges of all its logs together).
 HOST_SCAN_BUDGET = 16 * 1024 * 1024
@@ -95,11 +97,11 @@ def _requests(rows: list[Row], scans: list[logs.ScanState], extra: list[list[lis
             on_host, watched = procs.setdefault(p.host, []), sockets.setdefault(p.host, [])
             if p.socket_path and p.socket_path not in watched:
                 watched.append(p.socket_path)
-            reads = [ReadSpan(offset=scans[r].offsets[i], budget=budgets[p.host])]
-            reads += [ReadSpan(offset=o, budget=b) for o, b in extra[r][i]]
+            reads: list[ReadSpan] = [{"offset": scans[r].offsets[i], "budget": budgets[p.host]}]
+            reads += [{"offset": o, "budget": b} for o, b in extra[r][i]]
             where[(r, i)] = (p.host, len(on_host))
-            on_host.append(ObserveProc(run_dir=p.run_dir, role=p.role, pid=p.pid, start=p.start, log_path=p.log_path,
-                                       reads=reads))
+            on_host.append({"run_dir": p.run_dir, "role": p.role, "pid": p.pid, "start": p.start,
+                            "log_path": p.log_path, "reads": reads})
     return {h: [client.observe(sockets[h], procs[h])] for h in procs}, where
 
 
@@ -141,7 +143,7 @@ def _proc_view(p: RunProcess, reply: Reply | None, index: int) -> ProcView:
     if isinstance(reply, HostUnreachable) or reply is None:
         reason = reply.reason if isinstance(reply, HostUnreachable) else "no answer"
         return ProcView(p, "unreachable", None, None, False, None, reason=reason)
-    result = client.answer(reply[0], ObserveReply)
+    result = client.answer(reply[0], client.observe)
     if not result["ok"]:
         return ProcView(p, "unreachable", None, None, False, None, reason=result["error"])
     panes = result["panes"].get(p.socket_path) or []

@@ -19,14 +19,16 @@ import posixpath
 import shlex
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skill_server.core.errors import ToolInputError
 from skill_server.core.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
 from skill_server.experiments.progress import MAX_STEPS
 from skill_server.experiments.store import Registry, Row
 from skill_server.hosts import client
-from skill_server.hosts.agent.protocol import ReadReply
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import ReadReply
 
 #: Re-read a YAML that left something unknown at most this often.
 RECHECK_S = 300.0
@@ -93,7 +95,7 @@ def read_op(path: str) -> client.Op[ReadReply]:
 
 def parse_answer(candidate: Candidate, result: client.Result) -> tuple[Any, str | None]:
     """(parsed YAML or None, why not) from the host's answer to ``read_op``."""
-    answer = client.answer(result, ReadReply)
+    answer = client.answer(result, client.read)
     if not answer["ok"]:
         return None, f"{candidate.path}: {answer['error']}"
     if answer["size"] > MAX_YAML_BYTES:

@@ -9,12 +9,16 @@ stopped too: that removes its sessions and ends any marked process it left behin
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from skill_server.core.errors import ToolFailure
 from skill_server.experiments.models import ProcessRef, StopOutput
 from skill_server.experiments.queries import observe_with_lines
 from skill_server.experiments.store import Row, open_registry
 from skill_server.hosts import HostUnreachable, call_hosts, client
-from skill_server.hosts.agent.protocol import StopProc, StopReply
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import StopProc, StopReply
 
 STOP_EXTRA_S = 30.0
 
@@ -25,7 +29,7 @@ def _requests(row: Row, grace: float) -> dict[str, client.Op[StopReply]]:
     procs: dict[str, list[StopProc]] = {}
     for i, p in enumerate(row.processes):
         first.setdefault(p.host, i)
-        procs.setdefault(p.host, []).append(StopProc(role=p.role, pid=p.pid, start=p.start))
+        procs.setdefault(p.host, []).append({"role": p.role, "pid": p.pid, "start": p.start})
     out = {}
     for host, i in first.items():
         where = row.processes[i]

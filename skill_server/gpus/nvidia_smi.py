@@ -11,10 +11,13 @@ the host's notes, never guessed at.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from skill_server.gpus.models import Gpu, GpuHost, GpuProcess
 from skill_server.hosts import client
-from skill_server.hosts.agent.protocol import Failure, RunReply
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import Failure, RunReply
 
 GPU_FIELDS = ("index", "uuid", "memory.used", "memory.total", "utilization.gpu", "name")
 APP_FIELDS = ("pid", "gpu_uuid", "used_memory", "process_name")

@@ -7,8 +7,13 @@ reclaim is one op in a host's round trip. Here: the op, and reading its answer.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from skill_server.hosts import HostUnreachable, Reply, client
-from skill_server.hosts.agent.protocol import KILL_WAIT_S, ReclaimReply
+from skill_server.hosts.agent.protocol import KILL_WAIT_S
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import ReclaimReply
 
 __all__ = ["KILL_WAIT_S", "read_result", "reclaim_op"]
 
@@ -22,7 +27,7 @@ def read_result(reply: Reply, index: int = 0) -> tuple[ReclaimReply | None, str 
     """(report, None) from a host's reply to ``reclaim_op``, or (None, why nothing is known)."""
     if isinstance(reply, HostUnreachable):
         return None, f"unreachable: {reply.reason}"
-    result = client.answer(reply[index], ReclaimReply)
+    result = client.answer(reply[index], client.reclaim_gpus)
     if not result["ok"]:
         return None, result["error"] or "the host could not end them"
     return result, None

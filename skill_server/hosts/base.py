@@ -12,12 +12,15 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skill_server.core.errors import ToolFailure
-from skill_server.hosts.agent.protocol import PROTOCOL_VERSION, Envelope
+from skill_server.hosts.agent.protocol import PROTOCOL_VERSION
 from skill_server.hosts.client import Op, Result
 from skill_server.hosts.client import run as run_op
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import Envelope
 
 LOCAL = "local"
 

@@ -5,7 +5,8 @@ its reply's type (the shapes are ``agent.protocol``'s); ``Host.call`` and ``call
 hosts and give back one raw result per op. ``op.answer(result)`` is that result typed, the reply or a
 ``Failure`` (narrow on ``answer["ok"]``); ``op.expect(result)`` is the reply, or the tool error the
 failure deserves. A reader that does not hold the op (it reads the nvidia-smi runs that rode along with
-another op, say) types the result with ``answer(result, RunReply)``.
+another op, say) names the kind of op instead: ``answer(result, client.run)``. The reply types are for
+type checkers only (see ``agent.protocol``): at run time an op is its request and nothing more.
 
 Replies are typed, not re-validated: the agent that answers runs this server's own sources (shipped
 per call over ssh, in-process locally), and the protocol version is checked on every reply.
@@ -14,42 +15,47 @@ per call over ssh, in-process locally), and the protocol version is checked on e
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from skill_server.core.errors import ToolFailure, ToolInputError
-from skill_server.hosts.agent.protocol import (
-    CheckpointsReply,
-    DiscardReply,
-    Failure,
-    LaunchPlan,
-    LaunchProc,
-    LaunchRequest,
-    LaunchStarted,
-    ObserveProc,
-    ObserveReply,
-    OpRequest,
-    PingReply,
-    ReadReply,
-    ReclaimReply,
-    RunReply,
-    RunRequest,
-    StopProc,
-    StopReply,
-    WriteReply,
-    WriteRequest,
-)
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import (
+        CheckpointsReply,
+        DiscardReply,
+        Failure,
+        LaunchPlan,
+        LaunchProc,
+        LaunchRequest,
+        LaunchStarted,
+        ObserveProc,
+        ObserveReply,
+        OpRequest,
+        PingReply,
+        ReadReply,
+        ReclaimReply,
+        RunReply,
+        RunRequest,
+        StopProc,
+        StopReply,
+        WriteReply,
+        WriteRequest,
+    )
 
 R = TypeVar("R")
+#: An op's reply type (an op of a narrower reply is an op of a wider one).
+R_co = TypeVar("R_co", covariant=True)
 
 #: One op's result as the transport returns it (``answer`` types it).
 Result = dict[str, Any]
 
 
-def answer(result: Result, reply: type[R]) -> R | Failure:
-    """``result`` read as the answer to an op whose reply type is ``reply``: that reply, or a failure."""
-    del reply  # it only tells the type checker what the result is
+def answer(result: Result, kind: Callable[..., Op[R]]) -> R | Failure:
+    """``result`` read as the answer to an op that ``kind`` (one of this module's functions) builds: its
+    reply, or a failure."""
+    del kind  # it only tells the type checker what the result is
     return cast("R | Failure", result)
 
 
@@ -67,24 +73,23 @@ def expect(answer: R | Failure, *, field: str | None = None) -> R:
 
 
 @dataclass(frozen=True)
-class Op(Generic[R]):
-    """One operation for a host's request (build it with this module's functions); ``R`` is its reply."""
+class Op(Generic[R_co]):
+    """One operation for a host's request (build it with this module's functions); ``R_co`` is its reply."""
 
     request: OpRequest
-    reply: type[R]
 
-    def answer(self, result: Result) -> R | Failure:
+    def answer(self, result: Result) -> R_co | Failure:
         """This op's result, typed."""
-        return answer(result, self.reply)
+        return cast("R_co | Failure", result)
 
-    def expect(self, result: Result, *, field: str | None = None) -> R:
+    def expect(self, result: Result, *, field: str | None = None) -> R_co:
         """This op's reply, or the tool error its failure deserves (see :func:`expect`)."""
         return expect(self.answer(result), field=field)
 
 
 def ping() -> Op[PingReply]:
     """Who answers: interpreter, user, state directory, whether tmux and bash exist."""
-    return Op({"op": "ping"}, PingReply)
+    return Op({"op": "ping"})
 
 
 def run(argv: Sequence[str], *, timeout_s: float | None = None, stdin: str | None = None, cwd: str | None = None,
@@ -103,13 +108,13 @@ def run(argv: Sequence[str], *, timeout_s: float | None = None, stdin: str | Non
         request["env"] = dict(env)
     if max_output is not None:
         request["max_output"] = max_output
-    return Op(request, RunReply)
+    return Op(request)
 
 
 def read(path: str, length: int, *, offset: int = 0, text: bool = False) -> Op[ReadReply]:
     """The size of the regular file ``path`` and ``length`` bytes of it from ``offset`` (negative: from the
     end), as text or base64 data."""
-    return Op({"op": "read", "path": path, "offset": offset, "length": length, "text": text}, ReadReply)
+    return Op({"op": "read", "path": path, "offset": offset, "length": length, "text": text})
 
 
 def write(path: str, *, text: str | None = None, data: bytes | None = None, replace: bool,
@@ -126,7 +131,7 @@ def write(path: str, *, text: str | None = None, data: bytes | None = None, repl
         request = {"op": "write", "path": path, "data": base64.b64encode(data).decode("ascii"), "replace": replace}
     if mode is not None:
         request["mode"] = mode
-    return Op(request, WriteReply)
+    return Op(request)
 
 
 @dataclass(frozen=True)
@@ -148,18 +153,18 @@ def launch(exp_id: str, session: str, socket_name: str, *, replace_pids: Sequenc
         "op": "launch", "exp_id": exp_id, "session": session, "socket_name": socket_name, "dry_run": True,
         "replace_pids": list(replace_pids), "python": python, "workdir": workdir, "result_dir": result_dir,
         "max_time_s": max_time_s, "deadline_grace_s": deadline_grace_s, "procs": list(procs)}
-    return Launch(Op(request, LaunchPlan), Op({**request, "dry_run": False}, LaunchStarted))
+    return Launch(Op(request), Op({**request, "dry_run": False}))
 
 
 def discard(exp_id: str, socket_path: str, session: str) -> Op[DiscardReply]:
     """Undo a launch on the host: kill its session and marked processes, remove its run directory."""
-    return Op({"op": "discard", "exp_id": exp_id, "socket_path": socket_path, "session": session}, DiscardReply)
+    return Op({"op": "discard", "exp_id": exp_id, "socket_path": socket_path, "session": session})
 
 
 def observe(sockets: Sequence[str], procs: Sequence[ObserveProc]) -> Op[ObserveReply]:
     """The panes of the tmux servers at ``sockets``, and each process's liveness, exit code, markers and
     the requested appended ranges of its log."""
-    return Op({"op": "observe", "sockets": list(sockets), "procs": list(procs)}, ObserveReply)
+    return Op({"op": "observe", "sockets": list(sockets), "procs": list(procs)})
 
 
 def stop(exp_id: str, run_dir: str, socket_path: str, session: str, *, grace_s: float, procs: Sequence[StopProc],
@@ -167,17 +172,17 @@ def stop(exp_id: str, run_dir: str, socket_path: str, session: str, *, grace_s: 
     """Stop every process of run ``exp_id`` on the host (Ctrl-C, ``grace_s``, SIGTERM, SIGKILL, verified)
     and, with ``kill_session``, remove its tmux session."""
     return Op({"op": "stop", "exp_id": exp_id, "run_dir": run_dir, "socket_path": socket_path, "session": session,
-               "grace_s": grace_s, "kill_session": kill_session, "procs": list(procs)}, StopReply)
+               "grace_s": grace_s, "kill_session": kill_session, "procs": list(procs)})
 
 
 def checkpoints(path: str, *, max_depth: int, max_entries: int, limit: int) -> Op[CheckpointsReply]:
     """The ``global_step_N`` folders under ``path`` (at most ``max_depth`` levels down, ``max_entries``
     directory entries looked at), the newest ``limit`` of them."""
     return Op({"op": "checkpoints", "path": path, "max_depth": max_depth, "max_entries": max_entries,
-               "limit": limit}, CheckpointsReply)
+               "limit": limit})
 
 
 def reclaim_gpus(pids: Sequence[int], grace_s: float) -> Op[ReclaimReply]:
     """End those of ``pids`` that are GPU processes of the ssh user on the host (SIGTERM, ``grace_s``,
     SIGKILL), each pid reported."""
-    return Op({"op": "reclaim_gpus", "pids": list(pids), "grace_s": grace_s}, ReclaimReply)
+    return Op({"op": "reclaim_gpus", "pids": list(pids), "grace_s": grace_s})

@@ -11,13 +11,23 @@ from __future__ import annotations
 import os
 import re
 import stat
-from collections.abc import Mapping
-from typing import TypedDict
 
 from . import files
 from .files import AgentError
-from .protocol import Checkpoint, CheckpointsReply
-from .request import need
+from .protocol import TYPE_CHECKING
+from .request import need, need_or
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import TypedDict
+
+    from .protocol import Checkpoint, CheckpointsReply
+
+    class _Size(TypedDict):
+        size: int
+        files: int
+        mtime: float
+        partial: bool
 
 STEP_DIR = re.compile(r"^global_step_(\d{1,15})$")
 LATEST_FILE = "latest_checkpointed_iteration.txt"
@@ -38,13 +48,6 @@ class _Budget:
             return False
         self.left -= 1
         return True
-
-
-class _Size(TypedDict):
-    size: int
-    files: int
-    mtime: float
-    partial: bool
 
 
 def _measure(path: str, budget: _Budget) -> _Size:
@@ -85,9 +88,9 @@ def _measure(path: str, budget: _Budget) -> _Size:
 def op_checkpoints(req: Mapping[str, object]) -> CheckpointsReply:
     """``global_step_N`` folders under ``path`` (depth-limited, entry-limited), oldest step first."""
     root = files.expand(need(req, "path", str))
-    max_depth = _clamp(need(req, "max_depth", int, 3), 0, 6)
-    budget = _Budget(_clamp(need(req, "max_entries", int, 20000), 1, 200000))
-    limit = _clamp(need(req, "limit", int, 200), 1, 2000)
+    max_depth = _clamp(need_or(req, "max_depth", int, 3), 0, 6)
+    budget = _Budget(_clamp(need_or(req, "max_entries", int, 20000), 1, 200000))
+    limit = _clamp(need_or(req, "limit", int, 200), 1, 2000)
     try:
         info = os.stat(root)
     except FileNotFoundError:

@@ -11,7 +11,10 @@ import os
 import stat
 import time
 
-from .protocol import Appended, state_dir
+from .protocol import TYPE_CHECKING, state_dir
+
+if TYPE_CHECKING:
+    from .protocol import Appended
 
 TEMP_SUFFIX = ".ajs-tmp"
 #: A temporary file older than this was left by an interrupted write and is removed on the next write.

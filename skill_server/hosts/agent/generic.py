@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
-from typing import IO
 
 from . import files, procs
 from .files import AgentError
-from .protocol import PingReply, ReadReply, RunReply, WriteReply, state_dir
-from .request import need, number, str_list, str_map
+from .protocol import TYPE_CHECKING, state_dir
+from .request import need, need_or, number, str_list, str_map
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import IO
+
+    from .protocol import PingReply, ReadReply, RunReply, WriteReply
 
 MAX_READ_BYTES = 80 * 1024 * 1024
 MAX_RUN_OUTPUT = 8 * 1024 * 1024
@@ -44,9 +48,9 @@ def op_run(req: Mapping[str, object]) -> RunReply:
 
     argv = str_list(req, "argv")
     timeout = max(0.1, min(number(req, "timeout_s", 30), MAX_RUN_TIMEOUT_S))
-    limit = max(1024, min(need(req, "max_output", int, 1024 * 1024), MAX_RUN_OUTPUT))
-    stdin = need(req, "stdin", str, None)
-    cwd = need(req, "cwd", str, None)
+    limit = max(1024, min(need_or(req, "max_output", int, 1024 * 1024), MAX_RUN_OUTPUT))
+    stdin = need_or(req, "stdin", str, None)
+    cwd = need_or(req, "cwd", str, None)
     env = dict(os.environ)
     env.update(str_map(req, "env"))
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
@@ -79,7 +83,7 @@ def op_read(req: Mapping[str, object]) -> ReadReply:
     import base64
 
     path = files.expand(need(req, "path", str))
-    offset = need(req, "offset", int, 0)
+    offset = need_or(req, "offset", int, 0)
     length = max(0, min(need(req, "length", int), MAX_READ_BYTES))
     try:
         size, data = files.read_range(path, offset, length)
@@ -88,7 +92,7 @@ def op_read(req: Mapping[str, object]) -> ReadReply:
     except OSError as exc:
         raise AgentError("cannot read %s: %s" % (path, exc.strerror or exc)) from None
     out: ReadReply = {"path": path, "size": size}
-    if need(req, "text", bool, False):
+    if need_or(req, "text", bool, False):
         out["text"] = data.decode("utf-8", "replace")
     else:
         out["data"] = base64.b64encode(data).decode("ascii")
@@ -104,6 +108,6 @@ def op_write(req: Mapping[str, object]) -> WriteReply:
         data = need(req, "text", str).encode("utf-8")
     else:
         data = base64.b64decode(need(req, "data", str))
-    mode = need(req, "mode", int, 0o644) & 0o777
+    mode = need_or(req, "mode", int, 0o644) & 0o777
     return {"path": files.write_atomic(path, data, replace=need(req, "replace", bool), mode=mode)}
 

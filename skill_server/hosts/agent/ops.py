@@ -12,14 +12,18 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping
 
 from .checkpoints import op_checkpoints
 from .files import AgentError
 from .generic import op_ping, op_read, op_run, op_write
-from .protocol import PROTOCOL_VERSION, Failure, OpReply, ReplyEnvelope
+from .protocol import PROTOCOL_VERSION, TYPE_CHECKING
 from .reclaim import op_reclaim_gpus
 from .runs import op_discard, op_launch, op_observe, op_stop
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from .protocol import Failure, OpReply, ReplyEnvelope
 
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 

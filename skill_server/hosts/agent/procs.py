@@ -16,33 +16,35 @@ from __future__ import annotations
 import os
 import signal
 import time
-from typing import TypedDict
 
-from .protocol import KILL_WAIT_S, RUN_MARKER, SeenProc, StopReport
+from .protocol import KILL_WAIT_S, RUN_MARKER, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    from .protocol import SeenProc, StopReport
+
+    class Wrapper(TypedDict):
+        """A run's wrapper process (a process group leader) as recorded at launch."""
+
+        role: str
+        pid: int
+        start: str | None
+
+    class Marked(TypedDict):
+        """A live process carrying the run marker."""
+
+        pid: int
+        pgid: int
+        role: str
+        start: str | None
+        command: str
 
 USE_PROC = os.path.isdir("/proc/self")
 POLL_S = 0.2
 MARKED_POLL_S = 1.0
 TERM_WAIT_S = 3.0
 _MARKER_BYTES = RUN_MARKER.encode() + b"="
-
-
-class Wrapper(TypedDict):
-    """A run's wrapper process (a process group leader) as recorded at launch."""
-
-    role: str
-    pid: int
-    start: str | None
-
-
-class Marked(TypedDict):
-    """A live process carrying the run marker."""
-
-    pid: int
-    pgid: int
-    role: str
-    start: str | None
-    command: str
 
 
 def _proc_stat(pid: int) -> list[str] | None:

@@ -13,13 +13,25 @@ import os
 import signal
 import stat
 import time
-from collections.abc import Mapping
-from typing import TypedDict
 
 from . import procs
 from .files import AgentError
-from .protocol import KILL_WAIT_S, Ended, ReclaimReply
+from .protocol import KILL_WAIT_S, TYPE_CHECKING
 from .request import need, number
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import TypedDict
+
+    from .protocol import Ended, ReclaimReply
+
+    class _Process(TypedDict):
+        pid: int
+        start: str | None
+        name: str
+
+    class _Target(_Process, total=False):
+        signal: str  # the last signal sent
 
 MAX_PIDS = 4096
 
@@ -55,16 +67,6 @@ def _why_not(pid: int, start: str | None, me: int) -> str | None:
     except OSError as exc:
         return "cannot read its open files: %s" % exc
     return None
-
-
-class _Process(TypedDict):
-    pid: int
-    start: str | None
-    name: str
-
-
-class _Target(_Process, total=False):
-    signal: str  # the last signal sent
 
 
 def _signal_and_wait(targets: list[_Target], sig: int, label: str, wait_s: float) -> None:

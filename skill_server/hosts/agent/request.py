@@ -1,63 +1,50 @@
 """Reading the fields of one op of a request: each field's type is checked where it is read (what it means
-is checked by the op). A missing or null field is its default, or, without one, a "required" error that
-names it. The request types in ``protocol`` say which fields each op has."""
+is checked by the op). ``need`` is a field without a default (missing or null: a "required" error that
+names it); ``need_or`` one with a default. The request types in ``protocol`` say which fields each op has."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TypeVar, overload
-
 from .files import AgentError
+from .protocol import TYPE_CHECKING
 
-T = TypeVar("T")
-D = TypeVar("D")
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import TypeVar
 
-
-class _Required:
-    """The default of a field that has none."""
-
-
-_REQUIRED = _Required()
+    T = TypeVar("T")
+    D = TypeVar("D")
 
 
-def _wrong(key: str) -> AgentError:
-    return AgentError("bad request: %r has the wrong type" % key, key)
+def _given(req: Mapping[str, object], key: str) -> bool:
+    return key in req and req[key] is not None
 
 
-def _given(req: Mapping[str, object], key: str, default: object) -> bool:
-    """Whether ``key`` has a value; raise when it has none and no default."""
-    if key in req and req[key] is not None:
-        return True
-    if default is _REQUIRED:
-        raise AgentError("bad request: %r is required" % key, key)
-    return False
-
-
-@overload
-def need(req: Mapping[str, object], key: str, kind: type[T]) -> T: ...
-
-
-@overload
-def need(req: Mapping[str, object], key: str, kind: type[T], default: D) -> T | D: ...
-
-
-def need(req: Mapping[str, object], key: str, kind: type[T], default: object = _REQUIRED) -> object:
-    """``req[key]`` if it is a ``kind`` (a bool is not an int), else ``default``."""
-    if not _given(req, key, default):
-        return default
+def _checked(req: Mapping[str, object], key: str, kind: type[T]) -> T:
     value = req[key]
-    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
-        raise _wrong(key)
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):  # a bool is not an int here
+        raise AgentError("bad request: %r has the wrong type" % key, key)
     return value
 
 
+def need(req: Mapping[str, object], key: str, kind: type[T]) -> T:
+    """``req[key]``, which must be there and be a ``kind``."""
+    if not _given(req, key):
+        raise AgentError("bad request: %r is required" % key, key)
+    return _checked(req, key, kind)
+
+
+def need_or(req: Mapping[str, object], key: str, kind: type[T], default: D) -> T | D:
+    """``req[key]`` if it is given (it must then be a ``kind``), else ``default``."""
+    return _checked(req, key, kind) if _given(req, key) else default
+
+
 def number(req: Mapping[str, object], key: str, default: float) -> float:
-    """A number (int or float) as a float."""
-    if not _given(req, key, default):
+    """A number (int or float) as a float, ``default`` when not given."""
+    if not _given(req, key):
         return default
     value = req[key]
     if not isinstance(value, (int, float)):
-        raise _wrong(key)
+        raise AgentError("bad request: %r has the wrong type" % key, key)
     return float(value)
 
 
@@ -70,17 +57,17 @@ def str_list(req: Mapping[str, object], key: str) -> list[str]:
 
 
 def strings(req: Mapping[str, object], key: str) -> list[str]:
-    """A list of strings, empty when missing."""
-    value = need(req, key, list, [])
+    """A list of strings, empty when not given."""
+    value = need_or(req, key, list, [])
     if not all(isinstance(v, str) for v in value):
         raise AgentError("bad request: %r must be a list of strings" % key, key)
     return [str(v) for v in value]
 
 
 def objects(req: Mapping[str, object], key: str, required: bool = True) -> list[Mapping[str, object]]:
-    """A list of objects (the processes of a launch, the reads of a process); empty when missing and not
+    """A list of objects (the processes of a launch, the reads of a process); empty when not given and not
     ``required``."""
-    value = need(req, key, list) if required else need(req, key, list, [])
+    value = need(req, key, list) if required else need_or(req, key, list, [])
     out: list[Mapping[str, object]] = []
     for item in value:
         if not isinstance(item, dict):
@@ -90,8 +77,8 @@ def objects(req: Mapping[str, object], key: str, required: bool = True) -> list[
 
 
 def str_map(req: Mapping[str, object], key: str) -> dict[str, str]:
-    """An object mapping strings to strings (an environment), empty when missing."""
-    value = need(req, key, dict, {})
+    """An object mapping strings to strings (an environment), empty when not given."""
+    value = need_or(req, key, dict, {})
     out = {}
     for name, text in value.items():
         if not isinstance(name, str) or not isinstance(text, str):

@@ -9,24 +9,45 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping
-from typing import TypedDict
 
 from . import files, procs, tmux
 from .files import AgentError
 from .generic import MAX_READ_BYTES
-from .protocol import (
-    Appended,
-    DiscardReply,
-    LaunchPlan,
-    LaunchStarted,
-    ObservedProc,
-    ObserveReply,
-    Pane,
-    StartedProc,
-    StopReply,
-)
-from .request import need, number, objects, str_map, strings
+from .protocol import TYPE_CHECKING
+from .request import need, need_or, number, objects, str_map, strings
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import TypedDict
+
+    from .protocol import (
+        Appended,
+        DiscardReply,
+        LaunchPlan,
+        LaunchStarted,
+        ObservedProc,
+        ObserveReply,
+        Pane,
+        StartedProc,
+        StopReply,
+    )
+
+    class _Proc(TypedDict):
+        """One process of a launch, its paths resolved on this host."""
+
+        role: str
+        workdir: str
+        log_path: str
+        command: str
+        env: dict[str, str]
+        wait_for_url: str | None
+        wait_for_url_timeout_s: int
+
+    class _Plan(TypedDict):
+        path_prepend: str | None
+        virtual_env: str | None
+        result_dir: str
+        procs: list[_Proc]
 
 MARKERS = ("gate", "started", "stopped", "timedout")
 
@@ -39,25 +60,6 @@ def _directory(raw: str, field: str) -> str:
         what = "is not a directory" if os.path.lexists(path) else "does not exist"
         raise AgentError("%s %s on this host" % (path, what), field)
     return path
-
-
-class _Proc(TypedDict):
-    """One process of a launch, its paths resolved on this host."""
-
-    role: str
-    workdir: str
-    log_path: str
-    command: str
-    env: dict[str, str]
-    wait_for_url: str | None
-    wait_for_url_timeout_s: int
-
-
-class _Plan(TypedDict):
-    path_prepend: str | None
-    virtual_env: str | None
-    result_dir: str
-    procs: list[_Proc]
 
 
 def _interpreter(python: str | None) -> tuple[str | None, str | None]:
@@ -82,8 +84,8 @@ def _resolve_proc(p: Mapping[str, object], result_dir: str) -> _Proc:
         raise AgentError("exists and is not a regular file: " + log_path, need(p, "log_field", str))
     return {"role": need(p, "role", str), "workdir": workdir, "log_path": log_path,
             "command": need(p, "command", str), "env": str_map(p, "env"),
-            "wait_for_url": need(p, "wait_for_url", str, None),
-            "wait_for_url_timeout_s": need(p, "wait_for_url_timeout_s", int, 600)}
+            "wait_for_url": need_or(p, "wait_for_url", str, None),
+            "wait_for_url_timeout_s": need_or(p, "wait_for_url_timeout_s", int, 600)}
 
 
 def _resolve_launch(req: Mapping[str, object]) -> _Plan:
@@ -94,7 +96,7 @@ def _resolve_launch(req: Mapping[str, object]) -> _Plan:
         if shutil.which(tool) is None:
             raise AgentError("%s is not installed on this host (experiments run in tmux under bash)" % tool,
                              kind="no_" + tool)
-    python = need(req, "python", str, None)
+    python = need_or(req, "python", str, None)
     path_prepend, virtual_env = _interpreter(python)
     top = files.expand(need(req, "workdir", str))
     result_dir = os.path.normpath(os.path.join(top, files.expand(need(req, "result_dir", str))))
@@ -126,14 +128,14 @@ def op_launch(req: Mapping[str, object]) -> LaunchPlan | LaunchStarted:
     session = need(req, "session", str)
     socket = tmux.socket_path(need(req, "socket_name", str))
     plan = _resolve_launch(req)
-    replace = _lingering(socket, session, need(req, "replace_pids", list, []))
+    replace = _lingering(socket, session, need_or(req, "replace_pids", list, []))
     rdir = files.run_dir(exp_id)
-    if need(req, "dry_run", bool, False):
+    if need_or(req, "dry_run", bool, False):
         return {"run_dir": rdir, "socket_path": socket, "result_dir": plan["result_dir"], "python": sys.executable,
                 "procs": [{"role": p["role"], "workdir": p["workdir"], "log_path": p["log_path"]}
                           for p in plan["procs"]]}
     max_time_s = need(req, "max_time_s", int)
-    grace_s = need(req, "deadline_grace_s", int, 5)
+    grace_s = need_or(req, "deadline_grace_s", int, 5)
     try:
         os.makedirs(os.path.dirname(rdir), mode=0o700, exist_ok=True)
         os.mkdir(rdir, 0o700)
@@ -212,10 +214,10 @@ def op_observe(req: Mapping[str, object]) -> ObserveReply:
 
 def _observe_proc(p: Mapping[str, object]) -> ObservedProc:
     rdir, role = need(p, "run_dir", str), need(p, "role", str)
-    pid = need(p, "pid", int, None)
+    pid = need_or(p, "pid", int, None)
     # Liveness first, exit file second: a wrapper writes its exit file before it exits, so a dead
     # wrapper without an exit file really died without recording one.
-    alive = procs.alive(pid, need(p, "start", str, None)) if pid else None
+    alive = procs.alive(pid, need_or(p, "start", str, None)) if pid else None
     exit_code = files.read_int(os.path.join(rdir, role + ".exit"))
     markers = [m for m in MARKERS if files.exists(os.path.join(rdir, "%s.%s" % (role, m)))]
     if _survivors_alive(os.path.join(rdir, role + ".survivors")):
@@ -256,7 +258,7 @@ def op_stop(req: Mapping[str, object]) -> StopReply:
                 files.touch(os.path.join(rdir, role + ".stopped"))
             except OSError:
                 pass
-        pid, start = need(p, "pid", int, None), need(p, "start", str, None)
+        pid, start = need_or(p, "pid", int, None), need_or(p, "start", str, None)
         if pid:
             wrappers.append({"role": role, "pid": pid, "start": start})
     report = procs.terminate(wrappers, exp_id + "/", grace)
@@ -269,7 +271,7 @@ def op_stop(req: Mapping[str, object]) -> StopReply:
             os.unlink(path)
     codes = {role: files.read_int(os.path.join(rdir, role + ".exit")) for role in roles}
     removed = False
-    if need(req, "kill_session", bool, True):
+    if need_or(req, "kill_session", bool, True):
         removed = tmux.kill_session(need(req, "socket_path", str), need(req, "session", str))
     return {"interrupted": report["interrupted"], "terminated": report["terminated"], "killed": report["killed"],
             "survivors": report["survivors"], "exit_codes": codes, "session_removed": removed}

@@ -10,10 +10,21 @@ from __future__ import annotations
 
 import os
 import subprocess
-from typing import TypedDict
 
 from .files import AgentError
-from .protocol import Pane
+from .protocol import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    from .protocol import Pane
+
+    class NewPane(TypedDict):
+        """A window tmux just created, and its pane's command's pid."""
+
+        window_id: str
+        pane_id: str
+        pid: int
 
 WIDTH, HEIGHT = 220, 50
 TIMEOUT_S = 20
@@ -26,14 +37,6 @@ _NEW_FORMAT = _SEP.join(["#{window_id}", "#{pane_id}", "#{pane_pid}"])
 def socket_path(name: str) -> str:
     base = os.environ.get("TMUX_TMPDIR") or "/tmp"
     return os.path.join(os.path.realpath(base), "tmux-%d" % os.getuid(), name)
-
-
-class NewPane(TypedDict):
-    """A window tmux just created, and its pane's command's pid."""
-
-    window_id: str
-    pane_id: str
-    pid: int
 
 
 def _tmux(socket: str, args: list[str]) -> subprocess.CompletedProcess[bytes]:

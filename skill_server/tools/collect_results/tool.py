@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import math
 import posixpath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skill_server.core.errors import ToolInputError
 from skill_server.core.models import ImageAttachment
@@ -31,8 +31,10 @@ from skill_server.experiments.spec import RunSpec
 from skill_server.experiments.store import Registry, Row, open_registry
 from skill_server.experiments.summaries import MetricSummary, metric_rows, summarise, summarise_series
 from skill_server.hosts import LOCAL, Host, client, expect, get_host, normalise
-from skill_server.hosts.agent.protocol import ReadReply
 from skill_server.tools.collect_results.models import CollectInput, CollectOutput
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import ReadReply
 
 MAX_MARKDOWN_BYTES = 64 * 1024 * 1024
 #: Most metrics summarised from the history (verl prints 60-100 per step).

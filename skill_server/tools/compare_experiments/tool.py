@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import base64
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skill_server.core.errors import ToolInputError
 from skill_server.core.models import ImageAttachment
@@ -24,7 +24,6 @@ from skill_server.experiments.queries import find, observe_with_lines
 from skill_server.experiments.store import Registry, Row, open_registry
 from skill_server.experiments.summaries import lower_is_better
 from skill_server.hosts import call_hosts, client, result_of
-from skill_server.hosts.agent.protocol import ReadReply
 from skill_server.tools.compare_experiments.models import (
     MAX_METRICS,
     CompareInput,
@@ -34,6 +33,9 @@ from skill_server.tools.compare_experiments.models import (
     MetricStats,
     RunSummary,
 )
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import ReadReply
 
 DEFAULT_LAST_K = 10
 DEFAULT_CONFIG_KEYS = 40

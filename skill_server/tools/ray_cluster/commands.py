@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import re
 import shlex
+from typing import TYPE_CHECKING
 
 from skill_server.core.errors import ToolInputError
 from skill_server.hosts import client
-from skill_server.hosts.agent.protocol import LOG_MARK, RunReply
+from skill_server.hosts.agent.protocol import LOG_MARK
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import RunReply
 
 DEFAULT_RAY = "ray"
 DEFAULT_JOIN_TIMEOUT_S = 300

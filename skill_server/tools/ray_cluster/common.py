@@ -9,17 +9,19 @@ of its session name (``ajet_ray_<port>`` unless named) whose head is the given h
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skill_server.core.errors import ToolInputError
 from skill_server.experiments.checks import session_name, socket_name
 from skill_server.experiments.spec import RayCluster
 from skill_server.experiments.store import Registry, Row
 from skill_server.hosts import HostUnreachable, call_hosts, client
-from skill_server.hosts.agent.protocol import Failure, RunReply
 from skill_server.tools.ray_cluster import commands
 from skill_server.tools.ray_cluster.models import DEFAULT_PORT, RayClusterInput, RayNode, RayResource
 from skill_server.tools.ray_cluster.status_text import ClusterStatus, last_message, parse_status, parse_version
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import Failure, RunReply
 
 #: ``ray status`` to an address where nothing listens blocks for about 40 s: every call is bounded.
 STATUS_TIMEOUT_S = 20.0

@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skill_server.core.errors import ToolFailure
 from skill_server.experiments.stopping import stop_run
@@ -21,7 +21,6 @@ from skill_server.gpus import nvidia_smi, reclaim
 from skill_server.gpus.models import GpuHost
 from skill_server.gpus.query import CALL_TIMEOUT_S, from_reply
 from skill_server.hosts import HostUnreachable, Reply, call_hosts, client
-from skill_server.hosts.agent.protocol import RunReply
 from skill_server.tools.ray_cluster import commands
 from skill_server.tools.ray_cluster.common import default_session, find_cluster
 from skill_server.tools.ray_cluster.models import (
@@ -32,6 +31,9 @@ from skill_server.tools.ray_cluster.models import (
     RayStopReport,
 )
 from skill_server.tools.ray_cluster.status_text import last_message
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import RunReply
 
 RAY_STOP_TIMEOUT_S = 90
 
