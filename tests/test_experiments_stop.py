@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -91,8 +92,8 @@ def test_a_reused_pid_is_not_mistaken_for_the_wrapper(tmux_socket: str, workdir:
     out = call("launch_experiment", name="reuse", command="sleep 30", workdir=str(workdir))
     with open_registry() as reg:  # pretend the wrapper's pid now belongs to another process (ours)
         row = reg.get(out["id"])
-        row.spec["processes"][0]["pid"] = os.getpid()
-        reg.update_spec(out["id"], row.spec)
+        first = dataclasses.replace(row.spec.processes[0], pid=os.getpid())
+        reg.update_spec(out["id"], dataclasses.replace(row.spec, processes=(first, *row.spec.processes[1:])))
     assert status(out["id"], max_lines=0)["state"] == "lost"  # start time differs: not alive
     assert pid_alive(os.getpid())
 

@@ -253,7 +253,8 @@ def test_reclaim_ends_only_this_users_gpu_processes():
     import subprocess
     import sys
 
-    from skill_server.hosts.agent import PROTOCOL_VERSION, ops
+    from skill_server.hosts.agent import ops
+    from skill_server.hosts.agent.protocol import PROTOCOL_VERSION
 
     if os.getuid() != 0:
         pytest.skip("mknod and running a process as another user need root; CI runs as root")

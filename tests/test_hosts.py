@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+import glob
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -15,11 +17,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from skill_server.core.errors import ToolInputError
+from skill_server.core.errors import ToolFailure, ToolInputError
 from skill_server.experiments.states import ProcFacts, process_state, run_state
-from skill_server.hosts import LOCAL, get_host, normalise
+from skill_server.hosts import LOCAL, HostUnreachable, client, get_host, normalise, result_of
 from skill_server.hosts import ssh as ssh_mod
-from skill_server.hosts.agent import PROTOCOL_VERSION, files, ops, program
+from skill_server.hosts.agent import files, ops, program
+from skill_server.hosts.agent.protocol import PROTOCOL_VERSION
 
 AGENT_DIR = Path(files.__file__).parent
 
@@ -177,6 +180,67 @@ def test_run_is_bounded_in_time_and_output_and_kills_the_group():
     assert subprocess.run(["pgrep", "-f", "^sleep 31.7$"], capture_output=True, check=False).returncode == 1  # none left
 
 
+def test_each_client_function_builds_the_request_the_agent_reads():
+    """The wire, op by op (protocol version 1): what each client function sends, keys in order."""
+    proc = {"role": "main", "command": "true", "workdir": "/w", "workdir_field": "workdir", "env": {},
+            "log_path": "m.log", "log_field": "log_path", "wait_for_url": None, "wait_for_url_timeout_s": 0}
+    launch = client.launch("x-1", "ajet_x", "agentjet", replace_pids=[7], python=None, workdir="/w", result_dir="r",
+                           max_time_s=60, deadline_grace_s=5, procs=[proc])
+    launched = {"op": "launch", "exp_id": "x-1", "session": "ajet_x", "socket_name": "agentjet", "dry_run": True,
+                "replace_pids": [7], "python": None, "workdir": "/w", "result_dir": "r", "max_time_s": 60,
+                "deadline_grace_s": 5, "procs": [proc]}
+    cases = [
+        (client.ping(), {"op": "ping"}),
+        (client.run(["nvidia-smi", "-L"], timeout_s=20, max_output=1024),
+         {"op": "run", "argv": ["nvidia-smi", "-L"], "timeout_s": 20, "max_output": 1024}),
+        (client.run(["cat"], timeout_s=5.0, stdin="x", cwd="/t", env={"A": "1"}, max_output=2048),
+         {"op": "run", "argv": ["cat"], "timeout_s": 5.0, "stdin": "x", "cwd": "/t", "env": {"A": "1"},
+          "max_output": 2048}),
+        (client.read("/p", 11, offset=-11, text=True),
+         {"op": "read", "path": "/p", "offset": -11, "length": 11, "text": True}),
+        (client.write("/p", text="t", replace=True), {"op": "write", "path": "/p", "text": "t", "replace": True}),
+        (client.write("/p", data=b"\0", replace=True), {"op": "write", "path": "/p", "data": "AA==", "replace": True}),
+        (launch.check, launched),
+        (launch.start, {**launched, "dry_run": False}),
+        (client.discard("x-1", "/s", "ajet_x"), {"op": "discard", "exp_id": "x-1", "socket_path": "/s",
+                                                  "session": "ajet_x"}),
+        (client.observe(["/s"], [{"run_dir": "/r", "role": "main", "pid": 5, "start": "9", "log_path": "/l",
+                                  "reads": [{"offset": 0, "budget": 10}]}]),
+         {"op": "observe", "sockets": ["/s"], "procs": [{"run_dir": "/r", "role": "main", "pid": 5, "start": "9",
+                                                          "log_path": "/l", "reads": [{"offset": 0, "budget": 10}]}]}),
+        (client.stop("x-1", "/r", "/s", "ajet_x", grace_s=1.0, procs=[{"role": "main", "pid": None, "start": None}]),
+         {"op": "stop", "exp_id": "x-1", "run_dir": "/r", "socket_path": "/s", "session": "ajet_x", "grace_s": 1.0,
+          "kill_session": True, "procs": [{"role": "main", "pid": None, "start": None}]}),
+        (client.checkpoints("/c", max_depth=3, max_entries=20000, limit=50),
+         {"op": "checkpoints", "path": "/c", "max_depth": 3, "max_entries": 20000, "limit": 50}),
+        (client.reclaim_gpus([3, 4], 10.0), {"op": "reclaim_gpus", "pids": [3, 4], "grace_s": 10.0}),
+    ]
+    for op, wire in cases:
+        assert json.dumps(op.request) == json.dumps(wire)
+    assert {op.request["op"] for op, _ in cases} == set(ops.OPS)
+    with pytest.raises(ValueError):
+        client.write("/p", replace=True)
+
+
+def test_client_answers_are_typed_and_failures_become_tool_errors(tmp_path: Path):
+    target = tmp_path / "a.txt"
+    write, read, missing = (client.write(str(target), text="hello", replace=False),
+                            client.read(str(target), 100, text=True), client.read(str(tmp_path / "nope"), 1))
+    results = get_host(LOCAL).call([write, read, missing])
+    assert write.expect(results[0])["path"] == str(target)
+    answer = read.answer(results[1])
+    assert answer["ok"] and answer["size"] == 5 and answer["text"] == "hello"
+    failed = missing.answer(results[2])
+    assert not failed["ok"] and failed["kind"] == "not_found"
+    with pytest.raises(ToolInputError) as err:
+        missing.expect(results[2], field="yaml_path")
+    assert err.value.field == "yaml_path" and "file not found" in str(err.value)
+    with pytest.raises(ToolFailure):
+        missing.expect(results[2])
+    assert result_of(HostUnreachable("h", "down")) == {"ok": False, "error": "host 'h' is unreachable: down",
+                                                       "field": None, "kind": "unreachable"}
+
+
 def test_one_bad_op_costs_only_its_own_result():
     reply = ops.handle({"v": PROTOCOL_VERSION, "ops": [{"op": "nope"}, {"op": "read"}, {"op": "ping"},
                                                        {"op": "read", "path": 5, "length": 1}, "junk"]})
@@ -225,6 +289,77 @@ def test_the_shipped_program_installs_once_per_version_and_answers(tmp_path: Pat
     proc = subprocess.run([sys.executable, str(standalone)], input=json.dumps(request).encode(), capture_output=True,
                           timeout=60, env=env, check=False)
     assert json.loads(proc.stdout)["results"][0]["ok"]
+
+
+def test_the_installed_agent_never_loads_typing(tmp_path: Path):
+    """Every host call starts the agent: the wire types exist for type checkers only, so it pays nothing for them."""
+    env = {"PATH": os.environ["PATH"], "SKILL_SERVER_STATE_DIR": str(tmp_path / "state"), "HOME": str(tmp_path)}
+    _bootstrap(ssh_mod.program.ssh_payload(), {"v": PROTOCOL_VERSION, "ops": [{"op": "ping"}]}, env)
+    (installed,) = (tmp_path / "state" / "agent").iterdir()
+    probe = ("import sys; sys.path.insert(0, sys.argv[1]); from ajs_agent import ops; "
+             "ops.handle({'v': ops.PROTOCOL_VERSION, 'ops': [{'op': 'ping'}, {'op': 'observe', 'procs': []}]}); "
+             "print('typing' in sys.modules)")
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", probe, str(installed)], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.stdout.strip() == "False", done.stderr
+
+
+@pytest.mark.parametrize("where", ["xdg", "home"])
+def test_stage_one_finds_the_state_directory_by_the_protocol_rule(tmp_path: Path, where: str):
+    """Stage one runs before the package exists on the host: its copy of the rule must agree with it."""
+    env = {"PATH": os.environ["PATH"], "HOME": str(tmp_path / "home")}
+    if where == "xdg":
+        env["XDG_STATE_HOME"] = str(tmp_path / "xdg")
+    expected = tmp_path / ("xdg" if where == "xdg" else "home/.local/state") / "agentjet-swarm-skill"
+    reply = _bootstrap(ssh_mod.program.ssh_payload(), {"v": PROTOCOL_VERSION, "ops": [{"op": "ping"}]}, env)
+    assert reply["results"][0]["state_dir"] == str(expected)
+    assert [p.name for p in (expected / "agent").iterdir()] and "SKILL_SERVER_STATE_DIR" not in program._STAGE_ONE
+
+
+def _python38() -> str | None:
+    """A Python 3.8 on this machine (the oldest the host agent supports), or None."""
+    found = [shutil.which("python3.8")] + sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.8*/bin/python3.8")))
+    for candidate in filter(None, found):
+        try:
+            done = subprocess.run([candidate, "-c", "import sys; print(sys.version_info[:2])"], capture_output=True,
+                                  text=True, timeout=30, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if done.stdout.strip() == "(3, 8)":
+            return candidate
+    return None
+
+
+def test_the_agent_answers_on_python_3_8(tmp_path: Path):
+    python = _python38()
+    if python is None:
+        pytest.skip("no Python 3.8 on this machine")
+    env = {"PATH": os.environ["PATH"], "SKILL_SERVER_STATE_DIR": str(tmp_path / "state"), "HOME": str(tmp_path)}
+    (tmp_path / "w").mkdir()
+    ops_ = [{"op": "ping"}, {"op": "run", "argv": ["echo", "hi"]},
+            {"op": "write", "path": str(tmp_path / "w" / "f.txt"), "text": "x", "replace": True},
+            {"op": "read", "path": str(tmp_path / "w" / "f.txt"), "length": 10, "text": True},
+            {"op": "checkpoints", "path": str(tmp_path)},
+            {"op": "launch", "exp_id": "py38", "session": "ajet_py38", "socket_name": "ajs-py38", "dry_run": True,
+             "replace_pids": [], "python": None, "workdir": str(tmp_path / "w"), "result_dir": ".",
+             "max_time_s": 60, "deadline_grace_s": 5,
+             "procs": [{"role": "main", "command": "true", "workdir": str(tmp_path / "w"), "workdir_field": "workdir",
+                        "env": {}, "log_path": "main.log", "log_field": "log_path", "wait_for_url": None,
+                        "wait_for_url_timeout_s": 0}]},
+            {"op": "observe", "sockets": [str(tmp_path / "nosock")], "procs": []},
+            {"op": "reclaim_gpus", "pids": [2**22 + 7], "grace_s": 0}]
+    request = json.dumps({"v": PROTOCOL_VERSION, "ops": ops_}).encode()
+    for _ in range(2):  # installing, then installed
+        proc = subprocess.run([python, "-I", "-S", "-c", program.BOOTSTRAP], capture_output=True, timeout=60,
+                              input=ssh_mod.program.ssh_payload() + request, env=env, check=False)
+        results = json.loads(proc.stdout)["results"]
+        assert [r["ok"] for r in results] == [True] * len(ops_), (proc.stderr, results)
+    assert results[0]["version"][:2] == [3, 8] and results[1]["stdout"] == "hi\n" and results[3]["text"] == "x"
+    standalone = tmp_path / "agent.py"
+    standalone.write_text(program.program_text())
+    proc = subprocess.run([python, str(standalone)], input=request, capture_output=True, timeout=60, env=env,
+                          check=False)
+    assert [r["ok"] for r in json.loads(proc.stdout)["results"]][:2] == [True, True]
 
 
 # ---- states

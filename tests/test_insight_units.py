@@ -16,6 +16,7 @@ from skill_server.core.models import ImageAttachment, ToolOutput, attached_image
 from skill_server.experiments import history, logs, plots, progress, runconfig
 from skill_server.experiments.observe import first_step_pattern
 from skill_server.experiments.progress import ProgressState, StepLine
+from skill_server.experiments.spec import RunSpec
 from skill_server.experiments.store import Row, open_registry
 from skill_server.hosts.agent import ops as agent
 from skill_server.tools.compare_experiments.tool import config_differences, stats
@@ -60,8 +61,8 @@ def test_first_step_pattern_is_an_override_and_the_legacy_default_is_not():
     assert state.first_step_seen and state.first_step_at == 150.0
 
     def row(pattern: object) -> Row:
-        return Row("x", "s", "sock", 0.0, "", {"first_step_pattern": pattern, "processes": []}, None, None, None,
-                   None, "", {}, 0, 0)
+        return Row("x", "s", "sock", 0.0, "", RunSpec.from_json({"first_step_pattern": pattern, "processes": []}),
+                   None, None, None, None, "", {}, 0, 0)
 
     assert first_step_pattern(row(logs.LEGACY_FIRST_STEP_PATTERN)) is None  # runs launched before this change
     assert first_step_pattern(row(None)) is None and first_step_pattern(row("(")) is None
@@ -139,7 +140,7 @@ def test_scan_state_round_trips_and_drops_damage():
 
 def _row(reg, exp_id: str = "run-1") -> int:
     reg.insert(id=exp_id, session="s", socket="sock", created=0.0, started_at="",
-               spec={"processes": [{"role": "main", "log_path": "/x.log"}], "run_dir": "/r"})
+               spec=RunSpec.from_json({"processes": [{"role": "main", "log_path": "/x.log"}], "run_dir": "/r"}))
     return reg.get(exp_id).scan_version
 
 

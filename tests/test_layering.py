@@ -156,10 +156,6 @@ def _ignoring_package_inits(group: list[str]) -> bool:
                                     for m in group for other in group)
 
 
-#: Cycles being taken apart; must stay empty (issue 18 took apart the static evaluator's).
-KNOWN_CYCLES: list[list[str]] = []
-
-
 def test_no_import_cycles():
-    cycles = [g for g in import_cycles() if not _ignoring_package_inits(g) and g not in KNOWN_CYCLES]
+    cycles = [g for g in import_cycles() if not _ignoring_package_inits(g)]
     assert not cycles, "import cycles: " + "; ".join(" <-> ".join(g) for g in cycles)

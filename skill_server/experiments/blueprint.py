@@ -19,7 +19,7 @@ from typing import Literal
 from skill_server.core.errors import ToolInputError
 from skill_server.core.fsutil import resolve_path
 from skill_server.experiments.models import MAX_DURATION_S
-from skill_server.hosts.agent import files as host_files
+from skill_server.hosts import localfiles as host_files
 
 MAX_BLUEPRINT_BYTES = 256 * 1024
 

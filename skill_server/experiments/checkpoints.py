@@ -6,10 +6,14 @@ The directory comes from the run's YAML (``runconfig``); the listing is the host
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skill_server.experiments.models import CheckpointInfo, CheckpointList
 from skill_server.experiments.progress import iso
+from skill_server.hosts import client
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import CheckpointsReply
 
 #: How deep below the directory ``global_step_N`` folders are looked for, and how many entries a walk may see.
 MAX_DEPTH = 3
@@ -18,14 +22,13 @@ MAX_ENTRIES = 20_000
 LIMIT = 50
 
 
-def listing_op(config: dict[str, Any]) -> tuple[str, dict[str, Any]] | None:
+def listing_op(config: dict[str, Any]) -> tuple[str, client.Op[CheckpointsReply]] | None:
     """(host, agent op) listing the run's checkpoints, or None when its directory is unknown."""
     directory = config.get("checkpoint_dir")
     host = config.get("host")
     if not isinstance(directory, str) or not isinstance(host, str):
         return None
-    return host, {"op": "checkpoints", "path": directory, "max_depth": MAX_DEPTH, "max_entries": MAX_ENTRIES,
-                  "limit": LIMIT}
+    return host, client.checkpoints(directory, max_depth=MAX_DEPTH, max_entries=MAX_ENTRIES, limit=LIMIT)
 
 
 def unknown(config: dict[str, Any]) -> CheckpointList:
@@ -36,27 +39,27 @@ def unknown(config: dict[str, Any]) -> CheckpointList:
                           truncated=False, reason=reason)
 
 
-def from_answer(config: dict[str, Any], answer: dict[str, Any]) -> CheckpointList:
-    """The listing from the agent's answer (an absent directory is an empty list: nothing saved yet)."""
+def from_answer(config: dict[str, Any], result: client.Result) -> CheckpointList:
+    """The listing from the agent's answer to ``listing_op`` (an absent directory is an empty list: nothing
+    saved yet)."""
     base = dict(host=config.get("host"), directory=config.get("checkpoint_dir"),
                 source=config.get("checkpoint_source"))
     note = config.get("checkpoint_note")
-    if not answer.get("ok"):
-        if answer.get("kind") == "not_found":
+    answer = client.answer(result, client.checkpoints)
+    if not answer["ok"]:
+        if answer["kind"] == "not_found":
             return CheckpointList(**base, checkpoints=[], more=0, latest=None, truncated=False,
                                   reason="the directory does not exist yet: no checkpoint saved so far"
                                   + (f"; {note}" if note else ""))
         return CheckpointList(**base, checkpoints=[], more=0, latest=None, truncated=False,
-                              reason=f"could not be listed: {answer.get('error')}")
+                              reason=f"could not be listed: {answer['error']}")
     items = []
-    for raw in answer.get("checkpoints") or []:
+    for raw in answer["checkpoints"]:
         try:
             items.append(CheckpointInfo(step=int(raw["step"]), path=str(raw["path"]), size_bytes=int(raw["size"]),
                                         files=int(raw["files"]), modified_at=iso(float(raw["mtime"])),
                                         partial=bool(raw["partial"])))
         except (KeyError, TypeError, ValueError, OverflowError, OSError):
             continue
-    latest = answer.get("latest")
-    return CheckpointList(**base, checkpoints=items, more=int(answer.get("more") or 0),
-                          latest=latest if isinstance(latest, int) else None,
-                          truncated=bool(answer.get("truncated")), reason=note)
+    return CheckpointList(**base, checkpoints=items, more=answer["more"], latest=answer["latest"],
+                          truncated=answer["truncated"], reason=note)

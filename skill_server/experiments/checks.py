@@ -11,7 +11,7 @@ import re
 
 from skill_server.core.errors import ToolInputError
 from skill_server.experiments.models import MAX_ENV_VALUE, MAX_ENV_VARS
-from skill_server.hosts.agent.procs import MARKER
+from skill_server.hosts.agent.protocol import RUN_MARKER
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -72,8 +72,8 @@ def check_env(env: dict[str, str] | None, field: str) -> dict[str, str]:
     for key, value in env.items():
         if not ENV_KEY_RE.match(key) or len(key) > 200:
             raise ToolInputError(f"{key!r} is not a valid environment variable name", field=f"{field}.{key}")
-        if key == MARKER:
-            raise ToolInputError(f"{MARKER} is reserved: it marks every process of a run", field=f"{field}.{key}")
+        if key == RUN_MARKER:
+            raise ToolInputError(f"{RUN_MARKER} is reserved: it marks every process of a run", field=f"{field}.{key}")
         if "\x00" in value:
             raise ToolInputError("contains a NUL character", field=f"{field}.{key}")
         if len(value) > MAX_ENV_VALUE:

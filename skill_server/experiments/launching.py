@@ -18,7 +18,7 @@ import re
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skill_server.core.errors import ToolFailure, ToolInputError
 from skill_server.experiments import blueprint as bp
@@ -30,13 +30,17 @@ from skill_server.experiments.checks import (
     session_name,
     socket_name,
 )
-from skill_server.experiments.models import LaunchInput, LaunchOutput, ProcessInfo
+from skill_server.experiments.models import LaunchInput, LaunchOutput, ProcessInfo, ProcessSpec
 from skill_server.experiments.observe import observe
 from skill_server.experiments.progress import iso
+from skill_server.experiments.spec import HostRecord, ProcessRecord, RunSpec
 from skill_server.experiments.store import Registry, open_registry
 from skill_server.gpus import nvidia_smi
 from skill_server.gpus.query import free_problems, from_reply
-from skill_server.hosts import LOCAL, HostUnreachable, call_hosts, expect, get_host, normalise
+from skill_server.hosts import LOCAL, HostUnreachable, Reply, call_hosts, client, expect, get_host, normalise
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import LaunchPlan, LaunchProc, LaunchStarted
 
 log = logging.getLogger(__name__)
 
@@ -60,10 +64,11 @@ class _Proc:
     wait_for_url: str | None
     wait_for_url_timeout_s: int
 
-    def request(self) -> dict[str, Any]:
-        return {"role": self.role, "command": self.command, "workdir": self.workdir, "workdir_field": self.workdir_field,
-                "env": self.env, "log_path": self.log_path, "log_field": self.log_field,
-                "wait_for_url": self.wait_for_url, "wait_for_url_timeout_s": self.wait_for_url_timeout_s}
+    def request(self) -> LaunchProc:
+        return {"role": self.role, "command": self.command, "workdir": self.workdir,
+                "workdir_field": self.workdir_field, "env": self.env, "log_path": self.log_path,
+                "log_field": self.log_field, "wait_for_url": self.wait_for_url,
+                "wait_for_url_timeout_s": self.wait_for_url_timeout_s}
 
 
 def _blueprint_defaults(path: str, main_host: str) -> dict[str, Any]:
@@ -88,9 +93,8 @@ def _seconds(value: float | None, default: int) -> int:
     return default if value is None else max(1, int(round(value)))
 
 
-def _plan(inp: LaunchInput, main_host: str, defaults: dict[str, Any], session: str
-          ) -> tuple[list[_Proc], str, str | None, str]:
-    """Processes, workdir, python and result_dir (host paths, resolved later on the host), checked for form."""
+def _command(inp: LaunchInput, defaults: dict[str, Any]) -> str | None:
+    """The one process's command (None when processes are listed): one or the other, never both."""
     if inp.processes and inp.command:
         raise ToolInputError("give either command or processes, not both", field="processes")
     command = inp.command or (None if inp.processes else defaults.get("command"))
@@ -98,6 +102,13 @@ def _plan(inp: LaunchInput, main_host: str, defaults: dict[str, Any], session: s
         raise ToolInputError("command is required (or processes, or a blueprint)", field="command")
     if command is not None and "\x00" in command:
         raise ToolInputError("contains a NUL character", field="command")
+    return command
+
+
+def _plan(inp: LaunchInput, main_host: str, defaults: dict[str, Any], session: str
+          ) -> tuple[list[_Proc], str, str | None, str]:
+    """Processes, workdir, python and result_dir (host paths, resolved later on the host), checked for form."""
+    command = _command(inp, defaults)
     workdir_value = inp.workdir or defaults.get("workdir")
     if not workdir_value:
         raise ToolInputError("workdir is required (absolute directory the command runs in)", field="workdir")
@@ -107,36 +118,94 @@ def _plan(inp: LaunchInput, main_host: str, defaults: dict[str, Any], session: s
         python = host_path(python, "python")
     result_dir = relative_path(inp.result_dir or defaults.get("result_dir") or bp.DEFAULT_RESULT_DIR, "result_dir")
     env = {**DEFAULT_ENV, **check_env(inp.env, "env")}
-    procs: list[_Proc] = []
     if inp.processes:
-        roles = [p.role for p in inp.processes]
-        dupes = sorted({r for r in roles if roles.count(r) > 1})
-        if dupes:
-            raise ToolInputError(f"roles must be unique (repeated: {', '.join(dupes)})", field="processes")
-        if inp.log_path is not None:
-            raise ToolInputError("with processes, give log_path per process", field="log_path")
-        for i, p in enumerate(inp.processes):
-            at = f"processes.{i}"
-            if "\x00" in p.command:
-                raise ToolInputError("contains a NUL character", field=f"{at}.command")
-            if p.wait_for_url is not None and not re.match(r"^https?://[^\s/]+\S*$", p.wait_for_url):
-                raise ToolInputError("must be an http:// or https:// URL", field=f"{at}.wait_for_url")
-            procs.append(_Proc(
-                role=p.role, command=p.command, host=normalise(p.host, field=f"{at}.host") if p.host else main_host,
-                host_field=f"{at}.host" if p.host else "host",
-                workdir=host_path(p.workdir, f"{at}.workdir") if p.workdir else workdir,
-                workdir_field=f"{at}.workdir" if p.workdir else "workdir",
-                env={**env, **check_env(p.env, f"{at}.env")},
-                log_path=relative_path(p.log_path, f"{at}.log_path") if p.log_path else f"{session}.{p.role}.log",
-                log_field=f"{at}.log_path", wait_for_url=p.wait_for_url,
-                wait_for_url_timeout_s=int(p.wait_for_url_timeout_s or 600)))
-    else:
-        assert command is not None
-        procs.append(_Proc(
-            role="main", command=command, host=main_host, host_field="host", workdir=workdir, workdir_field="workdir",
-            env=env, log_path=relative_path(inp.log_path, "log_path") if inp.log_path else f"{session}.log",
-            log_field="log_path", wait_for_url=None, wait_for_url_timeout_s=0))
-    return procs, workdir, python, result_dir
+        return _listed(inp, main_host, workdir, env, session), workdir, python, result_dir
+    assert command is not None
+    return [_Proc(role="main", command=command, host=main_host, host_field="host", workdir=workdir,
+                  workdir_field="workdir", env=env,
+                  log_path=relative_path(inp.log_path, "log_path") if inp.log_path else f"{session}.log",
+                  log_field="log_path", wait_for_url=None, wait_for_url_timeout_s=0)], workdir, python, result_dir
+
+
+def _listed(inp: LaunchInput, main_host: str, workdir: str, env: dict[str, str], session: str) -> list[_Proc]:
+    """The listed processes: unique roles, a log per process, each checked and given its defaults."""
+    processes = inp.processes or []
+    roles = [p.role for p in processes]
+    dupes = sorted({r for r in roles if roles.count(r) > 1})
+    if dupes:
+        raise ToolInputError(f"roles must be unique (repeated: {', '.join(dupes)})", field="processes")
+    if inp.log_path is not None:
+        raise ToolInputError("with processes, give log_path per process", field="log_path")
+    return [_listed_proc(f"processes.{i}", p, main_host, workdir, env, session) for i, p in enumerate(processes)]
+
+
+def _listed_proc(at: str, p: ProcessSpec, main_host: str, workdir: str, env: dict[str, str], session: str) -> _Proc:
+    if "\x00" in p.command:
+        raise ToolInputError("contains a NUL character", field=f"{at}.command")
+    if p.wait_for_url is not None and not re.match(r"^https?://[^\s/]+\S*$", p.wait_for_url):
+        raise ToolInputError("must be an http:// or https:// URL", field=f"{at}.wait_for_url")
+    return _Proc(
+        role=p.role, command=p.command, host=normalise(p.host, field=f"{at}.host") if p.host else main_host,
+        host_field=f"{at}.host" if p.host else "host",
+        workdir=host_path(p.workdir, f"{at}.workdir") if p.workdir else workdir,
+        workdir_field=f"{at}.workdir" if p.workdir else "workdir",
+        env={**env, **check_env(p.env, f"{at}.env")},
+        log_path=relative_path(p.log_path, f"{at}.log_path") if p.log_path else f"{session}.{p.role}.log",
+        log_field=f"{at}.log_path", wait_for_url=p.wait_for_url,
+        wait_for_url_timeout_s=int(p.wait_for_url_timeout_s or 600))
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """What a launch decided before asking any host."""
+
+    inp: LaunchInput
+    socket: str
+    main_host: str
+    session: str
+    exp_id: str
+    created: float
+    procs: list[_Proc]
+    workdir: str
+    python: str | None
+    result_dir: str
+    yaml_path: str | None
+    max_time_s: int
+    first_step_s: int
+
+    @property
+    def hosts(self) -> list[str]:
+        """The main host first, then every other host of a process, in process order."""
+        return [self.main_host] + [h for h in dict.fromkeys(p.host for p in self.procs) if h != self.main_host]
+
+    @property
+    def starting(self) -> list[str]:
+        """The hosts that start processes (the main host may only hold the results)."""
+        return [h for h in self.hosts if any(p.host == h for p in self.procs)]
+
+    def ops(self, host: str, replace: list[int]) -> client.Launch:
+        """This host's part of the launch, for both rounds."""
+        return client.launch(self.exp_id, self.session, self.socket, replace_pids=replace, python=self.python,
+                             workdir=self.workdir, result_dir=self.result_dir, max_time_s=self.max_time_s,
+                             deadline_grace_s=DEADLINE_GRACE_S,
+                             procs=[p.request() for p in self.procs if p.host == host])
+
+
+def _decide(inp: LaunchInput) -> _Launch:
+    """Everything that needs no host: names, the blueprint's defaults, the processes, bounds, the id."""
+    socket = socket_name()
+    main_host = normalise(inp.host, field="host")
+    defaults = _blueprint_defaults(inp.blueprint, main_host) if inp.blueprint is not None else {}
+    session = session_name(inp.name, defaults.get("purpose"))
+    procs, workdir, python, result_dir = _plan(inp, main_host, defaults, session)
+    max_time_s = _seconds(inp.max_time_s or defaults.get("max_time_s"), bp.DEFAULT_MAX_TIME_S)
+    first_step_s = _seconds(inp.first_step_timeout_s or defaults.get("first_step_timeout_s"), bp.DEFAULT_FIRST_STEP_S)
+    if inp.first_step_pattern is not None:  # None: the first step:N line proves the first step
+        compile_pattern(inp.first_step_pattern, "first_step_pattern")
+    created = time.time()
+    exp_id = f"{session}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(created))}-{secrets.token_hex(2)}"
+    return _Launch(inp, socket, main_host, session, exp_id, created, procs, workdir, python, result_dir,
+                   defaults.get("yaml_path"), max_time_s, first_step_s)
 
 
 def _check_previous(reg: Registry, socket: str, session: str, hosts: list[str]) -> dict[str, list[int]]:
@@ -165,90 +234,93 @@ def _host_error(exc: HostUnreachable, procs: list[_Proc], main_host: str) -> Too
 
 
 def launch(inp: LaunchInput) -> LaunchOutput:
-    socket = socket_name()
-    main_host = normalise(inp.host, field="host")
-    defaults = _blueprint_defaults(inp.blueprint, main_host) if inp.blueprint is not None else {}
-    session = session_name(inp.name, defaults.get("purpose"))
-    procs, workdir, python, result_dir = _plan(inp, main_host, defaults, session)
-    max_time_s = _seconds(inp.max_time_s or defaults.get("max_time_s"), bp.DEFAULT_MAX_TIME_S)
-    first_step_s = _seconds(inp.first_step_timeout_s or defaults.get("first_step_timeout_s"), bp.DEFAULT_FIRST_STEP_S)
-    first_step_pattern = inp.first_step_pattern  # None: the first step:N line proves the first step
-    if first_step_pattern is not None:
-        compile_pattern(first_step_pattern, "first_step_pattern")
-
-    hosts = [main_host] + [h for h in dict.fromkeys(p.host for p in procs) if h != main_host]
-    created = time.time()
-    exp_id = f"{session}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(created))}-{secrets.token_hex(2)}"
-
-    def request(host: str, dry_run: bool, replace: list[int]) -> list[dict[str, Any]]:
-        check_gpus = dry_run and host == main_host and inp.require_free_gpus is not None
-        gpu_ops = nvidia_smi.query_ops() if check_gpus else []
-        return [{"op": "launch", "exp_id": exp_id, "session": session, "socket_name": socket, "dry_run": dry_run,
-                 "replace_pids": replace, "python": python, "workdir": workdir, "result_dir": result_dir,
-                 "max_time_s": max_time_s, "deadline_grace_s": DEADLINE_GRACE_S,
-                 "procs": [p.request() for p in procs if p.host == host]}] + gpu_ops
-
+    """Decide, let every host check (dry run), start everywhere (rolled back if any host fails), register."""
+    d = _decide(inp)
     with open_registry() as reg:
-        replace = _check_previous(reg, socket, session, hosts)
-        checked = call_hosts({h: request(h, True, replace[h]) for h in hosts}, timeout_s=LAUNCH_TIMEOUT_S)
-        plans = {}
-        for h in hosts:
-            reply = checked[h]
-            if isinstance(reply, HostUnreachable):
-                raise _host_error(reply, procs, main_host)
-            plans[h] = expect(reply[0])
-        if inp.require_free_gpus is not None:
-            _check_free_gpus(main_host, checked[main_host], inp.require_free_gpus)
-        resolved = {(h, p["role"]): p for h in hosts for p in plans[h]["procs"]}
-        spec: dict[str, Any] = {
-            "format": 2, "host": main_host, "result_dir": plans[main_host]["result_dir"],
-            "workdir": workdir, "python": python, "blueprint": inp.blueprint, "yaml_path": defaults.get("yaml_path"),
-            "max_time_s": max_time_s, "first_step_timeout_s": first_step_s, "first_step_pattern": first_step_pattern,
-            "hosts": {h: {"run_dir": plans[h]["run_dir"], "socket_path": plans[h]["socket_path"],
-                          "attach": get_host(h).attach_command(plans[h]["socket_path"], session),
-                          "python": plans[h]["python"]} for h in hosts},
-            "processes": [{"role": p.role, "command": p.command, "host": p.host,
-                           "workdir": resolved[(p.host, p.role)]["workdir"],
-                           "log_path": resolved[(p.host, p.role)]["log_path"], "wait_for_url": p.wait_for_url}
-                          for p in procs],
-        }
-        spec["attach"] = spec["hosts"][procs[0].host]["attach"]
-        starting = [h for h in hosts if any(p.host == h for p in procs)]
-        sockets = {h: plans[h]["socket_path"] for h in starting}
-        started = call_hosts({h: request(h, False, replace[h]) for h in starting}, timeout_s=LAUNCH_TIMEOUT_S)
-        failure: Exception | None = None
-        for h in starting:
-            reply = started[h]
-            if isinstance(reply, HostUnreachable):
-                failure = failure or _host_error(reply, procs, main_host)
-            elif not reply[0].get("ok"):
-                try:
-                    expect(reply[0])
-                except (ToolFailure, ToolInputError) as exc:
-                    failure = failure or exc
-        if failure is not None:
-            _roll_back(exp_id, session, sockets, started)
-            raise failure
-        for p in spec["processes"]:
-            ids = next(x for x in started[p["host"]][0]["procs"] if x["role"] == p["role"])  # type: ignore[index]
-            p.update(window_id=ids["window_id"], pane_id=ids["pane_id"], pid=ids["pid"], start=ids["start"])
+        replace = _check_previous(reg, d.socket, d.session, d.hosts)
+        ops = {h: d.ops(h, replace[h]) for h in d.hosts}
+        plans = _dry_run(d, ops)
+        places = {h: HostRecord(run_dir=plans[h]["run_dir"], socket_path=plans[h]["socket_path"],
+                                attach=get_host(h).attach_command(plans[h]["socket_path"], d.session),
+                                python=plans[h]["python"]) for h in d.hosts}
+        launched = _start(d, ops, plans)
+        spec = _spec(d, plans, places, launched)
         try:
-            reg.insert(id=exp_id, session=session, socket=socket, created=created, started_at=iso(created),
-                       spec=spec)
+            reg.insert(id=d.exp_id, session=d.session, socket=d.socket, created=d.created,
+                       started_at=iso(d.created), spec=spec)
         except BaseException:
-            _roll_back(exp_id, session, sockets, started)
+            _roll_back(d, plans, launched)
             raise
-    log.info("launched %s (session %s) on %s", exp_id, session, ", ".join(starting))
+    log.info("launched %s (session %s) on %s", d.exp_id, d.session, ", ".join(d.starting))
     return LaunchOutput(
-        id=exp_id, session=session, socket=socket, host=main_host, log_path=spec["processes"][0]["log_path"],
-        result_dir=spec["result_dir"], attach=spec["attach"], started_at=iso(created),
-        processes=[ProcessInfo(role=p["role"], host=p["host"], state="running", exit_code=None, log_path=p["log_path"],
-                               pid=p["pid"], attach=spec["hosts"][p["host"]]["attach"]) for p in spec["processes"]],
-        max_time_s=max_time_s, first_step_timeout_s=first_step_s,
+        id=d.exp_id, session=d.session, socket=d.socket, host=d.main_host, log_path=spec.processes[0].log_path,
+        result_dir=spec.result_dir, attach=spec.attach, started_at=iso(d.created),
+        processes=[ProcessInfo(role=p.role, host=p.host, state="running", exit_code=None, log_path=p.log_path,
+                               pid=p.pid, attach=spec.attach_on(p.host)) for p in spec.processes],
+        max_time_s=d.max_time_s, first_step_timeout_s=d.first_step_s,
     )
 
 
-def _check_free_gpus(host: str, reply: Any, required: float) -> None:
+def _dry_run(d: _Launch, ops: dict[str, client.Launch]) -> dict[str, LaunchPlan]:
+    """Round one: every host resolves and checks its part, and with ``require_free_gpus`` the main host also
+    answers the GPU queries; any refusal refuses the launch before anything has started."""
+    gpu_ops = nvidia_smi.query_ops() if d.inp.require_free_gpus is not None else []
+    checked = call_hosts({h: [ops[h].check] + (gpu_ops if h == d.main_host else []) for h in d.hosts},
+                         timeout_s=LAUNCH_TIMEOUT_S)
+    plans = {}
+    for h in d.hosts:
+        reply = checked[h]
+        if isinstance(reply, HostUnreachable):
+            raise _host_error(reply, d.procs, d.main_host)
+        plans[h] = ops[h].check.expect(reply[0])
+    if d.inp.require_free_gpus is not None:
+        _check_free_gpus(d.main_host, checked[d.main_host], d.inp.require_free_gpus)
+    return plans
+
+
+def _start(d: _Launch, ops: dict[str, client.Launch], plans: dict[str, LaunchPlan]) -> dict[str, LaunchStarted]:
+    """Round two: every host with processes starts them. If one cannot be asked or fails, the hosts that
+    did start are rolled back and the first failure is raised."""
+    started = call_hosts({h: [ops[h].start] for h in d.starting}, timeout_s=LAUNCH_TIMEOUT_S)
+    failure: Exception | None = None
+    launched: dict[str, LaunchStarted] = {}
+    for h in d.starting:
+        reply = started[h]
+        if isinstance(reply, HostUnreachable):
+            failure = failure or _host_error(reply, d.procs, d.main_host)
+            continue
+        answer = ops[h].start.answer(reply[0])
+        if answer["ok"]:
+            launched[h] = answer
+            continue
+        try:
+            expect(answer)
+        except (ToolFailure, ToolInputError) as exc:
+            failure = failure or exc
+    if failure is not None:
+        _roll_back(d, plans, launched)
+        raise failure
+    return launched
+
+
+def _spec(d: _Launch, plans: dict[str, LaunchPlan], places: dict[str, HostRecord],
+          launched: dict[str, LaunchStarted]) -> RunSpec:
+    """What the registry keeps: the decisions, where each host put the run, and each wrapper's identity."""
+    resolved = {(h, p["role"]): p for h in d.hosts for p in plans[h]["procs"]}
+    ids = {(h, x["role"]): x for h, answer in launched.items() for x in answer["procs"]}
+    return RunSpec(
+        host=d.main_host, result_dir=plans[d.main_host]["result_dir"], workdir=d.workdir, python=d.python,
+        blueprint=d.inp.blueprint, yaml_path=d.yaml_path, max_time_s=d.max_time_s, first_step_timeout_s=d.first_step_s,
+        first_step_pattern=d.inp.first_step_pattern, hosts=places,
+        processes=tuple(ProcessRecord(
+            role=p.role, command=p.command, host=p.host, workdir=resolved[(p.host, p.role)]["workdir"],
+            log_path=resolved[(p.host, p.role)]["log_path"], wait_for_url=p.wait_for_url,
+            window_id=ids[(p.host, p.role)]["window_id"], pane_id=ids[(p.host, p.role)]["pane_id"],
+            pid=ids[(p.host, p.role)]["pid"], start=ids[(p.host, p.role)]["start"]) for p in d.procs),
+        attach=places[d.procs[0].host].attach)
+
+
+def _check_free_gpus(host: str, reply: Reply, required: float) -> None:
     """Refuse the launch (nothing has started yet) unless every GPU of ``host`` is free enough; the
     nvidia-smi queries rode along with the host's check op."""
     problems = free_problems(from_reply(host, reply, first=1), required)
@@ -256,9 +328,9 @@ def _check_free_gpus(host: str, reply: Any, required: float) -> None:
         raise ToolFailure("refusing to start: " + "; ".join(problems), field="require_free_gpus")
 
 
-def _roll_back(exp_id: str, session: str, sockets: dict[str, str], started: dict[str, Any]) -> None:
-    """Undo the hosts that did start (another host refused): kill, remove their run directories."""
-    undo = [h for h, reply in started.items() if not isinstance(reply, HostUnreachable) and reply[0].get("ok")]
-    if undo:
-        call_hosts({h: [{"op": "discard", "exp_id": exp_id, "socket_path": sockets[h], "session": session}]
-                    for h in undo}, timeout_s=LAUNCH_TIMEOUT_S)
+def _roll_back(d: _Launch, plans: dict[str, LaunchPlan], started: dict[str, LaunchStarted]) -> None:
+    """Undo the hosts that did start (another host refused, or the registry write failed): kill, remove
+    their run directories."""
+    if started:
+        call_hosts({h: [client.discard(d.exp_id, plans[h]["socket_path"], d.session)] for h in started},
+                   timeout_s=LAUNCH_TIMEOUT_S)

@@ -22,7 +22,7 @@ from skill_server.core.text import shorten
 from skill_server.experiments.progress import ProgressState, StepLine
 from skill_server.experiments.progress import fold as fold_progress
 from skill_server.experiments.signatures import RAY_PREFIX, SIGNATURES
-from skill_server.hosts.agent import files as host_files
+from skill_server.hosts import localfiles as host_files
 
 MAX_LINES = 200
 MAX_BYTES = 16 * 1024

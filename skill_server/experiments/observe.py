@@ -18,14 +18,19 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skill_server.experiments import blueprint as bp
 from skill_server.experiments import history, logs
 from skill_server.experiments.models import TERMINAL
+from skill_server.experiments.progress import StepLine
+from skill_server.experiments.spec import RunProcess
 from skill_server.experiments.states import ProcFacts, process_state, run_state
-from skill_server.experiments.store import Registry, Row, RunProcess
-from skill_server.hosts import HostUnreachable, Reply, call_hosts, result_of
+from skill_server.experiments.store import Registry, Row
+from skill_server.hosts import HostUnreachable, Reply, call_hosts, client, result_of
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import Appended, ObserveProc, ReadSpan
 
 #: Most log bytes one observation asks a host for (scan ranges of all its logs together).
 HOST_SCAN_BUDGET = 16 * 1024 * 1024
@@ -35,7 +40,7 @@ OBSERVE_TIMEOUT_S = 30.0
 #: ``extra_reads(row) -> [[(offset, budget), ...] per process]``: more ranges to read in the same call.
 ExtraReads = Callable[[Row], list[list[tuple[int, int]]]]
 #: ``extra_ops(row) -> [(host, op), ...]``: more agent operations in the same call; results in ``View.extra``.
-ExtraOps = Callable[[Row], list[tuple[str, dict[str, Any]]]]
+ExtraOps = Callable[[Row], list[tuple[str, client.Op[Any]]]]
 
 
 @dataclass
@@ -68,7 +73,7 @@ class View:
     elapsed_s: float
     note: str | None = None
     #: Results of the ``extra_ops`` asked for this row, in order (``{"ok": false, ...}`` for a host not asked).
-    extra: list[dict[str, Any]] = field(default_factory=list)
+    extra: list[client.Result] = field(default_factory=list)
 
 
 def _scan_budgets(rows: list[Row]) -> dict[str, int]:
@@ -80,41 +85,42 @@ def _scan_budgets(rows: list[Row]) -> dict[str, int]:
 
 
 def _requests(rows: list[Row], scans: list[logs.ScanState], extra: list[list[list[tuple[int, int]]]]
-              ) -> tuple[dict[str, list[dict[str, Any]]], dict[tuple[int, int], tuple[str, int]]]:
+              ) -> tuple[dict[str, list[client.Op[Any]]], dict[tuple[int, int], tuple[str, int]]]:
     """One ``observe`` op per host covering every process there (always first in the host's list); and where
     each process's answer is."""
     budgets = _scan_budgets(rows)
-    ops: dict[str, dict[str, Any]] = {}
+    sockets: dict[str, list[str]] = {}
+    procs: dict[str, list[ObserveProc]] = {}
     where: dict[tuple[int, int], tuple[str, int]] = {}
     for r, row in enumerate(rows):
         for i, p in enumerate(row.processes):
-            op = ops.setdefault(p.host, {"op": "observe", "sockets": [], "procs": []})
-            if p.socket_path and p.socket_path not in op["sockets"]:
-                op["sockets"].append(p.socket_path)
-            reads = [{"offset": scans[r].offsets[i], "budget": budgets[p.host]}]
+            on_host, watched = procs.setdefault(p.host, []), sockets.setdefault(p.host, [])
+            if p.socket_path and p.socket_path not in watched:
+                watched.append(p.socket_path)
+            reads: list[ReadSpan] = [{"offset": scans[r].offsets[i], "budget": budgets[p.host]}]
             reads += [{"offset": o, "budget": b} for o, b in extra[r][i]]
-            where[(r, i)] = (p.host, len(op["procs"]))
-            op["procs"].append({"run_dir": p.run_dir, "role": p.role, "pid": p.pid, "start": p.start,
-                                "log_path": p.log_path, "reads": reads})
-    return {h: [op] for h, op in ops.items()}, where
+            where[(r, i)] = (p.host, len(on_host))
+            on_host.append({"run_dir": p.run_dir, "role": p.role, "pid": p.pid, "start": p.start,
+                            "log_path": p.log_path, "reads": reads})
+    return {h: [client.observe(sockets[h], procs[h])] for h in procs}, where
 
 
-def _chunk(raw: dict[str, Any]) -> logs.Chunk:
-    return logs.Chunk(logs.strip_ansi(str(raw.get("text", ""))), int(raw.get("end", 0)), int(raw.get("skipped", 0)),
-                      bool(raw.get("reset", False)))
+def _chunk(raw: Appended) -> logs.Chunk:
+    return logs.Chunk(logs.strip_ansi(raw["text"]), raw["end"], raw["skipped"], raw["reset"])
 
 
 def observe(reg: Registry, rows: list[Row], *, extra_reads: ExtraReads | None = None,
             extra_ops: ExtraOps | None = None) -> list[View]:
     """Current view of each experiment; records final states; never signals or stops anything."""
     scans = [logs.ScanState.from_json(row.scan, len(row.processes)) for row in rows]
-    extra = [extra_reads(row) if extra_reads else [[] for _ in row.processes] for row in rows]
+    extra: list[list[list[tuple[int, int]]]] = [
+        extra_reads(row) if extra_reads else [[] for _ in row.processes] for row in rows]
     requests, where = _requests(rows, scans, extra)
     added: list[list[tuple[str, int]]] = []
     for row in rows:
         placed = []
         for host, op in (extra_ops(row) if extra_ops else []):
-            ops = requests.setdefault(host, [{"op": "observe", "sockets": [], "procs": []}])
+            ops = requests.setdefault(host, [client.observe([], [])])
             ops.append(op)
             placed.append((host, len(ops) - 1))
         added.append(placed)
@@ -137,10 +143,10 @@ def _proc_view(p: RunProcess, reply: Reply | None, index: int) -> ProcView:
     if isinstance(reply, HostUnreachable) or reply is None:
         reason = reply.reason if isinstance(reply, HostUnreachable) else "no answer"
         return ProcView(p, "unreachable", None, None, False, None, reason=reason)
-    result = reply[0]
-    if not result.get("ok"):
-        return ProcView(p, "unreachable", None, None, False, None, reason=str(result.get("error")))
-    panes = (result.get("panes") or {}).get(p.socket_path) or []
+    result = client.answer(reply[0], client.observe)
+    if not result["ok"]:
+        return ProcView(p, "unreachable", None, None, False, None, reason=result["error"])
+    panes = result["panes"].get(p.socket_path) or []
     facts_raw = result["procs"][index]
     facts = ProcFacts(alive=facts_raw["alive"], exit_code=facts_raw["exit_code"],
                       markers=frozenset(facts_raw["markers"]), final=bool(facts_raw["final"]), size=facts_raw["size"])
@@ -174,7 +180,7 @@ def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, 
         what = "cannot be asked" if state == "unreachable" else "cannot be asked for new output"
         note = "; ".join(([note] if note else []) + [f"host {u} ({what}; the next call retries)" for u in unreachable])
     if state == "running":
-        max_time = float(row.spec.get("max_time_s") or bp.DEFAULT_MAX_TIME_S)
+        max_time = float(row.spec.max_time_s or bp.DEFAULT_MAX_TIME_S)
         if now - row.created > max_time + 60:
             note = (note + "; " if note else "") + ("past its max time but still running: the watchdog on its host "
                                                     "did not end it; stop_experiment does")
@@ -185,8 +191,8 @@ def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, 
 
 def first_step_pattern(row: Row) -> re.Pattern[str] | None:
     """The run's own first-step regex, or None for the default rule (the first ``step:N`` line, N >= 1)."""
-    pattern = row.spec.get("first_step_pattern")
-    if not isinstance(pattern, str) or not pattern or pattern == logs.LEGACY_FIRST_STEP_PATTERN:
+    pattern = row.spec.first_step_pattern
+    if not pattern or pattern == logs.LEGACY_FIRST_STEP_PATTERN:
         return None
     try:
         return re.compile(pattern, re.MULTILINE)
@@ -199,7 +205,7 @@ def _fold_scan(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanSt
     history; store both at once (compare-and-set)."""
     pattern = first_step_pattern(row)
     changed = False
-    lines: list[history.StepLine] = []
+    lines: list[StepLine] = []
     first_seq = scan.points_seq
     seen_before = scan.first_step_seen
     for i, p in enumerate(procs):

@@ -35,7 +35,7 @@ from skill_server.experiments.models import (
 from skill_server.experiments.observe import View, observe
 from skill_server.experiments.signatures import SIGNATURES_BY_NAME
 from skill_server.experiments.store import Registry, Row
-from skill_server.hosts import call_hosts, result_of
+from skill_server.hosts import call_hosts, client, result_of
 
 MAX_CURSOR_OFFSET = 2**62
 
@@ -118,8 +118,8 @@ def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int,
                   metrics_history: MetricsHistory | None = None) -> dict[str, Any]:
     """Every ``ExperimentStatus`` field of one view (wait and stop add their own on top)."""
     row = view.row
-    max_time = int(row.spec.get("max_time_s") or bp.DEFAULT_MAX_TIME_S)
-    first_step_s = float(row.spec.get("first_step_timeout_s") or bp.DEFAULT_FIRST_STEP_S)
+    max_time = row.spec.max_time_s or bp.DEFAULT_MAX_TIME_S
+    first_step_s = float(row.spec.first_step_timeout_s or bp.DEFAULT_FIRST_STEP_S)
     scan = view.scan
     errors = []
     for name, hit in scan.errors.items():
@@ -133,9 +133,8 @@ def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int,
     if scan.first_step_seen:  # late only if a look at the log after the deadline had not seen it yet
         late_from = scan.first_step_not_before if scan.first_step_not_before is not None else scan.first_step_at
         overdue = late_from is not None and late_from - row.created > first_step_s
-    hosts = row.spec.get("hosts") or {}
     return dict(
-        id=row.id, session=row.session, socket=row.socket, host=row.host, attach=row.spec.get("attach", ""),
+        id=row.id, session=row.session, socket=row.socket, host=row.host, attach=row.spec.attach,
         state=view.state, exit_code=view.exit_code, started_at=row.started_at, elapsed_s=round(view.elapsed_s, 1),
         time_left_s=round(max(0.0, max_time - view.elapsed_s), 1) if view.state == "running" else None,
         max_time_s=max_time, first_step_seen=scan.first_step_seen, first_step_overdue=overdue,
@@ -143,9 +142,9 @@ def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int,
         cursor=",".join(str(c) for c in cursor), skipped_bytes=skipped, unscanned_bytes=scan.unscanned_bytes,
         processes=[ProcessInfo(role=p.role, host=p.proc.host, state=p.state, exit_code=p.exit_code,  # type: ignore[arg-type]
                                log_path=p.log_path, pid=p.proc.pid,
-                               attach=(hosts.get(p.proc.host) or {}).get("attach", ""), reason=p.reason)
+                               attach=row.spec.attach_on(p.proc.host), reason=p.reason)
                    for p in view.procs],
-        log_path=view.procs[0].log_path if view.procs else "", result_dir=row.spec.get("result_dir", ""),
+        log_path=view.procs[0].log_path if view.procs else "", result_dir=row.spec.result_dir,
         note=view.note, progress=progress_info(view, config), checkpoints=checkpoints,
         metrics_history=metrics_history,
     )
@@ -189,9 +188,9 @@ def plan_extras(reg: Registry, row: Row, want_checkpoints: bool, now: float) -> 
     return ExtraPlan(config, cands, read, listing)
 
 
-def extra_ops(plan: ExtraPlan) -> list[tuple[str, dict[str, Any]]]:
+def extra_ops(plan: ExtraPlan) -> list[tuple[str, client.Op[Any]]]:
     """The (host, op) pairs of a plan, for ``observe(extra_ops=...)``; the checkpoint listing comes last."""
-    ops = [(c.host, runconfig.read_op(c.path)) for c in plan.candidates]
+    ops: list[tuple[str, client.Op[Any]]] = [(c.host, runconfig.read_op(c.path)) for c in plan.candidates]
     if plan.list_checkpoints:
         listing = ckpt.listing_op(plan.config)
         assert listing is not None

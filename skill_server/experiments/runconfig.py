@@ -19,7 +19,7 @@ import posixpath
 import shlex
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skill_server.core import trees
 from skill_server.core.errors import ToolInputError
@@ -28,6 +28,10 @@ from skill_server.core.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
 from skill_server.core.text import shorten
 from skill_server.experiments.progress import MAX_STEPS
 from skill_server.experiments.store import Registry, Row
+from skill_server.hosts import client
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import ReadReply
 
 #: Re-read a YAML that left something unknown at most this often.
 RECHECK_S = 300.0
@@ -55,9 +59,9 @@ def candidates(row: Row) -> list[Candidate]:
     """The run's YAML candidates: the blueprint's yaml_path first, then each ``--conf`` argument."""
     out: list[Candidate] = []
     procs = row.processes
-    first_workdir = procs[0].workdir if procs else str(row.spec.get("workdir") or "")
-    yaml_path = row.spec.get("yaml_path")
-    if isinstance(yaml_path, str) and yaml_path.startswith(("/", "~")):
+    first_workdir = procs[0].workdir if procs else row.spec.workdir
+    yaml_path = row.spec.yaml_path
+    if yaml_path is not None and yaml_path.startswith(("/", "~")):
         out.append(Candidate(row.host, yaml_path, first_workdir))
     for p in procs:
         for token in conf_arguments(p.command):
@@ -87,18 +91,20 @@ def conf_arguments(command: str) -> list[str]:
     return [w for w in found if w and "\x00" not in w]
 
 
-def read_op(path: str) -> dict[str, Any]:
-    return {"op": "read", "path": path, "offset": 0, "length": MAX_YAML_BYTES + 1, "text": True}
+def read_op(path: str) -> client.Op[ReadReply]:
+    """Reading a YAML candidate: one byte over the limit, so a file over it is seen to be."""
+    return client.read(path, MAX_YAML_BYTES + 1, text=True)
 
 
-def parse_answer(candidate: Candidate, answer: dict[str, Any]) -> tuple[Any, str | None]:
+def parse_answer(candidate: Candidate, result: client.Result) -> tuple[Any, str | None]:
     """(parsed YAML or None, why not) from the host's answer to ``read_op``."""
-    if not answer.get("ok"):
-        return None, f"{candidate.path}: {answer.get('error')}"
-    if int(answer.get("size", 0)) > MAX_YAML_BYTES:
+    answer = client.answer(result, client.read)
+    if not answer["ok"]:
+        return None, f"{candidate.path}: {answer['error']}"
+    if answer["size"] > MAX_YAML_BYTES:
         return None, f"{candidate.path} is over {MAX_YAML_BYTES // (1024 * 1024)} MiB; not read"
     try:
-        return parse_yaml_text(str(answer.get("text", "")), field="yaml_path", source=candidate.path), None
+        return parse_yaml_text(answer.get("text", ""), field="yaml_path", source=candidate.path), None
     except ToolInputError as exc:
         return None, f"could not read {candidate.path}: {exc.message}"
 
@@ -197,7 +203,7 @@ def needs_check(checked_at: float | None, data: dict[str, Any], now: float) -> b
     return not complete and now - checked_at >= RECHECK_S
 
 
-def fold_answers(row: Row, cands: list[Candidate], answers: list[dict[str, Any]]) -> dict[str, Any]:
+def fold_answers(row: Row, cands: list[Candidate], answers: list[client.Result]) -> dict[str, Any]:
     """One summary from the answers to ``read_op`` for each candidate: the first YAML that says a thing wins."""
     merged: dict[str, Any] = {"notes": []}
     for cand, answer in zip(cands, answers):

@@ -9,25 +9,33 @@ stopped too: that removes its sessions and ends any marked process it left behin
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from skill_server.core.errors import ToolFailure
 from skill_server.experiments.models import ProcessRef, StopOutput
 from skill_server.experiments.queries import observe_with_lines
 from skill_server.experiments.store import Row, open_registry
-from skill_server.hosts import HostUnreachable, call_hosts
+from skill_server.hosts import HostUnreachable, call_hosts, client
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import StopProc, StopReply
 
 STOP_EXTRA_S = 30.0
 
 
-def _requests(row: Row, grace: float) -> dict[str, list[dict[str, Any]]]:
-    requests: dict[str, list[dict[str, Any]]] = {}
-    for p in row.processes:
-        op = requests.setdefault(p.host, [{"op": "stop", "exp_id": row.id, "run_dir": p.run_dir,
-                                           "socket_path": p.socket_path, "session": row.session,
-                                           "grace_s": grace, "kill_session": True, "procs": []}])[0]
-        op["procs"].append({"role": p.role, "pid": p.pid, "start": p.start})
-    return requests
+def _requests(row: Row, grace: float) -> dict[str, client.Op[StopReply]]:
+    """One stop per host of the run; its run directory and socket are those of its first process there."""
+    first: dict[str, int] = {}
+    procs: dict[str, list[StopProc]] = {}
+    for i, p in enumerate(row.processes):
+        first.setdefault(p.host, i)
+        procs.setdefault(p.host, []).append({"role": p.role, "pid": p.pid, "start": p.start})
+    out = {}
+    for host, i in first.items():
+        where = row.processes[i]
+        out[host] = client.stop(row.id, where.run_dir, where.socket_path, row.session, grace_s=grace,
+                                procs=procs[host])
+    return out
 
 
 def stop_run(key: str, grace_s: float | None = None) -> StopOutput:
@@ -38,7 +46,8 @@ def stop_run(key: str, grace_s: float | None = None) -> StopOutput:
         if row is None:
             raise ToolFailure(f"no experiment {key!r} in this server's registry: stop_experiment only stops "
                               "sessions it launched", field="id")
-        replies = call_hosts(_requests(row, grace), timeout_s=grace + STOP_EXTRA_S)
+        stops = _requests(row, grace)
+        replies = call_hosts({host: [op] for host, op in stops.items()}, timeout_s=grace + STOP_EXTRA_S)
         interrupted: list[str] = []
         killed_roles: list[str] = []
         killed: list[ProcessRef] = []
@@ -50,14 +59,15 @@ def stop_run(key: str, grace_s: float | None = None) -> StopOutput:
                 unreachable.append(f"{host}: {reply.reason}")
                 removed = False
                 continue
-            result = reply[0]
-            if not result.get("ok"):
-                unreachable.append(f"{host}: {result.get('error')}")
+            result = stops[host].answer(reply[0])
+            if not result["ok"]:
+                unreachable.append(f"{host}: {result['error']}")
                 removed = False
                 continue
             interrupted += result["interrupted"]
-            for group, sink in (("terminated", killed), ("killed", killed), ("survivors", alive)):
-                for p in result[group]:
+            for seen, sink in ((result["terminated"], killed), (result["killed"], killed),
+                               (result["survivors"], alive)):
+                for p in seen:
                     ref = ProcessRef(host=host, role=p["role"], pid=p["pid"], command=p["command"])
                     if sink is killed and any(k.host == host and k.pid == ref.pid for k in killed):
                         continue

@@ -7,23 +7,26 @@ worker threads never share a handle. Scan state is updated with a compare-and-se
 over the same bytes never count an error or store a step twice; a final state is recorded
 once (compare-and-set on ``final_state IS NULL``).
 
-A row's ``spec`` holds what the launch decided, including, per process, the host it runs on and the
-pid and start time of its wrapper (``Row.processes``). Runs on other hosts keep their run directories
-(wrapper scripts, exit codes, markers) on those hosts; only this registry lives here. A row that cannot
-be read (hand-edited, truncated) is reported as a ``CorruptRow`` for that id only.
+A row's ``spec`` holds what the launch decided (``spec.RunSpec``, parsed once when the row is read),
+including, per process, the host it runs on and the pid and start time of its wrapper (``Row.processes``).
+Runs on other hosts keep their run directories (wrapper scripts, exit codes, markers) on those hosts;
+only this registry lives here. A row that cannot be read (hand-edited, truncated) is reported as a
+``CorruptRow`` for that id only.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from skill_server.core.errors import ToolFailure
-from skill_server.hosts.agent.files import state_dir as _host_state_dir
+from skill_server.experiments.spec import RunProcess, RunSpec
+from skill_server.hosts.agent.protocol import state_dir as _host_state_dir
 
 DB_NAME = "experiments.sqlite3"
 
@@ -85,23 +88,6 @@ class CorruptRow(ToolFailure):
         self.reason = reason
 
 
-@dataclass(frozen=True)
-class RunProcess:
-    """One process of an experiment as recorded at launch (what ``swarm_status`` and others may read)."""
-
-    role: str
-    command: str
-    host: str
-    workdir: str
-    log_path: str
-    wait_for_url: str | None
-    run_dir: str
-    socket_path: str
-    pid: int | None
-    start: str | None
-    pane_id: str | None
-
-
 @dataclass
 class Row:
     id: str
@@ -109,7 +95,7 @@ class Row:
     socket: str
     created: float
     started_at: str
-    spec: dict[str, Any]
+    spec: RunSpec
     final_state: str | None
     final_exit_code: int | None
     ended: float | None
@@ -120,26 +106,14 @@ class Row:
     timeouts: int
 
     @property
-    def processes(self) -> list[RunProcess]:
+    def processes(self) -> tuple[RunProcess, ...]:
         """The run's processes in launch order: role, command, host, workdir, log path, wrapper pid."""
-        hosts = self.spec.get("hosts") or {}
-        out = []
-        for p in self.spec["processes"]:
-            host = p.get("host") or "local"
-            where = hosts.get(host) or {}
-            out.append(RunProcess(
-                role=p["role"], command=p.get("command", ""), host=host, workdir=p.get("workdir", ""),
-                log_path=p["log_path"], wait_for_url=p.get("wait_for_url"),
-                run_dir=where.get("run_dir") or self.spec.get("run_dir", ""),
-                socket_path=where.get("socket_path") or self.spec.get("socket_path") or "",
-                pid=p.get("pid"), start=p.get("start"), pane_id=p.get("pane_id"),
-            ))
-        return out
+        return self.spec.resolved
 
     @property
     def host(self) -> str:
         """The experiment's main host: where its result directory (results.md, finish.flag) lives."""
-        return str(self.spec.get("host") or "local")
+        return self.spec.host
 
     @property
     def hosts(self) -> list[str]:
@@ -165,23 +139,18 @@ def _row(values: tuple[Any, ...]) -> Row:
         scan_data = json.loads(scan or "{}")
     except (TypeError, ValueError, RecursionError):
         raise CorruptRow(exp_id, "its JSON is damaged") from None
-    row = Row(exp_id, session, socket, created, started_at, spec_data, final_state, final_exit_code, ended,
-              note, read_cursor if isinstance(read_cursor, str) else "", scan_data, scan_version, timeouts)
     try:
         if not isinstance(spec_data, dict) or not isinstance(scan_data, dict):
             raise TypeError("not an object")
         if not isinstance(session, str) or not isinstance(created, (int, float)) or not isinstance(scan_version, int):
             raise TypeError("bad column")
-        procs = row.processes
-        if not procs or not all(p.role and p.log_path and p.run_dir for p in procs):
+        parsed = RunSpec.from_json(spec_data)
+        if not parsed.resolved or not all(p.role and p.log_path and p.run_dir for p in parsed.resolved):
             raise ValueError("no processes")
-        for field in ("max_time_s", "first_step_timeout_s"):
-            value = spec_data.get(field)
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or not 0 < value < 2**53):
-                raise ValueError(field)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+    except (KeyError, TypeError, ValueError) as exc:
         raise CorruptRow(exp_id, f"unexpected content: {exc}") from None
-    return row
+    return Row(exp_id, session, socket, created, started_at, parsed, final_state, final_exit_code, ended, note,
+               read_cursor if isinstance(read_cursor, str) else "", scan_data, scan_version, timeouts)
 
 
 class Registry:
@@ -189,15 +158,14 @@ class Registry:
         self.conn = conn
 
     # ---- writes
-    def insert(self, *, id: str, session: str, socket: str, created: float, started_at: str,
-               spec: dict[str, Any]) -> None:
+    def insert(self, *, id: str, session: str, socket: str, created: float, started_at: str, spec: RunSpec) -> None:
         self.conn.execute(
             "INSERT INTO experiments (id, session, socket, created, started_at, spec) VALUES (?, ?, ?, ?, ?, ?)",
-            (id, session, socket, created, started_at, json.dumps(spec)),
+            (id, session, socket, created, started_at, json.dumps(spec.to_json())),
         )
 
-    def update_spec(self, exp_id: str, spec: dict[str, Any]) -> None:
-        self.conn.execute("UPDATE experiments SET spec = ? WHERE id = ?", (json.dumps(spec), exp_id))
+    def update_spec(self, exp_id: str, spec: RunSpec) -> None:
+        self.conn.execute("UPDATE experiments SET spec = ? WHERE id = ?", (json.dumps(spec.to_json()), exp_id))
 
     def finish(self, exp_id: str, state: str, exit_code: int | None, ended: float, note: str | None = None) -> bool:
         """Record a terminal state once; False if another caller recorded one first."""

@@ -11,9 +11,13 @@ the host's notes, never guessed at.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from skill_server.gpus.models import Gpu, GpuHost, GpuProcess
+from skill_server.hosts import client
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import Failure, RunReply
 
 GPU_FIELDS = ("index", "uuid", "memory.used", "memory.total", "utilization.gpu", "name")
 APP_FIELDS = ("pid", "gpu_uuid", "used_memory", "process_name")
@@ -25,13 +29,13 @@ MAX_NOTES = 20
 NOT_INSTALLED = "nvidia-smi is not installed on this host (no NVIDIA driver here?)"
 
 
-def query_ops() -> list[dict[str, Any]]:
+def query_ops() -> list[client.Op[RunReply]]:
     """The two ``run`` ops (GPUs, then compute processes) to append to a host's request."""
     fmt = "--format=csv,noheader,nounits"
-    return [{"op": "run", "argv": ["nvidia-smi", "--query-gpu=" + ",".join(GPU_FIELDS), fmt],
-             "timeout_s": QUERY_TIMEOUT_S, "max_output": MAX_OUTPUT},
-            {"op": "run", "argv": ["nvidia-smi", "--query-compute-apps=" + ",".join(APP_FIELDS), fmt],
-             "timeout_s": QUERY_TIMEOUT_S, "max_output": MAX_OUTPUT}]
+    return [client.run(["nvidia-smi", "--query-gpu=" + ",".join(GPU_FIELDS), fmt], timeout_s=QUERY_TIMEOUT_S,
+                       max_output=MAX_OUTPUT),
+            client.run(["nvidia-smi", "--query-compute-apps=" + ",".join(APP_FIELDS), fmt],
+                       timeout_s=QUERY_TIMEOUT_S, max_output=MAX_OUTPUT)]
 
 
 def _number(text: str) -> int | None:
@@ -53,20 +57,20 @@ def _first_line(text: str) -> str:
     return ""
 
 
-def run_failure(result: dict[str, Any] | None) -> str | None:
+def run_failure(result: RunReply | Failure | None) -> str | None:
     """Why a ``run`` of nvidia-smi gave no usable output, or None when it did."""
     if result is None:
         return "no answer"
-    if not result.get("ok"):
-        return str(result.get("error") or "the host could not run nvidia-smi")
-    error = result.get("error")
+    if not result["ok"]:
+        return result["error"] or "the host could not run nvidia-smi"
+    error = result["error"]
     if error:
-        return NOT_INSTALLED if str(error).startswith("not found on this host") else str(error)
-    if result.get("timed_out"):
+        return NOT_INSTALLED if error.startswith("not found on this host") else error
+    if result["timed_out"]:
         return f"nvidia-smi did not answer within {QUERY_TIMEOUT_S} s (a hung driver or GPU?)"
-    code = result.get("returncode")
+    code = result["returncode"]
     if code != 0:
-        message = _first_line(str(result.get("stdout") or "")) or _first_line(str(result.get("stderr") or ""))
+        message = _first_line(result["stdout"]) or _first_line(result["stderr"])
         return f"nvidia-smi failed (exit {code}): {message or 'no message'}"
     return None
 
@@ -133,34 +137,32 @@ def parse_processes(text: str) -> tuple[list[tuple[str, GpuProcess]], list[str]]
     return out, parsed.notes
 
 
-def host_gpus(host: str, gpu_result: dict[str, Any] | None, app_result: dict[str, Any] | None) -> GpuHost:
+def host_gpus(host: str, gpu_result: RunReply | Failure | None, app_result: RunReply | Failure | None) -> GpuHost:
     """What one host's two query results say (the host answered; see ``unreachable`` otherwise)."""
     failure = run_failure(gpu_result)
-    if failure is not None:
+    if failure is not None or gpu_result is None or not gpu_result["ok"]:
         return GpuHost(host=host, reachable=True, reason=failure, gpus=None)
-    assert gpu_result is not None
-    gpus, notes = parse_gpus(str(gpu_result.get("stdout") or ""))
-    if gpu_result.get("truncated"):
+    gpus, notes = parse_gpus(gpu_result["stdout"])
+    if gpu_result["truncated"]:
         notes.append(f"nvidia-smi's GPU list was cut at {MAX_OUTPUT} bytes")
     reason = None
     app_failure = run_failure(app_result)
-    if app_failure is not None:
-        reason = "the compute-process query failed: " + app_failure
+    if app_failure is not None or app_result is None or not app_result["ok"]:
+        reason = f"the compute-process query failed: {app_failure}"
         for gpu in gpus:
             gpu.processes = None
     else:
-        assert app_result is not None
-        pairs, app_notes = parse_processes(str(app_result.get("stdout") or ""))
+        pairs, app_notes = parse_processes(app_result["stdout"])
         notes += app_notes
-        if app_result.get("truncated"):
+        if app_result["truncated"]:
             notes.append(f"nvidia-smi's process list was cut at {MAX_OUTPUT} bytes")
         by_uuid = {gpu.uuid: gpu for gpu in gpus}
         for uuid, proc in pairs:
-            gpu = by_uuid.get(uuid)
-            if gpu is None or gpu.processes is None:
+            holder = by_uuid.get(uuid)
+            if holder is None or holder.processes is None:
                 notes.append(f"pid {proc.pid} ({proc.name}) uses GPU {uuid!r}, which the GPU list does not show")
                 continue
-            gpu.processes.append(proc)
+            holder.processes.append(proc)
     if len(notes) > MAX_NOTES:
         notes = notes[:MAX_NOTES] + [f"{len(notes) - MAX_NOTES} more notes left out"]
     return GpuHost(host=host, reachable=True, reason=reason, gpus=gpus, notes=notes)

@@ -3,21 +3,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skill_server.gpus import nvidia_smi
 from skill_server.gpus.models import GpuHost
-from skill_server.hosts import HostUnreachable, call_hosts
+from skill_server.hosts import HostUnreachable, Reply, call_hosts, client
+
+if TYPE_CHECKING:
+    pass
 
 #: The host call's bound: both queries' own bounds plus the connection.
 CALL_TIMEOUT_S = 2 * nvidia_smi.QUERY_TIMEOUT_S + 30
 
 
-def from_reply(host: str, reply: list[dict[str, Any]] | HostUnreachable, first: int = 0) -> GpuHost:
+def from_reply(host: str, reply: Reply, first: int = 0) -> GpuHost:
     """A host's GPUs from a call whose ops ``first`` and ``first + 1`` are ``nvidia_smi.query_ops()``."""
     if isinstance(reply, HostUnreachable):
         return nvidia_smi.unreachable(host, reply.reason)
-    results = reply[first:first + 2]
+    results = [client.answer(r, client.run) for r in reply[first:first + 2]]
     return nvidia_smi.host_gpus(host, results[0] if results else None, results[1] if len(results) > 1 else None)
 
 

@@ -7,24 +7,27 @@ reclaim is one op in a host's round trip. Here: the op, and reading its answer.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
-from skill_server.hosts import HostUnreachable, Reply
-from skill_server.hosts.agent.procs import KILL_WAIT_S
+from skill_server.hosts import HostUnreachable, Reply, client
+from skill_server.hosts.agent.protocol import KILL_WAIT_S
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import ReclaimReply
 
 __all__ = ["KILL_WAIT_S", "read_result", "reclaim_op"]
 
 
-def reclaim_op(pids: list[int], grace_s: float) -> dict[str, Any]:
+def reclaim_op(pids: list[int], grace_s: float) -> client.Op[ReclaimReply]:
     """The op that ends the GPU processes ``pids`` on its host (see the module docstring)."""
-    return {"op": "reclaim_gpus", "pids": sorted(set(pids)), "grace_s": grace_s}
+    return client.reclaim_gpus(sorted(set(pids)), grace_s)
 
 
-def read_result(reply: Reply, index: int = 0) -> tuple[dict[str, list[dict[str, Any]]] | None, str | None]:
+def read_result(reply: Reply, index: int = 0) -> tuple[ReclaimReply | None, str | None]:
     """(report, None) from a host's reply to ``reclaim_op``, or (None, why nothing is known)."""
     if isinstance(reply, HostUnreachable):
         return None, f"unreachable: {reply.reason}"
-    result = reply[index]
-    if not result.get("ok"):
-        return None, str(result.get("error") or "the host could not end them")
-    return {k: list(result.get(k) or []) for k in ("killed", "survivors", "skipped")}, None
+    result = client.answer(reply[index], client.reclaim_gpus)
+    if not result["ok"]:
+        return None, result["error"] or "the host could not end them"
+    return result, None

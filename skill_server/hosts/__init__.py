@@ -2,27 +2,32 @@
 
 ``get_host("local")`` is this machine (the agent runs in-process); any other name is an SSH destination
 (the agent is shipped over the system ``ssh`` client). The experiment tools never branch on which one
-they hold. ``call_hosts`` asks several hosts at once, one round trip each, in parallel; ``result_of``
-reads one op's result from a host's reply (a host that could not be asked gives a failed result).
+they hold. Requests are ``client`` ops; ``call_hosts`` asks several hosts at once, one round trip each,
+in parallel; ``result_of`` reads one op's result from a host's reply (a host that could not be asked
+gives a failed result).
 
-Modules: ``base`` (the interface, ``HostUnreachable``, ``expect``), ``local``, ``ssh``, ``destinations``
-(which strings name a host) and ``agent`` (the stdlib-only program that does the work on a host).
+Modules: ``base`` (the interface, ``HostUnreachable``), ``client`` (one typed function per agent
+operation, ``expect``), ``local``, ``ssh``, ``destinations`` (which strings name a host),
+``localfiles`` (this machine's files, read as the agent reads them) and ``agent`` (the stdlib-only
+program that does the work on a host; ``agent.protocol`` is what crosses the wire).
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from skill_server.hosts.base import LOCAL, CommandResult, Host, HostUnreachable, expect
+from skill_server.hosts.base import LOCAL, CommandResult, Host, HostUnreachable
+from skill_server.hosts.client import Op, Result, expect
 from skill_server.hosts.destinations import normalise
 
-__all__ = ["LOCAL", "CommandResult", "Host", "HostUnreachable", "Reply", "call_hosts", "expect", "get_host", "normalise",
-           "result_of"]
+__all__ = ["LOCAL", "CommandResult", "Host", "HostUnreachable", "Reply", "call_hosts", "expect", "get_host",
+           "normalise", "result_of"]
 
 #: What ``call_hosts`` gives per host: one result per op, or why the host could not be asked.
-Reply = list[dict[str, Any]] | HostUnreachable
+Reply = list[Result] | HostUnreachable
 
 _LOCK = threading.Lock()
 _HOSTS: dict[str, Host] = {}
@@ -45,7 +50,7 @@ def get_host(name: str) -> Host:
         return host
 
 
-def call_hosts(requests: dict[str, list[dict[str, Any]]], *, timeout_s: float = 60.0) -> dict[str, Reply]:
+def call_hosts(requests: Mapping[str, Sequence[Op[Any]]], *, timeout_s: float = 60.0) -> dict[str, Reply]:
     """One ``call`` per host, all hosts in parallel; a host that cannot be asked maps to its error."""
 
     def one(name: str) -> Reply:
@@ -61,10 +66,10 @@ def call_hosts(requests: dict[str, list[dict[str, Any]]], *, timeout_s: float = 
         return dict(zip(names, pool.map(one, names)))
 
 
-def result_of(reply: Reply | None, index: int = 0) -> dict[str, Any]:
+def result_of(reply: Reply | None, index: int = 0) -> Result:
     """Op ``index``'s result in a host's reply; a failed result (kind ``unreachable``) when there is none."""
     if isinstance(reply, HostUnreachable):
-        return {"ok": False, "error": reply.message, "kind": "unreachable"}
+        return {"ok": False, "error": reply.message, "field": None, "kind": "unreachable"}
     if reply is None or index >= len(reply):
-        return {"ok": False, "error": "no answer", "kind": "unreachable"}
+        return {"ok": False, "error": "no answer", "field": None, "kind": "unreachable"}
     return reply[index]

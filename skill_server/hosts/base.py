@@ -1,8 +1,8 @@
 """The host interface: one round trip to a host's agent, and the small operations built on it.
 
-``Host.call(ops)`` sends a batch of agent operations (see ``agent.ops``) and returns one result per op;
+``Host.call(ops)`` sends a batch of agent operations (built by ``client``) and returns one result per op;
 it raises ``HostUnreachable`` when the host could not be asked at all (connection, authentication,
-no Python, no answer in time). A failed op is a result with ``ok: false``; :func:`expect` turns it
+no Python, no answer in time). A failed op is a result with ``ok: false``; ``op.expect`` turns it
 into the tool error it deserves. ``run`` is one call for one command; code that needs several things
 from one host batches them into one ``call``.
 """
@@ -10,11 +10,17 @@ from one host batches them into one ``call``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from skill_server.core.errors import ToolFailure, ToolInputError
-from skill_server.hosts.agent import PROTOCOL_VERSION
+from skill_server.core.errors import ToolFailure
+from skill_server.hosts.agent.protocol import PROTOCOL_VERSION
+from skill_server.hosts.client import Op, Result
+from skill_server.hosts.client import run as run_op
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import Envelope
 
 LOCAL = "local"
 
@@ -45,17 +51,6 @@ def tmux_attach_argv(socket_path: str, session: str) -> list[str]:
     return ["tmux", "-S", socket_path, "attach", "-t", session]
 
 
-def expect(result: dict[str, Any], *, field: str | None = None) -> dict[str, Any]:
-    """The result of a successful op, else raise: ``ToolInputError`` when the host names an argument."""
-    if result.get("ok"):
-        return result
-    message = str(result.get("error") or "operation failed")
-    named = result.get("field")
-    if named is not None or (field is not None and result.get("kind") in ("not_found", "not_regular")):
-        raise ToolInputError(message, field=str(named) if named is not None else field)
-    raise ToolFailure(message, field=field)
-
-
 class Host(ABC):
     """Where processes run and files live: this machine, or one reached over SSH."""
 
@@ -66,17 +61,17 @@ class Host(ABC):
         return self.name == LOCAL
 
     @abstractmethod
-    def call(self, ops: list[dict[str, Any]], *, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+    def call(self, ops: Sequence[Op[Any]], *, timeout_s: float = 60.0) -> list[Result]:
         """Run ``ops`` in one agent invocation on the host; one result per op."""
 
     @abstractmethod
     def attach_command(self, socket_path: str, session: str) -> str:
         """The shell command a user types to watch a session of this host's tmux server."""
 
-    def _request(self, ops: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"v": PROTOCOL_VERSION, "ops": ops}
+    def _request(self, ops: Sequence[Op[Any]]) -> Envelope:
+        return {"v": PROTOCOL_VERSION, "ops": [op.request for op in ops]}
 
-    def _results(self, reply: Any, count: int) -> list[dict[str, Any]]:
+    def _results(self, reply: Any, count: int) -> list[Result]:
         if not isinstance(reply, dict) or reply.get("v") != PROTOCOL_VERSION:
             raise HostUnreachable(self.name, "the host agent answered with an unexpected protocol")
         if "error" in reply:
@@ -90,7 +85,6 @@ class Host(ABC):
     def run(self, argv: list[str], *, timeout_s: float = 30.0, stdin: str | None = None, cwd: str | None = None,
             env: dict[str, str] | None = None, max_output: int = 1024 * 1024) -> CommandResult:
         """Run ``argv`` (no shell: each element reaches the program unchanged) with a time bound."""
-        op = {"op": "run", "argv": list(argv), "timeout_s": timeout_s, "stdin": stdin, "cwd": cwd,
-              "env": env or {}, "max_output": max_output}
-        r = expect(self.call([op], timeout_s=timeout_s + 30.0)[0])
+        op = run_op(argv, timeout_s=timeout_s, stdin=stdin, cwd=cwd, env=env, max_output=max_output)
+        r = op.expect(self.call([op], timeout_s=timeout_s + 30.0)[0])
         return CommandResult(r["returncode"], r["stdout"], r["stderr"], r["timed_out"], r["truncated"], r["error"])

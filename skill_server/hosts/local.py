@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import shlex
+from collections.abc import Sequence
 from typing import Any
 
 from skill_server.hosts.agent import ops as agent_ops
 from skill_server.hosts.base import LOCAL, Host, tmux_attach_argv
+from skill_server.hosts.client import Op, Result
 
 
 class LocalHost(Host):
     name = LOCAL
 
-    def call(self, ops: list[dict[str, Any]], *, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+    def call(self, ops: Sequence[Op[Any]], *, timeout_s: float = 60.0) -> list[Result]:
         return self._results(agent_ops.handle(self._request(ops)), len(ops))
 
     def attach_command(self, socket_path: str, session: str) -> str:

@@ -20,6 +20,7 @@ drops, after the agent's idle time, or with this process.
 from __future__ import annotations
 
 import atexit
+import functools
 import json
 import logging
 import os
@@ -31,13 +32,15 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from skill_server.core.errors import ToolFailure
 from skill_server.hosts.agent import program
-from skill_server.hosts.agent.files import state_dir
+from skill_server.hosts.agent.protocol import state_dir
 from skill_server.hosts.base import Host, HostUnreachable, tmux_attach_argv
+from skill_server.hosts.client import Op, Result
 
 log = logging.getLogger(__name__)
 
@@ -49,14 +52,12 @@ SOCKET_PATH_LIMIT = 100
 #: Where control sockets go when the state directory's path is too long for a Unix socket.
 FALLBACK_CONTROL_DIR = "/tmp/ajs-ssh-{uid}"
 _CONTROL_NAME_LEN = 40 + 17  # "%C" expands to 40 hex characters; ssh binds "<path>.<16 random>" first
-_PROGRAM: bytes | None = None
 
 
+@functools.cache
 def _program() -> bytes:
-    global _PROGRAM
-    if _PROGRAM is None:
-        _PROGRAM = program.ssh_payload()
-    return _PROGRAM
+    """What every call writes to ssh's stdin before its request (built once per process)."""
+    return program.ssh_payload()
 
 
 def _private_dir(path: str) -> bool:
@@ -174,15 +175,18 @@ class _Session:
     def __init__(self, host: str, argv: list[str], timeout_s: float) -> None:
         self.host = host
         self.lock = threading.Lock()
-        self.err: IO[bytes] = tempfile.TemporaryFile()
+        # ssh's stderr for the session's whole life (read when it breaks while connecting): no with-block.
+        self.err: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
                                      start_new_session=True)
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.stdin: IO[bytes] = self.proc.stdin
+        self.stdout: IO[bytes] = self.proc.stdout
         self.buf = b""
         self.ready = False
-        assert self.proc.stdin is not None and self.proc.stdout is not None
         try:
-            self.proc.stdin.write(_program())
-            self.proc.stdin.flush()
+            self.stdin.write(_program())
+            self.stdin.flush()
         except OSError:
             raise self._broken() from None
         if self._line(time.monotonic() + timeout_s) != b"ready":
@@ -201,7 +205,7 @@ class _Session:
         return failure if failure is not None else _Broken()
 
     def _fill(self, deadline: float) -> None:
-        fd = self.proc.stdout.fileno()  # type: ignore[union-attr]
+        fd = self.stdout.fileno()
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([fd], [], [], left)[0]:
             self.close()
@@ -223,8 +227,8 @@ class _Session:
     def ask(self, request: bytes, timeout_s: float) -> Any:
         deadline = time.monotonic() + timeout_s
         try:
-            self.proc.stdin.write(str(len(request)).encode("ascii") + b"\n" + request)  # type: ignore[union-attr]
-            self.proc.stdin.flush()  # type: ignore[union-attr]
+            self.stdin.write(str(len(request)).encode("ascii") + b"\n" + request)
+            self.stdin.flush()
         except OSError:
             raise self._broken() from None
         size = int(self._line(deadline))
@@ -239,7 +243,7 @@ class _Session:
     def close(self) -> None:
         if self.proc.poll() is None:
             try:
-                self.proc.stdin.close()  # type: ignore[union-attr]
+                self.stdin.close()
                 self.proc.wait(timeout=2)
             except (OSError, subprocess.TimeoutExpired):
                 self.proc.kill()
@@ -267,7 +271,7 @@ class SshHost(Host):
         except ToolFailure as exc:
             raise HostUnreachable(self.name, exc.message) from None
 
-    def call(self, ops: list[dict[str, Any]], *, timeout_s: float = 60.0) -> list[dict[str, Any]]:
+    def call(self, ops: Sequence[Op[Any]], *, timeout_s: float = 60.0) -> list[Result]:
         request = json.dumps(self._request(ops), separators=(",", ":")).encode("utf-8")
         if len(request) <= SESSION_MAX_REQUEST:
             reply = self._ask_session(request, timeout_s)
@@ -295,8 +299,7 @@ class SshHost(Host):
                 session = _SESSIONS.get(key)
                 if session is None or not session.alive():
                     session = _SESSIONS[key] = fresh
-                    fresh = None
-            if fresh is not None:
+            if session is not fresh:
                 fresh.close()
         if not session.lock.acquire(blocking=False):
             return None
@@ -315,7 +318,7 @@ class SshHost(Host):
         with tempfile.TemporaryFile() as err:
             try:
                 done = subprocess.run(argv, input=_program() + request, stdout=subprocess.PIPE, stderr=err,
-                                      timeout=timeout_s)
+                                      timeout=timeout_s, check=False)
             except subprocess.TimeoutExpired:
                 raise HostUnreachable(self.name, f"no answer within {timeout_s:.0f} s") from None
             except OSError as exc:
@@ -371,6 +374,6 @@ def close_masters() -> int:
             continue
         done = subprocess.run(["ssh", "-o", f"ControlPath={path}", "-O", "exit", "ajs-control-master"],
                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                              timeout=15)
+                              timeout=15, check=False)
         closed += done.returncode == 0
     return closed

@@ -6,7 +6,6 @@ status call over many runs on one host costs one round trip. The same program, w
 directory, is the watchdog that enforces the run's max time where the run lives.
 
 Rules for every module here: standard library only, Python 3.8 syntax, no imports from ``skill_server``
-outside this package (relative imports only), no output on stdout except the reply.
+outside this package (relative imports only), no output on stdout except the reply. What crosses the
+wire, and the constants the server shares with the agent, are in ``protocol``.
 """
-
-PROTOCOL_VERSION = 1

@@ -14,7 +14,20 @@ import stat
 
 from . import files
 from .files import AgentError
-from .request import need
+from .protocol import TYPE_CHECKING
+from .request import need, need_or
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import TypedDict
+
+    from .protocol import Checkpoint, CheckpointsReply
+
+    class _Size(TypedDict):
+        size: int
+        files: int
+        mtime: float
+        partial: bool
 
 STEP_DIR = re.compile(r"^global_step_(\d{1,15})$")
 LATEST_FILE = "latest_checkpointed_iteration.txt"
@@ -37,7 +50,7 @@ class _Budget:
         return True
 
 
-def _measure(path: str, budget: _Budget) -> dict:
+def _measure(path: str, budget: _Budget) -> _Size:
     """Size (regular files), file count and newest modification time of one checkpoint folder."""
     size = count = 0
     newest = 0.0
@@ -72,12 +85,12 @@ def _measure(path: str, budget: _Budget) -> dict:
     return {"size": size, "files": count, "mtime": newest, "partial": partial}
 
 
-def op_checkpoints(req: dict) -> dict:
+def op_checkpoints(req: Mapping[str, object]) -> CheckpointsReply:
     """``global_step_N`` folders under ``path`` (depth-limited, entry-limited), oldest step first."""
     root = files.expand(need(req, "path", str))
-    max_depth = _clamp(need(req, "max_depth", int, 3), 0, 6)
-    budget = _Budget(_clamp(need(req, "max_entries", int, 20000), 1, 200000))
-    limit = _clamp(need(req, "limit", int, 200), 1, 2000)
+    max_depth = _clamp(need_or(req, "max_depth", int, 3), 0, 6)
+    budget = _Budget(_clamp(need_or(req, "max_entries", int, 20000), 1, 200000))
+    limit = _clamp(need_or(req, "limit", int, 200), 1, 2000)
     try:
         info = os.stat(root)
     except FileNotFoundError:
@@ -86,7 +99,7 @@ def op_checkpoints(req: dict) -> dict:
         raise AgentError("cannot read %s: %s" % (root, exc.strerror or exc)) from None
     if not stat.S_ISDIR(info.st_mode):
         raise AgentError("not a directory: " + root, kind="not_regular")
-    found = []
+    found: list[Checkpoint] = []
     stack = [(root, 0)]
     while stack and not budget.exhausted:
         current, depth = stack.pop()
@@ -105,7 +118,9 @@ def op_checkpoints(req: dict) -> dict:
                 continue
             match = STEP_DIR.match(entry.name)
             if match:
-                found.append(dict(_measure(entry.path, budget), path=entry.path, step=int(match.group(1))))
+                size = _measure(entry.path, budget)
+                found.append({"size": size["size"], "files": size["files"], "mtime": size["mtime"],
+                              "partial": size["partial"], "path": entry.path, "step": int(match.group(1))})
             elif depth < max_depth:
                 stack.append((entry.path, depth + 1))
     found.sort(key=lambda c: (c["step"], c["path"]))

@@ -1,4 +1,4 @@
-"""Files on the host: where state lives, small state files, bounded reads, atomic writes.
+"""Files on the host: run directories, small state files, bounded reads, atomic writes.
 
 Reads open with ``O_NONBLOCK`` and refuse anything that is not a regular file, so a FIFO or a device
 given as a path can never block or stream forever. Writes go to a temporary file in the target's
@@ -11,7 +11,11 @@ import os
 import stat
 import time
 
-STATE_DIR_ENV = "SKILL_SERVER_STATE_DIR"
+from .protocol import TYPE_CHECKING, state_dir
+
+if TYPE_CHECKING:
+    from .protocol import Appended
+
 TEMP_SUFFIX = ".ajs-tmp"
 #: A temporary file older than this was left by an interrupted write and is removed on the next write.
 STALE_TEMP_S = 600.0
@@ -25,16 +29,6 @@ class AgentError(Exception):
         self.message = message
         self.field = field
         self.kind = kind
-
-
-def state_dir() -> str:
-    """``$SKILL_SERVER_STATE_DIR``, else ``$XDG_STATE_HOME/agentjet-swarm-skill``, else ~/.local/state/..."""
-    explicit = os.environ.get(STATE_DIR_ENV)
-    if explicit:
-        return os.path.abspath(os.path.expanduser(explicit))
-    xdg = os.environ.get("XDG_STATE_HOME")
-    base = os.path.expanduser(xdg) if xdg else os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.abspath(os.path.join(base, "agentjet-swarm-skill"))
 
 
 def run_dir(exp_id: str) -> str:
@@ -133,7 +127,7 @@ def touch(path: str) -> None:
     os.close(fd)
 
 
-def read_appended(path: str, offset: int, budget: int, final: bool) -> dict:
+def read_appended(path: str, offset: int, budget: int, final: bool) -> Appended:
     """Bytes appended after ``offset``: at most ``budget`` of the newest ones, cut at a line end.
 
     Returns ``text`` (UTF-8, undecodable bytes replaced), ``end`` (where the next read starts, in

@@ -1,4 +1,4 @@
-"""The agent's protocol and entry point: one JSON request in, one JSON reply out.
+"""The agent's entry point: one JSON request in, one JSON reply out (the shapes: ``protocol``).
 
 A request is ``{"v": PROTOCOL_VERSION, "ops": [{"op": NAME, ...}, ...]}``; the reply is
 ``{"v": ..., "results": [...]}`` with one result per op, in order: ``{"ok": true, ...}`` or
@@ -13,53 +13,64 @@ import json
 import os
 import sys
 
-from . import PROTOCOL_VERSION
 from .checkpoints import op_checkpoints
 from .files import AgentError
 from .generic import op_ping, op_read, op_run, op_write
+from .protocol import PROTOCOL_VERSION, TYPE_CHECKING
 from .reclaim import op_reclaim_gpus
 from .runs import op_discard, op_launch, op_observe, op_stop
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from .protocol import Failure, OpReply, ReplyEnvelope
+
 MAX_REQUEST_BYTES = 64 * 1024 * 1024
 
-OPS = {"ping": op_ping, "run": op_run, "read": op_read, "write": op_write,
-       "launch": op_launch, "discard": op_discard, "observe": op_observe, "stop": op_stop,
-       "checkpoints": op_checkpoints, "reclaim_gpus": op_reclaim_gpus}
+#: Each op reads its fields from the request as it came (``request.need``) and returns its reply's body.
+OPS: dict[str, Callable[[Mapping[str, object]], OpReply]] = {
+    "ping": op_ping, "run": op_run, "read": op_read, "write": op_write,
+    "launch": op_launch, "discard": op_discard, "observe": op_observe, "stop": op_stop,
+    "checkpoints": op_checkpoints, "reclaim_gpus": op_reclaim_gpus}
 
 
-def handle(request: object) -> dict:
+def _failure(error: str, field: str | None, kind: str) -> Failure:
+    return {"ok": False, "error": error, "field": field, "kind": kind}
+
+
+def _one(op: object) -> OpReply | Failure:
+    """One op's result; never raises."""
+    name = op.get("op") if isinstance(op, dict) else None
+    fn = OPS.get(name) if isinstance(name, str) else None
+    if fn is None or not isinstance(op, dict):
+        return _failure("unknown operation %r" % (name,), None, "error")
+    try:
+        result = fn(op)
+        result["ok"] = True
+        return result
+    except AgentError as exc:
+        return _failure(exc.message, exc.field, exc.kind)
+    except Exception as exc:  # a bug or an unexpected OS error: one line, never a traceback
+        return _failure("host agent error in %s: %s: %s" % (name, type(exc).__name__, exc), None, "internal")
+
+
+def handle(request: object) -> ReplyEnvelope:
     """Answer one request; never raises."""
     if not isinstance(request, dict) or request.get("v") != PROTOCOL_VERSION or not isinstance(
             request.get("ops"), list):
         return {"v": PROTOCOL_VERSION, "error": "bad request (protocol version %d expected)" % PROTOCOL_VERSION}
-    results = []
-    for op in request["ops"]:
-        name = op.get("op") if isinstance(op, dict) else None
-        fn = OPS.get(name) if isinstance(name, str) else None
-        if fn is None:
-            results.append({"ok": False, "error": "unknown operation %r" % (name,), "field": None, "kind": "error"})
-            continue
-        try:
-            result = fn(op)
-            result["ok"] = True
-        except AgentError as exc:
-            result = {"ok": False, "error": exc.message, "field": exc.field, "kind": exc.kind}
-        except Exception as exc:  # a bug or an unexpected OS error: one line, never a traceback
-            result = {"ok": False, "error": "host agent error in %s: %s: %s" % (name, type(exc).__name__, exc),
-                      "field": None, "kind": "internal"}
-        results.append(result)
-    return {"v": PROTOCOL_VERSION, "results": results}
+    return {"v": PROTOCOL_VERSION, "results": [_one(op) for op in request["ops"]]}
 
 
 #: A serving agent exits after this long without a request (the caller starts a new one when needed).
 SERVE_IDLE_S = 300.0
 
 
-def _encode(reply: dict) -> bytes:
+def _encode(reply: ReplyEnvelope) -> bytes:
     return json.dumps(reply, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
-def _answer(raw: bytes) -> dict:
+def _answer(raw: bytes) -> ReplyEnvelope:
     try:
         return handle(json.loads(raw.decode("utf-8")))
     except ValueError as exc:
@@ -113,6 +124,7 @@ def main(argv: list[str]) -> int:
     if len(argv) > 1 and argv[1] == "serve":
         return serve()
     raw = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
+    reply: ReplyEnvelope
     if len(raw) > MAX_REQUEST_BYTES:
         reply = {"v": PROTOCOL_VERSION, "error": "request over %d bytes" % MAX_REQUEST_BYTES}
     else:

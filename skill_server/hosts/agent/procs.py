@@ -17,13 +17,34 @@ import os
 import signal
 import time
 
-MARKER = "AGENTJET_SKILL_RUN"
+from .protocol import KILL_WAIT_S, RUN_MARKER, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    from .protocol import SeenProc, StopReport
+
+    class Wrapper(TypedDict):
+        """A run's wrapper process (a process group leader) as recorded at launch."""
+
+        role: str
+        pid: int
+        start: str | None
+
+    class Marked(TypedDict):
+        """A live process carrying the run marker."""
+
+        pid: int
+        pgid: int
+        role: str
+        start: str | None
+        command: str
+
 USE_PROC = os.path.isdir("/proc/self")
 POLL_S = 0.2
 MARKED_POLL_S = 1.0
 TERM_WAIT_S = 3.0
-KILL_WAIT_S = 3.0
-_MARKER_BYTES = MARKER.encode() + b"="
+_MARKER_BYTES = RUN_MARKER.encode() + b"="
 
 
 def _proc_stat(pid: int) -> list[str] | None:
@@ -40,7 +61,8 @@ def _ps(args: list[str]) -> list[str]:
     import subprocess  # only where there is no /proc
 
     try:
-        out = subprocess.run(["ps"] + args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=20)
+        out = subprocess.run(["ps"] + args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=20,
+                             check=False)
     except (OSError, subprocess.SubprocessError):
         return []
     return out.stdout.decode("utf-8", "replace").splitlines()
@@ -89,65 +111,80 @@ def cmdline(pid: int) -> str:
     return raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
 
 
-def marked(prefix: str) -> list[dict]:
+def marked(prefix: str) -> list[Marked]:
     """Live processes whose marker starts with ``prefix`` (``<id>/`` for a run, ``<id>/<role>`` for one
     process): pid, pgid, role and command. This process itself is never listed."""
+    return _marked_in_proc(prefix) if USE_PROC else _marked_by_ps(prefix)
+
+
+def _marked_in_proc(prefix: str) -> list[Marked]:
     me = os.getpid()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        entries = []
     found = []
-    if USE_PROC:
-        try:
-            entries = os.listdir("/proc")
-        except OSError:
-            entries = []
-        for entry in entries:
-            if not entry.isdecimal() or int(entry) == me:
-                continue
-            try:
-                with open("/proc/" + entry + "/environ", "rb") as handle:
-                    environ = handle.read()
-            except OSError:
-                continue
-            if _MARKER_BYTES not in environ:
-                continue
-            value = _marker_value(environ)
-            if value is None or not value.startswith(prefix):
-                continue
-            fields = _proc_stat(int(entry))
-            if not fields or fields[0] in ("Z", "X"):
-                continue
-            found.append({"pid": int(entry), "pgid": int(fields[2]), "role": value.split("/", 1)[-1],
-                          "start": fields[19] if len(fields) > 19 else None, "command": cmdline(int(entry))[:200]})
-        return found
-    # Without /proc: ps prints the environment after the arguments, so the environment of a process is
-    # what its listing with environment adds to its listing without (a marker in an argument, such as
-    # tmux's own command line, must not count).
+    for entry in entries:
+        if entry.isdecimal() and int(entry) != me:
+            proc = _marked_pid(int(entry), prefix)
+            if proc is not None:
+                found.append(proc)
+    return found
+
+
+def _marked_pid(pid: int, prefix: str) -> Marked | None:
+    """``pid`` as a marked process (from /proc), or None when it carries no marker with ``prefix``."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as handle:
+            environ = handle.read()
+    except OSError:
+        return None
+    if _MARKER_BYTES not in environ:
+        return None
+    value = _marker_value(environ)
+    if value is None or not value.startswith(prefix):
+        return None
+    fields = _proc_stat(pid)
+    if not fields or fields[0] in ("Z", "X"):
+        return None
+    return {"pid": pid, "pgid": int(fields[2]), "role": value.split("/", 1)[-1],
+            "start": fields[19] if len(fields) > 19 else None, "command": cmdline(pid)[:200]}
+
+
+def _marked_by_ps(prefix: str) -> list[Marked]:
+    """Without /proc: ps prints the environment after the arguments, so the environment of a process is
+    what its listing with environment adds to its listing without (a marker in an argument, such as
+    tmux's own command line, must not count)."""
+    me = os.getpid()
     plain = {}
     for line in _ps(["-A", "-ww", "-o", "pid=", "-o", "pgid=", "-o", "stat=", "-o", "command="]):
         parts = line.split(None, 3)
         if len(parts) == 4 and parts[0].isdecimal():
             plain[int(parts[0])] = parts
-    needle = " " + MARKER + "=" + prefix
     for flags in (["-E"], ["e"]):  # BSD/macOS show the environment with -E, procps with e
         lines = _ps(["-A", "-ww"] + flags + ["-o", "pid=", "-o", "command="])
-        if not lines:
-            continue
-        for line in lines:
-            parts = line.split(None, 1)
-            if len(parts) < 2 or not parts[0].isdecimal():
-                continue
-            pid = int(parts[0])
-            known = plain.get(pid)
-            if pid == me or known is None or known[2].startswith("Z") or not parts[1].startswith(known[3]):
-                continue
-            environment = " " + parts[1][len(known[3]):]
-            at = environment.find(needle)
-            if at < 0:
-                continue
-            value = environment[at + 1 + len(MARKER) + 1:].split(" ", 1)[0]
-            found.append({"pid": pid, "pgid": int(known[1]) if known[1].isdecimal() else 0,
-                          "role": value.split("/", 1)[-1], "start": start_time(pid), "command": known[3][:200]})
-        return found
-    return found
+        if lines:
+            found = (_ps_marked(line, plain, prefix, me) for line in lines)
+            return [proc for proc in found if proc is not None]
+    return []
+
+
+def _ps_marked(line: str, plain: dict[int, list[str]], prefix: str, me: int) -> Marked | None:
+    """One line of ``ps`` with environments as a marked process, or None."""
+    parts = line.split(None, 1)
+    if len(parts) < 2 or not parts[0].isdecimal():
+        return None
+    pid = int(parts[0])
+    known = plain.get(pid)
+    if pid == me or known is None or known[2].startswith("Z") or not parts[1].startswith(known[3]):
+        return None
+    environment = " " + parts[1][len(known[3]):]
+    at = environment.find(" " + RUN_MARKER + "=" + prefix)
+    if at < 0:
+        return None
+    value = environment[at + 1 + len(RUN_MARKER) + 1:].split(" ", 1)[0]
+    return {"pid": pid, "pgid": int(known[1]) if known[1].isdecimal() else 0, "role": value.split("/", 1)[-1],
+            "start": start_time(pid), "command": known[3][:200]}
 
 
 def _send(pid: int, sig: int, group: bool) -> bool:
@@ -161,12 +198,12 @@ def _send(pid: int, sig: int, group: bool) -> bool:
     return True
 
 
-def _live(wrappers: list[dict], prefix: str) -> tuple[list[dict], list[dict]]:
+def _live(wrappers: list[Wrapper], prefix: str) -> tuple[list[Wrapper], list[Marked]]:
     """(live wrappers, live marked processes)."""
-    return [w for w in wrappers if alive(w.get("pid"), w.get("start"))], marked(prefix)
+    return [w for w in wrappers if alive(w["pid"], w["start"])], marked(prefix)
 
 
-def _signal_all(wrappers: list[dict], procs: list[dict], sig: int) -> None:
+def _signal_all(wrappers: list[Wrapper], procs: list[Marked], sig: int) -> None:
     groups = {w["pid"] for w in wrappers} | {p["pgid"] for p in procs if p["pgid"] > 1}
     for pgid in groups:
         _send(pgid, sig, group=True)
@@ -174,7 +211,7 @@ def _signal_all(wrappers: list[dict], procs: list[dict], sig: int) -> None:
         _send(p["pid"], sig, group=False)
 
 
-def _wait_gone(wrappers: list[dict], prefix: str, seconds: float) -> tuple[list[dict], list[dict]]:
+def _wait_gone(wrappers: list[Wrapper], prefix: str, seconds: float) -> tuple[list[Wrapper], list[Marked]]:
     """Wait until nothing of the run lives, at most ``seconds``. Wrappers are checked every POLL_S; the
     marker scan (it reads every process's environment) at most once per MARKED_POLL_S."""
     end = time.monotonic() + seconds
@@ -183,27 +220,27 @@ def _wait_gone(wrappers: list[dict], prefix: str, seconds: float) -> tuple[list[
     while (live_w or live_p) and time.monotonic() < end:
         time.sleep(POLL_S)
         had_wrappers = bool(live_w)
-        live_w = [w for w in live_w if alive(w.get("pid"), w.get("start"))]
+        live_w = [w for w in live_w if alive(w["pid"], w["start"])]
         if time.monotonic() >= next_scan or (had_wrappers and not live_w):
             live_p = marked(prefix)
             next_scan = time.monotonic() + MARKED_POLL_S
     return live_w, live_p
 
 
-def _describe(wrappers: list[dict], procs: list[dict]) -> list[dict]:
+def _describe(wrappers: list[Wrapper], procs: list[Marked]) -> list[SeenProc]:
     seen = set()
-    out = []
+    out: list[SeenProc] = []
     for w in wrappers:
         seen.add(w["pid"])
-        out.append({"pid": w["pid"], "role": w.get("role", ""), "start": w.get("start"), "command": "(wrapper)"})
+        out.append({"pid": w["pid"], "role": w["role"], "start": w["start"], "command": "(wrapper)"})
     for p in procs:
         if p["pid"] not in seen:
             seen.add(p["pid"])
-            out.append({"pid": p["pid"], "role": p["role"], "start": p.get("start"), "command": p["command"]})
+            out.append({"pid": p["pid"], "role": p["role"], "start": p["start"], "command": p["command"]})
     return out
 
 
-def terminate(wrappers: list[dict], prefix: str, grace_s: float) -> dict:
+def terminate(wrappers: list[Wrapper], prefix: str, grace_s: float) -> StopReport:
     """Stop every process of a run (or of one role): Ctrl-C, grace, SIGTERM, SIGKILL, verify.
 
     ``wrappers``: [{role, pid, start}] of the wrapper processes (process group leaders). Returns
@@ -211,11 +248,11 @@ def terminate(wrappers: list[dict], prefix: str, grace_s: float) -> dict:
     SIGTERM/SIGKILL were sent) and ``survivors`` (alive even after SIGKILL: never claimed stopped).
     """
     live_w, live_p = _live(wrappers, prefix)
-    interrupted = sorted({w.get("role", "") for w in live_w})
+    interrupted = sorted({w["role"] for w in live_w})
     for w in live_w:  # what Ctrl-C in the pane does: SIGINT to the foreground process group
         _send(w["pid"], signal.SIGINT, group=True)
-    terminated: list[dict] = []
-    killed: list[dict] = []
+    terminated: list[SeenProc] = []
+    killed: list[SeenProc] = []
     if live_w or live_p:
         live_w, live_p = _wait_gone(wrappers, prefix, grace_s)
     if live_w or live_p:

@@ -17,9 +17,11 @@ import os
 import sys
 import zlib
 
+from .protocol import STATE_DIR_ENV
+
 #: Load order: a module comes after the modules it imports at load time.
-MODULES = ("files", "procs", "tmux", "wrapper", "watchdog", "program", "request", "generic", "runs", "checkpoints",
-           "reclaim", "ops")
+MODULES = ("protocol", "files", "procs", "tmux", "wrapper", "watchdog", "program", "request", "generic", "runs",
+           "checkpoints", "reclaim", "ops")
 PACKAGE = "ajs_agent"
 #: What ``python3 -c`` runs on the host: read a length line, then that many bytes of compressed program.
 #: No quotes or backslashes, so every remote shell (sh, bash, zsh, fish) passes it through unchanged.
@@ -44,20 +46,12 @@ def _load(sources):
     return pkg
 '''
 
-# Stage one over SSH. Its state-directory rule repeats ``files.state_dir`` (it runs before the package
-# exists on the host).
-_STAGE_ONE = '''
+# Stage one over SSH. It runs before the package exists on the host, so it carries its own copy of
+# ``protocol.state_dir``, rendered from that function's source (``_state_dir_source``).
+_STAGE_ONE = '''from __future__ import annotations
 import os, sys, zlib
 ''' + _LOADER + '''
-
-def _state_dir():
-    explicit = os.environ.get("SKILL_SERVER_STATE_DIR")
-    if explicit:
-        return os.path.abspath(os.path.expanduser(explicit))
-    xdg = os.environ.get("XDG_STATE_HOME")
-    base = os.path.expanduser(xdg) if xdg else os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.abspath(os.path.join(base, "agentjet-swarm-skill"))
-
+%(state_dir)s
 
 def _install(base, sources):
     tmp = "%%s.tmp-%%d" %% (base, os.getpid())
@@ -77,7 +71,7 @@ def _install(base, sources):
 def _main():
     b = sys.stdin.buffer
     blob = b.read(int(b.readline()))
-    base = os.path.join(_state_dir(), "agent", %(digest)r)
+    base = os.path.join(state_dir(), "agent", %(digest)r)
     if not os.path.isfile(os.path.join(base, %(pkg)r, "ops.py")):
         import json
         sources = json.loads(zlib.decompress(blob).decode("utf-8"))
@@ -121,10 +115,21 @@ def _blob(data: bytes) -> bytes:
     return str(len(body)).encode("ascii") + b"\n" + body
 
 
+def _state_dir_source(protocol_source: str) -> str:
+    """``protocol.state_dir`` for stage one: that function's own source (its ``def`` line up to the next
+    line at the left margin), and the constant it reads. Lines, not ``ast``: this runs in the server's
+    worker threads, where CPython 3.11's parser is not thread-safe."""
+    lines = protocol_source.splitlines()
+    start = lines.index("def state_dir() -> str:")
+    end = next((i for i in range(start + 1, len(lines)) if lines[i][:1] not in ("", " ")), len(lines))
+    return "STATE_DIR_ENV = %r\n\n\n%s\n" % (STATE_DIR_ENV, "\n".join(lines[start:end]).rstrip())
+
+
 def ssh_payload() -> bytes:
     """What SSH writes to stdin before the request: stage one, then the package sources."""
     srcs = sources()
     packed = json.dumps(srcs, sort_keys=True).encode("utf-8")
     digest = hashlib.sha256(packed).hexdigest()[:16]
-    stage_one = _STAGE_ONE % {"pkg": PACKAGE, "modules": MODULES, "digest": digest}
+    stage_one = _STAGE_ONE % {"pkg": PACKAGE, "modules": MODULES, "digest": digest,
+                              "state_dir": _state_dir_source(srcs["protocol"])}
     return _blob(stage_one.encode("utf-8")) + _blob(packed)

@@ -16,7 +16,22 @@ import time
 
 from . import procs
 from .files import AgentError
-from .request import need
+from .protocol import KILL_WAIT_S, TYPE_CHECKING
+from .request import need, number
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import TypedDict
+
+    from .protocol import Ended, ReclaimReply
+
+    class _Process(TypedDict):
+        pid: int
+        start: str | None
+        name: str
+
+    class _Target(_Process, total=False):
+        signal: str  # the last signal sent
 
 MAX_PIDS = 4096
 
@@ -54,7 +69,7 @@ def _why_not(pid: int, start: str | None, me: int) -> str | None:
     return None
 
 
-def _signal_and_wait(targets: list, sig: int, label: str, wait_s: float) -> None:
+def _signal_and_wait(targets: list[_Target], sig: int, label: str, wait_s: float) -> None:
     for t in targets:
         if procs.alive(t["pid"], t["start"]):
             try:
@@ -67,15 +82,16 @@ def _signal_and_wait(targets: list, sig: int, label: str, wait_s: float) -> None
         time.sleep(procs.POLL_S)
 
 
-def op_reclaim_gpus(req: dict) -> dict:
+def op_reclaim_gpus(req: Mapping[str, object]) -> ReclaimReply:
     """End the GPU processes ``pids`` this user owns here: SIGTERM, ``grace_s``, SIGKILL; report each pid."""
-    pids = need(req, "pids", list)
-    if len(pids) > MAX_PIDS or not all(isinstance(p, int) and not isinstance(p, bool) and p > 0 for p in pids):
+    given = need(req, "pids", list)
+    pids = [p for p in given if isinstance(p, int) and not isinstance(p, bool) and p > 0]
+    if len(given) > MAX_PIDS or len(pids) != len(given):
         raise AgentError("bad request: 'pids' must be at most %d positive integers" % MAX_PIDS, "pids")
-    grace = max(0.0, min(float(need(req, "grace_s", (int, float), 10)), 600.0))
+    grace = max(0.0, min(number(req, "grace_s", 10), 600.0))
     me = os.getuid()
-    out: dict = {"killed": [], "survivors": [], "skipped": []}
-    targets = []
+    out: ReclaimReply = {"killed": [], "survivors": [], "skipped": []}
+    targets: list[_Target] = []
     for pid in sorted(set(pids)):
         start = procs.start_time(pid) if procs.USE_PROC else None
         why = _why_not(pid, start, me)
@@ -85,9 +101,9 @@ def op_reclaim_gpus(req: dict) -> dict:
         else:
             targets.append({"pid": pid, "start": start, "name": name})
     _signal_and_wait(targets, signal.SIGTERM, "SIGTERM", grace)
-    _signal_and_wait(targets, signal.SIGKILL, "SIGKILL", procs.KILL_WAIT_S)
+    _signal_and_wait(targets, signal.SIGKILL, "SIGKILL", KILL_WAIT_S)
     for t in targets:
-        entry = {"pid": t["pid"], "name": t["name"], "signal": t.get("signal", "")}
-        out["survivors" if procs.alive(t["pid"], t["start"]) else "killed"].append(entry)
+        entry: Ended = {"pid": t["pid"], "name": t["name"], "signal": t.get("signal", "")}
+        (out["survivors"] if procs.alive(t["pid"], t["start"]) else out["killed"]).append(entry)
     return out
 

@@ -13,7 +13,41 @@ import sys
 from . import files, procs, tmux
 from .files import AgentError
 from .generic import MAX_READ_BYTES
-from .request import need
+from .protocol import TYPE_CHECKING
+from .request import need, need_or, number, objects, str_map, strings
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import TypedDict
+
+    from .protocol import (
+        Appended,
+        DiscardReply,
+        LaunchPlan,
+        LaunchStarted,
+        ObservedProc,
+        ObserveReply,
+        Pane,
+        StartedProc,
+        StopReply,
+    )
+
+    class _Proc(TypedDict):
+        """One process of a launch, its paths resolved on this host."""
+
+        role: str
+        workdir: str
+        log_path: str
+        command: str
+        env: dict[str, str]
+        wait_for_url: str | None
+        wait_for_url_timeout_s: int
+
+    class _Plan(TypedDict):
+        path_prepend: str | None
+        virtual_env: str | None
+        result_dir: str
+        procs: list[_Proc]
 
 MARKERS = ("gate", "started", "stopped", "timedout")
 
@@ -28,7 +62,33 @@ def _directory(raw: str, field: str) -> str:
     return path
 
 
-def _resolve_launch(req: dict) -> dict:
+def _interpreter(python: str | None) -> tuple[str | None, str | None]:
+    """(the directory to put first on PATH, the virtualenv) of the run's interpreter, checked on this host."""
+    if python is None:
+        return None, None
+    py = files.expand(python)
+    if not os.path.isabs(py):
+        raise AgentError("give an absolute path (got %r)" % python, "python")
+    if not (os.path.isfile(py) and os.access(py, os.X_OK)):
+        raise AgentError("interpreter does not exist or is not executable on this host: " + py, "python")
+    path_prepend = os.path.dirname(py)
+    if os.path.isfile(os.path.join(os.path.dirname(path_prepend), "pyvenv.cfg")):
+        return path_prepend, os.path.dirname(path_prepend)
+    return path_prepend, None
+
+
+def _resolve_proc(p: Mapping[str, object], result_dir: str) -> _Proc:
+    workdir = _directory(need(p, "workdir", str), need(p, "workdir_field", str))
+    log_path = os.path.normpath(os.path.join(result_dir, files.expand(need(p, "log_path", str))))
+    if os.path.lexists(log_path) and not os.path.isfile(log_path):
+        raise AgentError("exists and is not a regular file: " + log_path, need(p, "log_field", str))
+    return {"role": need(p, "role", str), "workdir": workdir, "log_path": log_path,
+            "command": need(p, "command", str), "env": str_map(p, "env"),
+            "wait_for_url": need_or(p, "wait_for_url", str, None),
+            "wait_for_url_timeout_s": need_or(p, "wait_for_url_timeout_s", int, 600)}
+
+
+def _resolve_launch(req: Mapping[str, object]) -> _Plan:
     """Check and resolve a launch on this host without creating anything."""
     import shutil
 
@@ -36,36 +96,20 @@ def _resolve_launch(req: dict) -> dict:
         if shutil.which(tool) is None:
             raise AgentError("%s is not installed on this host (experiments run in tmux under bash)" % tool,
                              kind="no_" + tool)
-    python = need(req, "python", str, None)
-    path_prepend = virtual_env = None
-    if python is not None:
-        py = files.expand(python)
-        if not os.path.isabs(py):
-            raise AgentError("give an absolute path (got %r)" % python, "python")
-        if not (os.path.isfile(py) and os.access(py, os.X_OK)):
-            raise AgentError("interpreter does not exist or is not executable on this host: " + py, "python")
-        path_prepend = os.path.dirname(py)
-        if os.path.isfile(os.path.join(os.path.dirname(path_prepend), "pyvenv.cfg")):
-            virtual_env = os.path.dirname(path_prepend)
+    python = need_or(req, "python", str, None)
+    path_prepend, virtual_env = _interpreter(python)
     top = files.expand(need(req, "workdir", str))
     result_dir = os.path.normpath(os.path.join(top, files.expand(need(req, "result_dir", str))))
     if os.path.exists(result_dir) and not os.path.isdir(result_dir):
         raise AgentError("exists but is not a directory: " + result_dir, "result_dir")
-    resolved = []
-    for p in need(req, "procs", list):
-        workdir = _directory(need(p, "workdir", str), need(p, "workdir_field", str))
-        log_path = os.path.normpath(os.path.join(result_dir, files.expand(need(p, "log_path", str))))
-        if os.path.lexists(log_path) and not os.path.isfile(log_path):
-            raise AgentError("exists and is not a regular file: " + log_path, need(p, "log_field", str))
-        resolved.append(dict(p, workdir=workdir, log_path=log_path))
+    resolved = [_resolve_proc(p, result_dir) for p in objects(req, "procs")]
     logs = [p["log_path"] for p in resolved]
     if len(set(logs)) != len(logs):
         raise AgentError("each process needs its own log_path", "processes")
-    return {"python": python, "path_prepend": path_prepend, "virtual_env": virtual_env, "result_dir": result_dir,
-            "procs": resolved}
+    return {"path_prepend": path_prepend, "virtual_env": virtual_env, "result_dir": result_dir, "procs": resolved}
 
 
-def _lingering(socket: str, session: str, previous_pids: list) -> bool:
+def _lingering(socket: str, session: str, previous_pids: list[object]) -> bool:
     """Whether the session name is taken by the finished session of an earlier run of ours (its panes are
     exactly the pids that run recorded, all dead): then it may be replaced. Any other session of that
     name refuses the launch."""
@@ -77,53 +121,33 @@ def _lingering(socket: str, session: str, previous_pids: list) -> bool:
     raise AgentError("a tmux session named %r already exists on %s" % (session, socket), "name", kind="duplicate")
 
 
-def op_launch(req: dict) -> dict:
-    """Start the processes of one experiment that run on this host, as windows of one tmux session."""
+def op_launch(req: Mapping[str, object]) -> LaunchPlan | LaunchStarted:
+    """Start the processes of one experiment that run on this host, as windows of one tmux session
+    (``dry_run``: only check and resolve, and say where everything would go)."""
     exp_id = need(req, "exp_id", str)
     session = need(req, "session", str)
     socket = tmux.socket_path(need(req, "socket_name", str))
     plan = _resolve_launch(req)
-    replace = _lingering(socket, session, need(req, "replace_pids", list, []))
+    replace = _lingering(socket, session, need_or(req, "replace_pids", list, []))
     rdir = files.run_dir(exp_id)
-    if need(req, "dry_run", bool, False):
+    if need_or(req, "dry_run", bool, False):
         return {"run_dir": rdir, "socket_path": socket, "result_dir": plan["result_dir"], "python": sys.executable,
                 "procs": [{"role": p["role"], "workdir": p["workdir"], "log_path": p["log_path"]}
                           for p in plan["procs"]]}
     max_time_s = need(req, "max_time_s", int)
-    grace_s = need(req, "deadline_grace_s", int, 5)
+    grace_s = need_or(req, "deadline_grace_s", int, 5)
     try:
         os.makedirs(os.path.dirname(rdir), mode=0o700, exist_ok=True)
         os.mkdir(rdir, 0o700)
     except OSError as exc:
         raise AgentError("cannot create the run directory %s: %s" % (rdir, exc.strerror or exc)) from None
-    started: list[dict] = []
+    started: list[StartedProc] = []
     try:
-        from . import program, wrapper
-
-        files.write_atomic(os.path.join(rdir, "agent.py"), program.program_text().encode("utf-8"), replace=False)
-        try:
-            os.makedirs(plan["result_dir"], exist_ok=True)
-        except OSError as exc:
-            raise AgentError("cannot create %s: %s" % (plan["result_dir"], exc.strerror or exc), "result_dir") from None
-        for p in plan["procs"]:
-            script = wrapper.render(
-                exp_id=exp_id, role=p["role"], run_dir=rdir, workdir=p["workdir"], env=need(p, "env", dict, {}),
-                path_prepend=plan["path_prepend"], virtual_env=plan["virtual_env"], command=need(p, "command", str),
-                log_path=p["log_path"], gate_url=need(p, "wait_for_url", str, None),
-                gate_timeout_s=need(p, "wait_for_url_timeout_s", int, 600), python=sys.executable,
-                max_time_s=max_time_s, deadline_grace_s=grace_s)
-            files.write_atomic(os.path.join(rdir, p["role"] + ".sh"), script.encode("utf-8"), replace=False,
-                               mode=0o600)
+        _write_run_dir(exp_id, rdir, plan, max_time_s, grace_s)
         if replace:  # the finished session of an earlier run of ours with this name
             tmux.kill_session(socket, session)
         for i, p in enumerate(plan["procs"]):
-            argv = wrapper.pane_argv(exp_id, p["role"], os.path.join(rdir, p["role"] + ".sh"))
-            if i == 0:
-                ids = tmux.new_session(socket, session, p["role"], rdir, argv)
-            else:
-                ids = tmux.new_window(socket, session, p["role"], rdir, argv)
-            ids["start"] = procs.start_time(ids["pid"])
-            started.append(dict(ids, role=p["role"], workdir=p["workdir"], log_path=p["log_path"]))
+            started.append(_start(exp_id, socket, session, rdir, p, first=i == 0))
     except BaseException:
         _discard(exp_id, socket, session if started else None, rdir)
         raise
@@ -131,47 +155,81 @@ def op_launch(req: dict) -> dict:
             "procs": started}
 
 
-def _discard(exp_id: str, socket: str, session: str | None, rdir: str) -> dict:
+def _write_run_dir(exp_id: str, rdir: str, plan: _Plan, max_time_s: int, grace_s: int) -> None:
+    """The watchdog program and one wrapper script per process; the result directory."""
+    from . import program, wrapper
+
+    files.write_atomic(os.path.join(rdir, "agent.py"), program.program_text().encode("utf-8"), replace=False)
+    try:
+        os.makedirs(plan["result_dir"], exist_ok=True)
+    except OSError as exc:
+        raise AgentError("cannot create %s: %s" % (plan["result_dir"], exc.strerror or exc), "result_dir") from None
+    for p in plan["procs"]:
+        script = wrapper.render(
+            exp_id=exp_id, role=p["role"], run_dir=rdir, workdir=p["workdir"], env=p["env"],
+            path_prepend=plan["path_prepend"], virtual_env=plan["virtual_env"], command=p["command"],
+            log_path=p["log_path"], gate_url=p["wait_for_url"], gate_timeout_s=p["wait_for_url_timeout_s"],
+            python=sys.executable, max_time_s=max_time_s, deadline_grace_s=grace_s)
+        files.write_atomic(os.path.join(rdir, p["role"] + ".sh"), script.encode("utf-8"), replace=False, mode=0o600)
+
+
+def _start(exp_id: str, socket: str, session: str, rdir: str, p: _Proc, first: bool) -> StartedProc:
+    """One process as a window of the run's session (the first one creates the session)."""
+    from . import wrapper
+
+    argv = wrapper.pane_argv(exp_id, p["role"], os.path.join(rdir, p["role"] + ".sh"))
+    if first:
+        ids = tmux.new_session(socket, session, p["role"], rdir, argv)
+    else:
+        ids = tmux.new_window(socket, session, p["role"], rdir, argv)
+    return {"window_id": ids["window_id"], "pane_id": ids["pane_id"], "pid": ids["pid"],
+            "start": procs.start_time(ids["pid"]), "role": p["role"], "workdir": p["workdir"],
+            "log_path": p["log_path"]}
+
+
+def _discard(exp_id: str, socket: str, session: str | None, rdir: str) -> DiscardReply:
     import shutil
 
     removed = tmux.kill_session(socket, session) if session else False
     report = procs.terminate([], exp_id + "/", 0.0)
     shutil.rmtree(rdir, ignore_errors=True)
-    return dict(report, session_removed=removed)
+    return {"interrupted": report["interrupted"], "terminated": report["terminated"], "killed": report["killed"],
+            "survivors": report["survivors"], "session_removed": removed}
 
 
-def op_discard(req: dict) -> dict:
+def op_discard(req: Mapping[str, object]) -> DiscardReply:
     """Undo a launch (another host of the same experiment refused it): kill, remove the run directory."""
     exp_id = need(req, "exp_id", str)
     return _discard(exp_id, need(req, "socket_path", str), need(req, "session", str), files.run_dir(exp_id))
 
 
-def op_observe(req: dict) -> dict:
+def op_observe(req: Mapping[str, object]) -> ObserveReply:
     """Everything status needs from this host in one go: panes per socket, and for each process its
     liveness, exit code, markers and the requested appended ranges of its log."""
-    panes = {}
-    for socket in need(req, "sockets", list, []):
+    panes: dict[str, list[Pane] | None] = {}
+    for socket in strings(req, "sockets"):
         panes[socket] = tmux.list_panes(socket)
-    out = []
-    for p in need(req, "procs", list):
-        rdir, role = need(p, "run_dir", str), need(p, "role", str)
-        pid = need(p, "pid", int, None)
-        # Liveness first, exit file second: a wrapper writes its exit file before it exits, so a dead
-        # wrapper without an exit file really died without recording one.
-        alive = procs.alive(pid, need(p, "start", str, None)) if pid else None
-        exit_code = files.read_int(os.path.join(rdir, role + ".exit"))
-        markers = [m for m in MARKERS if files.exists(os.path.join(rdir, "%s.%s" % (role, m)))]
-        if _survivors_alive(os.path.join(rdir, role + ".survivors")):
-            markers.append("survivors")
-        final = exit_code is not None or alive is False
-        log_path = need(p, "log_path", str)
-        reads = []
-        for r in need(p, "reads", list, []):
-            budget = max(0, min(need(r, "budget", int), MAX_READ_BYTES))
-            reads.append(files.read_appended(log_path, max(0, need(r, "offset", int)), budget, final))
-        out.append({"alive": alive, "exit_code": exit_code, "markers": markers, "final": final,
-                    "size": files.file_size(log_path), "reads": reads})
-    return {"panes": panes, "procs": out}
+    return {"panes": panes, "procs": [_observe_proc(p) for p in objects(req, "procs")]}
+
+
+def _observe_proc(p: Mapping[str, object]) -> ObservedProc:
+    rdir, role = need(p, "run_dir", str), need(p, "role", str)
+    pid = need_or(p, "pid", int, None)
+    # Liveness first, exit file second: a wrapper writes its exit file before it exits, so a dead
+    # wrapper without an exit file really died without recording one.
+    alive = procs.alive(pid, need_or(p, "start", str, None)) if pid else None
+    exit_code = files.read_int(os.path.join(rdir, role + ".exit"))
+    markers = [m for m in MARKERS if files.exists(os.path.join(rdir, "%s.%s" % (role, m)))]
+    if _survivors_alive(os.path.join(rdir, role + ".survivors")):
+        markers.append("survivors")
+    final = exit_code is not None or alive is False
+    log_path = need(p, "log_path", str)
+    reads: list[Appended] = []
+    for r in objects(p, "reads", required=False):
+        budget = max(0, min(need(r, "budget", int), MAX_READ_BYTES))
+        reads.append(files.read_appended(log_path, max(0, need(r, "offset", int)), budget, final))
+    return {"alive": alive, "exit_code": exit_code, "markers": markers, "final": final,
+            "size": files.file_size(log_path), "reads": reads}
 
 
 def _survivors_alive(path: str) -> bool:
@@ -185,30 +243,35 @@ def _survivors_alive(path: str) -> bool:
         return False
 
 
-def op_stop(req: dict) -> dict:
+def op_stop(req: Mapping[str, object]) -> StopReply:
     """Stop every process of one experiment on this host and verify (see ``procs.terminate``)."""
     exp_id = need(req, "exp_id", str)
     rdir = need(req, "run_dir", str)
-    grace = float(need(req, "grace_s", (int, float), 10))
-    wrappers = []
-    for p in need(req, "procs", list):
+    grace = number(req, "grace_s", 10)
+    roles = []
+    wrappers: list[procs.Wrapper] = []
+    for p in objects(req, "procs"):
         role = need(p, "role", str)
+        roles.append(role)
         if files.read_int(os.path.join(rdir, role + ".exit")) is None:
             try:
                 files.touch(os.path.join(rdir, role + ".stopped"))
             except OSError:
                 pass
-        wrappers.append({"role": role, "pid": need(p, "pid", int, None), "start": need(p, "start", str, None)})
-    report = procs.terminate([w for w in wrappers if w["pid"]], exp_id + "/", grace)
-    for w in wrappers:  # what survived SIGKILL keeps its role "running" in every later observation
-        left = [{"pid": x["pid"], "start": x["start"]} for x in report["survivors"] if x["role"] == w["role"]]
-        path = os.path.join(rdir, w["role"] + ".survivors")
+        pid, start = need_or(p, "pid", int, None), need_or(p, "start", str, None)
+        if pid:
+            wrappers.append({"role": role, "pid": pid, "start": start})
+    report = procs.terminate(wrappers, exp_id + "/", grace)
+    for role in roles:  # what survived SIGKILL keeps its role "running" in every later observation
+        left = [{"pid": x["pid"], "start": x["start"]} for x in report["survivors"] if x["role"] == role]
+        path = os.path.join(rdir, role + ".survivors")
         if left:
             files.write_atomic(path, json.dumps(left).encode("utf-8"), replace=True, mode=0o600)
         elif files.exists(path):
             os.unlink(path)
-    codes = {w["role"]: files.read_int(os.path.join(rdir, w["role"] + ".exit")) for w in wrappers}
+    codes = {role: files.read_int(os.path.join(rdir, role + ".exit")) for role in roles}
     removed = False
-    if need(req, "kill_session", bool, True):
+    if need_or(req, "kill_session", bool, True):
         removed = tmux.kill_session(need(req, "socket_path", str), need(req, "session", str))
-    return dict(report, exit_codes=codes, session_removed=removed)
+    return {"interrupted": report["interrupted"], "terminated": report["terminated"], "killed": report["killed"],
+            "survivors": report["survivors"], "exit_codes": codes, "session_removed": removed}

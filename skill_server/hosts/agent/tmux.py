@@ -12,6 +12,19 @@ import os
 import subprocess
 
 from .files import AgentError
+from .protocol import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from typing import TypedDict
+
+    from .protocol import Pane
+
+    class NewPane(TypedDict):
+        """A window tmux just created, and its pane's command's pid."""
+
+        window_id: str
+        pane_id: str
+        pid: int
 
 WIDTH, HEIGHT = 220, 50
 TIMEOUT_S = 20
@@ -26,28 +39,28 @@ def socket_path(name: str) -> str:
     return os.path.join(os.path.realpath(base), "tmux-%d" % os.getuid(), name)
 
 
-def _tmux(socket: str, args: list[str]) -> subprocess.CompletedProcess:
+def _tmux(socket: str, args: list[str]) -> subprocess.CompletedProcess[bytes]:
     try:
-        return subprocess.run(["tmux", "-S", socket] + args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, timeout=TIMEOUT_S)
+        return subprocess.run(["tmux", "-S", socket] + args, stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=TIMEOUT_S, check=False)
     except FileNotFoundError:
         raise AgentError("tmux is not installed on this host (experiments run in tmux)", kind="no_tmux") from None
     except subprocess.TimeoutExpired:
         raise AgentError("tmux did not answer within %d s (socket %s)" % (TIMEOUT_S, socket)) from None
 
 
-def _err(result: subprocess.CompletedProcess) -> str:
+def _err(result: subprocess.CompletedProcess[bytes]) -> str:
     text = " ".join(result.stderr.decode("utf-8", "replace").split())
     return text or "exit %d" % result.returncode
 
 
-def _new_ids(result: subprocess.CompletedProcess) -> dict:
+def _new_ids(result: subprocess.CompletedProcess[bytes]) -> NewPane:
     line = result.stdout.decode("utf-8", "replace").strip().splitlines()[-1]
     window_id, pane_id, pid = line.split(_SEP)
     return {"window_id": window_id, "pane_id": pane_id, "pid": int(pid)}
 
 
-def new_session(socket: str, session: str, window: str, cwd: str, argv: list[str]) -> dict:
+def new_session(socket: str, session: str, window: str, cwd: str, argv: list[str]) -> NewPane:
     """A detached session whose first window runs ``argv``; remain-on-exit is on before it starts."""
     parent = os.path.dirname(socket)
     try:
@@ -66,7 +79,7 @@ def new_session(socket: str, session: str, window: str, cwd: str, argv: list[str
     return _new_ids(result)
 
 
-def new_window(socket: str, session: str, window: str, cwd: str, argv: list[str]) -> dict:
+def new_window(socket: str, session: str, window: str, cwd: str, argv: list[str]) -> NewPane:
     result = _tmux(socket, ["new-window", "-d", "-t", "=" + session + ":", "-n", window, "-c", cwd,
                             "-P", "-F", _NEW_FORMAT, "--"] + argv)
     if result.returncode != 0:
@@ -74,7 +87,7 @@ def new_window(socket: str, session: str, window: str, cwd: str, argv: list[str]
     return _new_ids(result)
 
 
-def list_panes(socket: str) -> list[dict] | None:
+def list_panes(socket: str) -> list[Pane] | None:
     """Every pane on the server; None when no server runs there."""
     if not os.path.exists(socket):
         return None
@@ -84,7 +97,7 @@ def list_panes(socket: str) -> list[dict] | None:
         return None
     if result.returncode != 0:
         return None
-    panes = []
+    panes: list[Pane] = []
     for line in result.stdout.decode("utf-8", "replace").splitlines():
         parts = line.split(_SEP)
         if len(parts) != 7:

@@ -18,7 +18,7 @@ import shlex
 import time
 
 from . import files, procs
-from .wrapper import MARK
+from .protocol import LOG_MARK
 
 ORPHAN_CHECK_S = 10.0
 
@@ -28,7 +28,7 @@ def _note(log_path: str | None, text: str) -> None:
         return
     try:
         with open(log_path, "a", encoding="utf-8") as handle:
-            handle.write("%s %s\n" % (MARK, text))
+            handle.write("%s %s\n" % (LOG_MARK, text))
     except OSError:
         pass
 
@@ -55,7 +55,7 @@ def run(run_dir: str, role: str, exp_id: str, max_time_s: float, grace_s: float)
     deadline = time.monotonic() + max_time_s
     exit_file = os.path.join(run_dir, role + ".exit")
     prefix = "%s/%s" % (exp_id, role)
-    wrappers = [{"role": role, "pid": wrapper_pid, "start": wrapper_start}]
+    wrappers: list[procs.Wrapper] = [{"role": role, "pid": wrapper_pid, "start": wrapper_start}]
     orphan_mode = False
     next_orphan_check = 0.0
     while True:

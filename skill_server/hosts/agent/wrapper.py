@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import shlex
 
-from .procs import MARKER
-
-MARK = "[agentjet-swarm-skill]"
+from .protocol import LOG_MARK, RUN_MARKER
 
 # Runs with the host agent's interpreter (stdlib only). Any HTTP answer below 500 counts as "up";
 # proxies are bypassed because the URL is normally the swarm server of this experiment.
@@ -38,12 +36,12 @@ while True:
 """
 
 
-def render(exp_id: str, role: str, run_dir: str, workdir: str, env: dict, path_prepend: str | None,
+def render(exp_id: str, role: str, run_dir: str, workdir: str, env: dict[str, str], path_prepend: str | None,
            virtual_env: str | None, command: str, log_path: str, gate_url: str | None, gate_timeout_s: int,
            python: str, max_time_s: int, deadline_grace_s: int) -> str:
     q = shlex.quote
     lines = [
-        "# %s wrapper for experiment %s, process %s. Generated; do not edit." % (MARK, exp_id, role),
+        "# %s wrapper for experiment %s, process %s. Generated; do not edit." % (LOG_MARK, exp_id, role),
         "__ajs_run=" + q(run_dir),
         "__ajs_log=" + q(log_path),
         "__ajs_role=" + q(role),
@@ -55,12 +53,12 @@ def render(exp_id: str, role: str, run_dir: str, workdir: str, env: dict, path_p
         '  if [ -n "$__ajs_wd" ]; then kill "$__ajs_wd" 2>/dev/null; fi',
         '  exit "$1"',
         "}",
-        "__ajs_note() { printf '%s %%s\\n' \"$*\" | tee -a \"$__ajs_log\"; }" % MARK,
+        "__ajs_note() { printf '%s %%s\\n' \"$*\" | tee -a \"$__ajs_log\"; }" % LOG_MARK,
         "trap ':' INT TERM",
         'mkdir -p -- "$(dirname -- "$__ajs_log")" || __ajs_finish 126',
         # The watchdog must not carry the run marker (a stop would kill it) and leaves the process group.
         "%s= %s %s watchdog %s %s %s %d %d </dev/null >/dev/null 2>&1 &" % (
-            MARKER, q(python), q(run_dir + "/agent.py"), q(run_dir), q(role), q(exp_id),
+            RUN_MARKER, q(python), q(run_dir + "/agent.py"), q(run_dir), q(role), q(exp_id),
             int(max_time_s), int(deadline_grace_s)),
         "__ajs_wd=$!",
         "cd -- %s || { __ajs_note %s; __ajs_finish 126; }" % (q(workdir), q("cannot cd to " + workdir)),
@@ -97,4 +95,4 @@ def render(exp_id: str, role: str, run_dir: str, workdir: str, env: dict, path_p
 
 def pane_argv(exp_id: str, role: str, script: str) -> list[str]:
     """The pane's command: the wrapper under bash, with the run marker in its initial environment."""
-    return ["env", "%s=%s/%s" % (MARKER, exp_id, role), "bash", script]
+    return ["env", "%s=%s/%s" % (RUN_MARKER, exp_id, role), "bash", script]

@@ -14,11 +14,10 @@ once the run has ended, an empty ``finish.flag``, all atomically and only over r
 
 from __future__ import annotations
 
-import base64
 import math
 import posixpath
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skill_server.core.errors import ToolInputError
 from skill_server.core.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
@@ -27,10 +26,14 @@ from skill_server.experiments.checks import host_path
 from skill_server.experiments.models import ErrorHit, MetricsHistory
 from skill_server.experiments.observe import observe
 from skill_server.experiments.queries import find, status_fields
+from skill_server.experiments.spec import RunSpec
 from skill_server.experiments.store import Registry, Row, open_registry
 from skill_server.experiments.summaries import MetricSummary, metric_rows, summarise, summarise_series
-from skill_server.hosts import LOCAL, Host, expect, get_host, normalise
+from skill_server.hosts import LOCAL, Host, client, expect, get_host, normalise
 from skill_server.tools.collect_results.models import CollectInput, CollectOutput
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import ReadReply
 
 MAX_MARKDOWN_BYTES = 64 * 1024 * 1024
 #: Most metrics summarised from the history (verl prints 60-100 per step).
@@ -56,8 +59,8 @@ def _markdown_paths(data: Any, base: str) -> tuple[str | None, str | None]:
     return found[0], found[1]
 
 
-def _read_ops(paths: list[str], length: int) -> list[dict[str, Any]]:
-    return [{"op": "read", "path": p, "offset": -length, "length": length, "text": True} for p in paths]
+def _read_ops(paths: list[str], length: int) -> list[client.Op[ReadReply]]:
+    return [client.read(p, length, offset=-length, text=True) for p in paths]
 
 
 def _yaml_markdown_paths(host: Host, candidates: list[runconfig.Candidate], explicit: bool,
@@ -184,7 +187,7 @@ def _read_run(inp: CollectInput, exp_key: str, want_plot: bool, notes: list[str]
     return run
 
 
-def _markdown_files(inp: CollectInput, host: Host, host_name: str, row: Row | None, spec: dict[str, Any],
+def _markdown_files(inp: CollectInput, host: Host, host_name: str, row: Row | None, spec: RunSpec | None,
                     result_dir: str, notes: list[str]) -> tuple[str | None, str | None]:
     """The (validation, training) metric files: as given, else as named by the given YAML or the run's own."""
     val_md = host_path(inp.val_markdown, "val_markdown") if inp.val_markdown else None
@@ -192,8 +195,8 @@ def _markdown_files(inp: CollectInput, host: Host, host_name: str, row: Row | No
     if val_md and train_md:
         return val_md, train_md
     if inp.yaml_path:
-        first = (spec.get("processes") or [{}])[0]
-        base = first.get("workdir") or spec.get("workdir") or result_dir
+        first = spec.processes[0].workdir if spec and spec.processes else ""
+        base = first or (spec.workdir if spec else "") or result_dir
         candidates = [runconfig.Candidate(host_name, host_path(inp.yaml_path, "yaml_path"), base)]
     else:
         candidates = [c for c in runconfig.candidates(row) if c.host == host_name] if row is not None else []
@@ -271,11 +274,10 @@ def _write(host: Host, result_dir: str, text: str, picture: plots.Picture | None
     plot_path = posixpath.join(result_dir, PLOT_NAME)
     writes = []
     if picture is not None:
-        writes.append({"op": "write", "path": plot_path, "data": base64.b64encode(picture.png).decode("ascii"),
-                       "replace": True})
-    writes.append({"op": "write", "path": posixpath.join(result_dir, "results.md"), "text": text, "replace": True})
+        writes.append(client.write(plot_path, data=picture.png, replace=True))
+    writes.append(client.write(posixpath.join(result_dir, "results.md"), text=text, replace=True))
     if flag_wanted:
-        writes.append({"op": "write", "path": posixpath.join(result_dir, "finish.flag"), "text": "", "replace": True})
+        writes.append(client.write(posixpath.join(result_dir, "finish.flag"), text="", replace=True))
     return [expect(r, field="result_dir")["path"] for r in host.call(writes)]
 
 
@@ -287,7 +289,7 @@ def collect_results(inp: CollectInput) -> CollectOutput:
     """Locate the inputs, summarise, draw, render and write, in that order (the notes keep it)."""
     _check_arguments(inp)
     notes: list[str] = []
-    spec: dict[str, Any] = {}
+    spec: RunSpec | None = None
     want_plot = inp.id is not None and inp.plot is not False
     host_name = normalise(inp.host, field="host") if inp.host is not None else LOCAL
     run = _Run()
@@ -297,7 +299,7 @@ def collect_results(inp: CollectInput) -> CollectOutput:
         spec = run.row.spec
         host_name = run.row.host
     host = get_host(host_name)
-    result_dir = host_path(inp.result_dir, "result_dir") if inp.result_dir else spec.get("result_dir")
+    result_dir = host_path(inp.result_dir, "result_dir") if inp.result_dir else spec.result_dir if spec else None
     assert result_dir is not None
 
     val_md, train_md = _markdown_files(inp, host, host_name, run.row, spec, result_dir, notes)
@@ -340,7 +342,7 @@ def _table(metrics: list[MetricSummary]) -> list[str]:
     return out + [""]
 
 
-def _render(spec: dict[str, Any], status: dict[str, Any] | None, host: str, result_dir: str, val_md: str | None,
+def _render(spec: RunSpec | None, status: dict[str, Any] | None, host: str, result_dir: str, val_md: str | None,
             train_md: str | None, val_metrics: list[MetricSummary], train_metrics: list[MetricSummary],
             sources: dict[str, str], plateau: dict[str, bool], errors: list[ErrorHit], log_paths: list[str],
             notes: list[str], plot_name: str | None) -> str:
@@ -353,7 +355,7 @@ def _render(spec: dict[str, Any], status: dict[str, Any] | None, host: str, resu
             f"- first step seen: {status['first_step_seen']} (overdue: {status['first_step_overdue']}), "
             f"last global step: {status['global_step']}",
         ]
-        commands = [p.get("command", "") for p in spec.get("processes", [])]
+        commands = [p.command for p in spec.processes] if spec else []
         out += [f"- command: `{c}`" for c in commands]
     out += [f"- result dir: {result_dir}" + ("" if host == LOCAL else f" (on {host})")]
     out += [f"- log: {p}" for p in log_paths]

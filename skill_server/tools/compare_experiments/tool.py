@@ -12,7 +12,7 @@ optional plot overlays the runs (returned as an image, never written: the tool w
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skill_server.core.errors import ToolInputError
 from skill_server.core.models import ImageAttachment
@@ -22,7 +22,7 @@ from skill_server.experiments.models import MetricsHistory
 from skill_server.experiments.queries import find, observe_with_lines
 from skill_server.experiments.store import Registry, Row, open_registry
 from skill_server.experiments.summaries import lower_is_better
-from skill_server.hosts import call_hosts, result_of
+from skill_server.hosts import call_hosts, client, result_of
 from skill_server.tools.compare_experiments.models import (
     MAX_METRICS,
     CompareInput,
@@ -32,6 +32,9 @@ from skill_server.tools.compare_experiments.models import (
     MetricStats,
     RunSummary,
 )
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import ReadReply
 
 DEFAULT_LAST_K = 10
 DEFAULT_CONFIG_KEYS = 40
@@ -100,7 +103,7 @@ def _config_files(rows: list[Row], given: list[str | None], notes: list[str]
     its own candidates); one call per host."""
     cands = {r.id: ([runconfig.Candidate(r.host, path, path.rsplit("/", 1)[0] or "/")] if path is not None
                     else runconfig.candidates(r)) for r, path in zip(rows, given)}
-    requests: dict[str, list[dict[str, Any]]] = {}
+    requests: dict[str, list[client.Op[ReadReply]]] = {}
     where: dict[tuple[str, int], tuple[str, int]] = {}
     for r in rows:
         for i, c in enumerate(cands[r.id]):

@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import re
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING
 
 from skill_server.core.errors import ToolInputError
-from skill_server.hosts.agent.wrapper import MARK
+from skill_server.hosts import client
+from skill_server.hosts.agent.protocol import LOG_MARK
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import RunReply
 
 DEFAULT_RAY = "ray"
 DEFAULT_JOIN_TIMEOUT_S = 300
@@ -73,9 +77,9 @@ def ray_argv(ray: str, *args: str) -> list[str]:
     return [ray, *args]
 
 
-def version_op(ray: str) -> dict[str, Any]:
+def version_op(ray: str) -> client.Op[RunReply]:
     """The run op asking ``ray --version`` on a node (bounded)."""
-    return {"op": "run", "argv": ray_argv(ray, "--version"), "timeout_s": VERSION_TIMEOUT_S, "max_output": 64 * 1024}
+    return client.run(ray_argv(ray, "--version"), timeout_s=VERSION_TIMEOUT_S, max_output=64 * 1024)
 
 
 def _options(num_gpus: int | None, num_cpus: int | None, extra: list[str]) -> list[str]:
@@ -97,12 +101,12 @@ def worker_command(ray: str, head_host: str, port: int, join_timeout_s: int, num
                    num_cpus: int | None, ray_args: list[str]) -> str:
     host, where = shlex.quote(head_host), shlex.quote(f"{head_host}:{port}")
     words = ["start", f"--address={head_host}:{port}", "--block"] + _options(num_gpus, num_cpus, ray_args)
-    gave_up = shlex.quote(f"{MARK} the head {head_host}:{port} did not answer within {join_timeout_s} s; "
+    gave_up = shlex.quote(f"{LOG_MARK} the head {head_host}:{port} did not answer within {join_timeout_s} s; "
                           "is it running, and can this node reach that address?")
     return "\n".join([
         f"__ajs_until=$((SECONDS + {int(join_timeout_s)}))",
         "__ajs_try=; if command -v timeout >/dev/null 2>&1; then __ajs_try='timeout 5'; fi",
-        f"echo {shlex.quote(MARK)} waiting for the head at {where}",
+        f"echo {shlex.quote(LOG_MARK)} waiting for the head at {where}",
         f"until $__ajs_try bash -c 'exec 3<>\"/dev/tcp/$0/$1\"' {host} {int(port)} 2>/dev/null; do",
         f'  if [ "$SECONDS" -ge "$__ajs_until" ]; then echo {gave_up}; exit 124; fi',
         "  sleep 1",

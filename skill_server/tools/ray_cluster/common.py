@@ -1,7 +1,7 @@
 """What the three actions share: the cluster's record, asking the head's ``ray status``, the answer's fields.
 
 A cluster started here is an experiment run (one ``ray start --block`` process per node, in tmux, with
-logs, the run marker and the stop guarantees) whose registry spec also holds ``ray_cluster``: head,
+logs, the run marker and the stop guarantees) whose registry spec also holds its ``RayCluster``: head,
 workers, port, the address workers joined and the ray path. It is found by id, or as the newest run
 of its session name (``ajet_ray_<port>`` unless named) whose head is the given head.
 """
@@ -9,17 +9,20 @@ of its session name (``ajet_ray_<port>`` unless named) whose head is the given h
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skill_server.core.errors import ToolInputError
 from skill_server.experiments.checks import session_name, socket_name
+from skill_server.experiments.spec import RayCluster
 from skill_server.experiments.store import Registry, Row
-from skill_server.hosts import HostUnreachable, call_hosts
+from skill_server.hosts import HostUnreachable, call_hosts, client
 from skill_server.tools.ray_cluster import commands
 from skill_server.tools.ray_cluster.models import DEFAULT_PORT, RayClusterInput, RayNode, RayResource
 from skill_server.tools.ray_cluster.status_text import ClusterStatus, last_message, parse_status, parse_version
 
-SPEC_KEY = "ray_cluster"
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import Failure, RunReply
+
 #: ``ray status`` to an address where nothing listens blocks for about 40 s: every call is bounded.
 STATUS_TIMEOUT_S = 20.0
 MAX_LINES = 40
@@ -29,18 +32,19 @@ def default_session(inp: RayClusterInput) -> str:
     return session_name(inp.name or f"ray_{inp.port or DEFAULT_PORT}", None)
 
 
-def find_cluster(reg: Registry, inp: RayClusterInput, head: str) -> Row | None:
-    """The cluster run ``id`` names, else the newest of this session name whose head is ``head``."""
+def find_cluster(reg: Registry, inp: RayClusterInput, head: str) -> tuple[Row, RayCluster] | None:
+    """The cluster run ``id`` names, else the newest of this session name whose head is ``head``; with its
+    cluster record."""
     if inp.id is not None:
         row = reg.find(inp.id)
-        if row is None or SPEC_KEY not in row.spec:
+        if row is None or row.spec.ray_cluster is None:
             raise ToolInputError(f"no Ray cluster {inp.id!r} started by this server", field="id")
-        return row
+        return row, row.spec.ray_cluster
     port = inp.port or DEFAULT_PORT
     for row in reg.session_runs(socket_name(), default_session(inp)):
-        meta = row.spec.get(SPEC_KEY) or {}
-        if meta.get("head") == head and meta.get("port") == port:
-            return row
+        meta = row.spec.ray_cluster
+        if meta is not None and meta.head == head and meta.port == port:
+            return row, meta
     return None
 
 
@@ -53,18 +57,16 @@ class RayView:
     reason: str | None
 
 
-def _run_failure(result: dict[str, Any] | None, what: str, timeout: float) -> str | None:
-    if result is None:
-        return "no answer"
-    if not result.get("ok"):
-        return str(result.get("error"))
-    if result.get("error"):
+def _run_failure(result: RunReply | Failure, what: str, timeout: float) -> str | None:
+    if not result["ok"]:
+        return result["error"]
+    if result["error"]:
         return f"{what}: {result['error']}"
-    if result.get("timed_out"):
+    if result["timed_out"]:
         return f"{what} did not answer within {timeout:.0f} s"
-    if result.get("returncode") != 0:
-        text = str(result.get("stderr") or "") + "\n" + str(result.get("stdout") or "")
-        return f"{what} failed (exit {result.get('returncode')}): {last_message(text) or 'no message'}"
+    if result["returncode"] != 0:
+        text = result["stderr"] + "\n" + result["stdout"]
+        return f"{what} failed (exit {result['returncode']}): {last_message(text) or 'no message'}"
     return None
 
 
@@ -72,25 +74,25 @@ def ask_ray(head: str, ray: str, address: str, *, with_version: bool, timeout_s:
             ) -> RayView:
     """``ray status -v --address=ADDRESS`` (and ``ray --version``) on the head, one round trip, bounded."""
     timeout_s = max(3.0, min(timeout_s, STATUS_TIMEOUT_S))
-    ops = []
-    if with_version:
-        ops.append(commands.version_op(ray))
-    ops.append({"op": "run", "argv": commands.ray_argv(ray, "status", "-v", f"--address={address}"),
-                "timeout_s": timeout_s, "max_output": 1024 * 1024})
+    ops = [commands.version_op(ray)] if with_version else []
+    status = client.run(commands.ray_argv(ray, "status", "-v", f"--address={address}"), timeout_s=timeout_s,
+                        max_output=1024 * 1024)
     bound = (commands.VERSION_TIMEOUT_S if with_version else 0) + timeout_s + 30
-    reply = call_hosts({head: ops}, timeout_s=bound)[head]
+    reply = call_hosts({head: ops + [status]}, timeout_s=bound)[head]
     if isinstance(reply, HostUnreachable):
         return RayView(None, None, f"head {head} is unreachable: {reply.reason}")
     version = None
-    if with_version and _run_failure(reply[0], "ray --version", commands.VERSION_TIMEOUT_S) is None:
-        version = parse_version(str(reply[0].get("stdout") or ""))
-    result = reply[-1]
+    if ops:
+        asked = ops[0].answer(reply[0])
+        if asked["ok"] and _run_failure(asked, "ray --version", commands.VERSION_TIMEOUT_S) is None:
+            version = parse_version(asked["stdout"])
+    result = status.answer(reply[-1])
     failure = _run_failure(result, f"ray status on {head}", timeout_s)
-    if failure is not None:
-        if result.get("timed_out"):
-            failure += f" (is a Ray head listening at {address}?)"
+    if failure is not None or not result["ok"]:
+        if result["ok"] and result["timed_out"]:
+            failure = f"{failure} (is a Ray head listening at {address}?)"
         return RayView(version, None, failure)
-    text = str(result.get("stdout") or "")
+    text = result["stdout"]
     parsed = parse_status(text)
     if parsed is None:
         return RayView(version, None, "ray status printed something this tool does not recognise: "

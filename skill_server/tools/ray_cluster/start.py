@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import time
 
@@ -22,21 +23,14 @@ from skill_server.experiments.launching import launch
 from skill_server.experiments.models import WAIT_DEFAULT_S, WAIT_MAX_S, LaunchInput, ProcessSpec
 from skill_server.experiments.observe import View, observe
 from skill_server.experiments.queries import observe_with_lines
+from skill_server.experiments.spec import RayCluster
 from skill_server.experiments.store import Row, open_registry
 from skill_server.gpus import nvidia_smi
 from skill_server.gpus.query import free_problems, from_reply
 from skill_server.hosts import LOCAL, HostUnreachable, call_hosts, normalise
 from skill_server.hosts.ssh import configured_hostname
 from skill_server.tools.ray_cluster import commands
-from skill_server.tools.ray_cluster.common import (
-    MAX_LINES,
-    SPEC_KEY,
-    RayView,
-    ask_ray,
-    find_cluster,
-    node_fields,
-    run_fields,
-)
+from skill_server.tools.ray_cluster.common import MAX_LINES, RayView, ask_ray, find_cluster, node_fields, run_fields
 from skill_server.tools.ray_cluster.models import DEFAULT_PORT, RayClusterInput, RayClusterOutput
 from skill_server.tools.ray_cluster.status_text import parse_version
 
@@ -89,10 +83,9 @@ def _host_field(host: str, head: str, workers: list[str]) -> str:
 
 def preflight(nodes: list[str], head: str, workers: list[str], ray: str, require_free: float | None) -> str | None:
     """Check every node before anything starts; raise what refuses the start, return the head's Ray version."""
-    ops = [commands.version_op(ray)]
-    if require_free is not None:
-        ops += nvidia_smi.query_ops()
-    replies = call_hosts({h: list(ops) for h in nodes}, timeout_s=CHECK_TIMEOUT_S)
+    version = commands.version_op(ray)
+    ops = [version, *nvidia_smi.query_ops()] if require_free is not None else [version]
+    replies = call_hosts({h: ops for h in nodes}, timeout_s=CHECK_TIMEOUT_S)
     versions: dict[str, str] = {}
     gpu_problems: list[str] = []
     for host in nodes:
@@ -100,14 +93,16 @@ def preflight(nodes: list[str], head: str, workers: list[str], ray: str, require
         field = _host_field(host, head, workers)
         if isinstance(reply, HostUnreachable):
             raise ToolFailure(reply.message, field=field)
-        result = reply[0]
-        if not result.get("ok") or result.get("error") or result.get("returncode") != 0:
-            detail = result.get("error") or (str(result.get("stderr") or "").strip().splitlines() or [""])[-1]
-            if result.get("timed_out"):
+        result = version.answer(reply[0])
+        if not result["ok"]:
+            raise ToolFailure(f"{ray} --version failed on {host}: {result['error'] or 'exit None'}", field="ray")
+        if result["error"] or result["returncode"] != 0:
+            detail = result["error"] or (result["stderr"].strip().splitlines() or [""])[-1]
+            if result["timed_out"]:
                 detail = f"it did not answer within {commands.VERSION_TIMEOUT_S} s"
-            raise ToolFailure(f"{ray} --version failed on {host}: {detail or 'exit ' + str(result.get('returncode'))}",
+            raise ToolFailure(f"{ray} --version failed on {host}: {detail or 'exit ' + str(result['returncode'])}",
                               field="ray")
-        versions[host] = parse_version(str(result.get("stdout") or "")) or "unknown"
+        versions[host] = parse_version(result["stdout"]) or "unknown"
         if require_free is not None:
             gpu_problems += free_problems(from_reply(host, reply, first=1), require_free)
     if len(set(versions.values())) > 1:
@@ -135,10 +130,8 @@ def _launch(inp: RayClusterInput, head: str, workers: list[str], ray: str, port:
     with open_registry() as reg:
         row = reg.get(launched.id)
         if row is not None:
-            spec = dict(row.spec)
-            spec[SPEC_KEY] = {"head": head, "workers": workers, "port": port, "address": f"{address}:{port}",
-                              "ray": ray}
-            reg.update_spec(row.id, spec)
+            cluster = RayCluster(head=head, workers=tuple(workers), port=port, address=f"{address}:{port}", ray=ray)
+            reg.update_spec(row.id, dataclasses.replace(row.spec, ray_cluster=cluster))
     return launched.id
 
 
@@ -160,17 +153,17 @@ def start_cluster(inp: RayClusterInput, head: str, progress: Progress | None) ->
     started = time.monotonic()
     notes: list[str] = []
     with open_registry() as reg:
-        row = find_cluster(reg, inp, head)
-        if row is not None and observe(reg, [row])[0].state not in ("running", "unreachable"):
-            row = None  # an ended cluster of the same name: start a new one
+        found = find_cluster(reg, inp, head)
+        if found is not None and observe(reg, [found[0]])[0].state not in ("running", "unreachable"):
+            found = None  # an ended cluster of the same name: start a new one
     version: str | None = None
-    if row is not None:
-        meta = row.spec[SPEC_KEY]
-        if meta.get("workers") != workers:
+    if found is not None:
+        row, meta = found
+        if list(meta.workers) != workers:
             raise ToolFailure(f"a cluster on {head} port {port} is already running with workers "
-                              f"{meta.get('workers')} (id {row.id}); stop it first, or call start with the same "
+                              f"{list(meta.workers)} (id {row.id}); stop it first, or call start with the same "
                               "workers to keep waiting for it", field="workers")
-        ray = meta.get("ray") or ray
+        ray = meta.ray or ray
         notes.append(f"already running (id {row.id}): waiting for it, nothing started")
         exp_id = row.id
     else:
@@ -201,9 +194,9 @@ def _wait(exp_id: str, head: str, workers: list[str], port: int, ray: str, versi
     expected = 1 + len(workers)
     with open_registry() as reg:
         row: Row | None = reg.get(exp_id)
-        if row is None:
+        if row is None or row.spec.ray_cluster is None:
             raise ToolFailure(f"the cluster's run {exp_id} vanished from the registry", field="id")
-        address = row.spec[SPEC_KEY]["address"]
+        address = row.spec.ray_cluster.address
         deadline = started + timeout
         ended: str | None = None
         ray_view = RayView(version, None, "not asked yet")

@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from skill_server.core.errors import ToolFailure
 from skill_server.experiments.stopping import stop_run
@@ -20,9 +20,9 @@ from skill_server.experiments.store import open_registry
 from skill_server.gpus import nvidia_smi, reclaim
 from skill_server.gpus.models import GpuHost
 from skill_server.gpus.query import CALL_TIMEOUT_S, from_reply
-from skill_server.hosts import HostUnreachable, call_hosts
+from skill_server.hosts import HostUnreachable, Reply, call_hosts, client
 from skill_server.tools.ray_cluster import commands
-from skill_server.tools.ray_cluster.common import SPEC_KEY, default_session, find_cluster
+from skill_server.tools.ray_cluster.common import default_session, find_cluster
 from skill_server.tools.ray_cluster.models import (
     DEFAULT_PORT,
     GpuProcessOutcome,
@@ -32,19 +32,22 @@ from skill_server.tools.ray_cluster.models import (
 )
 from skill_server.tools.ray_cluster.status_text import last_message
 
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import RunReply
+
 RAY_STOP_TIMEOUT_S = 90
 
 
-def _ray_stop_report(host: str, reply: list[dict[str, Any]] | HostUnreachable) -> RayStopReport:
+def _ray_stop_report(host: str, ray_stop: client.Op[RunReply], reply: Reply) -> RayStopReport:
     if isinstance(reply, HostUnreachable):
         return RayStopReport(host=host, ok=False, message=f"unreachable: {reply.reason}")
-    result = reply[0]
-    if not result.get("ok") or result.get("error"):
-        return RayStopReport(host=host, ok=False, message=str(result.get("error")))
-    if result.get("timed_out"):
+    result = ray_stop.answer(reply[0])
+    if not result["ok"] or result["error"]:
+        return RayStopReport(host=host, ok=False, message=str(result["error"]))
+    if result["timed_out"]:
         return RayStopReport(host=host, ok=False, message=f"ray stop did not finish within {RAY_STOP_TIMEOUT_S} s")
-    text = str(result.get("stderr") or "") + "\n" + str(result.get("stdout") or "")
-    return RayStopReport(host=host, ok=result.get("returncode") == 0, message=last_message(text))
+    text = result["stderr"] + "\n" + result["stdout"]
+    return RayStopReport(host=host, ok=result["returncode"] == 0, message=last_message(text))
 
 
 def _holders(gpus: list[GpuHost]) -> dict[str, list[tuple[int, str]]]:
@@ -77,29 +80,31 @@ def _reclaimed(host: str, found: list[tuple[int, str]], report: dict[str, list[d
 def stop_cluster(inp: RayClusterInput, head: str) -> RayClusterOutput:
     port = inp.port or DEFAULT_PORT
     with open_registry() as reg:
-        row = find_cluster(reg, inp, head)
-    if row is None:
+        cluster = find_cluster(reg, inp, head)
+    if cluster is None:
         raise ToolFailure(f"no Ray cluster started by this server on {head} port {port} (session "
                           f"{default_session(inp)}): ray_cluster stop only stops clusters it started; to clean a "
                           "node by hand run 'ray stop --force' there", field="head")
-    meta = row.spec[SPEC_KEY]
-    head, workers, ray = meta["head"], list(meta.get("workers") or []), meta.get("ray") or "ray"
+    row, meta = cluster
+    head, workers, ray = meta.head, list(meta.workers), meta.ray or "ray"
     if inp.ray is not None:
         ray = commands.check_ray(inp.ray)
     grace = 10 if inp.grace_s is None else inp.grace_s
     stopped = stop_run(row.id, grace)
     nodes = [head] + workers
-    ops = [{"op": "run", "argv": commands.ray_argv(ray, "stop", "--force"), "timeout_s": RAY_STOP_TIMEOUT_S,
-            "max_output": 256 * 1024}] + nvidia_smi.query_ops()
-    replies = call_hosts({h: list(ops) for h in nodes}, timeout_s=RAY_STOP_TIMEOUT_S + CALL_TIMEOUT_S)
-    reports = [_ray_stop_report(h, replies[h]) for h in nodes]
+    ray_stop = client.run(commands.ray_argv(ray, "stop", "--force"), timeout_s=RAY_STOP_TIMEOUT_S,
+                          max_output=256 * 1024)
+    ops = [ray_stop, *nvidia_smi.query_ops()]
+    replies = call_hosts({h: ops for h in nodes}, timeout_s=RAY_STOP_TIMEOUT_S + CALL_TIMEOUT_S)
+    reports = [_ray_stop_report(h, ray_stop, replies[h]) for h in nodes]
     gpus = [from_reply(h, replies[h], first=1) for h in nodes]
     killed: list[GpuProcessOutcome] = []
     left: list[GpuProcessOutcome] = []
     holders = _holders(gpus)
     if inp.kill_gpu_processes and holders:
-        requests = {h: [reclaim.reclaim_op([pid for pid, _ in found], float(grace))] + nvidia_smi.query_ops()
-                    for h, found in holders.items()}
+        requests: dict[str, list[client.Op[Any]]] = {
+            h: [reclaim.reclaim_op([pid for pid, _ in found], float(grace)), *nvidia_smi.query_ops()]
+            for h, found in holders.items()}
         answers = call_hosts(requests, timeout_s=grace + reclaim.KILL_WAIT_S + 30 + CALL_TIMEOUT_S)
         for h, found in holders.items():
             answer = answers[h]
@@ -119,7 +124,7 @@ def stop_cluster(inp: RayClusterInput, head: str) -> RayClusterOutput:
         notes.append(f"{len(left)} process(es) still hold GPU memory: see gpu_processes_left")
     return RayClusterOutput(
         action="stop", id=row.id, session=row.session, state=stopped.state, head=head, workers=workers, port=port,
-        address=meta.get("address"), ray_version=None, expected_nodes=len(nodes), alive_nodes=None, ready=False,
+        address=meta.address, ray_version=None, expected_nodes=len(nodes), alive_nodes=None, ready=False,
         nodes=None, resources=None, reason=None, processes=stopped.processes, lines=stopped.lines,
         ray_stop=reports, killed_processes=stopped.killed_processes, still_alive=stopped.still_alive, gpus=gpus,
         gpu_processes_killed=killed, gpu_processes_left=left, note="; ".join(notes) or None)

@@ -9,15 +9,7 @@ from skill_server.experiments.queries import observe_with_lines
 from skill_server.experiments.store import open_registry
 from skill_server.hosts import normalise
 from skill_server.tools.ray_cluster import commands
-from skill_server.tools.ray_cluster.common import (
-    MAX_LINES,
-    SPEC_KEY,
-    RayView,
-    ask_ray,
-    find_cluster,
-    node_fields,
-    run_fields,
-)
+from skill_server.tools.ray_cluster.common import MAX_LINES, RayView, ask_ray, find_cluster, node_fields, run_fields
 from skill_server.tools.ray_cluster.models import DEFAULT_PORT, RayClusterInput, RayClusterOutput
 from skill_server.tools.ray_cluster.start import check_workers, start_cluster
 from skill_server.tools.ray_cluster.stop import stop_cluster
@@ -57,14 +49,14 @@ def cluster_status(inp: RayClusterInput, head: str) -> RayClusterOutput:
     port = inp.port or DEFAULT_PORT
     fields = None
     with open_registry() as reg:
-        row = find_cluster(reg, inp, head)
-        if row is not None:
-            fields = observe_with_lines(reg, [row], None, MAX_LINES)[0]
+        found = find_cluster(reg, inp, head)
+        if found is not None:
+            fields = observe_with_lines(reg, [found[0]], None, MAX_LINES)[0]
     note = None
-    if row is not None:
-        meta = row.spec[SPEC_KEY]
-        head, workers, port, address = meta["head"], list(meta.get("workers") or []), meta["port"], meta["address"]
-        ray = commands.check_ray(inp.ray) if inp.ray is not None else meta.get("ray") or commands.DEFAULT_RAY
+    if found is not None:
+        meta = found[1]
+        head, workers, port, address = meta.head, list(meta.workers), meta.port, meta.address
+        ray = commands.check_ray(inp.ray) if inp.ray is not None else meta.ray or commands.DEFAULT_RAY
     else:
         workers = check_workers(inp.workers, head)
         ray = commands.check_ray(inp.ray)

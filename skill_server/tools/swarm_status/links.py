@@ -43,7 +43,8 @@ class ExperimentLink(SparseOutput):
 
 
 def server_address(spec: dict[str, Any]) -> dict[str, Any] | None:
-    """Role, host, workdir, port and its source for the swarm server of one registry row's spec."""
+    """Role, host, workdir, port and its source for the swarm server of one registry row's spec (its JSON
+    form, ``RunSpec.to_json``)."""
     processes = [p for p in spec.get("processes") or [] if isinstance(p, dict)]
     server = next((p for p in processes if _SERVER_COMMAND.search(str(p.get("command", "")))), None)
     if server is None:
@@ -112,7 +113,7 @@ def experiment_server(exp_id: str) -> ExperimentLink:
         row = registry.find(exp_id)
     if row is None:
         raise ToolInputError(f"no experiment {exp_id!r} in the registry (experiment_status lists them)", field="id")
-    address = server_address(row.spec if isinstance(row.spec, dict) else {})
+    address = server_address(row.spec.to_json())
     if address is None:
         raise ToolInputError(f"experiment {row.id} runs no swarm server (no `ajet-swarm start` process) and names "
                              "no swarm URL; pass url instead", field="id")
@@ -131,7 +132,7 @@ def experiments_on_port(port: int, limit: int = 200) -> list[ExperimentLink]:
     links = []
     for row in rows:
         try:
-            address = server_address(row.spec if isinstance(row.spec, dict) else {})
+            address = server_address(row.spec.to_json())
         except (TypeError, ValueError, AttributeError):
             continue  # a row of an unexpected shape says nothing about ports
         if address is not None and address["port"] == port:

@@ -1,0 +1,350 @@
+"""The host protocol: what the server asks a host's agent, what the agent answers, and what both must agree on.
+
+The one module the server and the agent share (it ships with the agent, so it is stdlib-only Python 3.8).
+A request is an :class:`Envelope` of ops, one ``*Request`` per op; the reply is a :class:`ReplyEnvelope`
+with one result per op, in order: the op's ``*Reply`` (``ok`` true) or a :class:`Failure`. The server
+builds requests only through ``skill_server.hosts.client``; the agent reads each field with
+``request.need`` (the wire is JSON from another process: every field is checked where it is read).
+
+A key missing from a request, or null, means its default. Python 3.8 has no ``NotRequired``: optional
+keys sit in a ``total=False`` class that extends the required ones. Changing what goes over the wire
+means a new ``PROTOCOL_VERSION`` (hosts cache the agent per source digest, so old and new never mix).
+
+The types exist for type checkers only (``if TYPE_CHECKING:``; import them the same way): building them
+needs ``typing``, which the agent never loads at run time, so a call on a host pays nothing for them.
+"""
+
+from __future__ import annotations
+
+import os
+
+#: ``typing.TYPE_CHECKING`` without importing typing: false at run time, taken as true by type checkers.
+TYPE_CHECKING = False
+
+PROTOCOL_VERSION = 1
+
+#: The environment variable every process of a run carries: ``<experiment id>/<role>``.
+RUN_MARKER = "AGENTJET_SKILL_RUN"
+#: What starts every line the wrapper and the watchdog write into a run's log.
+LOG_MARK = "[agentjet-swarm-skill]"
+#: How long a stop waits after SIGKILL before it reports what survived (callers add it to their bounds).
+KILL_WAIT_S = 3.0
+#: The state directory's override, on every host.
+STATE_DIR_ENV = "SKILL_SERVER_STATE_DIR"
+
+
+def state_dir() -> str:
+    """``$SKILL_SERVER_STATE_DIR``, else ``$XDG_STATE_HOME/agentjet-swarm-skill``, else ~/.local/state/...
+
+    The rule on every host (and for the server's registry). Self-contained apart from ``os`` and
+    ``STATE_DIR_ENV``: the SSH stage one runs a copy of this function's source before the package exists."""
+    explicit = os.environ.get(STATE_DIR_ENV)
+    if explicit:
+        return os.path.abspath(os.path.expanduser(explicit))
+    xdg = os.environ.get("XDG_STATE_HOME")
+    base = os.path.expanduser(xdg) if xdg else os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.abspath(os.path.join(base, "agentjet-swarm-skill"))
+
+
+if TYPE_CHECKING:
+    from typing import Literal, TypedDict
+
+    # ---- results
+
+    class Ok(TypedDict, total=False):
+        """Every reply: ``ok`` is added by the dispatcher once the op returned (so an op's body never sets it)."""
+
+        ok: Literal[True]
+
+    class Failure(TypedDict):
+        """A failed op: one line, the argument it names (if any), and what kind of failure it is."""
+
+        ok: Literal[False]
+        error: str
+        field: str | None
+        #: error, not_found, not_regular, exists, duplicate, no_tmux, no_bash, internal; unreachable (server side)
+        kind: str
+
+    # ---- ping: who answers
+
+    class PingRequest(TypedDict):
+        op: Literal["ping"]
+
+    class PingReply(Ok):
+        python: str
+        version: list[int]
+        platform: str
+        uid: int
+        pid: int
+        state_dir: str
+        proc: bool
+        tmux: str | None
+        bash: str | None
+
+    # ---- run: one command, bounded in time and output
+
+    class _RunRequired(TypedDict):
+        op: Literal["run"]
+        argv: list[str]
+
+    class RunRequest(_RunRequired, total=False):
+        timeout_s: float
+        stdin: str
+        cwd: str
+        env: dict[str, str]
+        max_output: int
+
+    class RunReply(Ok):
+        returncode: int | None  # None: it could not start, or it timed out
+        stdout: str
+        stderr: str
+        timed_out: bool
+        truncated: bool
+        error: str | None  # why it could not start
+
+    # ---- read: a regular file's size and one byte range
+
+    class _ReadRequired(TypedDict):
+        op: Literal["read"]
+        path: str
+        length: int
+
+    class ReadRequest(_ReadRequired, total=False):
+        offset: int  # negative: from the end
+        text: bool
+
+    class _ReadSize(Ok):
+        path: str
+        size: int
+
+    class ReadReply(_ReadSize, total=False):
+        text: str  # when text was asked for
+        data: str  # otherwise: base64
+
+    # ---- write: atomic, creating a file or replacing a regular file only
+
+    class _WriteRequired(TypedDict):
+        op: Literal["write"]
+        path: str
+        replace: bool  # false: create only
+
+    class WriteRequest(_WriteRequired, total=False):
+        text: str
+        data: str  # base64, when no text is given
+        mode: int
+
+    class WriteReply(Ok):
+        path: str
+
+    # ---- launch: check (dry run) or start one experiment's processes on this host
+
+    class LaunchProc(TypedDict):
+        role: str
+        command: str
+        workdir: str
+        workdir_field: str
+        env: dict[str, str]
+        log_path: str
+        log_field: str
+        wait_for_url: str | None
+        wait_for_url_timeout_s: int
+
+    class LaunchRequest(TypedDict):
+        op: Literal["launch"]
+        exp_id: str
+        session: str
+        socket_name: str
+        dry_run: bool
+        replace_pids: list[int]
+        python: str | None
+        workdir: str
+        result_dir: str
+        max_time_s: int
+        deadline_grace_s: int
+        procs: list[LaunchProc]
+
+    class PlannedProc(TypedDict):
+        role: str
+        workdir: str
+        log_path: str
+
+    class StartedProc(TypedDict):
+        window_id: str
+        pane_id: str
+        pid: int
+        start: str | None
+        role: str
+        workdir: str
+        log_path: str
+
+    class _LaunchWhere(Ok):
+        run_dir: str
+        socket_path: str
+        result_dir: str
+        python: str
+
+    class LaunchPlan(_LaunchWhere):
+        """The dry run's answer: where everything would go."""
+
+        procs: list[PlannedProc]
+
+    class LaunchStarted(_LaunchWhere):
+        procs: list[StartedProc]
+
+    # ---- stopping: what a stop saw and did (shared by discard and stop)
+
+    class SeenProc(TypedDict):
+        pid: int
+        role: str
+        start: str | None
+        command: str
+
+    class StopReport(TypedDict):
+        interrupted: list[str]  # roles that got SIGINT
+        terminated: list[SeenProc]  # alive when SIGTERM was sent
+        killed: list[SeenProc]  # alive when SIGKILL was sent
+        survivors: list[SeenProc]  # alive even after SIGKILL
+
+    class DiscardRequest(TypedDict):
+        op: Literal["discard"]
+        exp_id: str
+        socket_path: str
+        session: str
+
+    class DiscardReply(StopReport, Ok):
+        session_removed: bool
+
+    class StopProc(TypedDict):
+        role: str
+        pid: int | None
+        start: str | None
+
+    class StopRequest(TypedDict):
+        op: Literal["stop"]
+        exp_id: str
+        run_dir: str
+        socket_path: str
+        session: str
+        grace_s: float
+        kill_session: bool
+        procs: list[StopProc]
+
+    class StopReply(StopReport, Ok):
+        exit_codes: dict[str, int | None]
+        session_removed: bool
+
+    # ---- observe: everything status needs from this host in one go
+
+    class ReadSpan(TypedDict):
+        offset: int
+        budget: int
+
+    class ObserveProc(TypedDict):
+        run_dir: str
+        role: str
+        pid: int | None
+        start: str | None
+        log_path: str
+        reads: list[ReadSpan]
+
+    class ObserveRequest(TypedDict):
+        op: Literal["observe"]
+        sockets: list[str]
+        procs: list[ObserveProc]
+
+    class Pane(TypedDict):
+        session: str
+        window_id: str
+        window: str
+        pane_id: str
+        dead: bool
+        dead_status: int | None
+        pid: int | None
+
+    class Appended(TypedDict):
+        """Bytes appended to a log after an offset (see ``files.read_appended``)."""
+
+        text: str
+        end: int
+        skipped: int
+        reset: bool
+
+    class ObservedProc(TypedDict):
+        alive: bool | None  # None: no pid recorded
+        exit_code: int | None
+        markers: list[str]
+        final: bool
+        size: int | None
+        reads: list[Appended]
+
+    class ObserveReply(Ok):
+        panes: dict[str, list[Pane] | None]  # None: no tmux server at that socket
+        procs: list[ObservedProc]
+
+    # ---- checkpoints: global_step_N folders under a directory
+
+    class _CheckpointsRequired(TypedDict):
+        op: Literal["checkpoints"]
+        path: str
+
+    class CheckpointsRequest(_CheckpointsRequired, total=False):
+        max_depth: int
+        max_entries: int
+        limit: int
+
+    class Checkpoint(TypedDict):
+        size: int
+        files: int
+        mtime: float
+        partial: bool
+        path: str
+        step: int
+
+    class CheckpointsReply(Ok):
+        path: str
+        checkpoints: list[Checkpoint]
+        more: int
+        truncated: bool
+        latest: int | None
+
+    # ---- reclaim_gpus: end the GPU processes this user owns here
+
+    class _ReclaimRequired(TypedDict):
+        op: Literal["reclaim_gpus"]
+        pids: list[int]
+
+    class ReclaimRequest(_ReclaimRequired, total=False):
+        grace_s: float
+
+    class Ended(TypedDict):
+        pid: int
+        name: str
+        signal: str  # the last signal sent ("" when none was)
+
+    class Skipped(TypedDict):
+        pid: int
+        name: str
+        reason: str
+
+    class ReclaimReply(Ok):
+        killed: list[Ended]
+        survivors: list[Ended]
+        skipped: list[Skipped]
+
+    # ---- the envelope
+
+    OpRequest = (PingRequest | RunRequest | ReadRequest | WriteRequest | LaunchRequest | DiscardRequest | ObserveRequest
+                 | StopRequest | CheckpointsRequest | ReclaimRequest)
+    OpReply = (PingReply | RunReply | ReadReply | WriteReply | LaunchPlan | LaunchStarted | DiscardReply | ObserveReply
+               | StopReply | CheckpointsReply | ReclaimReply)
+
+    class Envelope(TypedDict):
+        v: int
+        ops: list[OpRequest]
+
+    class _ReplyVersion(TypedDict):
+        v: int
+
+    class ReplyEnvelope(_ReplyVersion, total=False):
+        results: list[OpReply | Failure]  # one per op, in order
+        error: str  # the whole request was refused (wrong version, not JSON, too large)
