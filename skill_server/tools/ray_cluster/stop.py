@@ -33,7 +33,7 @@ from skill_server.tools.ray_cluster.models import (
 from skill_server.tools.ray_cluster.status_text import last_message
 
 if TYPE_CHECKING:
-    from skill_server.hosts.agent.protocol import RunReply
+    from skill_server.hosts.agent.protocol import ReclaimReply, RunReply
 
 RAY_STOP_TIMEOUT_S = 90
 
@@ -65,7 +65,7 @@ def _outcomes(host: str, found: list[tuple[int, str]], reason: str | None) -> li
     return [GpuProcessOutcome(host=host, pid=pid, name=name, reason=reason) for pid, name in found]
 
 
-def _reclaimed(host: str, found: list[tuple[int, str]], report: dict[str, list[dict[str, Any]]]
+def _reclaimed(host: str, found: list[tuple[int, str]], report: ReclaimReply
                ) -> tuple[list[GpuProcessOutcome], list[GpuProcessOutcome]]:
     """(ended, still there) from one host's reclaim report: those alive after SIGKILL, then those it skipped."""
     names = dict(found)
