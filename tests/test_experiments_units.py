@@ -13,6 +13,7 @@ from skill_server.core.errors import ToolInputError
 from skill_server.experiments import blueprint, logs, summaries
 from skill_server.experiments import checks as launch
 from skill_server.experiments.signatures import SIGNATURES, SIGNATURES_BY_NAME, render_table
+from skill_server.experiments.spec import RunSpec
 from tests.conftest import REPO
 
 ISSUE_LIST = (
@@ -288,7 +289,7 @@ def test_wait_back_off_advances_only_with_timeouts_and_an_ended_run_has_exited()
 
     with open_registry() as reg:
         reg.insert(id="r", session="s", socket="sock", created=0.0, started_at="",
-                   spec={"processes": [{"role": "main", "log_path": "/x.log"}], "run_dir": "/r"})
+                   spec=RunSpec.from_json({"processes": [{"role": "main", "log_path": "/x.log"}], "run_dir": "/r"}))
         assert [_settle(reg, "r", "running", "timeout")[1] for _ in range(7)] == list(WAIT_SCHEDULE_S) + [960]
         assert _settle(reg, "r", "running", "first_step") == ("first_step", 960)  # read, not advanced
         assert _settle(reg, "r", "running", "error") == ("error", 30)
