@@ -43,6 +43,7 @@ from skill_server.core.models import MAX_JSON_INT
 from skill_server.core.trees import flatten, sections
 
 SWARM_DEFAULT_LAYER = "ajet_swarm_default"
+CONFIG_DIR = "ajet/default_config"  # an install's own layers live here, and only here
 #: The refusal causes check_config can report: all of AgentJet's but those of build_config's dotted ``set``
 #: writes (a script's own writes are checked by the unknown-key rule, which knows attribute from item access).
 LINT_CAUSES = CAUSE_IDS - {"write-below-missing-section", "write-through-value"}
@@ -260,13 +261,24 @@ class AgentJet:
                 walk_overrides(config, self._table, {}, base_field=field, label=self.label)
             except AgentJetRefusal as refusal:
                 causes.append(refusal.cause)
-        own = release.root
-        user = {layer.name: layer.origin for layer in composition.layers
-                if not layer.origin.startswith("bundled:")
-                and not (own is not None and Path(layer.origin).is_relative_to(own))}
+        user = {layer.name: layer.origin for layer in composition.layers if not self.is_agentjet_layer(layer.origin)}
         names = [layer.name for layer in composition.layers]
         return ComposedBase(to_plain(config), dict(composition.origin), names, user, SWARM_DEFAULT_LAYER in names,
                             causes, notes)
+
+    def is_agentjet_layer(self, origin: str) -> bool:
+        """Whether a composed layer read from ``origin`` is one of AgentJet's own: bundled data, or a file of the
+        install's ``ajet/default_config/``. Any other file is the user's, even inside the checkout (AgentJet's
+        tutorials keep their bases in ``tutorial/<x>/``)."""
+        if origin.startswith("bundled:"):
+            return True
+        own = self.release.root
+        if own is None:
+            return False
+        try:
+            return Path(origin).resolve().is_relative_to((own / CONFIG_DIR).resolve())
+        except OSError:
+            return False
 
     def absent_base_cause(self, path: Path) -> Cause:
         """What AgentJetJob raises for a base_yaml_config that does not exist."""
