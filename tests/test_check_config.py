@@ -162,6 +162,14 @@ def test_yaml_alone_base_not_swarm():
     assert r.constructions == [] and r.yaml_customised == ["ajet.model.path"]
 
 
+def test_a_key_no_layer_sets_is_shown_as_not_set(tmp_path):
+    """A base without AgentJet's layers lacks enable_interchange_server: the message says so in words."""
+    r = lint(yaml=str(write(tmp_path, "bare.yaml", "ajet:\n  rollout:\n    num_repeat: 4\n")))
+    f = only(r, "base-not-swarm")
+    assert f.message.startswith("ajet.enable_interchange_server is not set: the swarm server needs both on")
+    assert "object at 0x" not in f.message and f.values["enable_interchange_server"] is None
+
+
 def test_env_defaults_and_imported_constants():
     """os.getenv defaults and constants of a module next to the script; a str nnodes is refused."""
     r = lint(CLIENTS / "env_defaults" / "math_client.py")
