@@ -170,6 +170,31 @@ def test_a_key_no_layer_sets_is_shown_as_not_set(tmp_path):
     assert "object at 0x" not in f.message and f.values["enable_interchange_server"] is None
 
 
+def test_cap_fixes_on_the_engines_copy_agree_and_name_the_job_the_client_builds(tmp_path):
+    """The engine's yaml_backup.yaml of a job with 128 threads, groups of 6 and batch 16: the batch binds, no loop
+    waits; the one fix lowers max_env_worker to a multiple whenever it raises the batch, and names the client's job."""
+    from skill_server.tools.build_config.tool import BuildConfigInput, build_config
+
+    folder = tmp_path / "saved_experiments" / "math_run"
+    folder.mkdir(parents=True)
+    dump = build_config(BuildConfigInput(kwargs={"max_env_worker": 128, "num_repeat": 6, "batch_size": 16,
+                                                 "experiment_dir": str(folder)})).yaml
+    (folder / "yaml_backup.yaml").write_text(dump)
+    r = lint(yaml=str(folder / "yaml_backup.yaml"))
+    assert "cap-not-divisible" not in rules(r)  # nothing queues: the batch binds
+    f = only(r, "cap-limited-by-batch")
+    assert "raise train_batch_size to 21" in f.fix and "lower max_env_worker to 126" in f.fix
+    assert "or lower max_env_worker to 96" in f.fix and "22" not in f.fix
+    assert "in the job the client builds, not in yaml_backup.yaml" in f.fix and " at yaml_backup.yaml" not in f.fix
+    assert any("the copy the swarm engine writes at start" in note for note in r.notes)
+    # the same job as a client's kwargs: the fix points at the kwargs
+    client = write(tmp_path, "client.py", "from ajet.copilot.job import AgentJetJob\n"
+                                          "job = AgentJetJob(max_env_worker=128, num_repeat=6, batch_size=16)\n")
+    fix = only(lint(client), "cap-limited-by-batch").fix
+    assert "change the kwarg batch_size=16 at line 2 to batch_size=21" in fix
+    assert "change the kwarg max_env_worker=128 at line 2 to max_env_worker=126" in fix
+
+
 def test_env_defaults_and_imported_constants():
     """os.getenv defaults and constants of a module next to the script; a str nnodes is refused."""
     r = lint(CLIENTS / "env_defaults" / "math_client.py")

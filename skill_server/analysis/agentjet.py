@@ -339,6 +339,15 @@ class AgentJet:
             return f"the episode cap cannot be computed: {str(exc).splitlines()[0]}"
         return CapFacts(r.episode_cap, r.thread_rule, r.worker_loops, r.queued_loops, r.idle_threads)
 
+    def balanced_settings(self, max_env_worker: int, num_repeat: int,
+                          train_batch_size: int | None) -> list[tuple[int, int | None]]:
+        """(max_env_worker, train_batch_size or None to keep it) settings nearest these under which every pool
+        thread runs a loop and none waits: what every cap fix suggests, so that the fixes agree."""
+        from skill_server.agentjet.cap import balanced_settings
+
+        return [(b.max_env_worker, b.train_batch_size)
+                for b in balanced_settings(max_env_worker, num_repeat, train_batch_size)]
+
     # --- what AgentJetJob refuses (one method per construction step that refuses) -------------------------
     #
     # ``kwargs`` maps each given kwarg to its value (``Unknown`` when computed at run time); ``dynamic``

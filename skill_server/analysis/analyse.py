@@ -43,4 +43,9 @@ def analyse(aj: AgentJet, script: Path | None, yaml: Path | None, cwd: Path | No
         runs.append(replay(session, None, base))
         if yaml is None:
             session.note("nothing to compare: no construction and no yaml; AgentJet's defaults were checked")
+    if any(run.base.engine_copy for run in runs):
+        session.note(f"{yaml.name if yaml else 'the base'} is the copy the swarm engine writes at start (a full dump "
+                     "of the synced job, rewritten at every start): its values are what the engine ran, but a change "
+                     "belongs in the job the client builds (its AgentJetJob kwargs or its base YAML); pass script= "
+                     "to have fixes located there")
     return Analysis(session, runs)

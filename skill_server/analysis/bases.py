@@ -17,10 +17,11 @@ from typing import Any, Literal
 from skill_server.analysis.agentjet import Cause, ComposedBase, RefusedBase
 from skill_server.analysis.script import Construction
 from skill_server.analysis.session import Session
-from skill_server.analysis.values import Unknown, jsonable
+from skill_server.analysis.values import Unknown, jsonable, lookup
 from skill_server.core.trees import flatten
 
 BaseState = Literal["defaults", "file", "missing", "unresolved", "refused"]
+ENGINE_COPY = "yaml_backup.yaml"  # what the engine's start writes into <experiment_dir>/
 MAX_CANDIDATE_LEVELS = 8
 
 
@@ -46,6 +47,20 @@ class BaseYaml:
     @property
     def is_users(self) -> bool:
         return self.state == "file"
+
+    @property
+    def engine_copy(self) -> bool:
+        """The file is the copy the swarm engine writes at start (``<experiment_dir>/yaml_backup.yaml``, a full
+        dump), not a file the user edits: a fix names the job the client builds instead."""
+        if self.state != "file" or self.path is None:
+            return False
+        if self.path.name == ENGINE_COPY:
+            return True
+        folder = lookup(self.tree, "ajet.experiment_dir")
+        if not isinstance(folder, str) or folder in ("", "auto"):
+            return False
+        parts = Path(folder).parts
+        return self.path.parent.parts[-len(parts):] == parts
 
     @property
     def values_unknown(self) -> bool:

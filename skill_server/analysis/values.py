@@ -10,7 +10,6 @@ from skill_server.core.text import shorten
 from skill_server.core.trees import get_path
 
 
-
 class _Missing:
     """The one value of a key the tree does not have; a message that shows it says "not set"."""
 
