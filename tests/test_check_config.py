@@ -195,6 +195,56 @@ def test_cap_fixes_on_the_engines_copy_agree_and_name_the_job_the_client_builds(
     assert "change the kwarg max_env_worker=128 at line 2 to max_env_worker=126" in fix
 
 
+CLASSIC = """\
+ajet:
+  project_name: math_agent
+  model:
+    path: Qwen/Qwen2.5-7B
+  rollout:
+    user_workflow: "tutorial.example_math_agent.math_agent->ExampleMathLearn"
+    max_env_worker: 64
+    num_repeat: 6
+  data:
+    train_batch_size: 100
+trinity:
+  synchronizer:
+    sync_offset: 1
+hydra:
+  searchpath:
+    - file://ajet/default_config
+    - file://ajet/default_config/verl
+    - file://ajet/default_config/trinity
+defaults:
+  - verl_default
+  - trinity_default
+  - ajet_default
+  - _self_
+"""
+
+
+def test_a_classic_mode_config_is_not_linted_as_an_agentjetjob_base(tmp_path):
+    """A config for `python -m ajet.launcher --conf`: composed as the launcher composes it (backbone verl), no
+    AgentJetJob refusal and no swarm-engine check; the trainer's own checks still run."""
+    r = lint(yaml=str(write(tmp_path, "math_agent.yaml", CLASSIC)))
+    assert r.findings == []
+    assert (r.effective.num_repeat.value, r.effective.max_env_worker.value) == (6, 64)  # composed, not refused
+    reasons = skipped(r)
+    for rule_id in ("base-not-swarm", "cap-not-divisible", "tracker-threads-below-cap", "interchange-not-tcp"):
+        assert "classic-mode config" in reasons[rule_id][0]
+    assert "batch-not-divisible-by-gpus" not in reasons and "samples-below-world-size" not in reasons
+    assert any("classic-mode config" in note and "ajet.launcher --conf math_agent.yaml" in note for note in r.notes)
+    assert not any("trinity" in note for note in r.notes)
+    # without defaults and hydra blocks: still no base refusal (AgentJetJob never reads it)
+    bare = lint(yaml=str(write(tmp_path, "bare.yaml", "ajet:\n  enable_swarm_mode: false\n  rollout:\n"
+                                                      "    max_env_worker: 10\n    num_repeat: 4\n")))
+    assert bare.findings == [] and "cap-not-divisible" in skipped(bare)
+    # the same file with swarm mode turned on is a swarm base again, and gets the swarm checks
+    swarm = lint(yaml=str(write(tmp_path, "swarm.yaml", "ajet:\n  enable_swarm_mode: true\n  rollout:\n"
+                                                        "    user_workflow: a.b->C\n    max_env_worker: 10\n"
+                                                        "    num_repeat: 4\n")))
+    assert {"agentjet-refusal", "cap-not-divisible"} <= rules(swarm)
+
+
 def test_env_defaults_and_imported_constants():
     """os.getenv defaults and constants of a module next to the script; a str nnodes is refused."""
     r = lint(CLIENTS / "env_defaults" / "math_client.py")

@@ -39,7 +39,11 @@ def analyse(aj: AgentJet, script: Path | None, yaml: Path | None, cwd: Path | No
             session.note(f"{len(orphans)} write(s) to a job's config could not be tied to one construction (lines "
                          f"{', '.join(str(w.line) for w in orphans[:8])}); they are not checked")
     if not runs:
-        base = file_base(session, yaml, "explicit", None, field="yaml") if yaml else defaults_base(session)
+        base = file_base(session, yaml, "explicit", None, field="yaml", alone=True) if yaml else defaults_base(session)
+        if base.classic is not None:
+            session.note(f"{base.name} is a classic-mode config ({base.classic}): it is read as `python -m "
+                         f"ajet.launcher --conf {base.name}` composes it (backbone verl), not as an AgentJetJob base, "
+                         "so AgentJetJob's refusals and the swarm engine's checks do not apply to it")
         runs.append(replay(session, None, base))
         if yaml is None:
             session.note("nothing to compare: no construction and no yaml; AgentJet's defaults were checked")

@@ -18,7 +18,7 @@ from skill_server.tools.check_config.registry import Report, rule
     threads idle (floor rule, older engines). When train_batch_size x num_repeat is below max_env_worker
     the batch binds instead and no partial group forms: cap-limited-by-batch reports that, with a fix that
     also makes max_env_worker a multiple. The finding locates max_env_worker, num_repeat and
-    train_batch_size, the line that sets each effective value first.""", example="""
+    train_batch_size, the line that sets each effective value first.""", swarm_only=True, example="""
 python
 max_env_worker=128, num_repeat=6   # before
 max_env_worker=126, num_repeat=6   # after (or 132)""")
@@ -52,7 +52,7 @@ def cap_not_divisible(ctx: LintContext, run: Run) -> Iterator[Report]:
     engine threads never work. The fix either fits the pool to the batch or raises the batch to the whole
     groups the pool holds, lowering max_env_worker to a multiple of num_repeat when it is not one (a batch
     that outgrows a partial group would leave loops queued). The finding locates all three inputs.""",
-      example="""
+      swarm_only=True, example="""
 python
 max_env_worker=512, num_repeat=8, batch_size=32   # before: cap 256
 max_env_worker=256, num_repeat=8, batch_size=32   # after (or batch_size=64)""")
@@ -86,7 +86,7 @@ def cap_limited_by_batch(ctx: LintContext, run: Run) -> Iterator[Report]:
 @rule("tracker-threads-below-cap", "warning", "max_inference_tracker_threads is below the episode cap.", """
     Each running episode's LLM proxy holds one interchange tracker thread, so episodes beyond
     interchange_server.max_inference_tracker_threads may wait. This limiter is inferred from AgentJet's
-    code, not verified.""", example="""
+    code, not verified.""", swarm_only=True, example="""
 yaml
 max_inference_tracker_threads: 64    # before, with max_env_worker 128
 max_inference_tracker_threads: 128   # after: equal to max_env_worker""")
