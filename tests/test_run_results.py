@@ -1,0 +1,66 @@
+"""What a run leaves and what is said about it: fixes computed from error lines, result folders per run, the
+best value with its step (real tmux on a private socket per test where a run is launched)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from skill_server.experiments import runconfig
+from skill_server.experiments.fixes import hint_for
+from skill_server.experiments.signatures import SIGNATURES_BY_NAME
+from tests.experiment_helpers import call, tmux_socket, trainer, wait_exit, workdir  # noqa: F401  (fixtures by name)
+
+needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+
+KV_LINE = ("(WorkerDict pid=48213) ValueError: The model's max seq len (18000) is larger than the maximum number of "
+           "tokens that can be stored in KV cache (14336). Try increasing `gpu_memory_utilization` or decreasing "
+           "`max_model_len` when initializing the engine.")
+KV_LINE_V1 = ("ValueError: To serve at least one request with the models's max seq len (32768), (4.0 GiB KV cache is "
+              "needed, which is larger than the available KV cache memory (2.6 GiB). Based on the available memory, "
+              "the estimated maximum model length is 21296. Try increasing `gpu_memory_utilization` or decreasing "
+              "`max_model_len` when initializing the engine.")
+LENGTHS = {"max_model_len": 18000, "max_prompt_length": 3000, "max_response_length": 15000,
+           "max_response_length_in_one_turn": 4096, "gpu_memory_utilization": 0.85, "tensor_model_parallel_size": 1}
+
+
+# ---- vLLM's KV cache: a fix computed from the line and the run's YAML
+
+
+def test_the_kv_cache_line_has_its_own_signature_and_a_fix_from_its_numbers():
+    sig = SIGNATURES_BY_NAME["vllm_kv_cache_too_small"]
+    assert sig.severity == "error" and sig.regex.search(KV_LINE) and sig.regex.search(KV_LINE_V1)
+    alone = hint_for("vllm_kv_cache_too_small", KV_LINE)
+    assert "holds 14336 tokens" in alone and "lower ajet.rollout.max_model_len to 14336" in alone
+    assert "max_prompt_length + max_response_length <= max_model_len" in alone
+    assert "gpu_memory_utilization" in alone and "tensor_model_parallel_size" in alone
+    # with the run's lengths: values that keep AgentJetJob's checks (3000 + 11336 <= 14336, 4096 <= 11336)
+    fix = hint_for("vllm_kv_cache_too_small", KV_LINE, {"lengths": LENGTHS})
+    assert "max_prompt_length 3000 and max_response_length 11336" in fix and "(now 0.85;" in fix
+    assert "max_response_length_in_one_turn" not in fix.split("so that")[0]  # 4096 already fits
+    v1 = hint_for("vllm_kv_cache_too_small", KV_LINE_V1, {"lengths": {**LENGTHS, "max_model_len": 32768}})
+    assert "lower ajet.rollout.max_model_len to 20480 (at most 21296)" in v1
+    # a signature without a computed fix keeps its own hint
+    assert hint_for("cuda_oom", "CUDA out of memory") == SIGNATURES_BY_NAME["cuda_oom"].hint
+
+
+def test_the_runs_yaml_lengths_reach_the_fix():
+    cand = runconfig.Candidate(host="local", path="/w/exp.yaml", workdir="/w")
+    data = {"ajet": {"rollout": {"max_model_len": 18000, "max_response_length_in_one_turn": 4096,
+                                 "gpu_memory_utilization": 0.85, "tensor_model_parallel_size": 1},
+                     "data": {"max_prompt_length": 3000, "max_response_length": 15000}}}
+    assert runconfig.summarise(cand, data)["lengths"] == LENGTHS
+
+
+@needs_tmux
+def test_status_of_a_run_that_hit_the_kv_cache_limit_gives_the_computed_fix(tmux_socket: str, workdir: Path):
+    (workdir / "exp.yaml").write_text("ajet:\n  rollout:\n    max_model_len: 18000\n"
+                                      "    max_response_length_in_one_turn: 4096\n    gpu_memory_utilization: 0.85\n"
+                                      "  data:\n    max_prompt_length: 3000\n    max_response_length: 15000\n")
+    command = trainer("--steps", "1", "--say", f"1:{KV_LINE}", "--exit-code", "1") + " --conf exp.yaml"
+    out = call("launch_experiment", name="kv", command=command, workdir=str(workdir))
+    done = wait_exit(out["id"])
+    hit = {e["signature"]: e for e in done["errors"]}["vllm_kv_cache_too_small"]
+    assert "max_prompt_length 3000 and max_response_length 11336" in hit["hint"]
