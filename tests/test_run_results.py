@@ -64,3 +64,32 @@ def test_status_of_a_run_that_hit_the_kv_cache_limit_gives_the_computed_fix(tmux
     done = wait_exit(out["id"])
     hit = {e["signature"]: e for e in done["errors"]}["vllm_kv_cache_too_small"]
     assert "max_prompt_length 3000 and max_response_length 11336" in hit["hint"]
+
+
+# ---- a run's own result folder: two runs from one directory never overwrite each other's results
+
+
+@needs_tmux
+def test_two_runs_from_one_directory_keep_their_own_logs_and_results(tmux_socket: str, workdir: Path):
+    first = call("launch_experiment", name="same", command=trainer("--steps", "2"), workdir=str(workdir))
+    wait_exit(first["id"])
+    second = call("launch_experiment", name="same", command=trainer("--steps", "3"), workdir=str(workdir))
+    wait_exit(second["id"])
+    top = workdir / "auto_agent" / "exp_results"
+    assert first["result_dir"] == second["result_dir"] == str(top)  # the blueprint's folder, shared
+    assert first["log_path"] == str(top / first["id"] / "ajet_same.log")
+    assert second["log_path"] == str(top / second["id"] / "ajet_same.log")
+    one = call("collect_results", id=first["id"])
+    first_results = Path(one["results_path"])
+    assert first_results == top / first["id"] / "results.md" and Path(one["finish_flag_path"]) == top / "finish.flag"
+    kept = first_results.read_text()
+    two = call("collect_results", id=second["id"])
+    assert Path(two["results_path"]) == top / second["id"] / "results.md"
+    assert first_results.read_text() == kept and first["id"] in kept and second["id"] not in kept
+    if one["plot"] is not None:
+        assert Path(one["plot"]["path"]) == top / first["id"] / "metrics.png" != Path(two["plot"]["path"])
+    # an explicit log path is honoured as given (relative: against result_dir)
+    named = call("launch_experiment", name="named", command=trainer("--steps", "1"), workdir=str(workdir),
+                 log_path="mine.log")
+    assert named["log_path"] == str(top / "mine.log")
+    wait_exit(named["id"])

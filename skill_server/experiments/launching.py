@@ -88,9 +88,11 @@ def _seconds(value: float | None, default: int) -> int:
     return default if value is None else max(1, int(round(value)))
 
 
-def _plan(inp: LaunchInput, main_host: str, defaults: dict[str, Any], session: str
+def _plan(inp: LaunchInput, main_host: str, defaults: dict[str, Any], session: str, exp_id: str
           ) -> tuple[list[_Proc], str, str | None, str]:
-    """Processes, workdir, python and result_dir (host paths, resolved later on the host), checked for form."""
+    """Processes, workdir, python and result_dir (host paths, resolved later on the host), checked for form.
+    A log without an explicit path goes into the run's own folder, ``<result_dir>/<exp_id>/``, so no two runs
+    share one (session names repeat across runs; ids never do)."""
     if inp.processes and inp.command:
         raise ToolInputError("give either command or processes, not both", field="processes")
     command = inp.command or (None if inp.processes else defaults.get("command"))
@@ -127,14 +129,14 @@ def _plan(inp: LaunchInput, main_host: str, defaults: dict[str, Any], session: s
                 workdir=host_path(p.workdir, f"{at}.workdir") if p.workdir else workdir,
                 workdir_field=f"{at}.workdir" if p.workdir else "workdir",
                 env={**env, **check_env(p.env, f"{at}.env")},
-                log_path=relative_path(p.log_path, f"{at}.log_path") if p.log_path else f"{session}.{p.role}.log",
+                log_path=relative_path(p.log_path, f"{at}.log_path") if p.log_path else f"{exp_id}/{session}.{p.role}.log",
                 log_field=f"{at}.log_path", wait_for_url=p.wait_for_url,
                 wait_for_url_timeout_s=int(p.wait_for_url_timeout_s or 600)))
     else:
         assert command is not None
         procs.append(_Proc(
             role="main", command=command, host=main_host, host_field="host", workdir=workdir, workdir_field="workdir",
-            env=env, log_path=relative_path(inp.log_path, "log_path") if inp.log_path else f"{session}.log",
+            env=env, log_path=relative_path(inp.log_path, "log_path") if inp.log_path else f"{exp_id}/{session}.log",
             log_field="log_path", wait_for_url=None, wait_for_url_timeout_s=0))
     return procs, workdir, python, result_dir
 
@@ -169,7 +171,9 @@ def launch(inp: LaunchInput) -> LaunchOutput:
     main_host = normalise(inp.host, field="host")
     defaults = _blueprint_defaults(inp.blueprint, main_host) if inp.blueprint is not None else {}
     session = session_name(inp.name, defaults.get("purpose"))
-    procs, workdir, python, result_dir = _plan(inp, main_host, defaults, session)
+    created = time.time()
+    exp_id = f"{session}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(created))}-{secrets.token_hex(2)}"
+    procs, workdir, python, result_dir = _plan(inp, main_host, defaults, session, exp_id)
     max_time_s = _seconds(inp.max_time_s or defaults.get("max_time_s"), bp.DEFAULT_MAX_TIME_S)
     first_step_s = _seconds(inp.first_step_timeout_s or defaults.get("first_step_timeout_s"), bp.DEFAULT_FIRST_STEP_S)
     first_step_pattern = inp.first_step_pattern  # None: the first step:N line proves the first step
@@ -177,8 +181,6 @@ def launch(inp: LaunchInput) -> LaunchOutput:
         compile_pattern(first_step_pattern, "first_step_pattern")
 
     hosts = [main_host] + [h for h in dict.fromkeys(p.host for p in procs) if h != main_host]
-    created = time.time()
-    exp_id = f"{session}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(created))}-{secrets.token_hex(2)}"
 
     def request(host: str, dry_run: bool, replace: list[int]) -> list[dict[str, Any]]:
         check_gpus = dry_run and host == main_host and inp.require_free_gpus is not None

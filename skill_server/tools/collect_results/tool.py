@@ -8,8 +8,10 @@ the ``val-*`` keys). The answer and results.md say which source each table came 
 Everything on the run's host happens on its main host, in at most three round trips: one reads the YAML
 candidates (only when a markdown path is not given; the paths come from them), one the metric files
 (regular files only, bounded: a FIFO or a device is refused, never read), one writes ``metrics.png``
-(when matplotlib is installed), ``results.md`` (its documented job is to replace the previous ones) and,
-once the run has ended, an empty ``finish.flag``, all atomically and only over regular files.
+(when matplotlib is installed) and ``results.md`` into the run's own folder ``<result_dir>/<id>/`` (their
+documented job is to replace that run's previous ones, never another run's) and, once the run has ended, an
+empty ``finish.flag`` into ``<result_dir>`` itself (AgentJet's blueprint convention), all atomically and only
+over regular files.
 """
 
 from __future__ import annotations
@@ -266,14 +268,21 @@ def _picture(run: _Run, notes: list[str]) -> tuple[plots.Picture | None, str]:
     return plots.draw(run.curves, title, notes), title
 
 
-def _write(host: Host, result_dir: str, text: str, picture: plots.Picture | None, flag_wanted: bool) -> list[str]:
-    """Write metrics.png, results.md and finish.flag (as wanted) in one round trip; their paths, in that order."""
-    plot_path = posixpath.join(result_dir, PLOT_NAME)
+def run_folder(result_dir: str, row: Row | None) -> str:
+    """Where a run's results.md and metrics.png go: its own folder ``<result_dir>/<id>/``, so that no run's results
+    replace another's (runs started from one directory share result_dir); without a run, result_dir itself."""
+    return posixpath.join(result_dir, row.id) if row is not None else result_dir
+
+
+def _write(host: Host, result_dir: str, folder: str, text: str, picture: plots.Picture | None,
+           flag_wanted: bool) -> list[str]:
+    """Write metrics.png and results.md into ``folder`` and finish.flag (as wanted) into ``result_dir``, where
+    AgentJet's blueprint looks for it, in one round trip; their paths, in that order."""
     writes = []
     if picture is not None:
-        writes.append({"op": "write", "path": plot_path, "data": base64.b64encode(picture.png).decode("ascii"),
-                       "replace": True})
-    writes.append({"op": "write", "path": posixpath.join(result_dir, "results.md"), "text": text, "replace": True})
+        writes.append({"op": "write", "path": posixpath.join(folder, PLOT_NAME),
+                       "data": base64.b64encode(picture.png).decode("ascii"), "replace": True})
+    writes.append({"op": "write", "path": posixpath.join(folder, "results.md"), "text": text, "replace": True})
     if flag_wanted:
         writes.append({"op": "write", "path": posixpath.join(result_dir, "finish.flag"), "text": "", "replace": True})
     return [expect(r, field="result_dir")["path"] for r in host.call(writes)]
@@ -307,9 +316,10 @@ def collect_results(inp: CollectInput) -> CollectOutput:
     flag_wanted = _finish_flag_wanted(inp, run.state, notes)
     picture, title = _picture(run, notes) if want_plot else (None, "")
     errors, log_paths = run.errors, run.log_paths
-    text = _render(spec, run.status, host_name, result_dir, val_md, train_md, val_metrics, train_metrics,
+    folder = run_folder(result_dir, run.row)
+    text = _render(spec, run.status, host_name, folder, val_md, train_md, val_metrics, train_metrics,
                    metrics_source, plateau, errors, log_paths, notes, PLOT_NAME if picture else None)
-    written = _write(host, result_dir, text, picture, flag_wanted)
+    written = _write(host, result_dir, folder, text, picture, flag_wanted)
     image = None
     if picture is not None:
         image = picture.attachment(title, bool(inp.image_data), path=written.pop(0), host=host_name)
