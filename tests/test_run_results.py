@@ -93,3 +93,34 @@ def test_two_runs_from_one_directory_keep_their_own_logs_and_results(tmux_socket
                  log_path="mine.log")
     assert named["log_path"] == str(top / "mine.log")
     wait_exit(named["id"])
+
+
+# ---- the best value with its step; one run through compare_experiments
+
+
+@needs_tmux
+def test_the_best_value_comes_with_its_step(tmux_socket: str, workdir: Path):
+    val_md, train_md = workdir / "val.md", workdir / "train.md"
+    out = call("launch_experiment", name="best", workdir=str(workdir),
+               command=trainer("--steps", "8", "--delay", "0", "--val-md", str(val_md), "--train-md", str(train_md)))
+    wait_exit(out["id"])
+    res = call("collect_results", id=out["id"], val_markdown=str(val_md), train_markdown=str(train_md))
+    val = {m["key"]: m for m in res["val_metrics"]}["mean_reward"]
+    assert (val["best"], val["best_step"], val["best_point"], val["n"]) == (0.5, None, 5, 8)  # no step in the line
+    train = {m["key"]: m for m in res["train_metrics"]}["critic/real_reward"]
+    assert (train["best"], train["best_step"], train["best_point"]) == (1.0, 8, 8)
+    text = Path(res["results_path"]).read_text()
+    assert "| metric | n | first | best | last | trend | plateau | best at |" in text
+    assert "| mean_reward | 8 | 0.1 | 0.5 | 0.5 | up | yes | point 5 of 8 |" in text
+    assert "| critic/real_reward | 8 | 0.3 | 1 | 1 | up | - | step 8 |" in text
+    # from the log's step lines (no markdown): the step is always known
+    history = call("collect_results", id=out["id"], val_markdown=str(workdir / "none.md"),
+                   train_markdown=str(workdir / "none.md"))
+    score = {m["key"]: m for m in history["train_metrics"]}["critic/score/mean"]
+    assert (score["best"], score["best_step"]) == (1.0, 8)
+    # one id: that run's own statistics
+    alone = call("compare_experiments", ids=[out["id"]], metrics=["critic/score/mean"])
+    stats = alone["runs"][0]["metrics"][0]
+    assert (stats["best"], stats["best_step"], stats["final_step"]) == (1.0, 8, 8)
+    assert alone["leader"]["leader"] == out["id"] and alone["leader"]["runner_up"] is None
+    assert alone["config_differences"] == []

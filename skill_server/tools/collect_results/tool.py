@@ -99,14 +99,22 @@ def is_validation_metric(name: str) -> bool:
     return name.startswith(("val-", "val/"))
 
 
-def _history_tables(reg: Registry, exp_id: str) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """(validation series, training series) from the run's step lines, values in step order."""
-    val: dict[str, list[float]] = {}
-    train: dict[str, list[float]] = {}
+@dataclass
+class Table:
+    """Named series of values in step order, with the global step of each point."""
+
+    values: dict[str, list[float]] = field(default_factory=dict)
+    steps: dict[str, list[int | None]] = field(default_factory=dict)
+
+
+def _history_tables(reg: Registry, exp_id: str) -> tuple[Table, Table]:
+    """(validation, training) series from the run's step lines, in step order."""
+    val, train = Table(), Table()
     for name in history.metric_names(reg, exp_id)[:MAX_SUMMARY_SERIES]:
         series = history.read_series(reg, exp_id, name)
-        values = [math.nan if v is None else v for v in series.values]
-        (val if is_validation_metric(name) else train)[name] = values
+        table = val if is_validation_metric(name) else train
+        table.values[name] = [math.nan if v is None else v for v in series.values]
+        table.steps[name] = list(series.steps)
     return val, train
 
 
@@ -135,8 +143,8 @@ class _Run:
     overlays: list[Row] = field(default_factory=list)
     status: dict[str, Any] | None = None
     #: The metric history as (validation, training) series: the tables when no markdown file has lines.
-    val_series: dict[str, list[float]] = field(default_factory=dict)
-    train_series: dict[str, list[float]] = field(default_factory=dict)
+    val_series: Table = field(default_factory=Table)
+    train_series: Table = field(default_factory=Table)
     curves: list[plots.Curve] = field(default_factory=list)
     plot_data: MetricsHistory | None = None
 
@@ -219,15 +227,16 @@ def _markdown_rows(label: str, arg: str, path: str | None, answers: dict[str, di
     return rows
 
 
-def _summaries(label: str, path: str | None, rows: list[dict[str, float]], fallback: dict[str, list[float]],
+def _summaries(label: str, path: str | None, rows: list[dict[str, float]], fallback: Table,
                notes: list[str]) -> tuple[list[MetricSummary], str]:
     """One table and where it came from: the markdown file's lines, else the metric history, else nothing."""
     if rows:
         return summarise(rows), f"markdown file {path}"
-    if fallback:
-        steps = max(len(v) for v in fallback.values())
+    if fallback.values:
+        count = max(len(v) for v in fallback.values.values())
         notes.append(f"{label} metrics taken from the log's step lines (no usable markdown file)")
-        return summarise_series(fallback), f"the log's step lines (metric history, {steps} steps)"
+        return (summarise_series(fallback.values, fallback.steps),
+                f"the log's step lines (metric history, {count} steps)")
     return [], "none"
 
 
@@ -343,11 +352,20 @@ def _fmt(value: float | None) -> str:
 def _table(metrics: list[MetricSummary]) -> list[str]:
     if not metrics:
         return ["(none)", ""]
-    out = ["| metric | n | first | best | last | trend | plateau |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    out = ["| metric | n | first | best | last | trend | plateau | best at |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for m in metrics:
         plateau = "-" if m.plateau is None else ("yes" if m.plateau else "no")
-        out.append(f"| {m.key} | {m.n} | {_fmt(m.first)} | {_fmt(m.best)} | {_fmt(m.last)} | {m.trend} | {plateau} |")
+        out.append(f"| {m.key} | {m.n} | {_fmt(m.first)} | {_fmt(m.best)} | {_fmt(m.last)} | {m.trend} | {plateau} "
+                   f"| {_best_at(m)} |")
     return out + [""]
+
+
+def _best_at(m: MetricSummary) -> str:
+    """'step 12', or 'point 3 of 8' when the source records no step."""
+    if m.best_step is not None:
+        return f"step {m.best_step}"
+    return f"point {m.best_point} of {m.n}" if m.best_point is not None else "-"
 
 
 def _render(spec: dict[str, Any], status: dict[str, Any] | None, host: str, result_dir: str, val_md: str | None,
