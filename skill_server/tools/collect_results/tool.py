@@ -227,16 +227,17 @@ def _markdown_rows(label: str, arg: str, path: str | None, answers: dict[str, di
     return rows
 
 
-def _summaries(label: str, path: str | None, rows: list[dict[str, float]], fallback: Table,
-               notes: list[str]) -> tuple[list[MetricSummary], str]:
-    """One table and where it came from: the markdown file's lines, else the metric history, else nothing."""
+def _summaries(label: str, path: str | None, rows: list[dict[str, float]], fallback: dict[str, list[float]],
+               notes: list[str], fallback_steps: dict[str, list[int | None]] | None = None,
+               ) -> tuple[list[MetricSummary], str]:
+    """One table and where it came from: the markdown file's lines, else the metric history (``fallback``, with
+    the step of each point in ``fallback_steps``), else nothing."""
     if rows:
         return summarise(rows), f"markdown file {path}"
-    if fallback.values:
-        count = max(len(v) for v in fallback.values.values())
+    if fallback:
+        count = max(len(v) for v in fallback.values())
         notes.append(f"{label} metrics taken from the log's step lines (no usable markdown file)")
-        return (summarise_series(fallback.values, fallback.steps),
-                f"the log's step lines (metric history, {count} steps)")
+        return summarise_series(fallback, fallback_steps), f"the log's step lines (metric history, {count} steps)"
     return [], "none"
 
 
@@ -251,7 +252,7 @@ def _metric_tables(host: Host, val_md: str | None, train_md: str | None, run: _R
     for label, arg, path in sources:
         rows = _markdown_rows(label, arg, path, answers, notes)
         fallback = run.val_series if label == "validation" else run.train_series
-        tables[label], metrics_source[label] = _summaries(label, path, rows, fallback, notes)
+        tables[label], metrics_source[label] = _summaries(label, path, rows, fallback.values, notes, fallback.steps)
     return tables, metrics_source
 
 
