@@ -102,7 +102,8 @@ def test_launch_wait_status_collect_on_a_node(remote: LoopbackSshd):
     assert status(out["id"])["lines"] == []  # the stored cursor moved
     assert len(status(out["id"], since="0", max_lines=3)["lines"]) == 3
     res = call("collect_results", id=out["id"], val_markdown=str(val_md), train_markdown=str(train_md))
-    assert res["host"] == "node1" and res["results_path"] == str(work / "auto_agent" / "exp_results" / out["id"] / "results.md")
+    assert res["host"] == "node1"
+    assert res["results_path"] == str(work / "auto_agent" / "exp_results" / out["id"] / "results.md")
     assert res["finish_flag_path"] == str(work / "auto_agent" / "exp_results" / "finish.flag")
     assert {m["key"]: m["n"] for m in res["val_metrics"]}["mean_reward"] == 3
     text = Path(res["results_path"]).read_text()

@@ -30,9 +30,11 @@ def socket_name() -> str:
 
 
 #: Words a purpose sentence needs and a session name does not.
-FILLER = frozenset("a an the of to for and or in on at by with from into via as is are be we our us i my you your "
-                   "it its this that these those which what whether if how than then so do does can will want would "
-                   "should let".split())
+FILLER = frozenset((
+    "a", "an", "the", "of", "to", "for", "and", "or", "in", "on", "at", "by", "with", "from", "into", "via", "as",
+    "is", "are", "be", "we", "our", "us", "i", "my", "you", "your", "it", "its", "this", "that", "these", "those",
+    "which", "what", "whether", "if", "how", "than", "then", "so", "do", "does", "can", "will", "want", "would",
+    "should", "let"))
 SLUG_CHARS = 24  # a name to type in `tmux attach -t`, not a sentence
 
 

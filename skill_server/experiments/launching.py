@@ -129,7 +129,8 @@ def _plan(inp: LaunchInput, main_host: str, defaults: dict[str, Any], session: s
                 workdir=host_path(p.workdir, f"{at}.workdir") if p.workdir else workdir,
                 workdir_field=f"{at}.workdir" if p.workdir else "workdir",
                 env={**env, **check_env(p.env, f"{at}.env")},
-                log_path=relative_path(p.log_path, f"{at}.log_path") if p.log_path else f"{exp_id}/{session}.{p.role}.log",
+                log_path=(relative_path(p.log_path, f"{at}.log_path") if p.log_path
+                          else f"{exp_id}/{session}.{p.role}.log"),
                 log_field=f"{at}.log_path", wait_for_url=p.wait_for_url,
                 wait_for_url_timeout_s=int(p.wait_for_url_timeout_s or 600)))
     else:
