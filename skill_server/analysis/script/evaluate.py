@@ -33,7 +33,7 @@ from skill_server.analysis.script.model import (
 from skill_server.analysis.script.modules import ModuleInfo, ModuleLoader, bind_arguments, default_argument, dotted
 from skill_server.analysis.script.paths import join, literal_path
 from skill_server.analysis.script.registry import Result, Site, by_type
-from skill_server.analysis.script.static import OPAQUE_ITEM, NoValue, arith, bounded, hashable, is_number, plain
+from skill_server.analysis.script.static import OPAQUE_ITEM, NoValue, agree, arith, bounded, hashable, is_number, plain
 
 MAX_DEPTH = 24
 IMPORTED_AS_CONSTANT = ("literal", "constant", "arithmetic", "imported constant")  # a module's own computed constant
@@ -466,14 +466,6 @@ _COMPARE: dict[type, Callable[[Any, Any], Any]] = {
     ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b, ast.Is: lambda a, b: a is b,
     ast.IsNot: lambda a, b: a is not b,
 }
-
-
-def agree(a: Any, b: Any) -> bool:
-    """Two callers pass the same thing: equal plain values of one type, or the very same object (a unit makes
-    one object per call site)."""
-    if plain(a) and plain(b):
-        return type(a) is type(b) and bool(a == b)
-    return a is b
 
 
 def _own_nodes(fnode: ast.AST) -> list[ast.AST]:

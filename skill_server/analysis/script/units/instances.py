@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from skill_server.analysis.script.model import END, Prov, Scope, UnitObject, combine
 from skill_server.analysis.script.modules import class_of_methods, dotted
@@ -26,7 +26,7 @@ from skill_server.analysis.script.registry import (
     kind,
     name,
 )
-from skill_server.analysis.script.static import NoValue, plain
+from skill_server.analysis.script.static import NoValue, agree
 
 if TYPE_CHECKING:
     from skill_server.analysis.script.modules import ModuleInfo
@@ -78,11 +78,14 @@ def construct(site: Site, callee: ClassInfo, node: ast.Call) -> Result | None:
 
 @name("self")
 def self_in_a_method(site: Site) -> Result | None:
-    method = _enclosing_method(site.ev, site.scope)
-    if method is None:
+    cls = _enclosing_method(site.ev, site.scope)
+    if cls is None:
         return None
-    cls, _ = method
-    return site.ev.made(cls.node, lambda: SelfOf(cls)), Prov("constant")
+
+    def make() -> SelfOf:
+        return SelfOf(cls)
+
+    return site.ev.made(cls.node, make), Prov("constant")
 
 
 @attribute(Object)
@@ -103,7 +106,7 @@ def self_attribute(site: Site, owner: SelfOf, prov: Prov, attr: str) -> Result |
             raise NoValue(f"self.{attr} of the {obj.cls.name} made at line {obj.line}: {exc.why}") from None
     (first, p), line = results[0]
     for (value, _), other in results[1:]:
-        if not _same(first, value):
+        if not agree(first, value):
             raise NoValue(f"self.{attr} differs between the {owner.cls.name} objects made at lines {line} and {other}")
     return first, combine([r[0][1] for r in results])
 
@@ -158,7 +161,7 @@ def _from_initialisers(ev: Evaluation, obj: Object, mro: list[ClassInfo], attr: 
         if fscope is None or bound is None:
             raise NoValue(f"the arguments {cls.name}.__init__() gets are not known statically")
         frames.append((fscope, bound))
-        assigned = [s for s in _own(init) if isinstance(s, (ast.Assign, ast.AnnAssign)) and _targets(s, attr)]
+        assigned = [s for s in _own(init) if isinstance(s, (ast.Assign, ast.AnnAssign)) and _self_target(s, attr)]
         if len(assigned) > 1:
             raise NoValue(f"self.{attr} is set {len(assigned)} times in {cls.name}.__init__()")
         if assigned and assigned[0].value is not None:
@@ -241,8 +244,8 @@ def _class_named(ev: Evaluation, node: ast.expr, module: ModuleInfo, scope: Scop
     return value if isinstance(value, ClassInfo) else None
 
 
-def _enclosing_method(ev: Evaluation, scope: Scope | None) -> tuple[ClassInfo, Scope] | None:
-    """The class and method scope of the innermost method around ``scope`` whose first parameter is ``self``."""
+def _enclosing_method(ev: Evaluation, scope: Scope | None) -> ClassInfo | None:
+    """The class of the innermost method around ``scope``, when its first parameter is ``self``."""
     current = scope
     while current is not None:
         fnode = current.node
@@ -252,9 +255,7 @@ def _enclosing_method(ev: Evaluation, scope: Scope | None) -> tuple[ClassInfo, S
             params = [a.arg for a in (*fnode.args.posonlyargs, *fnode.args.args)]
             if owner is not None and params[:1] == ["self"]:
                 cls = _class_named(ev, ast.Name(owner.name, ast.Load()), module)
-                if cls is not None and cls.node is owner:
-                    return cls, current
-                return None
+                return cls if cls is not None and cls.node is owner else None
         current = current.parent
     return None
 
@@ -300,14 +301,9 @@ def _own(fnode: ast.AST) -> list[ast.AST]:
 
 
 def _targets(stmt: ast.Assign | ast.AnnAssign, attr: str) -> bool:
-    """The statement assigns ``self.attr`` (or, in a class body, the name ``attr``)."""
+    """A class-body statement assigns the class attribute ``attr``."""
     targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
-    for t in targets:
-        if isinstance(t, ast.Attribute) and t.attr == attr and isinstance(t.value, ast.Name) and t.value.id == "self":
-            return True
-        if isinstance(t, ast.Name) and t.id == attr:
-            return True
-    return False
+    return any(isinstance(t, ast.Name) and t.id == attr for t in targets)
 
 
 def _assigns(method: ast.AST, attr: str) -> bool:
@@ -331,7 +327,3 @@ def _super_init(init: ast.AST) -> ast.Call | None:
     return None
 
 
-def _same(a: Any, b: Any) -> bool:
-    if plain(a) and plain(b):
-        return type(a) is type(b) and bool(a == b)
-    return a is b
