@@ -1,18 +1,37 @@
-"""A stand-in for AgentJet's swarm server, for tests only.
+"""A stand-in for AgentJet's swarm server (``ajet-swarm start``, AgentJet c68c154f), for tests only.
 
-AgentJet's real swarm server cannot run here: it needs GPUs (a verl trainer with vLLM behind it).
-This stand-in answers the read-only routes ``swarm_status`` uses, with response shapes written from
-the documented pydantic models (the engine status triple, ``CurrentBatchRolloutPoolInformation`` with
-its server-side ``running_episode_details``, and ``{server_experiment_dir}``), and can misbehave on purpose: HTML page, HTTP 500
-or 404, slow answer, one-byte drip, truncated body, JSON of the wrong shape, invalid JSON, a huge body.
-Or it answers with exact bytes (``raw``): numbers of thousands of digits, wrong types, odd unicode.
-It listens on 127.0.0.1 on a free port chosen by the OS (or the one given).
+AgentJet's real swarm server cannot run here: it needs GPUs (a verl trainer with vLLM behind it). This
+stand-in answers the routes ``swarm_status`` reads, ``GET /get_engine_status``,
+``/get_current_batch_rollout_pool_information`` and ``/get_server_experiment_dir``, plus
+``POST /start_engine`` and ``/stop_engine`` to drive its lifecycle, and reproduces what the real server
+was measured to do (its c68c154 code run on CPU with real ``rollout_swarm`` threads and real clients):
+
+* ``running_episode_details`` is ``null``, not ``{}``, when no episode is claimed;
+* ``global_step`` is ``null`` before the trainer's first update, ``0`` after a trainer crash (the
+  engine falls back to OFFLINE), and kept after ``/stop_engine``, as are the experiment directory and the
+  last counters;
+* ``booting_start_time`` is a timestamp while the engine is BOOTING (null otherwise);
+* before the trainer's first pool push of an engine run, ``sample_collection_method`` is ``""`` and every
+  counter and target is zero;
+* the pool information always carries ``completed_tasks_client_uuids``, ``training_model_path`` and
+  ``swarm_client_instruction``; ``engine_status_detail`` is never sent (set it to test a server that does);
+* clients claim episodes with different discard timeouts (``set_running(timeout_s=[...])``);
+* ``/start_engine`` holds the whole server for ``start_engine_block_s`` (about 5 s on the real one when
+  the experiment's backup folder already exists): every route waits until it returns;
+* worker threads push pool information concurrently, so a read may show fewer completed episodes than
+  the one before within a step (``on_pool_read`` scripts such sequences).
+
+It can also misbehave on purpose: HTML page, HTTP 500 or 404, slow answer, one-byte drip, truncated
+body, JSON of the wrong shape, invalid JSON, a huge body; or answer with exact bytes (``raw``): numbers
+of thousands of digits, wrong types, odd unicode. It listens on 127.0.0.1 on a free port chosen by the
+OS (or the one given).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,6 +40,8 @@ from typing import Any
 ENGINE_ROUTE = "/get_engine_status"
 POOL_ROUTE = "/get_current_batch_rollout_pool_information"
 EXPERIMENT_DIR_ROUTE = "/get_server_experiment_dir"
+START_ROUTE = "/start_engine"
+STOP_ROUTE = "/stop_engine"
 
 #: Misbehaviours a route can be set to (``None`` = answer normally).
 FAILURES = ("html", "500", "404", "slow", "drip", "truncated", "wrong_json", "not_json", "huge", "null", "list",
@@ -43,8 +64,9 @@ def episode(idle_s: float, timeout_s: float = 240.0, client: str = "client-a", c
 @dataclass
 class SwarmState:
     engine_status: str = "ENGINE.ROLLING"
+    #: Sent in /get_engine_status only when set: the real c68c154 server never sends it.
     engine_status_detail: str | None = None
-    global_step: int = 3
+    global_step: int | None = 3
     sample_collection_method: str = "rollout_until_finish_enough_tasks"
     running: dict[str, dict[str, Any]] = field(default_factory=dict)
     completed_episodes: int = 40
@@ -54,10 +76,18 @@ class SwarmState:
     completed_non_dummy_tasks: int = 8
     completed_non_dummy_task_target: int = 32
     task_expected_num_repeat: int = 4
-    #: What /get_server_experiment_dir reports (None before an experiment starts, as in AgentJet).
+    #: False until the trainer's first pool push of this engine run: the method is "" and every count 0.
+    pushed: bool = True
+    booting_start_time: float | None = None
+    training_model_path: str = "/mnt/models/Qwen2.5-7B-Instruct"
+    completed_tasks_client_uuids: dict[str, list[str]] = field(default_factory=dict)
+    swarm_client_instruction: dict[str, Any] = field(default_factory=dict)
+    #: What /get_server_experiment_dir reports (None before an experiment starts; absolute once one did).
     experiment_dir: str | None = None
     #: False: an older server without /get_server_experiment_dir (404).
     has_experiment_dir_route: bool = True
+    #: How long POST /start_engine holds the whole server (the real one: about 5 s when the backup folder exists).
+    start_engine_block_s: float = 0.0
     failures: dict[str, str] = field(default_factory=dict)  # route -> one of FAILURES
     #: route -> exact body bytes to answer with (HTTP 200, application/json): hostile JSON on purpose.
     raw: dict[str, bytes] = field(default_factory=dict)
@@ -66,18 +96,43 @@ class SwarmState:
     on_pool_read: Callable[[int, SwarmState], None] | None = None
     pool_reads: int = 0
 
-    def set_running(self, n: int, idle_s: float = 5.0, clients: int = 2, timeout_s: float = 240.0) -> None:
+    def set_running(self, n: int, idle_s: float = 5.0, clients: int = 2,
+                    timeout_s: float | list[float] = 240.0) -> None:
+        """``n`` claimed episodes spread over ``clients``; a list of timeouts gives client i the i-th (cycling)."""
+        timeouts = timeout_s if isinstance(timeout_s, list) else [timeout_s]
         self.running = {
-            f"ep-{i:04d}": episode(idle_s + i * 0.1, timeout_s, client=f"client-{i % clients}") for i in range(n)
+            f"ep-{i:04d}": episode(idle_s + i * 0.1, timeouts[(i % clients) % len(timeouts)],
+                                   client=f"client-{i % clients}") for i in range(n)
         }
 
+    # -- the lifecycle, as the real server moves through it
+
+    def start_engine(self, now: float) -> None:
+        """After /start_engine: BOOTING since ``now``; nothing pushed yet for this run."""
+        self.engine_status, self.booting_start_time, self.pushed, self.running = "ENGINE.BOOTING", now, False, {}
+
+    def roll(self) -> None:
+        """The trainer reports ROLLING (its first pool push comes later)."""
+        self.engine_status, self.booting_start_time = "ENGINE.ROLLING", None
+
+    def crash(self) -> None:
+        """The training process died: OFFLINE, step 0, nothing claimed."""
+        self.engine_status, self.global_step, self.running, self.booting_start_time = "ENGINE.OFFLINE", 0, {}, None
+
+    def stop_engine(self) -> None:
+        """After /stop_engine: OFFLINE; the step, the experiment directory and the last counters stay."""
+        self.engine_status, self.running, self.booting_start_time = "ENGINE.OFFLINE", {}, None
+
+    # -- the documents
+
     def engine_doc(self) -> dict[str, Any]:
-        return {"engine_status": self.engine_status, "engine_status_detail": self.engine_status_detail,
-                "global_step": self.global_step}
+        doc: dict[str, Any] = {"engine_status": self.engine_status, "global_step": self.global_step}
+        if self.engine_status_detail is not None:
+            doc["engine_status_detail"] = self.engine_status_detail
+        return doc
 
     def pool_doc(self) -> dict[str, Any]:
-        return {
-            "sample_collection_method": self.sample_collection_method,
+        counts = {
             "completed_episodes": self.completed_episodes,
             "completed_episode_target": self.completed_episode_target,
             "completed_tasks": self.completed_tasks,
@@ -85,12 +140,21 @@ class SwarmState:
             "completed_non_dummy_tasks": self.completed_non_dummy_tasks,
             "completed_non_dummy_task_target": self.completed_non_dummy_task_target,
             "task_expected_num_repeat": self.task_expected_num_repeat,
+        }
+        if not self.pushed:
+            counts = dict.fromkeys(counts, 0)
+        return {
+            "sample_collection_method": self.sample_collection_method if self.pushed else "",
+            **counts,
             "completed_tasks_details": {},
             "completed_tasks_rewards": {},
-            "running_episode_details": dict(self.running),
+            "completed_tasks_client_uuids": dict(self.completed_tasks_client_uuids),
+            "running_episode_details": dict(self.running) or None,
             "engine_status": self.engine_status,
             "global_step": self.global_step,
-            "booting_start_time": None,
+            "booting_start_time": self.booting_start_time,
+            "training_model_path": self.training_model_path,
+            "swarm_client_instruction": dict(self.swarm_client_instruction),
         }
 
 
@@ -100,6 +164,7 @@ class SwarmStandin:
     def __init__(self, state: SwarmState | None = None, port: int = 0) -> None:
         self.state = state or SwarmState()
         self._closing = threading.Event()
+        self._busy = threading.Lock()  # held while /start_engine blocks the whole server
         standin = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -109,7 +174,12 @@ class SwarmStandin:
                 pass
 
             def do_GET(self) -> None:
+                with standin._busy:  # a blocked server answers nothing until /start_engine returns
+                    pass
                 standin._answer(self)
+
+            def do_POST(self) -> None:
+                standin._control(self)
 
         self._server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self._server.daemon_threads = True
@@ -128,6 +198,23 @@ class SwarmStandin:
         self._server.server_close()
 
     # -- answering -------------------------------------------------------------------------------
+
+    def _control(self, h: BaseHTTPRequestHandler) -> None:
+        """POST /start_engine (holding every route for ``start_engine_block_s``) and /stop_engine."""
+        st = self.state
+        length = int(h.headers.get("Content-Length") or 0)
+        if length:
+            h.rfile.read(length)
+        if h.path == START_ROUTE:
+            with self._busy:
+                self._closing.wait(st.start_engine_block_s)
+                st.start_engine(time.time())
+        elif h.path == STOP_ROUTE:
+            st.stop_engine()
+        else:
+            self._send(h, 404, b'{"detail":"Not Found"}')
+            return
+        self._send(h, 200, b'{"success": true}')
 
     def _answer(self, h: BaseHTTPRequestHandler) -> None:
         st = self.state

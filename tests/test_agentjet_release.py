@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from skill_server.agentjet import gitmeta, pysource
-from skill_server.agentjet.release import RELEASES_DIR, bundled_releases, find_bundled, newest_bundled
+from skill_server.agentjet.release import RELEASES_DIR, bundled_releases, find_bundled, newest_bundled, select_agentjet
 from skill_server.core.errors import ToolInputError
 from tests.agentjet_fixtures import (
     REFERENCE,
@@ -197,3 +197,15 @@ def test_thread_rule_is_read_from_code_not_text():
     assert pysource.read_thread_rule("def rollout_swarm(t, m, n):\n    return m // n\n")[0] == "floor"
     assert pysource.read_thread_rule("def other():\n    pass\n") == (None, "no rollout_swarm function (an engine "
                                                                       "without swarm mode)")
+
+
+def test_a_checkout_without_git_says_which_bundled_release_its_layers_are(tmp_path):
+    root = write_reference_checkout(tmp_path / "AgentJet")  # the c68c154f layers, no .git
+    release = select_agentjet(agentjet_root=str(root))
+    assert release.ref.commit is None and release.ref.layers_match == "0.1.0 (c68c154f)"
+    assert release.label == f"AgentJet 0.1.0 (commit unknown; layers as in bundled 0.1.0 (c68c154f)) at {root}"
+    # one value changed in one layer: no longer that release's layers, and the label says only what is known
+    layer = root / "ajet/default_config/ajet_default.yaml"
+    layer.write_text(layer.read_text().replace("max_env_worker: 64", "max_env_worker: 65", 1))
+    changed = select_agentjet(agentjet_root=str(root))
+    assert changed.ref.layers_match is None and changed.label == f"AgentJet 0.1.0 (commit unknown) at {root}"

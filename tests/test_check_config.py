@@ -162,6 +162,89 @@ def test_yaml_alone_base_not_swarm():
     assert r.constructions == [] and r.yaml_customised == ["ajet.model.path"]
 
 
+def test_a_key_no_layer_sets_is_shown_as_not_set(tmp_path):
+    """A base without AgentJet's layers lacks enable_interchange_server: the message says so in words."""
+    r = lint(yaml=str(write(tmp_path, "bare.yaml", "ajet:\n  rollout:\n    num_repeat: 4\n")))
+    f = only(r, "base-not-swarm")
+    assert f.message.startswith("ajet.enable_interchange_server is not set: the swarm server needs both on")
+    assert "object at 0x" not in f.message and f.values["enable_interchange_server"] is None
+
+
+def test_cap_fixes_on_the_engines_copy_agree_and_name_the_job_the_client_builds(tmp_path):
+    """The engine's yaml_backup.yaml of a job with 128 threads, groups of 6 and batch 16: the batch binds, no loop
+    waits; the one fix lowers max_env_worker to a multiple whenever it raises the batch, and names the client's job."""
+    from skill_server.tools.build_config.tool import BuildConfigInput, build_config
+
+    folder = tmp_path / "saved_experiments" / "math_run"
+    folder.mkdir(parents=True)
+    dump = build_config(BuildConfigInput(kwargs={"max_env_worker": 128, "num_repeat": 6, "batch_size": 16,
+                                                 "experiment_dir": str(folder)})).yaml
+    (folder / "yaml_backup.yaml").write_text(dump)
+    r = lint(yaml=str(folder / "yaml_backup.yaml"))
+    assert "cap-not-divisible" not in rules(r)  # nothing queues: the batch binds
+    f = only(r, "cap-limited-by-batch")
+    assert "raise train_batch_size to 21" in f.fix and "lower max_env_worker to 126" in f.fix
+    assert "or lower max_env_worker to 96" in f.fix and "22" not in f.fix
+    assert "in the job the client builds, not in yaml_backup.yaml" in f.fix and " at yaml_backup.yaml" not in f.fix
+    assert any("the copy the swarm engine writes at start" in note for note in r.notes)
+    # the same job as a client's kwargs: the fix points at the kwargs
+    client = write(tmp_path, "client.py", "from ajet.copilot.job import AgentJetJob\n"
+                                          "job = AgentJetJob(max_env_worker=128, num_repeat=6, batch_size=16)\n")
+    fix = only(lint(client), "cap-limited-by-batch").fix
+    assert "change the kwarg batch_size=16 at line 2 to batch_size=21" in fix
+    assert "change the kwarg max_env_worker=128 at line 2 to max_env_worker=126" in fix
+
+
+CLASSIC = """\
+ajet:
+  project_name: math_agent
+  model:
+    path: Qwen/Qwen2.5-7B
+  rollout:
+    user_workflow: "tutorial.example_math_agent.math_agent->ExampleMathLearn"
+    max_env_worker: 64
+    num_repeat: 6
+  data:
+    train_batch_size: 100
+trinity:
+  synchronizer:
+    sync_offset: 1
+hydra:
+  searchpath:
+    - file://ajet/default_config
+    - file://ajet/default_config/verl
+    - file://ajet/default_config/trinity
+defaults:
+  - verl_default
+  - trinity_default
+  - ajet_default
+  - _self_
+"""
+
+
+def test_a_classic_mode_config_is_not_linted_as_an_agentjetjob_base(tmp_path):
+    """A config for `python -m ajet.launcher --conf`: composed as the launcher composes it (backbone verl), no
+    AgentJetJob refusal and no swarm-engine check; the trainer's own checks still run."""
+    r = lint(yaml=str(write(tmp_path, "math_agent.yaml", CLASSIC)))
+    assert r.findings == []
+    assert (r.effective.num_repeat.value, r.effective.max_env_worker.value) == (6, 64)  # composed, not refused
+    reasons = skipped(r)
+    for rule_id in ("base-not-swarm", "cap-not-divisible", "tracker-threads-below-cap", "interchange-not-tcp"):
+        assert "classic-mode config" in reasons[rule_id][0]
+    assert "batch-not-divisible-by-gpus" not in reasons and "samples-below-world-size" not in reasons
+    assert any("classic-mode config" in note and "ajet.launcher --conf math_agent.yaml" in note for note in r.notes)
+    assert not any("trinity" in note for note in r.notes)
+    # without defaults and hydra blocks: still no base refusal (AgentJetJob never reads it)
+    bare = lint(yaml=str(write(tmp_path, "bare.yaml", "ajet:\n  enable_swarm_mode: false\n  rollout:\n"
+                                                      "    max_env_worker: 10\n    num_repeat: 4\n")))
+    assert bare.findings == [] and "cap-not-divisible" in skipped(bare)
+    # the same file with swarm mode turned on is a swarm base again, and gets the swarm checks
+    swarm = lint(yaml=str(write(tmp_path, "swarm.yaml", "ajet:\n  enable_swarm_mode: true\n  rollout:\n"
+                                                        "    user_workflow: a.b->C\n    max_env_worker: 10\n"
+                                                        "    num_repeat: 4\n")))
+    assert {"agentjet-refusal", "cap-not-divisible"} <= rules(swarm)
+
+
 def test_env_defaults_and_imported_constants():
     """os.getenv defaults and constants of a module next to the script; a str nnodes is refused."""
     r = lint(CLIENTS / "env_defaults" / "math_client.py")

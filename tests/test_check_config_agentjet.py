@@ -3,6 +3,9 @@ build_config composes them, and AgentJet's refusals as findings (the same causes
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 
 from skill_server.agentjet.compose import default_base
@@ -128,6 +131,26 @@ def test_a_base_is_composed_as_build_config_composes_it(tmp_path):
                                                            dumped["rollout"]["max_env_worker"])
     assert e.interchange_method.value == dumped["interchange_server"]["interchange_method"] == "tcp"
     assert e.logger.value == dumped["trainer_common"]["logger"]
+
+
+def test_a_base_inside_the_checkout_stays_the_users_yaml(tmp_path):
+    """AgentJet's tutorials keep their bases in ``tutorial/<x>/``: only ``ajet/default_config/`` is AgentJet's."""
+    root = write_reference_checkout(tmp_path / "AgentJet")
+    tutorial = root / "tutorial" / "example_werewolves_swarm"
+    tutorial.mkdir(parents=True)
+    for name in ("agent_roll.py", "werewolves.yaml"):
+        shutil.copyfile(CLIENTS / "werewolves" / name, tutorial / name)
+    bundled = lint(tutorial / "agent_roll.py")
+    installed = lint(tutorial / "agent_roll.py", agentjet_root=str(root))
+    assert installed.agentjet.source == "install"
+    assert installed.yaml_customised == bundled.yaml_customised != []
+    assert [(f.rule, f.key) for f in installed.findings] == [(f.rule, f.key) for f in bundled.findings]
+    assert "kwarg-overrides-yaml" in rules(installed) and "split-configuration" in rules(installed)
+    repeat = installed.effective.num_repeat
+    assert (repeat.source, repeat.location.file, repeat.location.line) == (
+        "yaml", str(tutorial / "werewolves.yaml"), 13)
+    files = {Path(loc.file).name for f in installed.findings for loc in f.locations if loc.file}
+    assert "ajet_swarm_default.yaml" not in files  # every value the tutorial's YAML sets is located there
 
 
 # --- refusals: the same causes as build_config, on partially known values -----------------------------------

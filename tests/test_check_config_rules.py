@@ -206,3 +206,14 @@ def test_docs_command_regenerates_a_stale_block(capsys):
 def test_tool_description_names_every_rule():
     description = get_tool("check_config").description
     assert all(rule_id in description for rule_id in RULES)
+
+
+def test_run_identity_kwargs_never_count_as_overriding_the_yaml(tmp_path):
+    """experiment_name and its kin name a run: passing them over the YAML's is the intended use."""
+    named = "ajet:\n  experiment_name: from_yaml\n  project_name: p\n  rollout:\n    num_repeat: 4\n" + SWARM_TAIL
+    write(tmp_path, "base.yaml", named)
+    client = write(tmp_path, "client.py", HEAD + BASE + "j = AgentJetJob(base_yaml_config=BASE, "
+                                                        "experiment_name='run_7', project_name='p', num_repeat=8)\n")
+    r = lint(client)
+    over = [f for f in r.findings if f.rule in ("kwarg-overrides-yaml", "redundant-kwarg")]
+    assert [(f.rule, f.values["kwarg"]) for f in over] == [("kwarg-overrides-yaml", "num_repeat")]

@@ -370,3 +370,112 @@ def test_lengths_of_mixed_types_fail_with_type_error(tmp_path):
     assert f.values["exception"] == "TypeError" and "can only concatenate str" in f.message
     assert [loc.line for loc in f.locations] == [4, 4, 4] and "agentjet-refusal" not in rules(r)
     assert "give the lengths as ints" in f.fix and "max_prompt_length is '500' (a str)" in f.fix
+
+
+# --- a config object followed to where it is made: callers, helpers, self.config, dataclass defaults ---------
+
+COCKTAIL_CONFIG = '''
+import os
+from dataclasses import dataclass, field
+
+
+@dataclass
+class CocktailV2Config:
+    total_batch_size: int = 32
+    grpo_n: int = 8
+    schedule_type: str = "linear"
+    max_env_worker: int = 64 * 8
+    result_dir: str = "./cocktail_results_v2"
+    experiment_name: str = "cocktail_rl_v2"
+    madness: list = field(default_factory=lambda: ["nonsense"])
+
+
+def cocktail_v2_config_from_env() -> CocktailV2Config:
+    cfg = CocktailV2Config()
+    schedule = os.getenv("COCKTAIL_RATIO_SCHEDULE")
+    if schedule is not None:
+        cfg.schedule_type = schedule
+    result_dir = os.getenv("COCKTAIL_RESULT_DIR")
+    if result_dir is not None:
+        cfg.result_dir = result_dir
+    return cfg
+'''
+COCKTAIL_RUNNER = '''
+class CocktailSwarmRunner:
+    def __init__(self, config):
+        self.config = config
+        self.swarm_worker = None
+
+    def build_ajet_job(self):
+        return None
+
+    def run(self):
+        job = self.build_ajet_job()
+        return job
+'''
+COCKTAIL_CLIENT = '''
+from ajet.copilot.job import AgentJetJob
+
+from tutorial.example_cocktail_rl_v2.cocktail_v2_config import CocktailV2Config, cocktail_v2_config_from_env
+from tutorial.example_cocktail_rl_v2.cocktail_v2_runner import CocktailSwarmRunner
+
+
+def build_cocktail_ajet_job(cfg: CocktailV2Config) -> AgentJetJob:
+    return AgentJetJob(num_repeat=cfg.grpo_n, batch_size=cfg.total_batch_size, max_env_worker=cfg.max_env_worker,
+                       experiment_name=cfg.result_dir, compute_madness_checklist=list(cfg.madness))
+
+
+class AppWorldRunner(CocktailSwarmRunner):
+    def __init__(self, v2_config: CocktailV2Config):
+        super().__init__(v2_config)
+        self.env_url = "http://127.0.0.1:8080"
+
+    def build_ajet_job(self):
+        return build_cocktail_ajet_job(self.config)
+
+
+def main():
+    cfg = cocktail_v2_config_from_env()
+    AppWorldRunner(cfg).run()
+'''
+
+
+def cocktail_checkout(root, client: str = COCKTAIL_CLIENT):
+    """AgentJet's cocktail tutorial in its shape: a config dataclass and its factory, a runner base class, the
+    driver client; imported by package path, as when run with python -m from the checkout."""
+    folder = root / "tutorial" / "example_cocktail_rl_v2"
+    write(folder, "cocktail_v2_config.py", COCKTAIL_CONFIG)
+    write(folder, "cocktail_v2_runner.py", COCKTAIL_RUNNER)
+    return write(folder, "train_appworld_as_swarm_client_0.py", client)
+
+
+def test_the_cocktail_tutorial_gets_its_cap_through_callers_self_config_and_the_factory(tmp_path):
+    r = lint(cocktail_checkout(tmp_path / "AgentJet"))
+    e = r.effective
+    assert (e.num_repeat.value, e.train_batch_size.value, e.max_env_worker.value) == (8, 32, 512)
+    assert e.episode_cap.value == 256 and rules(r) == {"cap-limited-by-batch"}
+    # the factory changes result_dir and schedule_type: those follow the environment, the cap inputs do not
+    assumption = ("cocktail_v2_config_from_env() changes only result_dir and schedule_type of the object it returns, "
+                  "and no other code changes this")
+    assert assumption in e.num_repeat.assumes and assumption in e.episode_cap.assumes
+    kwargs = {k.name: k for k in r.constructions[0].kwargs}
+    assert kwargs["compute_madness_checklist"].value == ["nonsense"]
+    name = kwargs["experiment_name"]
+    assert name.value is None and "changed by cocktail_v2_config_from_env()" in name.unresolved
+    assert any("cocktail_v2_config was read from" in n and "python -m" in n for n in r.notes)
+
+
+def test_a_parameter_is_unknown_when_its_callers_disagree_or_pass_run_time_values(tmp_path):
+    two = COCKTAIL_CLIENT.replace("    AppWorldRunner(cfg).run()\n", "    AppWorldRunner(cfg).run()\n"
+                                  "    other = CocktailV2Config(grpo_n=4)\n    AppWorldRunner(other).run()\n")
+    kwargs = {k.name: k for k in lint(cocktail_checkout(tmp_path / "a", two)).constructions[0].kwargs}
+    assert kwargs["num_repeat"].value is None and "differs between the AppWorldRunner objects" in \
+        kwargs["num_repeat"].unresolved
+    # two callers of a helper: the same value agrees, different ones do not
+    body = ("def make(n):\n    return AgentJetJob(num_repeat=n)\n\n"
+            "a = make(8)\nb = make(8)\n")
+    assert kwargs_of(tmp_path / "b", body)["num_repeat"].value == 8
+    differ = kwargs_of(tmp_path / "c", body.replace("b = make(8)", "b = make(6)"))["num_repeat"]
+    assert not differ.resolved and differ.why == "the callers of make() pass different values for n (lines 7 and 8)"
+    runtime = kwargs_of(tmp_path / "d", "import json\n" + body.replace("b = make(8)", "b = make(json.load(f))"))
+    assert not runtime["num_repeat"].resolved and "n of make() is json.load(f) at line" in runtime["num_repeat"].why

@@ -190,3 +190,28 @@ def test_the_cli_path_stays_light():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env(),
                           timeout=60, check=False)
     assert json.loads(proc.stdout) == [False, True], proc.stderr
+
+
+def test_every_suggested_setting_fills_the_pool_with_no_loop_waiting():
+    """The settings every cap fix suggests are balanced under both thread rules: cap = pool, nothing queued or idle."""
+    from skill_server.agentjet.cap import balanced_settings
+
+    for mew in range(1, 37):
+        for n in range(1, 8):
+            for tbs in (None, *range(1, 9)):
+                for b in balanced_settings(mew, n, tbs):
+                    batch = b.train_batch_size or tbs
+                    for rule in ("ceil", "floor"):
+                        r = cap(max_env_worker=b.max_env_worker, num_repeat=n, train_batch_size=batch, thread_rule=rule)
+                        assert (r.queued_loops, r.idle_threads, r.episode_cap) == (0, 0, b.max_env_worker), \
+                            (mew, n, tbs, b, rule)
+
+
+def test_a_batch_bound_pool_that_is_not_a_multiple_gets_one_consistent_fix():
+    """128 threads, groups of 6, batch 16: 96 loops, none queued. Raising the batch alone to 22 would queue 4."""
+    r = cap(max_env_worker=128, num_repeat=6, train_batch_size=16)
+    assert (r.episode_cap, r.queued_loops, r.binding) == (96, 0, ["train_batch_size"])
+    text = " ".join(r.suggestions)
+    assert "Raise train_batch_size to 21 and set max_env_worker to 126" in text and "lower max_env_worker to 96" in text
+    assert "22" not in text and "wait in the queue" not in text
+    assert "job the client syncs to the engine" in text and "not in the engine's yaml_backup.yaml" in text

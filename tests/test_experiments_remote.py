@@ -91,7 +91,7 @@ def test_launch_wait_status_collect_on_a_node(remote: LoopbackSshd):
     socket = remote.node_dir("node1") / "tmux" / f"tmux-{os.getuid()}" / os.environ["SKILL_SERVER_TMUX_SOCKET"]
     assert out["host"] == "node1" and out["processes"][0]["host"] == "node1"
     assert out["attach"] == f"ssh -t -F {remote.config} node1 'tmux -S {socket} attach -t ajet_r1'"
-    assert out["log_path"] == str(work / "auto_agent" / "exp_results" / "ajet_r1.log")
+    assert out["log_path"] == str(work / "auto_agent" / "exp_results" / out["id"] / "ajet_r1.log")
     assert (remote.node_dir("node1") / "state" / "runs" / out["id"] / "main.sh").is_file()
     assert not (remote.client / "s" / "runs").exists()  # the run directory is on the node, not here
     first = status(out["id"])
@@ -102,7 +102,8 @@ def test_launch_wait_status_collect_on_a_node(remote: LoopbackSshd):
     assert status(out["id"])["lines"] == []  # the stored cursor moved
     assert len(status(out["id"], since="0", max_lines=3)["lines"]) == 3
     res = call("collect_results", id=out["id"], val_markdown=str(val_md), train_markdown=str(train_md))
-    assert res["host"] == "node1" and res["results_path"] == str(work / "auto_agent" / "exp_results" / "results.md")
+    assert res["host"] == "node1"
+    assert res["results_path"] == str(work / "auto_agent" / "exp_results" / out["id"] / "results.md")
     assert res["finish_flag_path"] == str(work / "auto_agent" / "exp_results" / "finish.flag")
     assert {m["key"]: m["n"] for m in res["val_metrics"]}["mean_reward"] == 3
     text = Path(res["results_path"]).read_text()

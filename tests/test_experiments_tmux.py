@@ -29,7 +29,7 @@ def test_success_run_states_metrics_cursor(tmux_socket: str, workdir: Path):
     assert out["session"] == "ajet_ok" and out["socket"] == tmux_socket
     sock = Path(os.environ["TMUX_TMPDIR"]).resolve() / f"tmux-{os.getuid()}" / tmux_socket
     assert out["attach"] == f"tmux -S {sock} attach -t ajet_ok" and out["host"] == "local"
-    assert out["log_path"] == str(workdir / "auto_agent" / "exp_results" / "ajet_ok.log")
+    assert out["log_path"] == str(workdir / "auto_agent" / "exp_results" / out["id"] / "ajet_ok.log")
     done = wait_exit(out["id"])
     assert done["state"] == "succeeded" and done["exit_code"] == 0 and done["next_wait_s"] == 0
     assert done["first_step_seen"] and not done["first_step_overdue"] and done["global_step"] == 3

@@ -238,6 +238,13 @@ def test_session_name_from_purpose():
     assert launch.session_name(None, "Math: top-k ablation (v2)!") == "ajet_math_top_k_ablation_v2"
 
 
+def test_session_name_from_a_long_purpose_is_a_few_whole_words():
+    purpose = "25 training steps of the math recipe we want to compare against the baseline"
+    assert launch.session_name(None, purpose) == "ajet_25_training_steps_math"
+    assert launch.session_name(None, "Does a larger max_env_worker help?") == "ajet_larger_max_env_worker"
+    assert launch.session_name(None, "the of and") == "ajet_the_of_and"  # nothing but filler: kept as written
+
+
 # ---- results parsing
 
 

@@ -250,7 +250,7 @@ def test_compare_experiments_leader_direction_and_config_differences(tmux_socket
     given = call("compare_experiments", ids=[a, b], yaml_paths=[None, str(dumped)])
     assert {d["key"]: d["values"] for d in given["config_differences"]}["ajet.rollout.num_repeat"] == [4, 6]
     assert given["runs"][1]["config_file"] == str(dumped)
-    for args, field in [({"ids": [a, a]}, "ids.1"), ({"ids": [a, "no-such-run"]}, "ids.1"), ({"ids": [a]}, "ids"),
+    for args, field in [({"ids": [a, a]}, "ids.1"), ({"ids": [a, "no-such-run"]}, "ids.1"),
                         ({"ids": [a, b], "primary": "zzz*"}, "primary"),
                         ({"ids": [a, b], "yaml_paths": [None, "rel.yaml"]}, "yaml_paths.1"),
                         ({"ids": [a, b], "yaml_paths": [None, None, None]}, "yaml_paths")]:

@@ -12,6 +12,7 @@ never raise it. All arithmetic is on Python integers: exact for any input size.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
@@ -192,29 +193,63 @@ def _multiple_above(value: int, n: int) -> int:
     return -(-value // n) * n
 
 
+#: Where every change a suggestion asks for is made: the job the client builds, never the engine's copy of it.
+WHERE_TO_CHANGE = ("Make these changes in the job the client syncs to the engine (its AgentJetJob kwargs or its base "
+                   "YAML), not in the engine's yaml_backup.yaml (a copy rewritten at every start), and restart the "
+                   "engine: the values are read when training starts.")
+
+
+@dataclass(frozen=True)
+class Balanced:
+    """An engine setting under which every pool thread runs a worker loop and no loop waits in the queue:
+    ``max_env_worker`` a multiple of ``num_repeat`` and at most ``train_batch_size x num_repeat``."""
+
+    max_env_worker: int
+    train_batch_size: int | None  # the batch to set with it; None: the batch stays as it is
+
+    @property
+    def episode_cap(self) -> int:
+        return self.max_env_worker
+
+
+def balanced_settings(max_env_worker: int, num_repeat: int, train_batch_size: int | None) -> list[Balanced]:
+    """The nearest balanced settings, changing as little as possible, first the one that keeps the pool
+    smaller: [] when the setting is balanced already. The same answer under either thread rule (a balanced
+    setting has no partial group to round), so every suggestion that uses it agrees with every other."""
+    mew, n, tbs = max_env_worker, num_repeat, train_batch_size
+    whole = mew // n  # GRPO groups the pool holds completely
+    if tbs is not None and tbs * n < mew:  # the batch binds: fit the pool to it, or grow the batch to the pool
+        out = [Balanced(tbs * n, None)]
+        if whole > tbs:
+            out.append(Balanced(whole * n, whole))
+        return out
+    if mew % n == 0:
+        return []
+    out = [Balanced(whole * n, None)] if whole > 0 else []
+    return [*out, Balanced((whole + 1) * n, None)]  # tbs * n > mew here, so the batch already covers it
+
+
 def _suggestions(inp: EpisodeCapInput, r: EpisodeCapResult) -> list[str]:
     mew, n, tbs = inp.max_env_worker, r.num_repeat, inp.train_batch_size
     out: list[str] = []
+    balanced = balanced_settings(mew, n, tbs)
+    batch_binds = tbs is not None and tbs * n < mew
     if r.n_task == 0:
         out.append(
             f"max_env_worker ({mew}) is smaller than num_repeat ({n}): with the floor rule no task group fits and the "
             f"engine's rollout refuses to start. Set max_env_worker to at least {n} (a multiple of {n})."
         )
-    if not r.divisible:
-        below, above = (mew // n) * n, _multiple_above(mew, n)
-        choices = f"{below} or {above}" if below > 0 else f"{above}"
+    if not r.divisible and not batch_binds:  # the rounding binds: loops queue (ceil) or threads idle (floor)
+        choices = " or ".join(str(b.max_env_worker) for b in balanced)
         if r.thread_rule == "ceil":
             waste = f"{r.queued_loops} of the {r.worker_loops} submitted loops wait in the queue and never run"
         else:
             waste = (f"{mew - r.bounds.max_env_worker_groups} pool threads stay idle (the floor rule drops the "
                      "partial group)")
-        rounding_binds = r.bounds.max_env_worker_groups < mew and (
-            tbs is None or r.bounds.max_env_worker_groups <= n * tbs)
-        if r.queued_loops or (r.thread_rule == "floor" and rounding_binds):
-            out.append(
-                f"max_env_worker={mew} is not a multiple of num_repeat={n}: {waste}. Use {choices} so whole GRPO "
-                "groups fill the pool exactly."
-            )
+        out.append(
+            f"max_env_worker={mew} is not a multiple of num_repeat={n}: {waste}. Use {choices} so whole GRPO "
+            "groups fill the pool exactly."
+        )
     if "max_env_worker" in r.binding and r.n_task > 0:
         if tbs is not None and tbs * n > mew:
             how = (f"up to {tbs * n} (= train_batch_size {tbs} x num_repeat {n}, where the batch becomes the bound; "
@@ -225,16 +260,24 @@ def _suggestions(inp: EpisodeCapInput, r: EpisodeCapResult) -> list[str]:
             if tbs is not None:
                 how += f" together with train_batch_size (to at least {target // n})"
         out.append(
-            f"To lift the cap, raise max_env_worker {how} in the config the swarm ENGINE runs, then restart the "
-            "engine: the value is read when training starts."
+            f"To lift the cap, raise max_env_worker {how}."
         )
     if "train_batch_size" in r.binding and tbs is not None and "max_env_worker" not in r.binding:
-        need = _groups(mew, n, r.thread_rule)
+        fit, *grow = balanced
+        options = [f"lower max_env_worker to {fit.max_env_worker} (the extra threads do nothing)"]
+        if grow:
+            g = grow[0]
+            raise_batch = f"raise train_batch_size to {g.train_batch_size}"
+            if g.max_env_worker != mew:
+                raise_batch += (f" and set max_env_worker to {g.max_env_worker} (a multiple of {n}: {mew} would leave "
+                                "the last partial group queued or idle)")
+            options.insert(0, f"{raise_batch[0].upper()}{raise_batch[1:]} to use the whole pool")
         out.append(
             f"train_batch_size={tbs} binds: only {tbs} task groups x {n} = {tbs * n} loops exist per step, so "
-            f"{mew - tbs * n} of the {mew} pool threads never work. Raise train_batch_size to {need} to use the "
-            f"whole pool, or lower max_env_worker to {tbs * n} (the extra threads do nothing)."
+            f"{mew - tbs * n} of the {mew} pool threads never work. {', or '.join(options)}."
         )
+    if out:  # every suggestion so far changes the engine's values
+        out.append(WHERE_TO_CHANGE)
     if r.bounds.clients is not None and r.bounds.clients < r.engine_cap:
         out.append(
             f"The clients together run only {r.bounds.clients} episodes at once while the engine allows "

@@ -41,16 +41,29 @@ class AgentJetRef(ToolOutput):
     commit: str | None = Field(description="Git commit of the release (null for an install without .git).")
     date: str | None = Field(description="Commit date, ISO 8601 (null when unknown).")
     path: str = Field(description="The bundled release folder, or the install's root folder.")
+    layers_match: str | None = Field(
+        default=None,
+        description="For an install without .git (commit null): the bundled release whose YAML layers (the files "
+        "its swarm default composes) this install has with identical data, e.g. '0.1.0 (c68c154f)'; null "
+        "otherwise. AgentJetJob and the config dataclasses are still read from the install.")
 
 
 def short_commit(commit: str | None) -> str | None:
     return commit[:8] if commit else None
 
 
+def bundled_name(ref: AgentJetRef) -> str:
+    """'0.1.0 (c68c154f)': a bundled release by version and commit."""
+    return f"{ref.version or 'of unknown version'} ({short_commit(ref.commit) or 'commit unknown'})"
+
+
 def agentjet_label(ref: AgentJetRef) -> str:
     """One line naming the AgentJet, e.g. ``AgentJet 0.1.0 (c68c154f)`` or, for an install,
-    ``AgentJet 0.0.2 (commit unknown) at /opt/AgentJet``."""
+    ``AgentJet 0.0.2 (commit unknown) at /opt/AgentJet``; an install without .git whose layers are a bundled
+    release's says so: ``AgentJet 0.1.0 (commit unknown; layers as in bundled 0.1.0 (c68c154f)) at ...``."""
     version = ref.version or "of unknown version"
     commit = short_commit(ref.commit) or "commit unknown"
+    if ref.commit is None and ref.layers_match is not None:
+        commit += f"; layers as in bundled {ref.layers_match}"
     where = f" at {ref.path}" if ref.source == "install" else ""
     return f"AgentJet {version} ({commit}){where}"

@@ -293,6 +293,12 @@ _LATE_CHECKS: tuple[tuple[str, tuple[str, ...], _Check], ...] = (
 )
 
 
+#: Every check AgentJetJob makes on the config's values after the overrides, by cause id, in its order.
+VALUE_CHECK_IDS: tuple[str, ...] = (*(c for c, _, _ in _LENGTH_CHECKS), "lora-rank-not-a-number",
+                                    *(c for c, _, _ in _LORA_CHECKS), "lora-lr-missing",
+                                    *(c for c, _, _ in _LATE_CHECKS))
+
+
 def value_causes(values: dict[str, Any], where: dict[str, str], *, agentjet: str,
                  keys: dict[str, str] | None = None) -> list[Cause]:
     """AgentJetJob's checks after the overrides, on the resolved values (name -> value for

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from skill_server.agentjet import gitmeta, pysource
-from skill_server.agentjet.identity import AgentJetRef, agentjet_label, short_commit
+from skill_server.agentjet.identity import AgentJetRef, agentjet_label, bundled_name, short_commit
 from skill_server.agentjet.locate import AgentJetInstall, locate_agentjet
 from skill_server.core.errors import ToolInputError
 from skill_server.core.fsutil import resolve_path
@@ -231,6 +231,10 @@ class BundledRelease(Release):
     def config_file(self, rel: str, *, raw: bool = False) -> ConfigFile | None:
         return self._file_table().get(_normal_rel(rel))
 
+    def layer_files(self) -> list[str]:
+        """Every YAML file of this release (relative to the AgentJet root)."""
+        return list(self._file_table())
+
     def has_folder(self, rel: str) -> bool:
         prefix = _normal_rel(rel).rstrip("/") + "/"
         return any(name.startswith(prefix) for name in self._file_table())
@@ -362,6 +366,17 @@ def read_yaml_file(path: Path, *, origin: str, rel: str = "", field: str = "agen
     return ConfigFile(rel or str(path), data, raw_data, origin)
 
 
+def same_data(a: Any, b: Any) -> bool:
+    """Equal as YAML data including types and key order (``1 == 1.0 == True`` in Python, not here)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same_data(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same_data(x, y) for x, y in zip(a, b))
+    return bool(a == b or (a != a and b != b))  # nan
+
+
 class InstallRelease(Release):
     """An AgentJet checkout or installed package, read statically, every fact cached per file."""
 
@@ -376,10 +391,31 @@ class InstallRelease(Release):
         commit = gitmeta.head_commit(install.root)
         date = gitmeta.commit_date(install.root, commit) if commit else None
         self.ref = AgentJetRef(source="install", version=version, commit=commit, date=date, path=str(install.root))
+        if commit is None:  # no .git: say which bundled release it is, when its layers are that release's
+            match = self._bundled_with_same_layers()
+            if match is not None:
+                self.ref = self.ref.model_copy(update={"layers_match": bundled_name(match.ref)})
 
     @property
     def root(self) -> Path:
         return self.install.root
+
+    def _bundled_with_same_layers(self) -> BundledRelease | None:
+        """The newest bundled release whose every layer file (the YAMLs its swarm default composes) this install
+        has with the same data, read the same way; None when none does or a file cannot be read. The swarm
+        default's own defaults list is one of those files, so equal files compose equal layers."""
+        for other in bundled_releases():
+            try:
+                if all(self._same_layer(rel, other.config_file(rel, raw=True)) for rel in other.layer_files()):
+                    return other
+            except ToolInputError:
+                return None
+        return None
+
+    def _same_layer(self, rel: str, bundled: ConfigFile | None) -> bool:
+        mine = self.config_file(rel, raw=True)
+        return (mine is not None and bundled is not None and same_data(mine.data, bundled.data)
+                and same_data(mine.raw, bundled.raw))
 
     @property
     def pyproject_version(self) -> str | None:

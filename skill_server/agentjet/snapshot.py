@@ -26,6 +26,7 @@ from skill_server.agentjet.release import (
     RELEASES_DIR,
     InstallRelease,
     bundled_releases,
+    same_data,
 )
 from skill_server.core.errors import ToolInputError
 from skill_server.core.fsutil import write_text_atomic
@@ -94,7 +95,7 @@ def take_snapshot(checkout: str, *, commit: str | None = None, date: str | None 
         found = release.config_file(rel, raw=True)
         assert found is not None
         entry: dict[str, Any] = {"data": found.data}
-        if not _same(found.data, found.raw):
+        if not same_data(found.data, found.raw):
             entry["raw"] = found.raw
         _check_json(found.raw, rel)
         _check_json(found.data, rel)
@@ -113,17 +114,6 @@ def take_snapshot(checkout: str, *, commit: str | None = None, date: str | None 
     }
     _check_json(document["job"]["signature"], "AgentJetJob's signature defaults")
     return Snapshot(document, {"format": RELEASE_FORMAT, "files": files}, commit.lower()[:8])
-
-
-def _same(a: Any, b: Any) -> bool:
-    """Equal including types (``1 == 1.0 == True`` in Python, not here)."""
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, dict):
-        return list(a) == list(b) and all(_same(a[k], b[k]) for k in a)
-    if isinstance(a, list):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
-    return bool(a == b or (a != a and b != b))  # nan
 
 
 def _check_json(value: Any, where: str) -> None:

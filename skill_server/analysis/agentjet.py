@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from skill_server.agentjet.keys import KEYS  # the rules' names for config keys 
 from skill_server.agentjet.refusals import (
     CAUSE_IDS,
     LENGTH_KWARGS,
+    VALUE_CHECK_IDS,
     AgentJetRefusal,
     Cause,
     base_absent_cause,
@@ -43,6 +44,7 @@ from skill_server.core.models import MAX_JSON_INT
 from skill_server.core.trees import flatten, sections
 
 SWARM_DEFAULT_LAYER = "ajet_swarm_default"
+CONFIG_DIR = "ajet/default_config"  # an install's own layers live here, and only here
 #: The refusal causes check_config can report: all of AgentJet's but those of build_config's dotted ``set``
 #: writes (a script's own writes are checked by the unknown-key rule, which knows attribute from item access).
 LINT_CAUSES = CAUSE_IDS - {"write-below-missing-section", "write-through-value"}
@@ -68,6 +70,7 @@ class ComposedBase:
     composes_swarm: bool  # AgentJet's swarm default is one of the layers (only as the base itself)
     causes: list[Cause]  # what AgentJet refuses about it after composing it (no defaults block, a missing key)
     notes: list[str]
+    classic: str | None = None  # why it is a classic-mode config (``ajet --conf``), not an AgentJetJob base
 
 
 @dataclass
@@ -102,6 +105,44 @@ class _Defaults:
         self.flat = flatten(self.tree)
         self.sections = sections(self.tree)
         self.free_form = {k for k, v in self.flat.items() if v == {}}
+
+
+TRINITY_LAYER = "trinity_default"
+TRINITY_SEARCH = "file://ajet/default_config/trinity"
+
+
+def classic_reason(raw: dict[str, Any]) -> str | None:
+    """Why a YAML read on its own is a classic-mode config (``python -m ajet.launcher --conf x.yaml``: the trainer
+    runs the workflow itself) rather than an AgentJetJob base or a swarm server's config; None when it is not.
+
+    The rule: the YAML itself turns swarm mode off (``ajet.enable_swarm_mode: false``), or it names a
+    workflow for the trainer to run (``ajet.rollout.user_workflow``) without turning swarm mode on. A swarm
+    engine never runs a workflow (its clients do), and AgentJet's swarm default leaves it null."""
+    ajet = raw.get("ajet")
+    if not isinstance(ajet, dict):
+        return None
+    swarm = ajet.get("enable_swarm_mode")
+    if swarm is False:
+        return "it sets ajet.enable_swarm_mode: false"
+    rollout = ajet.get("rollout")
+    workflow = rollout.get("user_workflow") if isinstance(rollout, dict) else None
+    if swarm is not True and isinstance(workflow, str) and workflow.strip():
+        return (f"it names a workflow for the trainer to run (ajet.rollout.user_workflow: {workflow!r}) and does not "
+                "turn swarm mode on")
+    return None
+
+
+def launcher_view(raw: dict[str, Any]) -> dict[str, Any]:
+    """The YAML as the classic launcher composes it with its default backbone verl: the ``trinity_default``
+    entry and trinity's search-path folder are left out (AgentJet's launcher drops them for verl)."""
+    out = dict(raw)
+    defaults = raw.get("defaults")
+    if isinstance(defaults, list):
+        out["defaults"] = [e for e in defaults if not (isinstance(e, str) and e.strip() == TRINITY_LAYER)]
+    hydra = raw.get("hydra")
+    if isinstance(hydra, dict) and isinstance(hydra.get("searchpath"), list):
+        out["hydra"] = {**hydra, "searchpath": [e for e in hydra["searchpath"] if e != TRINITY_SEARCH]}
+    return out
 
 
 _DEFAULTS: dict[int, tuple[Release, _Defaults]] = {}  # bundled releases only: they never change
@@ -239,34 +280,53 @@ class AgentJet:
 
     # --- a base YAML --------------------------------------------------------------------------------
 
-    def compose_base(self, path: Path, *, field: str) -> ComposedBase | RefusedBase:
+    def compose_base(self, path: Path, *, field: str, alone: bool = False) -> ComposedBase | RefusedBase:
         """Compose a user's base YAML exactly as ``build_config`` does (relative search paths against ``cwd``).
 
         A ``RefusedBase`` when AgentJet refuses to compose it at all (a defaults list naming
         ajet_swarm_default, an entry not on the search path, ...); what it refuses after composing (no
         ``defaults`` block, a key the overrides walk reads but the config lacks) is in ``causes``. Files that
-        cannot be read are input errors naming ``field``."""
+        cannot be read are input errors naming ``field``.
+
+        ``alone``: the YAML is read without an AgentJetJob construction. If it is a classic-mode config
+        (:func:`classic_reason`) it is composed as the classic launcher composes it (backbone verl: trinity's
+        layer and search path left out), and AgentJetJob's own refusals of a base are not among its causes."""
         release = self.release
         base = load_base(path, field=field, release=release)
+        classic = classic_reason(base.raw) if alone else None
+        if classic is not None:
+            base = replace(base, raw=launcher_view(base.raw))
         notes = self._searchpath_notes(base)
         try:
             composition = compose(release, base, field=field, cwd=self.cwd)
             config = overlay_composed(release, base, composition, base_field=field, tail=False)
         except AgentJetRefusal as refusal:
             return RefusedBase(refusal.cause, notes)
-        causes = base_block_causes(base.raw, base.display, field=field, agentjet=self.label)
-        if not causes:  # AgentJet stops at the first of these; the walk comes after the blocks are copied back
+        causes = [] if classic is not None else base_block_causes(base.raw, base.display, field=field,
+                                                                   agentjet=self.label)
+        if not causes and classic is None:  # AgentJet stops at the first; the walk follows the copied-back blocks
             try:
                 walk_overrides(config, self._table, {}, base_field=field, label=self.label)
             except AgentJetRefusal as refusal:
                 causes.append(refusal.cause)
-        own = release.root
-        user = {layer.name: layer.origin for layer in composition.layers
-                if not layer.origin.startswith("bundled:")
-                and not (own is not None and Path(layer.origin).is_relative_to(own))}
+        user = {layer.name: layer.origin for layer in composition.layers if not self.is_agentjet_layer(layer.origin)}
         names = [layer.name for layer in composition.layers]
         return ComposedBase(to_plain(config), dict(composition.origin), names, user, SWARM_DEFAULT_LAYER in names,
-                            causes, notes)
+                            causes, notes, classic)
+
+    def is_agentjet_layer(self, origin: str) -> bool:
+        """Whether a composed layer read from ``origin`` is one of AgentJet's own: bundled data, or a file of the
+        install's ``ajet/default_config/``. Any other file is the user's, even inside the checkout (AgentJet's
+        tutorials keep their bases in ``tutorial/<x>/``)."""
+        if origin.startswith("bundled:"):
+            return True
+        own = self.release.root
+        if own is None:
+            return False
+        try:
+            return Path(origin).resolve().is_relative_to((own / CONFIG_DIR).resolve())
+        except OSError:
+            return False
 
     def absent_base_cause(self, path: Path) -> Cause:
         """What AgentJetJob raises for a base_yaml_config that does not exist."""
@@ -327,6 +387,15 @@ class AgentJet:
             return f"the episode cap cannot be computed: {str(exc).splitlines()[0]}"
         return CapFacts(r.episode_cap, r.thread_rule, r.worker_loops, r.queued_loops, r.idle_threads)
 
+    def balanced_settings(self, max_env_worker: int, num_repeat: int,
+                          train_batch_size: int | None) -> list[tuple[int, int | None]]:
+        """(max_env_worker, train_batch_size or None to keep it) settings nearest these under which every pool
+        thread runs a loop and none waits: what every cap fix suggests, so that the fixes agree."""
+        from skill_server.agentjet.cap import balanced_settings
+
+        return [(b.max_env_worker, b.train_batch_size)
+                for b in balanced_settings(max_env_worker, num_repeat, train_batch_size)]
+
     # --- what AgentJetJob refuses (one method per construction step that refuses) -------------------------
     #
     # ``kwargs`` maps each given kwarg to its value (``Unknown`` when computed at run time); ``dynamic``
@@ -356,8 +425,12 @@ class AgentJet:
             return [], [SkippedCheck("length-group-incomplete", f"{dynamic} may pass the other length kwargs")]
         return length_group_causes({k: kwargs.get(k) for k in LENGTH_KWARGS}, agentjet=self.label), []
 
-    def value_refusals(self, get: Callable[[str], Any]) -> tuple[list[Cause], list[SkippedCheck]]:
-        """AgentJetJob's checks on the config's values; ``get(key)``: a value, ``Unknown`` or MISSING."""
+    def value_refusals(self, get: Callable[[str], Any], *, not_read: str | None = None,
+                       ) -> tuple[list[Cause], list[SkippedCheck]]:
+        """AgentJetJob's checks on the config's values; ``get(key)``: a value, ``Unknown`` or MISSING.
+        ``not_read``: why no AgentJetJob reads this config; every check is then skipped with that reason."""
+        if not_read is not None:
+            return [], [SkippedCheck(cid, not_read) for cid in VALUE_CHECK_IDS]
         keys = check_keys(self._table)
         values: dict[str, Any] = {}
         unknown_values: dict[str, Unknown] = {}

@@ -39,8 +39,17 @@ def analyse(aj: AgentJet, script: Path | None, yaml: Path | None, cwd: Path | No
             session.note(f"{len(orphans)} write(s) to a job's config could not be tied to one construction (lines "
                          f"{', '.join(str(w.line) for w in orphans[:8])}); they are not checked")
     if not runs:
-        base = file_base(session, yaml, "explicit", None, field="yaml") if yaml else defaults_base(session)
+        base = file_base(session, yaml, "explicit", None, field="yaml", alone=True) if yaml else defaults_base(session)
+        if base.classic is not None:
+            session.note(f"{base.name} is a classic-mode config ({base.classic}): it is read as `python -m "
+                         f"ajet.launcher --conf {base.name}` composes it (backbone verl), not as an AgentJetJob base, "
+                         "so AgentJetJob's refusals and the swarm engine's checks do not apply to it")
         runs.append(replay(session, None, base))
         if yaml is None:
             session.note("nothing to compare: no construction and no yaml; AgentJet's defaults were checked")
+    if any(run.base.engine_copy for run in runs):
+        session.note(f"{yaml.name if yaml else 'the base'} is the copy the swarm engine writes at start (a full dump "
+                     "of the synced job, rewritten at every start): its values are what the engine ran, but a change "
+                     "belongs in the job the client builds (its AgentJetJob kwargs or its base YAML); pass script= "
+                     "to have fixes located there")
     return Analysis(session, runs)

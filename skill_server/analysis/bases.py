@@ -17,10 +17,11 @@ from typing import Any, Literal
 from skill_server.analysis.agentjet import Cause, ComposedBase, RefusedBase
 from skill_server.analysis.script import Construction
 from skill_server.analysis.session import Session
-from skill_server.analysis.values import Unknown, jsonable
+from skill_server.analysis.values import Unknown, jsonable, lookup
 from skill_server.core.trees import flatten
 
 BaseState = Literal["defaults", "file", "missing", "unresolved", "refused"]
+ENGINE_COPY = "yaml_backup.yaml"  # what the engine's start writes into <experiment_dir>/
 MAX_CANDIDATE_LEVELS = 8
 
 
@@ -42,10 +43,25 @@ class BaseYaml:
     origin: dict[str, str] = field(default_factory=dict)
     explicit: dict[str, Any] = field(default_factory=dict)  # every key the user's YAML writes -> value
     customised: dict[str, Any] = field(default_factory=dict)  # ... of those, the ones unlike AgentJet's defaults
+    classic: str | None = None  # why it is a classic-mode config (``ajet --conf``), read alone; None: a swarm base
 
     @property
     def is_users(self) -> bool:
         return self.state == "file"
+
+    @property
+    def engine_copy(self) -> bool:
+        """The file is the copy the swarm engine writes at start (``<experiment_dir>/yaml_backup.yaml``, a full
+        dump), not a file the user edits: a fix names the job the client builds instead."""
+        if self.state != "file" or self.path is None:
+            return False
+        if self.path.name == ENGINE_COPY:
+            return True
+        folder = lookup(self.tree, "ajet.experiment_dir")
+        if not isinstance(folder, str) or folder in ("", "auto"):
+            return False
+        parts = Path(folder).parts
+        return self.path.parent.parts[-len(parts):] == parts
 
     @property
     def values_unknown(self) -> bool:
@@ -75,11 +91,12 @@ def defaults_base(session: Session) -> BaseYaml:
 
 
 def file_base(session: Session, path: Path, anchor: str, expression: str | None, *, field: str,
-              tried: list[str] | None = None, launch_dir_known: bool = True) -> BaseYaml:
+              tried: list[str] | None = None, launch_dir_known: bool = True, alone: bool = False) -> BaseYaml:
     """A base file composed as ``build_config`` composes it; one AgentJet refuses to compose is ``refused``:
-    its refusal is a finding and every value it would set is unknown (never AgentJet's defaults instead)."""
+    its refusal is a finding and every value it would set is unknown (never AgentJet's defaults instead).
+    ``alone``: no AgentJetJob construction reads it, so it may be a classic-mode config."""
     tried = tried or [str(path)]
-    composed = session.aj.compose_base(path, field=field)
+    composed = session.aj.compose_base(path, field=field, alone=alone)
     for note in composed.notes:
         session.note(note)
     if isinstance(composed, RefusedBase):
@@ -92,7 +109,7 @@ def file_base(session: Session, path: Path, anchor: str, expression: str | None,
     customised = {k: v for k, v in explicit.items() if not _equal_default(session, k, v)}
     return BaseYaml("file", anchor, expression, path, tried=tried, launch_dir_known=launch_dir_known,
                     composed=composed, tree=composed.tree, origin=composed.origin, explicit=explicit,
-                    customised=customised, causes=list(composed.causes))
+                    customised=customised, causes=list(composed.causes), classic=composed.classic)
 
 
 def unknown_base(session: Session, state: BaseState, anchor: str, expression: str | None, path: Path | None,

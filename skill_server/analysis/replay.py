@@ -135,7 +135,10 @@ class _Replay(ConstructionSteps):
             _apply_kwargs(self.session, self.result, self.c)
 
     def check_values(self) -> None:
-        self._found(self.aj.value_refusals(self.result.value))
+        classic = self.base.classic is not None
+        self._found(self.aj.value_refusals(self.result.value, not_read=(
+            "a classic-mode config (ajet --conf): AgentJetJob, whose check this is, does not read it" if classic
+            else None)))
 
     def switch_to_tcp(self) -> None:
         _tcp_switch(self.session, self.result)

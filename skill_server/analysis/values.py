@@ -9,7 +9,23 @@ from skill_server.core.jsonsafe import json_number
 from skill_server.core.text import shorten
 from skill_server.core.trees import get_path
 
-MISSING: Any = object()  # a key the tree does not have
+
+class _Missing:
+    """The one value of a key the tree does not have; a message that shows it says "not set"."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "not set"
+
+    def __copy__(self) -> _Missing:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> _Missing:
+        return self
+
+
+MISSING: Any = _Missing()  # a key the tree does not have
 
 
 class Unknown:

@@ -40,6 +40,9 @@ class FetchError(Exception):
         super().__init__(message)
         self.kind = kind
         self.status = status  # the HTTP status of a non-200 answer
+        #: The server accepted the connection first: something listens there (a timeout then means busy or stuck,
+        #: not gone).
+        self.connected = False
 
 
 @dataclass(frozen=True)
@@ -105,6 +108,9 @@ def http_get(url: str, *, timeout: float, max_bytes: int = MAX_BODY_BYTES,
         except OSError as exc:
             raise FetchError(f"connection failed while sending: {exc.strerror or exc}") from None
         return _read_response(sock, remaining, max_bytes)
+    except FetchError as exc:
+        exc.connected = True
+        raise
     finally:
         try:
             sock.close()

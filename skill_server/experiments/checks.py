@@ -29,8 +29,27 @@ def socket_name() -> str:
     return name
 
 
+#: Words a purpose sentence needs and a session name does not.
+FILLER = frozenset((
+    "a", "an", "the", "of", "to", "for", "and", "or", "in", "on", "at", "by", "with", "from", "into", "via", "as",
+    "is", "are", "be", "we", "our", "us", "i", "my", "you", "your", "it", "its", "this", "that", "these", "those",
+    "which", "what", "whether", "if", "how", "than", "then", "so", "do", "does", "can", "will", "want", "would",
+    "should", "let"))
+SLUG_CHARS = 24  # a name to type in `tmux attach -t`, not a sentence
+
+
 def _slug(text: str) -> str:
-    return re.sub(r"_+", "_", re.sub(r"[^a-z0-9]+", "_", text.lower())).strip("_")[:40]
+    """A few words of ``text``: lower-case letters and digits, filler words dropped, whole words only (up to
+    ``SLUG_CHARS`` characters; a first word longer than that is cut)."""
+    every = re.findall(r"[a-z0-9]+", text.lower())
+    words = [w for w in every if w not in FILLER] or every
+    out = ""
+    for word in words:
+        joined = f"{out}_{word}" if out else word
+        if len(joined) > SLUG_CHARS:
+            break
+        out = joined
+    return out or (words[0][:SLUG_CHARS] if words else "")
 
 
 def session_name(name: str | None, purpose: str | None) -> str:

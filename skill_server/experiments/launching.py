@@ -105,9 +105,11 @@ def _command(inp: LaunchInput, defaults: dict[str, Any]) -> str | None:
     return command
 
 
-def _plan(inp: LaunchInput, main_host: str, defaults: dict[str, Any], session: str
+def _plan(inp: LaunchInput, main_host: str, defaults: dict[str, Any], session: str, exp_id: str
           ) -> tuple[list[_Proc], str, str | None, str]:
-    """Processes, workdir, python and result_dir (host paths, resolved later on the host), checked for form."""
+    """Processes, workdir, python and result_dir (host paths, resolved later on the host), checked for form.
+    A log without an explicit path goes into the run's own folder, ``<result_dir>/<exp_id>/``, so no two runs
+    share one (session names repeat across runs; ids never do)."""
     command = _command(inp, defaults)
     workdir_value = inp.workdir or defaults.get("workdir")
     if not workdir_value:
@@ -119,15 +121,16 @@ def _plan(inp: LaunchInput, main_host: str, defaults: dict[str, Any], session: s
     result_dir = relative_path(inp.result_dir or defaults.get("result_dir") or bp.DEFAULT_RESULT_DIR, "result_dir")
     env = {**DEFAULT_ENV, **check_env(inp.env, "env")}
     if inp.processes:
-        return _listed(inp, main_host, workdir, env, session), workdir, python, result_dir
+        return _listed(inp, main_host, workdir, env, session, exp_id), workdir, python, result_dir
     assert command is not None
     return [_Proc(role="main", command=command, host=main_host, host_field="host", workdir=workdir,
                   workdir_field="workdir", env=env,
-                  log_path=relative_path(inp.log_path, "log_path") if inp.log_path else f"{session}.log",
+                  log_path=relative_path(inp.log_path, "log_path") if inp.log_path else f"{exp_id}/{session}.log",
                   log_field="log_path", wait_for_url=None, wait_for_url_timeout_s=0)], workdir, python, result_dir
 
 
-def _listed(inp: LaunchInput, main_host: str, workdir: str, env: dict[str, str], session: str) -> list[_Proc]:
+def _listed(inp: LaunchInput, main_host: str, workdir: str, env: dict[str, str], session: str,
+            exp_id: str) -> list[_Proc]:
     """The listed processes: unique roles, a log per process, each checked and given its defaults."""
     processes = inp.processes or []
     roles = [p.role for p in processes]
@@ -136,10 +139,12 @@ def _listed(inp: LaunchInput, main_host: str, workdir: str, env: dict[str, str],
         raise ToolInputError(f"roles must be unique (repeated: {', '.join(dupes)})", field="processes")
     if inp.log_path is not None:
         raise ToolInputError("with processes, give log_path per process", field="log_path")
-    return [_listed_proc(f"processes.{i}", p, main_host, workdir, env, session) for i, p in enumerate(processes)]
+    return [_listed_proc(f"processes.{i}", p, main_host, workdir, env, session, exp_id)
+            for i, p in enumerate(processes)]
 
 
-def _listed_proc(at: str, p: ProcessSpec, main_host: str, workdir: str, env: dict[str, str], session: str) -> _Proc:
+def _listed_proc(at: str, p: ProcessSpec, main_host: str, workdir: str, env: dict[str, str], session: str,
+                 exp_id: str) -> _Proc:
     if "\x00" in p.command:
         raise ToolInputError("contains a NUL character", field=f"{at}.command")
     if p.wait_for_url is not None and not re.match(r"^https?://[^\s/]+\S*$", p.wait_for_url):
@@ -150,7 +155,8 @@ def _listed_proc(at: str, p: ProcessSpec, main_host: str, workdir: str, env: dic
         workdir=host_path(p.workdir, f"{at}.workdir") if p.workdir else workdir,
         workdir_field=f"{at}.workdir" if p.workdir else "workdir",
         env={**env, **check_env(p.env, f"{at}.env")},
-        log_path=relative_path(p.log_path, f"{at}.log_path") if p.log_path else f"{session}.{p.role}.log",
+        log_path=(relative_path(p.log_path, f"{at}.log_path") if p.log_path
+                  else f"{exp_id}/{session}.{p.role}.log"),
         log_field=f"{at}.log_path", wait_for_url=p.wait_for_url,
         wait_for_url_timeout_s=int(p.wait_for_url_timeout_s or 600))
 
@@ -197,13 +203,13 @@ def _decide(inp: LaunchInput) -> _Launch:
     main_host = normalise(inp.host, field="host")
     defaults = _blueprint_defaults(inp.blueprint, main_host) if inp.blueprint is not None else {}
     session = session_name(inp.name, defaults.get("purpose"))
-    procs, workdir, python, result_dir = _plan(inp, main_host, defaults, session)
+    created = time.time()
+    exp_id = f"{session}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(created))}-{secrets.token_hex(2)}"
+    procs, workdir, python, result_dir = _plan(inp, main_host, defaults, session, exp_id)
     max_time_s = _seconds(inp.max_time_s or defaults.get("max_time_s"), bp.DEFAULT_MAX_TIME_S)
     first_step_s = _seconds(inp.first_step_timeout_s or defaults.get("first_step_timeout_s"), bp.DEFAULT_FIRST_STEP_S)
     if inp.first_step_pattern is not None:  # None: the first step:N line proves the first step
         compile_pattern(inp.first_step_pattern, "first_step_pattern")
-    created = time.time()
-    exp_id = f"{session}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(created))}-{secrets.token_hex(2)}"
     return _Launch(inp, socket, main_host, session, exp_id, created, procs, workdir, python, result_dir,
                    defaults.get("yaml_path"), max_time_s, first_step_s)
 

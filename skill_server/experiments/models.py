@@ -52,7 +52,8 @@ class ProcessSpec(ToolInput):
     wait_for_url_timeout_s: PositiveInt | None = Field(
         default=None, le=3600, description="Give up waiting after this many seconds (default 600); exit code 124.")
     log_path: StrictStr | None = Field(default=None, max_length=4096,
-                                       description="On its host; default: <result_dir>/<session>.<role>.log.")
+                                       description="On its host; default: <result_dir>/<id>/<session>.<role>.log (the "
+                                       "run's own folder).")
 
 
 class LaunchInput(ToolInput):
@@ -71,8 +72,11 @@ class LaunchInput(ToolInput):
                                      description="Venv interpreter on the host; its bin dir is put first on PATH.")
     env: dict[str, StrictStr] | None = Field(default=None, description="Environment set explicitly in the session.")
     result_dir: StrictStr | None = Field(default=None, max_length=4096,
-                                         description="On the host; default: <workdir>/auto_agent/exp_results/.")
-    log_path: StrictStr | None = Field(default=None, max_length=4096, description="Default: <result_dir>/<session>.log.")
+                                         description="On the host; default: <workdir>/auto_agent/exp_results/. Each "
+                                         "run keeps its logs and results in <result_dir>/<id>/; finish.flag goes "
+                                         "here.")
+    log_path: StrictStr | None = Field(default=None, max_length=4096,
+                                       description="Default: <result_dir>/<id>/<session>.log (the run's own folder).")
     max_time_s: Duration | None = Field(default=None, description="Wall-clock budget in seconds (default 86400, at "
                                         "most 366 days); enforced on the host, where the run ends as timed_out.")
     first_step_timeout_s: Duration | None = Field(default=None, description="First-step deadline (default 1200).")

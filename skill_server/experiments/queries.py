@@ -21,7 +21,7 @@ from typing import Any
 from skill_server.core.errors import ToolInputError
 from skill_server.experiments import blueprint as bp
 from skill_server.experiments import checkpoints as ckpt
-from skill_server.experiments import history, logs, progress, runconfig
+from skill_server.experiments import fixes, history, logs, progress, runconfig
 from skill_server.experiments.models import (
     DEFAULT_HISTORY_POINTS,
     TERMINAL,
@@ -127,7 +127,8 @@ def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int,
         if sig is None:
             continue
         errors.append(ErrorHit(signature=name, title=sig.title, severity=sig.severity, line=str(hit.get("line", "")),
-                               count=int(hit.get("count", 0)), hint=sig.hint, role=hit.get("role")))
+                               count=int(hit.get("count", 0)), role=hit.get("role"),
+                               hint=fixes.hint_for(name, str(hit.get("line", "")), config)))
     errors.sort(key=lambda e: (e.severity != "error", -e.count))
     overdue = not scan.first_step_seen and view.elapsed_s > first_step_s
     if scan.first_step_seen:  # late only if a look at the log after the deadline had not seen it yet

@@ -26,6 +26,7 @@ from skill_server.core.errors import ToolInputError
 from skill_server.core.jsonsafe import json_number
 from skill_server.core.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
 from skill_server.core.text import shorten
+from skill_server.experiments.fixes import LENGTH_KEYS
 from skill_server.experiments.progress import MAX_STEPS
 from skill_server.experiments.store import Registry, Row
 from skill_server.hosts import client
@@ -146,6 +147,10 @@ def summarise(candidate: Candidate, data: Any) -> dict[str, Any]:
         if total is not None:
             out["total_steps"], out["total_steps_source"] = total, f"{key} in {candidate.path}"
             break
+    lengths = {name: value for name, key in LENGTH_KEYS.items()
+               if isinstance(value := _get(data, key), (int, float)) and not isinstance(value, bool)}
+    if lengths:
+        out["lengths"] = lengths  # what a computed fix (experiments.fixes) reads
     local_dir = _plain(_get(data, "trainer.default_local_dir"))
     base = _plain(_get(data, CHECKPOINT_BASE_KEY))
     project = _plain(_get(data, "ajet.project_name"))

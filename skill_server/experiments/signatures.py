@@ -59,6 +59,21 @@ SIGNATURES: tuple[Signature, ...] = (
         source="vLLM sleep/wake-up",
     ),
     Signature(
+        name="vllm_kv_cache_too_small",
+        title="vLLM's KV cache cannot hold one max_model_len sequence",
+        pattern=r"max seq len \(\d+\) is larger than the maximum number of tokens that can be stored in KV cache"
+        r"|max seq len \(\d+\).*estimated maximum model length is \d+",
+        severity="error",
+        hint="vLLM has less KV cache than one sequence of max_model_len needs: lower ajet.rollout.max_model_len to "
+        "at most the number vLLM reports (keeping max_prompt_length + max_response_length within it), or raise "
+        "ajet.rollout.gpu_memory_utilization or tensor_model_parallel_size; status computes the numbers.",
+        example="ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that can be "
+        "stored in KV cache (16832). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+        "initializing the engine.",
+        source="vLLM engine start-up",
+        needles=("max seq len",),
+    ),
+    Signature(
         name="nccl_error",
         title="NCCL error or collective timeout",
         pattern=r"NCCL error|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|ncclRemoteError"

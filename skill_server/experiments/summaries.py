@@ -15,11 +15,14 @@ import math
 import re
 from typing import Any
 
+from pydantic import Field
+
 from skill_server.core.jsonsafe import json_number
 from skill_server.core.models import ToolOutput
 
 MAX_DICT_LINE = 1024 * 1024
 PLATEAU_KEYS = ("mean_reward", "task_pass_rate")
+STEP_KEYS = ("training/global_step", "global_step", "step")  # how a metrics line may record its step
 LOWER_IS_BETTER_TOKENS = ("loss", "error", "timing", "time_per", "madness", "std", "clip_ratio", "grad_norm")
 _NP_SCALAR = re.compile(r"\bnp\.\w+\(\s*([^()]*?)\s*\)")
 _BARE_NONFINITE = re.compile(r"(?<![\w'\".])(-?)(nan|inf|NaN|Infinity)(?![\w'\"])")
@@ -33,6 +36,12 @@ class MetricSummary(ToolOutput):
     last: float | None
     trend: str
     plateau: bool | None = None
+    best_step: int | None = Field(default=None, description="The global step at which best was reached, when the "
+                                  "source records steps (the log's step lines, or a metrics line carrying "
+                                  "training/global_step); null when it does not (AgentJet's validation lines carry "
+                                  "no step: see best_point).")
+    best_point: int | None = Field(default=None, description="Which of the n points holds best (1 = the first); null "
+                                   "when no point is finite.")
 
 
 def _to_number(value: Any) -> float | None:
@@ -112,24 +121,41 @@ def _trend(values: list[float]) -> str:
     return "up" if tail > head else "down"
 
 
+def row_step(row: dict[str, float]) -> int | None:
+    """The global step a metrics line records (``training/global_step`` and its kin), if any."""
+    for key in STEP_KEYS:
+        value = row.get(key)
+        if value is not None and math.isfinite(value) and float(value).is_integer() and value >= 0:
+            return int(value)
+    return None
+
+
 def summarise(rows: list[dict[str, float]]) -> list[MetricSummary]:
     """One summary per key of the dict lines of a metrics file, in first-seen key order."""
     series: dict[str, list[float]] = {}
+    steps: dict[str, list[int | None]] = {}
     for row in rows:
+        step = row_step(row)
         for key, value in row.items():
             series.setdefault(key, []).append(value)
-    return summarise_series(series)
+            steps.setdefault(key, []).append(step)
+    return summarise_series(series, steps)
 
 
-def summarise_series(series: dict[str, list[float]]) -> list[MetricSummary]:
-    """One summary per named series of values in step order (NaN/inf count as points, never as best)."""
+def summarise_series(series: dict[str, list[float]],
+                     steps: dict[str, list[int | None]] | None = None) -> list[MetricSummary]:
+    """One summary per named series of values in step order (NaN/inf count as points, never as best);
+    ``steps``: the global step of each point, where known."""
     out = []
     for key, values in series.items():
         if not values:
             continue
-        finite = _finite(values)
-        best = (min(finite) if lower_is_better(key) else max(finite)) if finite else None
+        finite = [(i, v) for i, v in enumerate(values) if not (math.isnan(v) or math.isinf(v))]
+        best_i, best = (min if lower_is_better(key) else max)(finite, key=lambda p: p[1]) if finite else (None, None)
+        at = (steps or {}).get(key) or []
+        best_step = at[best_i] if best_i is not None and best_i < len(at) else None
         plateau = plateaued(values) if any(k in key for k in PLATEAU_KEYS) else None
         out.append(MetricSummary(key=key, n=len(values), first=json_number(values[0]), best=best,
-                                 last=json_number(values[-1]), trend=_trend(values), plateau=plateau))
+                                 last=json_number(values[-1]), trend=_trend(values), plateau=plateau,
+                                 best_step=best_step, best_point=None if best_i is None else best_i + 1))
     return out

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from skill_server.experiments import history, plots
+from skill_server.experiments import fixes, history, plots
 from skill_server.experiments.models import TERMINAL, ProgressInfo
 from skill_server.experiments.observe import View, observe
 from skill_server.experiments.progress import iso
@@ -151,9 +151,10 @@ class Watcher:
                 continue
             self.errors.add(name)
             role = f" [{hit.get('role')}]" if hit.get("role") else ""
-            out.append(Event("error", f"{name} ({sig.severity}){role}: {hit.get('line', '')} | fix: {sig.hint}",
+            hint = fixes.hint_for(name, str(hit.get("line", "")))
+            out.append(Event("error", f"{name} ({sig.severity}){role}: {hit.get('line', '')} | fix: {hint}",
                              {"signature": name, "severity": sig.severity, "role": hit.get("role"),
-                              "line": hit.get("line"), "count": hit.get("count"), "hint": sig.hint}))
+                              "line": hit.get("line"), "count": hit.get("count"), "hint": hint}))
         return out
 
     def _finished_event(self, view: View) -> Event:

@@ -2,7 +2,8 @@
 
 The core reads the language: literals and containers, operators and conditions, f-strings, names assigned
 before use (function scope, then module scope), constants of modules next to the script, a function's
-parameter when the function is called once (or its default), and the result of a script function called
+parameter as every call of the function passes it (all callers agreeing; a default where a call leaves it
+out), or as the call being followed binds it (``call_with``), and the result of a script function called
 without arguments that returns one expression. What a library gives a meaning to (environment reads,
 paths, builtins, argparse, dataclasses, ...) the core asks of the registered units (``registry``; the
 units are the files of ``units/``). Anything else raises ``NoValue`` with the reason. Integers stay exact
@@ -29,10 +30,10 @@ from skill_server.analysis.script.model import (
     Value,
     combine,
 )
-from skill_server.analysis.script.modules import ModuleInfo, ModuleLoader, dotted
+from skill_server.analysis.script.modules import ModuleInfo, ModuleLoader, bind_arguments, default_argument, dotted
 from skill_server.analysis.script.paths import join, literal_path
 from skill_server.analysis.script.registry import Result, Site, by_type
-from skill_server.analysis.script.static import OPAQUE_ITEM, NoValue, arith, bounded, hashable, is_number, plain
+from skill_server.analysis.script.static import OPAQUE_ITEM, NoValue, agree, arith, bounded, hashable, is_number, plain
 
 MAX_DEPTH = 24
 IMPORTED_AS_CONSTANT = ("literal", "constant", "arithmetic", "imported constant")  # a module's own computed constant
@@ -49,6 +50,8 @@ class Evaluator:
         self.loader = loader
         self._note = note
         self._made: dict[int, Any] = {}
+        #: id(function scope) -> the calls being evaluated into it, innermost last: parameter -> (argument, where)
+        self._frames: dict[int, list[dict[str, tuple[ast.expr, Scope | None, int]]]] = {}
 
     # -- public
 
@@ -122,6 +125,19 @@ class Evaluator:
 
     def note(self, text: str) -> None:
         self._note(text)
+
+    def modules(self) -> list[ModuleInfo]:
+        return [self.main, *(m for m in self.loader.modules if m is not self.main)]
+
+    def call_with(self, frames: list[tuple[Scope, dict[str, tuple[ast.expr, Scope | None, int]]]], node: ast.expr,
+                  scope: Scope, line: int, depth: int) -> Result:
+        for function, arguments in frames:
+            self._frames.setdefault(id(function), []).append(arguments)
+        try:
+            return self.eval(node, scope, line, depth)
+        finally:
+            for function, _ in reversed(frames):
+                self._frames[id(function)].pop()
 
     # -- literals, operators, conditions
 
@@ -267,14 +283,18 @@ class Evaluator:
         return found
 
     def _parameter(self, name: str, scope: Scope, d: int) -> Result | None:
-        """A parameter's value: what the function's single call passes (or its default), else what a unit
-        reads from the parameter's annotation. None: ``name`` is not a parameter here."""
+        """A parameter's value: what the call being evaluated passes (``call_with``), else what every call of
+        the function passes (they must agree; a default counts where a call leaves it out), else what a unit
+        reads from the parameter's annotation when nothing calls the function. None: not a parameter here."""
         current: Scope | None = scope
         while current is not None:
             if name in current.params:
                 if current.assigned.get(name):
                     return None
-                passed = self._single_call_argument(current, name, d)
+                framed = self._framed(current, name, d)
+                if framed is not None:
+                    return framed
+                passed = self._from_callers(current, name, d)
                 if passed is not None:
                     return passed
                 ann = current.params[name]
@@ -292,30 +312,52 @@ class Evaluator:
             current = current.parent
         return None
 
-    def _single_call_argument(self, fscope: Scope, pname: str, d: int) -> Result | None:
-        """A function called exactly once: the value its call passes for ``pname`` (or the default)."""
+    def _framed(self, fscope: Scope, pname: str, d: int) -> Result | None:
+        """The parameter's value in the call ``call_with`` is evaluating into ``fscope`` (its default when the
+        call leaves it out); None when no such call is being evaluated."""
+        frames = self._frames.get(id(fscope))
+        if not frames:
+            return None
+        passed = frames[-1].get(pname)
+        if passed is not None:
+            return self.eval(passed[0], passed[1], passed[2], d)
         fnode = fscope.node
-        if len(fscope.call_nodes) != 1 or not isinstance(fnode, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        default = default_argument(fnode, pname) if isinstance(fnode, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+        if default is None:
+            raise NoValue(f"{pname} is not passed to {fscope.name}() and has no default")
+        return self.eval(default, fscope.parent or fscope, getattr(fnode, "lineno", END), d)
+
+    def _from_callers(self, fscope: Scope, pname: str, d: int) -> Result | None:
+        """What every call of the function passes for ``pname`` (or the default it leaves in place), when they
+        all agree; None when nothing calls it. A caller whose value is known only at run time, or callers that
+        disagree, leave it unknown (raise)."""
+        fnode = fscope.node
+        if not fscope.call_nodes or not isinstance(fnode, (ast.FunctionDef, ast.AsyncFunctionDef)):
             return None
-        caller, call = fscope.call_nodes[0]
-        args = fnode.args
-        positional = [a.arg for a in (*args.posonlyargs, *args.args)]
-        arg = next((k.value for k in call.keywords if k.arg == pname), None)
-        owner, at = caller, call.lineno
-        if arg is None and pname in positional and positional.index(pname) < len(call.args):
-            arg = call.args[positional.index(pname)]
-            if any(isinstance(a, ast.Starred) for a in call.args[:positional.index(pname) + 1]):
-                return None
-        if arg is None:  # not passed: the parameter's default, evaluated where the function is defined
-            defaults = dict(zip(positional[len(positional) - len(args.defaults):], args.defaults))
-            defaults.update({a.arg: v for a, v in zip(args.kwonlyargs, args.kw_defaults) if v is not None})
-            if pname not in defaults or any(k.arg is None for k in call.keywords):
-                return None
-            arg, owner, at = defaults[pname], fscope.parent or fscope, fnode.lineno
-        try:
-            return self.eval(arg, owner, at, d)
-        except NoValue:
-            return None
+        found: list[tuple[Any, Prov, int]] = []
+        for caller, call in fscope.call_nodes:
+            bound = bind_arguments(fnode, call)
+            if bound is None:
+                raise NoValue(f"{pname} of {fscope.name}() is passed through * or ** at line {call.lineno}")
+            if pname in bound:
+                arg, owner, at = bound[pname], caller, call.lineno
+            else:
+                default = default_argument(fnode, pname)
+                if default is None:
+                    raise NoValue(f"the call of {fscope.name}() at line {call.lineno} does not pass {pname}")
+                arg, owner, at = default, fscope.parent or fscope, fnode.lineno
+            try:
+                v, p = self.eval(arg, owner, at, d)
+            except NoValue as exc:
+                raise NoValue(f"{pname} of {fscope.name}() is {self.module_of(owner).text(arg)} at line {at}: "
+                              f"{exc.why}") from None
+            found.append((v, p, call.lineno))
+        first = found[0]
+        for other in found[1:]:
+            if not agree(first[0], other[0]):
+                raise NoValue(f"the callers of {fscope.name}() pass different values for {pname} (lines "
+                              f"{first[2]} and {other[2]})")
+        return first[0], combine([p for _, p, _ in found])
 
     # -- attributes, items, calls
 

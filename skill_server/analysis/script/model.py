@@ -35,13 +35,15 @@ class PathRef:
 class Assumption:
     """A value that holds only while the user leaves something at its default."""
 
-    kind: Literal["env", "cli"]
-    name: str  # the environment variable (GRPO_N) or the option (--batch-size)
-    default: str  # the default as written
+    kind: Literal["env", "cli", "code"]
+    name: str  # the environment variable (GRPO_N), the option (--batch-size), or the code (a function)
+    default: str  # the default as written; for code, what it changes
 
     def describe(self) -> str:
         if self.kind == "env":
             return f"environment variable {self.name} is unset (the script then uses its default {self.default})"
+        if self.kind == "code":
+            return f"{self.name} changes only {self.default} of the object it returns, and no other code changes this"
         return f"option {self.name} is not given (argparse then uses its default {self.default})"
 
 

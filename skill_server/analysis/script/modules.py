@@ -21,6 +21,7 @@ from skill_server.core.text import shorten
 
 MAX_SCRIPT_BYTES = 2 * 1024 * 1024
 MAX_MODULES = 16  # sibling modules read per scan
+MAX_PACKAGE_LEVELS = 8  # folders above the script looked at for the package its imports name
 MAX_TEXT = 200
 
 
@@ -97,13 +98,21 @@ class ModuleLoader:
         parts = [p for p in module.split(".") if p]
         if level == 0 and (not parts or parts[0] == "ajet"):
             return None
-        for candidate in (base.joinpath(*parts).with_suffix(".py") if parts else None,
-                          base.joinpath(*parts, "__init__.py")):
-            if candidate is not None and candidate.is_file():  # FIFOs and devices are never opened
-                return self._load(candidate, module or candidate.parent.name)
+        for folder in [base] + (self.package_roots(parts[0]) if level == 0 else []):
+            for candidate in (folder.joinpath(*parts).with_suffix(".py") if parts else None,
+                              folder.joinpath(*parts, "__init__.py")):
+                if candidate is not None and candidate.is_file():  # FIFOs and devices are never opened
+                    return self._load(candidate, module or candidate.parent.name, root=folder)
         return None
 
-    def _load(self, path: Path, name: str) -> ModuleInfo | None:
+    def package_roots(self, top: str) -> list[Path]:
+        """Folders above the script whose child ``top`` holds the script: ``from tutorial.x.cfg import C`` in
+        ``<root>/tutorial/x/run.py`` names ``<root>/tutorial/x/cfg.py``, as when the script is run with
+        ``python -m tutorial.x.run`` from ``<root>`` (AgentJet runs its tutorials so)."""
+        chain = [self.script_dir, *list(self.script_dir.parents)[:MAX_PACKAGE_LEVELS]]
+        return [folder.parent for folder in chain if folder.name == top and folder.parent != folder]
+
+    def _load(self, path: Path, name: str, root: Path | None = None) -> ModuleInfo | None:
         path = path.resolve()
         if path in self.loaded:
             return self.loaded[path]
@@ -119,8 +128,17 @@ class ModuleLoader:
             self.notes.append(f"{path.name} (imported by the script) was not read: {exc.message}")
             return None
         self.loaded[path] = info
-        self.notes.append(f"{path.name} (next to the script) was read for the names the script imports from it")
+        if root is None or root == self.script_dir:
+            self.notes.append(f"{path.name} (next to the script) was read for the names the script imports from it")
+        else:
+            self.notes.append(f"{name} was read from {path} for the names the script imports from it, as when the "
+                              f"script runs with python -m from {root}")
         return info
+
+    @property
+    def modules(self) -> list[ModuleInfo]:
+        """Every module read so far (in the order they were read)."""
+        return [info for info in self.loaded.values() if info is not None]
 
 
 # --- symbol tables ---------------------------------------------------------------------------------
@@ -264,6 +282,42 @@ def bind_target(target: ast.expr, value: ast.expr, line: int, scope: Scope) -> N
                 scope.assign(t.id, line, item)
 
 
+def bind_arguments(fnode: ast.FunctionDef | ast.AsyncFunctionDef, call: ast.Call, *, skip_first: bool = False
+                   ) -> dict[str, ast.expr] | None:
+    """Parameter -> the argument ``call`` passes for it (parameters it leaves to their defaults are absent);
+    None when ``*`` or ``**`` arguments make that unknowable. ``skip_first``: the call binds the first
+    parameter itself (``self`` of a constructor or a bound method)."""
+    args = fnode.args
+    positional = [a.arg for a in (*args.posonlyargs, *args.args)][1 if skip_first else 0:]
+    if any(isinstance(a, ast.Starred) for a in call.args) or any(k.arg is None for k in call.keywords):
+        return None
+    if len(call.args) > len(positional) and args.vararg is None:
+        return None
+    out = dict(zip(positional, call.args))
+    out.update({k.arg: k.value for k in call.keywords if k.arg})
+    return out
+
+
+def default_argument(fnode: ast.FunctionDef | ast.AsyncFunctionDef, name: str) -> ast.expr | None:
+    """The default of parameter ``name`` as written (None: it has none)."""
+    args = fnode.args
+    positional = [a.arg for a in (*args.posonlyargs, *args.args)]
+    defaults = dict(zip(positional[len(positional) - len(args.defaults):], args.defaults))
+    defaults.update({a.arg: v for a, v in zip(args.kwonlyargs, args.kw_defaults) if v is not None})
+    return defaults.get(name)
+
+
+def class_of_methods(module: ModuleInfo) -> dict[int, ast.ClassDef]:
+    """``id(FunctionDef)`` -> the class whose body defines it, for every method of the module."""
+    out: dict[int, ast.ClassDef] = {}
+    for node in ast.walk(module.tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    out[id(item)] = node
+    return out
+
+
 def target_names(node: ast.AST) -> list[str]:
     return [n.id for n in ast.walk(node) if isinstance(n, ast.Name)]
 
@@ -280,4 +334,4 @@ def dotted(node: ast.AST | None) -> str | None:
 
 
 __all__ = ["Binding", "ModuleInfo", "ModuleLoader", "parse_module", "walk_module", "dotted", "bind_target",
-           "target_names", "MAX_SCRIPT_BYTES"]
+           "target_names", "bind_arguments", "default_argument", "class_of_methods", "MAX_SCRIPT_BYTES"]

@@ -62,6 +62,15 @@ class Evaluation(Protocol):
     def note(self, text: str) -> None:
         """A note for the scan's result (said once)."""
 
+    def modules(self) -> list[ModuleInfo]:
+        """The script and every module read so far."""
+
+    def call_with(self, frames: list[tuple[Scope, dict[str, tuple[ast.expr, Scope | None, int]]]], node: ast.expr,
+                  scope: Scope, line: int, depth: int) -> Result:
+        """``node`` evaluated in ``scope`` at ``line`` while the calls in ``frames`` (outermost first) bind the
+        parameters of their functions: parameter -> (the argument expression, the scope and line it is read
+        at); a parameter a call leaves out takes its default."""
+
 
 class Site:
     """Where an expression is evaluated: the evaluator, the scope and line, and the nesting so far."""

@@ -38,6 +38,14 @@ def plain(v: Any, depth: int = 0) -> bool:
     return False
 
 
+def agree(a: Any, b: Any) -> bool:
+    """Two places give the same thing: equal plain values of one type, or the very same object (a unit makes
+    one object per call site)."""
+    if plain(a) and plain(b):
+        return type(a) is type(b) and bool(a == b)
+    return a is b
+
+
 def hashable(v: Any) -> bool:
     """Usable as a dict key of a config."""
     return v is None or isinstance(v, (bool, int, float, str))

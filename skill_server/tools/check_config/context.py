@@ -143,6 +143,8 @@ class LintContext:
                     f"give {text}")
         if setter is not None and setter.kind == "write":
             return f"change the write at line {setter.line} to set {key} = {text}"
+        if run.base.engine_copy and (setter is None or setter.kind == "yaml"):
+            return f"set {key} to {text} in the job the client builds, not in {run.base.name}"
         if setter is not None and setter.kind == "yaml":
             where = f"{Path(setter.file).name}:{setter.line}" if setter.file and setter.line else run.base.name
             return f"set {key.rsplit('.', 1)[-1]}: {yaml_scalar(value)} at {where}"

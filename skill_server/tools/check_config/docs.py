@@ -27,7 +27,8 @@ def render_rules() -> str:
     lines = ["| rule | severity | what it finds |", "| --- | --- | --- |"]
     lines += [f"| [`{r.id}`](#{r.id}) | {r.severity} | {r.summary} |" for r in ordered]
     for r in ordered:
-        lines += ["", f"### `{r.id}`", "", f"**{r.severity}**: {r.summary} {r.explanation}"]
+        swarm = " Swarm mode only: a classic-mode config skips it." if r.swarm_only else ""
+        lines += ["", f"### `{r.id}`", "", f"**{r.severity}**: {r.summary} {r.explanation}{swarm}"]
         causes = causes_of(r.id, LINT_CAUSES)
         if causes:
             lines += ["", "AgentJet refusal causes reported here (`values.cause`, with AgentJet's exception in "

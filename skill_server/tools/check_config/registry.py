@@ -44,20 +44,22 @@ class Rule:
     example: str = ""  # a before/after snippet (a fenced code block's body; first line names the language)
     claims: tuple[str, ...] = ()  # AgentJet refusal causes this rule reports
     order: int = field(default=0, compare=False)
+    swarm_only: bool = False  # about the swarm engine: not run on a classic-mode config
 
 
 RULES: dict[str, Rule] = {}
 
 
 def rule(rule_id: str, severity: Severity, summary: str, explanation: str, *, example: str = "",
-         claims: tuple[str, ...] = ()) -> Callable[[Check], Check]:
-    """Register ``check`` under ``rule_id`` (ids are stable API: never rename one)."""
+         claims: tuple[str, ...] = (), swarm_only: bool = False) -> Callable[[Check], Check]:
+    """Register ``check`` under ``rule_id`` (ids are stable API: never rename one). ``swarm_only``: the rule is
+    about the swarm engine, so a classic-mode config (``ajet --conf``) skips it."""
 
     def register(check: Check) -> Check:
         if rule_id in RULES:
             raise ValueError(f"rule {rule_id} registered twice")
         RULES[rule_id] = Rule(rule_id, severity, " ".join(summary.split()), " ".join(explanation.split()), check,
-                              example.strip("\n"), claims, len(RULES))
+                              example.strip("\n"), claims, len(RULES), swarm_only)
         return check
 
     return register

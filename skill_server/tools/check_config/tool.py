@@ -53,6 +53,10 @@ def _run_rules(ctx: LintContext) -> list[Finding]:
     seen: set[tuple[Any, ...]] = set()
     for rule in sorted(RULES.values(), key=lambda r: r.order):
         for run in ctx.runs:
+            if rule.swarm_only and run.base.classic is not None:
+                ctx.skip(rule.id, f"{run.base.name} is a classic-mode config ({run.base.classic}); this check is "
+                         "about the swarm engine")
+                continue
             for report in rule.check(ctx, run):
                 ident = (rule.id, report.key, report.message)
                 if ident in seen:

@@ -8,8 +8,10 @@ the ``val-*`` keys). The answer and results.md say which source each table came 
 Everything on the run's host happens on its main host, in at most three round trips: one reads the YAML
 candidates (only when a markdown path is not given; the paths come from them), one the metric files
 (regular files only, bounded: a FIFO or a device is refused, never read), one writes ``metrics.png``
-(when matplotlib is installed), ``results.md`` (its documented job is to replace the previous ones) and,
-once the run has ended, an empty ``finish.flag``, all atomically and only over regular files.
+(when matplotlib is installed) and ``results.md`` into the run's own folder ``<result_dir>/<id>/`` (their
+documented job is to replace that run's previous ones, never another run's) and, once the run has ended, an
+empty ``finish.flag`` into ``<result_dir>`` itself (AgentJet's blueprint convention), all atomically and only
+over regular files.
 """
 
 from __future__ import annotations
@@ -100,14 +102,22 @@ def is_validation_metric(name: str) -> bool:
     return name.startswith(("val-", "val/"))
 
 
-def _history_tables(reg: Registry, exp_id: str) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
-    """(validation series, training series) from the run's step lines, values in step order."""
-    val: dict[str, list[float]] = {}
-    train: dict[str, list[float]] = {}
+@dataclass
+class Table:
+    """Named series of values in step order, with the global step of each point."""
+
+    values: dict[str, list[float]] = field(default_factory=dict)
+    steps: dict[str, list[int | None]] = field(default_factory=dict)
+
+
+def _history_tables(reg: Registry, exp_id: str) -> tuple[Table, Table]:
+    """(validation, training) series from the run's step lines, in step order."""
+    val, train = Table(), Table()
     for name in history.metric_names(reg, exp_id)[:MAX_SUMMARY_SERIES]:
         series = history.read_series(reg, exp_id, name)
-        values = [math.nan if v is None else v for v in series.values]
-        (val if is_validation_metric(name) else train)[name] = values
+        table = val if is_validation_metric(name) else train
+        table.values[name] = [math.nan if v is None else v for v in series.values]
+        table.steps[name] = list(series.steps)
     return val, train
 
 
@@ -136,8 +146,8 @@ class _Run:
     overlays: list[Row] = field(default_factory=list)
     status: dict[str, Any] | None = None
     #: The metric history as (validation, training) series: the tables when no markdown file has lines.
-    val_series: dict[str, list[float]] = field(default_factory=dict)
-    train_series: dict[str, list[float]] = field(default_factory=dict)
+    val_series: Table = field(default_factory=Table)
+    train_series: Table = field(default_factory=Table)
     curves: list[plots.Curve] = field(default_factory=list)
     plot_data: MetricsHistory | None = None
 
@@ -221,14 +231,16 @@ def _markdown_rows(label: str, arg: str, path: str | None, answers: dict[str, di
 
 
 def _summaries(label: str, path: str | None, rows: list[dict[str, float]], fallback: dict[str, list[float]],
-               notes: list[str]) -> tuple[list[MetricSummary], str]:
-    """One table and where it came from: the markdown file's lines, else the metric history, else nothing."""
+               notes: list[str], fallback_steps: dict[str, list[int | None]] | None = None,
+               ) -> tuple[list[MetricSummary], str]:
+    """One table and where it came from: the markdown file's lines, else the metric history (``fallback``, with
+    the step of each point in ``fallback_steps``), else nothing."""
     if rows:
         return summarise(rows), f"markdown file {path}"
     if fallback:
-        steps = max(len(v) for v in fallback.values())
+        count = max(len(v) for v in fallback.values())
         notes.append(f"{label} metrics taken from the log's step lines (no usable markdown file)")
-        return summarise_series(fallback), f"the log's step lines (metric history, {steps} steps)"
+        return summarise_series(fallback, fallback_steps), f"the log's step lines (metric history, {count} steps)"
     return [], "none"
 
 
@@ -243,7 +255,7 @@ def _metric_tables(host: Host, val_md: str | None, train_md: str | None, run: _R
     for label, arg, path in sources:
         rows = _markdown_rows(label, arg, path, answers, notes)
         fallback = run.val_series if label == "validation" else run.train_series
-        tables[label], metrics_source[label] = _summaries(label, path, rows, fallback, notes)
+        tables[label], metrics_source[label] = _summaries(label, path, rows, fallback.values, notes, fallback.steps)
     return tables, metrics_source
 
 
@@ -269,13 +281,20 @@ def _picture(run: _Run, notes: list[str]) -> tuple[plots.Picture | None, str]:
     return plots.draw(run.curves, title, notes), title
 
 
-def _write(host: Host, result_dir: str, text: str, picture: plots.Picture | None, flag_wanted: bool) -> list[str]:
-    """Write metrics.png, results.md and finish.flag (as wanted) in one round trip; their paths, in that order."""
-    plot_path = posixpath.join(result_dir, PLOT_NAME)
+def run_folder(result_dir: str, row: Row | None) -> str:
+    """Where a run's results.md and metrics.png go: its own folder ``<result_dir>/<id>/``, so that no run's results
+    replace another's (runs started from one directory share result_dir); without a run, result_dir itself."""
+    return posixpath.join(result_dir, row.id) if row is not None else result_dir
+
+
+def _write(host: Host, result_dir: str, folder: str, text: str, picture: plots.Picture | None,
+           flag_wanted: bool) -> list[str]:
+    """Write metrics.png and results.md into ``folder`` and finish.flag (as wanted) into ``result_dir``, where
+    AgentJet's blueprint looks for it, in one round trip; their paths, in that order."""
     writes = []
     if picture is not None:
-        writes.append(client.write(plot_path, data=picture.png, replace=True))
-    writes.append(client.write(posixpath.join(result_dir, "results.md"), text=text, replace=True))
+        writes.append(client.write(posixpath.join(folder, PLOT_NAME), data=picture.png, replace=True))
+    writes.append(client.write(posixpath.join(folder, "results.md"), text=text, replace=True))
     if flag_wanted:
         writes.append(client.write(posixpath.join(result_dir, "finish.flag"), text="", replace=True))
     return [expect(r, field="result_dir")["path"] for r in host.call(writes)]
@@ -309,9 +328,10 @@ def collect_results(inp: CollectInput) -> CollectOutput:
     flag_wanted = _finish_flag_wanted(inp, run.state, notes)
     picture, title = _picture(run, notes) if want_plot else (None, "")
     errors, log_paths = run.errors, run.log_paths
-    text = _render(spec, run.status, host_name, result_dir, val_md, train_md, val_metrics, train_metrics,
+    folder = run_folder(result_dir, run.row)
+    text = _render(spec, run.status, host_name, folder, val_md, train_md, val_metrics, train_metrics,
                    metrics_source, plateau, errors, log_paths, notes, PLOT_NAME if picture else None)
-    written = _write(host, result_dir, text, picture, flag_wanted)
+    written = _write(host, result_dir, folder, text, picture, flag_wanted)
     image = None
     if picture is not None:
         image = picture.attachment(title, bool(inp.image_data), path=written.pop(0), host=host_name)
@@ -335,11 +355,20 @@ def _fmt(value: float | None) -> str:
 def _table(metrics: list[MetricSummary]) -> list[str]:
     if not metrics:
         return ["(none)", ""]
-    out = ["| metric | n | first | best | last | trend | plateau |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    out = ["| metric | n | first | best | last | trend | plateau | best at |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for m in metrics:
         plateau = "-" if m.plateau is None else ("yes" if m.plateau else "no")
-        out.append(f"| {m.key} | {m.n} | {_fmt(m.first)} | {_fmt(m.best)} | {_fmt(m.last)} | {m.trend} | {plateau} |")
+        out.append(f"| {m.key} | {m.n} | {_fmt(m.first)} | {_fmt(m.best)} | {_fmt(m.last)} | {m.trend} | {plateau} "
+                   f"| {_best_at(m)} |")
     return out + [""]
+
+
+def _best_at(m: MetricSummary) -> str:
+    """'step 12', or 'point 3 of 8' when the source records no step."""
+    if m.best_step is not None:
+        return f"step {m.best_step}"
+    return f"point {m.best_point} of {m.n}" if m.best_point is not None else "-"
 
 
 def _render(spec: RunSpec | None, status: dict[str, Any] | None, host: str, result_dir: str, val_md: str | None,

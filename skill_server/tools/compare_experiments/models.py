@@ -14,8 +14,9 @@ MAX_RUNS = plots.MAX_RUNS
 MAX_METRICS = 10
 
 class CompareInput(ToolInput):
-    ids: list[RunKey] = Field(min_length=2, max_length=MAX_RUNS,
-                              description="Experiment ids or session names (2 to 8, each once).")
+    ids: list[RunKey] = Field(min_length=1, max_length=MAX_RUNS,
+                              description="Experiment ids or session names (1 to 8, each once; one id gives that "
+                              "run's final, best and best_step per metric).")
     metrics: list[MetricPattern] | None = Field(default=None, min_length=1, max_length=MAX_METRICS,
                                           description="Metric names or globs (fnmatch: 'critic/score/*'); default: "
                                           "reward, validation, loss and entropy metrics every run has.")
@@ -32,7 +33,7 @@ class CompareInput(ToolInput):
     image_data: StrictBool | None = Field(default=None, description="Also put the PNG in the JSON as base64 (the CLI "
                                           "has no other way to carry it; MCP clients get an image block anyway).")
     yaml_paths: list[Annotated[StrictStr, Field(max_length=4096)] | None] | None = Field(
-        default=None, min_length=2, max_length=MAX_RUNS,
+        default=None, min_length=1, max_length=MAX_RUNS,
         description="One per id, in the same order: the YAML to compare for that run (absolute, on the run's main "
         "host; e.g. the config AgentJetJob dumped), or null for the run's own (its blueprint's exp_yaml_path or a "
         "--conf argument).")

@@ -1,4 +1,4 @@
-"""compare_experiments: two or more runs side by side. Read-only.
+"""compare_experiments: runs side by side (or one run on its own: its statistics per metric). Read-only.
 
 Per run: state, steps per hour, and for each chosen metric its final value, best value (and step) and
 the mean of its last k values, from the metric history (step lines merged by step, newest wins). The

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from skill_server.agentjet.swarm_api import ENGINE_STATES, ROUTE_POOL
-from skill_server.tools.swarm_status.models import FAR_BELOW_FRACTION, NEAR_TARGET_FRACTION
+from skill_server.tools.swarm_status.models import FAR_BELOW_FRACTION, NEAR_TARGET_FRACTION, NEARLY_SATURATED_FRACTION
 
 if TYPE_CHECKING:
     from skill_server.agentjet.cap import EpisodeCapResult
@@ -99,8 +99,12 @@ def _gauge_against_cap(s: ServerStatus, running: int, cap: EpisodeCapResult) -> 
                 "will not raise it.", *_lifting_advice(cap, binding)]
     if running < FAR_BELOW_FRACTION * limit:
         return [_far_below_cap(s, running, limit)]
-    return [f"The gauge ({running}) is below the cap ({limit}) but not far: the clients nearly "
-            "saturate the engine."]
+    share = f"{running / limit:.0%}"
+    if running >= NEARLY_SATURATED_FRACTION * limit:
+        return [f"The gauge ({running}) is close to the cap ({limit}, {share} of it): the clients nearly saturate "
+                "the engine."]
+    return [f"The gauge ({running}) is below the cap ({limit}): the clients run {share} of what the engine allows. "
+            "Raise each client's parallelism or start more clients to use the rest."]
 
 
 def _far_below_cap(s: ServerStatus, running: int, limit: int) -> str:
@@ -110,7 +114,11 @@ def _far_below_cap(s: ServerStatus, running: int, limit: int) -> str:
         return (f"The gauge ({running}) is far below the cap ({limit}), but this step is nearly done "
                 f"({step.done}/{step.target} {step.counter}): fewer episodes are handed out near the "
                 "end of a step.")
-    held = f"; {s.running_clients} client(s) hold the claimed episodes" if s.running_clients is not None else ""
+    if running == 0:
+        return (f"No episode is claimed although the engine allows {limit}: no client is running episodes on this "
+                "server now. Check that the clients are started and reach this URL (AJET_SWARM_URL), and their "
+                "logs for begin_episode errors.")
+    held = f"; {s.running_clients} client(s) hold the claimed episodes" if s.running_clients else ""
     return (f"The gauge ({running}) is far below the cap ({limit}): the engine has room, so the "
             f"clients are the limit{held}. Raise each client's parallelism (threads / concurrent "
             "episodes) or start more clients.")
@@ -123,7 +131,8 @@ def _near_timeout(s: ServerStatus) -> list[str]:
     stale = s.stalest_episodes[0] if s.stalest_episodes else None
     example = ""
     if stale is not None and stale.idle_s is not None and stale.discard_timeout_s is not None:
-        example = (f" (stalest: {stale.episode_uuid}, idle {stale.idle_s:g}s of {stale.discard_timeout_s:g}s"
+        share = f", {stale.idle_fraction:.0%}" if stale.idle_fraction is not None else ""
+        example = (f" (closest: {stale.episode_uuid}, idle {stale.idle_s:g}s of {stale.discard_timeout_s:g}s{share}"
                    + (f", client {stale.client_uuid}" if stale.client_uuid else "") + ")")
     return [f"{s.episodes_near_timeout} running episode(s) are close to their discard timeout{example}: "
             "the server returns an episode to the pool once it is idle past the timeout (checked every "
@@ -186,9 +195,28 @@ def watch_sentences(w: WatchStats) -> list[str]:
         text += f", with {w.completions_per_minute:g} episodes completed per minute"
     if w.steps_advanced:
         text += f", and {w.steps_advanced} training step(s) finished"
-    return [text + "."]
+    return [text + ".", *_silent_spells(w)]
 
 
+def _silent_spells(w: WatchStats) -> list[str]:
+    """A server that stopped answering and then answered again within the watch was busy, not down."""
+    out = []
+    answered = [i for i, x in enumerate(w.series) if x.reachable]
+    for before, after in zip(answered, answered[1:]):
+        if after - before > 1:
+            start, end = w.series[before + 1].t_s, w.series[after].t_s
+            out.append(f"The server gave no answer from {start:g}s until {end:g}s into the watch, then answered "
+                       "again: it was busy (for example in a blocking /start_engine), not down.")
+    return out
+
+
+
+
+def busy_answered(waited_s: float, timeout_s: float) -> str:
+    """A server that answered only after the first read gave up: busy, not down."""
+    return (f"The server answered only after about {waited_s:g}s (a {timeout_s:g}s read alone got no answer): it "
+            "accepted the connection at once, so it was alive but busy, for example in AgentJet's /start_engine, "
+            "which holds the whole server for about 5 s when the experiment's backup folder already exists.")
 
 
 def unreachable_advice(url: str, kind: str, links: list[ExperimentLink], timeout_s: float) -> list[str]:
@@ -201,6 +229,12 @@ def unreachable_advice(url: str, kind: str, links: list[ExperimentLink], timeout
         out.append(f"Nothing answers at {place}: no swarm server listens there. Check that `ajet-swarm start` runs on "
                    f"that machine with port {port} (`--swarm-port`; AgentJet's default is 10086), e.g. "
                    f"`ss -ltnp | grep :{port}` there.")
+    elif kind == "busy":
+        out.append(f"{place} accepted the connection but gave no answer within {timeout_s:g}s: a server listens "
+                   "there, alive but busy or stuck, not down. AgentJet's /start_engine holds the whole server for "
+                   "about 5 s when the experiment's backup folder already exists (every restart with the same "
+                   "experiment name): retry in a few seconds. If it stays silent it is stuck: read its log, and "
+                   "restart `ajet-swarm start` if it never answers.")
     elif kind == "timeout":
         out.append(f"{place} gave no complete answer within {timeout_s:g}s: the server may be overloaded or stuck, "
                    "or a tunnel or firewall holds the connection. Check the server's log; retry with a larger "

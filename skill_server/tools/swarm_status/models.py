@@ -24,6 +24,8 @@ NEAR_TIMEOUT_FRACTION = 0.75
 NEAR_TARGET_FRACTION = 0.9
 #: The gauge is "far below" the cap under this share of it.
 FAR_BELOW_FRACTION = 0.5
+#: ... and the clients "nearly saturate" the engine from this share on.
+NEARLY_SATURATED_FRACTION = 0.8
 STALEST_SHOWN = 5
 
 
@@ -172,6 +174,7 @@ class WatchSample(SparseOutput):
     global_step: int | None = None
     running_episodes: int | None = None
     completed_episodes: int | None = None
+    completed_episode_target: int | None = None
 
 
 class WatchStats(SparseOutput):
@@ -182,7 +185,9 @@ class WatchStats(SparseOutput):
     running_max: int | None = None
     running_mean: float | None = None
     completions_per_minute: float | None = Field(
-        default=None, description="Episodes completed per minute (counter resets at a new step are followed).")
+        default=None, description="Episodes completed per minute. Within a step the counter only grows (a lower "
+        "read is a late push of a worker thread, not a reset); at a new step the episodes still completed in the "
+        "previous one count up to its episode target.")
     steps_advanced: int | None = Field(default=None, description="global_step at the end minus at the start.")
     series: list[WatchSample]
 
@@ -221,7 +226,8 @@ class ServerStatus(SparseOutput):
         default=None, description="The server's experiment directory (/get_server_experiment_dir), once started.")
     step_progress: StepProgress | None = None
     stalest_episodes: list[StaleEpisode] | None = Field(
-        default=None, description=f"The {STALEST_SHOWN} running episodes idle the longest.")
+        default=None, description=f"The {STALEST_SHOWN} running episodes closest to being taken back: by the share "
+                                  "of their own discard timeout they have been idle (idle_fraction).")
     episodes_near_timeout: int | None = Field(
         default=None, description=f"Running episodes idle for at least {NEAR_TIMEOUT_FRACTION:.0%} of their "
                                   "discard timeout.")

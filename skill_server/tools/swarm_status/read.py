@@ -198,13 +198,20 @@ def _parse_running(details: Any, status: ServerStatus) -> None:
     status.running_episodes = len(details)
     status.running_clients = len(clients)
     status.running_by_client = dict(clients.most_common())
-    episodes.sort(key=lambda e: (e.idle_s is None, -(e.idle_s or 0.0)))
+    episodes.sort(key=_urgency)
     status.stalest_episodes = episodes[:STALEST_SHOWN]
     status.episodes_near_timeout = sum(
         1 for e in episodes if e.idle_fraction is not None and e.idle_fraction >= NEAR_TIMEOUT_FRACTION)
     if unreadable:
         status.field_errors["running_episode_details"] = (
             f"{unreadable} of {len(details)} entries lack a readable idle time or discard timeout")
+
+
+def _urgency(e: StaleEpisode) -> tuple[bool, bool, float, float]:
+    """How close an episode is to being taken back, most urgent first: by the share of its own discard timeout
+    it has been idle (clients give each episode its timeout in begin_episode, so idle seconds alone mislead),
+    an episode whose timeout cannot be read ahead of those known to be safe, and one without an idle time last."""
+    return (e.idle_s is None, e.idle_fraction is not None, -(e.idle_fraction or 0.0), -(e.idle_s or 0.0))
 
 
 def parse_pool(pool: dict[str, Any], status: ServerStatus) -> None:

@@ -20,7 +20,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
@@ -35,7 +35,7 @@ from skill_server.core.http_json import FetchError
 from skill_server.core.models import MAX_JSON_INT, Progress
 from skill_server.core.safe_yaml import load_yaml_file
 from skill_server.core.trees import get_path
-from skill_server.tools.swarm_status.diagnosis import diagnose, unreachable_advice, watch_sentences
+from skill_server.tools.swarm_status.diagnosis import busy_answered, diagnose, unreachable_advice, watch_sentences
 from skill_server.tools.swarm_status.links import ExperimentLink, experiment_server, experiments_on_port, is_local
 from skill_server.tools.swarm_status.models import (
     DEFAULT_URL,
@@ -63,6 +63,8 @@ __all__ = ["ROUTE_ENGINE", "ROUTE_POOL", "SwarmStatusInput", "SwarmStatusResult"
            "normalize_url"]
 
 DUMPED_CONFIG = "yaml_backup.yaml"
+#: With the default timeout_s, a server that accepted the connection but had not answered gets this much more.
+BUSY_GRACE_S = 8.0
 _CAP_FIELDS = ("max_env_worker", "num_repeat", "train_batch_size", "client_parallelism")
 
 
@@ -208,11 +210,39 @@ def _build_status(url: str, raw: RawAnswers, cfg: CapConfig | None, release: Cal
 
 
 def _failure_kind(engine: Any, pool: Any) -> str:
-    kinds = {getattr(item, "kind", "answer") for item in (engine, pool) if isinstance(item, FetchError)}
-    for kind in ("answer", "timeout", "unreachable"):  # anything that answered says the most
+    """What the failures say, the most telling first: a wrong answer, then a server that accepted the connection
+    but did not answer in time ("busy": alive, busy or stuck), a timeout, nothing listening."""
+    kinds = {"busy" if item.kind == "timeout" and item.connected else item.kind
+             for item in (engine, pool) if isinstance(item, FetchError)}
+    for kind in ("answer", "busy", "timeout", "unreachable"):
         if kind in kinds:
             return kind
     return "answer"
+
+
+def is_busy(raw: RawAnswers) -> bool:
+    """Every route timed out after the server accepted the connection: it is alive but not answering."""
+    return all(isinstance(item, FetchError) and item.kind == "timeout" and item.connected
+               for item in (raw.engine, raw.pool))
+
+
+def _grace_for_busy(urls: list[str], raws: list[RawAnswers], started: float, with_experiment_dir: bool
+                    ) -> tuple[list[RawAnswers], dict[int, float]]:
+    """Read the busy servers once more, for up to ``BUSY_GRACE_S``: AgentJet's /start_engine holds the whole server
+    for about 5 s when the experiment's backup folder exists, which the default timeout alone would call down.
+    Returns the answers and, per server that answered now, the seconds since the call began."""
+    busy = [i for i, raw in enumerate(raws) if is_busy(raw)]
+    if not busy:
+        return raws, {}
+    again = read_servers([urls[i] for i in busy], BUSY_GRACE_S, with_experiment_dir=with_experiment_dir)
+    waited = round(time.monotonic() - started, 1)
+    out = list(raws)
+    answered: dict[int, float] = {}
+    for i, raw in zip(busy, again):
+        out[i] = raw
+        if isinstance(raw.engine, dict) or isinstance(raw.pool, dict):
+            answered[i] = waited
+    return out, answered
 
 
 def _experiments_for(url: str) -> list[ExperimentLink]:
@@ -305,19 +335,33 @@ def _watch_stats(samples: list[WatchSample], duration: float) -> WatchStats:
         stats.running_mean = round(sum(counts) / len(counts), 2)  # type: ignore[arg-type]
     done = [x for x in read if x.completed_episodes is not None]
     if len(done) >= 2 and done[-1].t_s > done[0].t_s:
-        total = 0
-        for prev, cur in zip(done, done[1:]):
-            new_step = (prev.global_step is not None and cur.global_step is not None
-                        and cur.global_step != prev.global_step)
-            if new_step or cur.completed_episodes < prev.completed_episodes:  # type: ignore[operator]
-                total += cur.completed_episodes  # type: ignore[operator]  # the counter restarted
-            else:
-                total += cur.completed_episodes - prev.completed_episodes  # type: ignore[operator]
-        stats.completions_per_minute = round(total * 60.0 / (done[-1].t_s - done[0].t_s), 2)
+        stats.completions_per_minute = round(completions(done) * 60.0 / (done[-1].t_s - done[0].t_s), 2)
     steps = [x.global_step for x in samples if x.reachable and x.global_step is not None]
     if len(steps) >= 2:
         stats.steps_advanced = steps[-1] - steps[0]
     return stats
+
+
+def completions(done: list[WatchSample]) -> int:
+    """Episodes completed between the first and the last of these samples (each has completed_episodes).
+
+    Within a step the server's counter only grows, but the trainer's worker threads push it concurrently, so a
+    read may show an older, lower count: progress is measured against the highest count seen in the step.
+    A new step (global_step changed) resets the counter: the previous step ended at its episode target at
+    least (its stop rule needs that many, for every count-based method), so the episodes between the highest
+    count seen and that target count too, then the new step's count."""
+    total = 0
+    high = done[0].completed_episodes or 0
+    for prev, cur in zip(done, done[1:]):
+        count = cur.completed_episodes or 0
+        if cur.global_step != prev.global_step:
+            target = prev.completed_episode_target or 0
+            total += max(0, target - high) + count
+            high = count
+        elif count > high:
+            total += count - high
+            high = count
+    return total
 
 
 # ----------------------------------------------------------------------------------------------- the tool
@@ -348,14 +392,26 @@ def swarm_status(inp: SwarmStatusInput, progress: Progress | None = None) -> Swa
 
     dumped_config = functools.cache(_read_dumped_config)  # a watch reads each server's dumped config once
 
+    def build_all(raws: list[RawAnswers], longer: Collection[int] = ()) -> list[ServerStatus]:
+        """Statuses of ``raws``; the servers in ``longer`` were given the busy grace too."""
+        return [build_status(u, r, cfg, release=release, dumped_config=dumped_config, link=link,
+                             timeout=timeout + BUSY_GRACE_S if i in longer else timeout)
+                for i, (u, r) in enumerate(zip(urls, raws))]
+
     def read_all(deadline: float | None = None) -> list[ServerStatus]:
-        raws = read_servers(urls, timeout, deadline=deadline, with_experiment_dir=want_dir)
-        return [build_status(u, r, cfg, release=release, dumped_config=dumped_config, timeout=timeout, link=link)
-                for u, r in zip(urls, raws)]
+        return build_all(read_servers(urls, timeout, deadline=deadline, with_experiment_dir=want_dir))
 
     if not inp.watch_s:
         report(0, 1, f"reading {len(urls)} swarm server(s)")
-        statuses = read_all()
+        raws = read_servers(urls, timeout, with_experiment_dir=want_dir)
+        answered: dict[int, float] = {}
+        longer: set[int] = set()
+        if "timeout_s" not in inp.model_fields_set:  # a timeout the caller chose is kept exactly
+            longer = {i for i, raw in enumerate(raws) if is_busy(raw)}
+            raws, answered = _grace_for_busy(urls, raws, started, want_dir)
+        statuses = build_all(raws, longer)
+        for i, waited in answered.items():
+            statuses[i].diagnosis.insert(0, busy_answered(waited, timeout))
         report(1, 1, _progress_line(statuses))
     else:
         statuses = _watch(inp.watch_s, timeout, started, urls, read_all, report)
@@ -393,7 +449,8 @@ def _watch(watch_s: float, timeout: float, started: float, urls: list[str], read
         for i, st in enumerate(statuses):
             series[i].append(WatchSample(t_s=t, reachable=st.reachable, engine_status=st.engine_status,
                                          global_step=st.global_step, running_episodes=st.running_episodes,
-                                         completed_episodes=st.completed_episodes))
+                                         completed_episodes=st.completed_episodes,
+                                         completed_episode_target=st.completed_episode_target))
         report(k + 1, len(times), f"sample {k + 1}/{len(times)}: {_progress_line(statuses)}")
     duration = time.monotonic() - started
     for st, samples in zip(statuses, series):
@@ -419,7 +476,10 @@ def _summary(statuses: list[ServerStatus]) -> str:
         if not s.reachable:
             return f"{s.url}: unreachable ({s.reason})"
         cap = f" of cap {s.episode_cap.episode_cap}" if s.episode_cap is not None else ""
-        return (f"{s.url}: {s.engine_status or 'status unknown'}, step {s.global_step}, "
+        step = (f"step {s.global_step}" if s.global_step is not None else "step unknown"
+                if "global_step" in s.field_errors or ROUTE_ENGINE in s.field_errors
+                else "no training step yet")  # the server sends null before the trainer's first update
+        return (f"{s.url}: {s.engine_status or 'status unknown'}, {step}, "
                 f"{s.running_episodes if s.running_episodes is not None else '?'} running episodes{cap}")
     total = sum(s.running_episodes or 0 for s in up)
     down = [s.url for s in statuses if not s.reachable]

@@ -16,4 +16,5 @@ from skill_server.analysis.script.units import builtin_types  # noqa: F401
 from skill_server.analysis.script.units import command_line  # noqa: F401
 from skill_server.analysis.script.units import argparse_options  # noqa: F401
 from skill_server.analysis.script.units import dataclass_objects  # noqa: F401
+from skill_server.analysis.script.units import instances  # noqa: F401  (after dataclasses: plain classes only)
 # isort: on

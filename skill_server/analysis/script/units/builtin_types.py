@@ -1,5 +1,5 @@
-"""Python's builtins on plain values: ``int()``, ``float()``, ``bool()``, ``str()``, ``dict(k=v)``, ``min()``,
-``max()``, and the ``str`` and ``dict`` methods scripts use on config values."""
+"""Python's builtins on plain values: ``int()``, ``float()``, ``bool()``, ``str()``, ``dict(k=v)``, ``list()``,
+``min()``, ``max()``, and the ``str`` and ``dict`` methods scripts use on config values."""
 
 from __future__ import annotations
 
@@ -52,6 +52,19 @@ def mapping(site: Site, node: ast.Call) -> Result | None:
         out[kw.arg] = v.path if isinstance(v, PathRef) else v
         provs.append(p)
     return out, combine(provs)
+
+
+@call("list", "tuple")
+def sequence_copy(site: Site, node: ast.Call) -> Result | None:
+    """``list(cfg.tags)``: a copy of a plain list or tuple (``list()``: empty)."""
+    if len(node.args) > 1 or node.keywords:
+        return None
+    if not node.args:
+        return ([] if dotted(node.func) == "list" else ()), Prov("literal")
+    v, p = site.eval(node.args[0])
+    if isinstance(v, (list, tuple)) and plain(v):
+        return (list(v) if dotted(node.func) == "list" else tuple(v)), p
+    raise NoValue(f"{dotted(node.func)}() of a value known only at run time")
 
 
 @call("min", "max")

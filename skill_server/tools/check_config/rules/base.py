@@ -61,7 +61,7 @@ def base_yaml_missing(ctx: LintContext, run: Run) -> Iterator[Report]:
     custom base whose defaults list stops at ajet_default (every key it does not set comes from
     ajet_default.yaml: swarm off, interchange port 'auto', logger swanlab, placeholder model path,
     max_env_worker 64), or a YAML without a defaults list. The fix never adds ajet_swarm_default to a base's
-    defaults list: Hydra refuses that.""", example="""
+    defaults list: Hydra refuses that.""", swarm_only=True, example="""
 yaml
 defaults: [verl_default, ajet_default, _self_]   # before: swarm off
 ajet: {enable_swarm_mode: true, enable_interchange_server: true}   # after: set both in the base""")
@@ -104,7 +104,7 @@ def base_not_swarm(ctx: LintContext, run: Run) -> Iterator[Report]:
 @rule("interchange-not-tcp", "error", "Several nodes, but the interchange is not tcp.", """
     With nnodes > 1 in swarm mode AgentJetJob switches ajet.interchange_server.interchange_method to tcp. A
     write after construction that sets it back, or a YAML that sets ipc explicitly for a server started from
-    that YAML directly, breaks multi-node training.""", example="""
+    that YAML directly, breaks multi-node training.""", swarm_only=True, example="""
 python
 job = AgentJetJob(nnodes=2); job.config.ajet.interchange_server.interchange_method = "ipc"   # before
 job = AgentJetJob(nnodes=2)                                                                  # after""")

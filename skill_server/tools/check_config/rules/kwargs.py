@@ -11,12 +11,14 @@ from skill_server.analysis.values import Unknown, same, show
 from skill_server.tools.check_config.context import LintContext, cause_values, yaml_scalar
 from skill_server.tools.check_config.models import Location
 from skill_server.tools.check_config.registry import Report, rule
+from skill_server.tools.check_config.rules.split import RUN_IDENTITY
 
 
 @rule("kwarg-overrides-yaml", "warning", "A kwarg silently replaces a value the user's YAML writes.", """
     AgentJetJob writes every non-None kwarg over the base YAML, so the line the user edits in the YAML no
     longer reaches the engine. The finding points at the kwarg first (the value that wins), then the YAML
-    line.""", example="""
+    line. Run-identity kwargs (experiment_name, project_name, experiment_dir) are exempt: naming each run in
+    the script over the YAML's name is the intended use.""", example="""
 python
 AgentJetJob(base_yaml_config=BASE, num_repeat=4)   # before: YAML says num_repeat: 6, the engine gets 4
 AgentJetJob(base_yaml_config=BASE)                 # after: the value lives in the YAML only""")
@@ -31,7 +33,8 @@ def kwarg_overrides_yaml(ctx: LintContext, run: Run) -> Iterator[Report]:
 
 
 @rule("redundant-kwarg", "info", "A kwarg repeats the value the user's YAML writes.", """
-    Harmless today, and a trap once one side is edited: the kwarg keeps winning.""", example="""
+    Harmless today, and a trap once one side is edited: the kwarg keeps winning. Run-identity kwargs are
+    exempt, as for kwarg-overrides-yaml.""", example="""
 python
 AgentJetJob(base_yaml_config=BASE, num_repeat=6)   # before: YAML also says 6
 AgentJetJob(base_yaml_config=BASE)                 # after""")
@@ -50,7 +53,7 @@ def _kwargs_over_yaml(ctx: LintContext, run: Run) -> Iterator[tuple[str, str, Kw
         return
     for kwarg, key in ctx.aj.kwarg_rows():
         kw = c.kwargs.get(kwarg)
-        if kw is None or key not in run.base.explicit:
+        if kw is None or key not in run.base.explicit or kwarg in RUN_IDENTITY:
             continue
         if not kw.value.resolved or kw.value.value is None:
             continue  # unknown: split-configuration names it; None keeps the YAML value

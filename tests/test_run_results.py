@@ -1,0 +1,126 @@
+"""What a run leaves and what is said about it: fixes computed from error lines, result folders per run, the
+best value with its step (real tmux on a private socket per test where a run is launched)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from skill_server.experiments import runconfig
+from skill_server.experiments.fixes import hint_for
+from skill_server.experiments.signatures import SIGNATURES_BY_NAME
+from tests.experiment_helpers import call, tmux_socket, trainer, wait_exit, workdir  # noqa: F401  (fixtures by name)
+
+needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+
+KV_LINE = ("(WorkerDict pid=48213) ValueError: The model's max seq len (18000) is larger than the maximum number of "
+           "tokens that can be stored in KV cache (14336). Try increasing `gpu_memory_utilization` or decreasing "
+           "`max_model_len` when initializing the engine.")
+KV_LINE_V1 = ("ValueError: To serve at least one request with the models's max seq len (32768), (4.0 GiB KV cache is "
+              "needed, which is larger than the available KV cache memory (2.6 GiB). Based on the available memory, "
+              "the estimated maximum model length is 21296. Try increasing `gpu_memory_utilization` or decreasing "
+              "`max_model_len` when initializing the engine.")
+LENGTHS = {"max_model_len": 18000, "max_prompt_length": 3000, "max_response_length": 15000,
+           "max_response_length_in_one_turn": 4096, "gpu_memory_utilization": 0.85, "tensor_model_parallel_size": 1}
+
+
+# ---- vLLM's KV cache: a fix computed from the line and the run's YAML
+
+
+def test_the_kv_cache_line_has_its_own_signature_and_a_fix_from_its_numbers():
+    sig = SIGNATURES_BY_NAME["vllm_kv_cache_too_small"]
+    assert sig.severity == "error" and sig.regex.search(KV_LINE) and sig.regex.search(KV_LINE_V1)
+    alone = hint_for("vllm_kv_cache_too_small", KV_LINE)
+    assert "holds 14336 tokens" in alone and "lower ajet.rollout.max_model_len to 14336" in alone
+    assert "max_prompt_length + max_response_length <= max_model_len" in alone
+    assert "gpu_memory_utilization" in alone and "tensor_model_parallel_size" in alone
+    # with the run's lengths: values that keep AgentJetJob's checks (3000 + 11336 <= 14336, 4096 <= 11336)
+    fix = hint_for("vllm_kv_cache_too_small", KV_LINE, {"lengths": LENGTHS})
+    assert "max_prompt_length 3000 and max_response_length 11336" in fix and "(now 0.85;" in fix
+    assert "max_response_length_in_one_turn" not in fix.split("so that")[0]  # 4096 already fits
+    v1 = hint_for("vllm_kv_cache_too_small", KV_LINE_V1, {"lengths": {**LENGTHS, "max_model_len": 32768}})
+    assert "lower ajet.rollout.max_model_len to 20480 (at most 21296)" in v1
+    # a signature without a computed fix keeps its own hint
+    assert hint_for("cuda_oom", "CUDA out of memory") == SIGNATURES_BY_NAME["cuda_oom"].hint
+
+
+def test_the_runs_yaml_lengths_reach_the_fix():
+    cand = runconfig.Candidate(host="local", path="/w/exp.yaml", workdir="/w")
+    data = {"ajet": {"rollout": {"max_model_len": 18000, "max_response_length_in_one_turn": 4096,
+                                 "gpu_memory_utilization": 0.85, "tensor_model_parallel_size": 1},
+                     "data": {"max_prompt_length": 3000, "max_response_length": 15000}}}
+    assert runconfig.summarise(cand, data)["lengths"] == LENGTHS
+
+
+@needs_tmux
+def test_status_of_a_run_that_hit_the_kv_cache_limit_gives_the_computed_fix(tmux_socket: str, workdir: Path):
+    (workdir / "exp.yaml").write_text("ajet:\n  rollout:\n    max_model_len: 18000\n"
+                                      "    max_response_length_in_one_turn: 4096\n    gpu_memory_utilization: 0.85\n"
+                                      "  data:\n    max_prompt_length: 3000\n    max_response_length: 15000\n")
+    command = trainer("--steps", "1", "--say", f"1:{KV_LINE}", "--exit-code", "1") + " --conf exp.yaml"
+    out = call("launch_experiment", name="kv", command=command, workdir=str(workdir))
+    done = wait_exit(out["id"])
+    hit = {e["signature"]: e for e in done["errors"]}["vllm_kv_cache_too_small"]
+    assert "max_prompt_length 3000 and max_response_length 11336" in hit["hint"]
+
+
+# ---- a run's own result folder: two runs from one directory never overwrite each other's results
+
+
+@needs_tmux
+def test_two_runs_from_one_directory_keep_their_own_logs_and_results(tmux_socket: str, workdir: Path):
+    first = call("launch_experiment", name="same", command=trainer("--steps", "2"), workdir=str(workdir))
+    wait_exit(first["id"])
+    second = call("launch_experiment", name="same", command=trainer("--steps", "3"), workdir=str(workdir))
+    wait_exit(second["id"])
+    top = workdir / "auto_agent" / "exp_results"
+    assert first["result_dir"] == second["result_dir"] == str(top)  # the blueprint's folder, shared
+    assert first["log_path"] == str(top / first["id"] / "ajet_same.log")
+    assert second["log_path"] == str(top / second["id"] / "ajet_same.log")
+    one = call("collect_results", id=first["id"])
+    first_results = Path(one["results_path"])
+    assert first_results == top / first["id"] / "results.md" and Path(one["finish_flag_path"]) == top / "finish.flag"
+    kept = first_results.read_text()
+    two = call("collect_results", id=second["id"])
+    assert Path(two["results_path"]) == top / second["id"] / "results.md"
+    assert first_results.read_text() == kept and first["id"] in kept and second["id"] not in kept
+    if one["plot"] is not None:
+        assert Path(one["plot"]["path"]) == top / first["id"] / "metrics.png" != Path(two["plot"]["path"])
+    # an explicit log path is honoured as given (relative: against result_dir)
+    named = call("launch_experiment", name="named", command=trainer("--steps", "1"), workdir=str(workdir),
+                 log_path="mine.log")
+    assert named["log_path"] == str(top / "mine.log")
+    wait_exit(named["id"])
+
+
+# ---- the best value with its step; one run through compare_experiments
+
+
+@needs_tmux
+def test_the_best_value_comes_with_its_step(tmux_socket: str, workdir: Path):
+    val_md, train_md = workdir / "val.md", workdir / "train.md"
+    out = call("launch_experiment", name="best", workdir=str(workdir),
+               command=trainer("--steps", "8", "--delay", "0", "--val-md", str(val_md), "--train-md", str(train_md)))
+    wait_exit(out["id"])
+    res = call("collect_results", id=out["id"], val_markdown=str(val_md), train_markdown=str(train_md))
+    val = {m["key"]: m for m in res["val_metrics"]}["mean_reward"]
+    assert (val["best"], val["best_step"], val["best_point"], val["n"]) == (0.5, None, 5, 8)  # no step in the line
+    train = {m["key"]: m for m in res["train_metrics"]}["critic/real_reward"]
+    assert (train["best"], train["best_step"], train["best_point"]) == (1.0, 8, 8)
+    text = Path(res["results_path"]).read_text()
+    assert "| metric | n | first | best | last | trend | plateau | best at |" in text
+    assert "| mean_reward | 8 | 0.1 | 0.5 | 0.5 | up | yes | point 5 of 8 |" in text
+    assert "| critic/real_reward | 8 | 0.3 | 1 | 1 | up | - | step 8 |" in text
+    # from the log's step lines (no markdown): the step is always known
+    history = call("collect_results", id=out["id"], val_markdown=str(workdir / "none.md"),
+                   train_markdown=str(workdir / "none.md"))
+    score = {m["key"]: m for m in history["train_metrics"]}["critic/score/mean"]
+    assert (score["best"], score["best_step"]) == (1.0, 8)
+    # one id: that run's own statistics
+    alone = call("compare_experiments", ids=[out["id"]], metrics=["critic/score/mean"])
+    stats = alone["runs"][0]["metrics"][0]
+    assert (stats["best"], stats["best_step"], stats["final_step"]) == (1.0, 8, 8)
+    assert alone["leader"]["leader"] == out["id"] and alone["leader"]["runner_up"] is None
+    assert alone["config_differences"] == []
