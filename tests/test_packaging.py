@@ -142,9 +142,14 @@ def quickstart_lines() -> list[str]:
 
 
 def clean_clone(dest: Path) -> Path:
-    """A git clone of this checkout's commit, plus the working tree's uncommitted edits (never its ignored files)."""
+    """A git clone of this checkout's commit, plus the working tree's uncommitted edits, deletions included
+    (never its ignored files)."""
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(dest)], check=True, timeout=300,
                    capture_output=True)
+    deleted = subprocess.run(["git", "diff", "-z", "--name-only", "--diff-filter=D", "HEAD"], cwd=REPO,
+                             capture_output=True, check=True).stdout.decode().split("\0")  # staged or not
+    for rel in filter(None, deleted):
+        (dest / rel).unlink(missing_ok=True)
     return export_checkout(dest)
 
 
@@ -242,10 +247,12 @@ def test_quick_start_works_as_written_then_the_skill_installs_lean(node22, tmp_p
     assert not names & {".venv", "venv", "build", "dist", "__pycache__", ".pytest_cache", ".hypothesis",
                         "node_modules", ".git", ".benchmarks"}
     assert not any(n.endswith(".egg-info") for n in names)
-    assert files_under(installed) - {f for f in files_under(installed) if f.startswith("skill_server/references/")} \
-        <= files_under(checkout)  # only the checkout's own files (references/ appears twice: a symlink)
+    assert files_under(installed) <= files_under(checkout)  # only the checkout's own files, each once
     total = sum(p.stat().st_size for p in files)
     assert total < 2 * 1024 * 1024, f"{total} bytes installed"
+    stated = readme_install_size_mb()  # the README states the size as measured here
+    assert abs(stated * 1e6 - total) <= 0.05 * total, \
+        f"the README says about {stated} MB; measured {total / 1e6:.2f} MB: write that"
 
     # the installed copy answers from its own folder with the venv's interpreter, no PYTHONPATH
     call = run([str(venv / "bin" / "python"), "-m", "skill_server", "call", "episode_cap", "max_env_worker=512",
@@ -284,6 +291,14 @@ def test_inspector_cli_over_http(node22, tmp_path):
                                  "--tool-arg", "max_env_worker=128", "--tool-arg", "num_repeat=6",
                                  "--tool-arg", "thread_rule=floor")
         assert code == 0 and result["result"]["structuredContent"]["episode_cap"] == 126
+
+
+def readme_install_size_mb() -> float:
+    """The size of an installed copy of the skill as the README states it ("about N MB")."""
+    text = (REPO / "README.md").read_text()
+    match = re.search(r"except `\.git/` and `__pycache__/`.*?about ([\d.]+) MB", text, re.S)
+    assert match, "the README must state the installed size as 'about N MB'"
+    return float(match.group(1))
 
 
 def test_committed_mcp_json_names_the_quick_start_venv():

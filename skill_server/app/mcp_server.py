@@ -199,7 +199,7 @@ def _tool_result(result: Any, dumped: dict[str, Any]) -> CallToolResult:
 # --- resources -----------------------------------------------------------------------------------
 
 REFERENCE_DIRS = (
-    Path(__file__).resolve().parents[1] / "references",  # a symlink in a checkout; real files in an installed wheel
+    Path(__file__).resolve().parents[1] / "references",  # an installed wheel (pyproject's force-include)
     Path(__file__).resolve().parents[2] / "references",  # the skill folder / checkout
 )
 _REFERENCE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
