@@ -217,12 +217,9 @@ def test_quick_start_works_as_written_then_the_skill_installs_lean(node22, tmp_p
     assert not any((checkout / name).exists() for name in ("build", "dist", ".venv", ".hypothesis", ".pytest_cache"))
     assert not list(checkout.glob("*.egg-info"))
 
-    # the committed .mcp.json starts the server from the Quick start's venv (Claude Code expands ${HOME})
-    server = json.loads((checkout / ".mcp.json").read_text())["mcpServers"]["agentjet-swarm"]
-    command = server["command"].replace("${HOME}", str(home))
-    assert Path(command).is_file()
-    bare_env = {k: v for k, v in env.items() if k != "PYTEST_ADDOPTS"} | server["env"]
-    code, tools = list_tools_over_stdio([command, *server["args"]], bare_env, tmp_path)
+    # the README's registration command (claude / codex mcp add): the venv's console script serves MCP on stdio
+    bare_env = {k: v for k, v in env.items() if k != "PYTEST_ADDOPTS"} | {"SKILL_SERVER_TMUX_SOCKET": "agentjet"}
+    code, tools = list_tools_over_stdio([str(venv / "bin" / "agentjet-swarm-skill")], bare_env, tmp_path)
     assert code == 0 and "episode_cap" in tools
 
     # now install the skill from that checkout, as the README says
@@ -253,6 +250,13 @@ def test_quick_start_works_as_written_then_the_skill_installs_lean(node22, tmp_p
     stated = readme_install_size_mb()  # the README states the size as measured here
     assert abs(stated * 1e6 - total) <= 0.05 * total, \
         f"the README says about {stated} MB; measured {total / 1e6:.2f} MB: write that"
+
+    # the copy's launcher (a Codex registration, say) serves MCP with a given interpreter, and installs nothing
+    assert os.access(installed / "bin" / "agentjet-swarm-skill", os.X_OK)
+    code, tools = list_tools_over_stdio([str(installed / "bin" / "agentjet-swarm-skill")],
+                                        bare_env | {"SKILL_SERVER_PYTHON": str(venv / "bin" / "python"),
+                                                    "XDG_CACHE_HOME": str(tmp_path / "cache")}, tmp_path)
+    assert code == 0 and "episode_cap" in tools and not (tmp_path / "cache").exists()
 
     # the installed copy answers from its own folder with the venv's interpreter, no PYTHONPATH
     call = run([str(venv / "bin" / "python"), "-m", "skill_server", "call", "episode_cap", "max_env_worker=512",
@@ -299,16 +303,6 @@ def readme_install_size_mb() -> float:
     match = re.search(r"except `\.git/` and `__pycache__/`.*?about ([\d.]+) MB", text, re.S)
     assert match, "the README must state the installed size as 'about N MB'"
     return float(match.group(1))
-
-
-def test_committed_mcp_json_names_the_quick_start_venv():
-    """Its command is the console script of the README's venv; the Quick start test starts it for real."""
-    server = json.loads((REPO / ".mcp.json").read_text())["mcpServers"]["agentjet-swarm"]
-    venv_line = quickstart_lines()[0]
-    venv = re.search(r"python3 -m venv (\S+)", venv_line).group(1).replace("~", "${HOME}")
-    script = re.search(r'^(\S+) = "skill_server\.app\.cli:main"', (REPO / "pyproject.toml").read_text(), re.M).group(1)
-    assert server["command"] == f"{venv}/bin/{script}" and server["args"] == []
-    assert server["env"] == {"SKILL_SERVER_TMUX_SOCKET": "agentjet"}
 
 
 def test_inspector_finds_no_schema_portability_problem(node22, tmp_path):
