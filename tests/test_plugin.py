@@ -135,6 +135,16 @@ def test_given_an_interpreter_the_launcher_runs_it_as_is(tmp_path):
     assert not (tmp_path / "cache").exists()
 
 
+def test_a_cache_folder_that_cannot_be_made_is_one_line(tmp_path):
+    (tmp_path / "file").write_text("a file where the cache folder should be")
+    env = launcher_env(tmp_path) | {"XDG_CACHE_HOME": str(tmp_path / "file")}
+    done = subprocess.run([str(LAUNCHER), "tools"], capture_output=True, text=True, env=env, cwd=tmp_path,
+                          timeout=60, check=False)
+    assert done.returncode == 3 and done.stdout == "" and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith(f"agentjet-swarm-skill: cannot make the server's venv in {tmp_path / 'file'}/")
+    assert "SKILL_SERVER_PYTHON" in done.stderr
+
+
 # --- the real Claude Code (npm registry) and the launcher's first start (PyPI) ----------------------
 
 
@@ -244,3 +254,28 @@ def test_claude_code_validates_installs_and_starts_the_plugin(claude, tmp_path):
                           text=True, env=env, cwd=project, timeout=60, check=False)
     assert done.returncode == 0 and json.loads(done.stdout)["episode_cap"] == 256, done.stderr
     assert done.stderr == ""  # a ready venv: not a word on stderr either
+
+
+@pytest.fixture(scope="session")
+def uv_bin() -> Path:
+    """A bin folder holding uv (the PyPI package ships the binary), in the tests' cache."""
+    target = CACHE / "uv"
+    if not (target / "bin" / "uv").exists():
+        proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(target), "uv"],
+                              capture_output=True, text=True, timeout=600, check=False)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    return target / "bin"
+
+
+def test_with_uv_on_path_the_first_start_takes_seconds(uv_bin, tmp_path):
+    env = launcher_env(tmp_path)
+    env.update(PATH=f"{uv_bin}{os.pathsep}{env['PATH']}", UV_CACHE_DIR=str(CACHE / "uv-cache"))
+    done = subprocess.run([str(LAUNCHER), "call", "episode_cap", "max_env_worker=128", "num_repeat=6"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["episode_cap"] == 128
+    assert "(uv; " in done.stderr.splitlines()[0], done.stderr
+    venv = Path(re.search(r" in (\S+) with ", done.stderr).group(1))
+    installer_done(venv.parent / f"{venv.name}.lock", timeout=600)  # the plots extra, in the background
+    assert (venv / ".ajs-plots-ready").exists(), (venv.parent / f"{venv.name}.log").read_text()[-3000:]
+    assert "$ " + str(uv_bin / "uv") + " venv" in (venv.parent / f"{venv.name}.log").read_text()
