@@ -145,6 +145,21 @@ def test_a_cache_folder_that_cannot_be_made_is_one_line(tmp_path):
     assert "SKILL_SERVER_PYTHON" in done.stderr
 
 
+def test_an_install_that_fails_says_why_in_one_line_and_the_next_start_tries_again(tmp_path):
+    """No index reachable (pip told to use none): pip's own last words, exit 3; nothing on stdout."""
+    (tmp_path / "no-wheels").mkdir()
+    env = launcher_env(tmp_path) | {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1",
+                                    "PIP_FIND_LINKS": str(tmp_path / "no-wheels")}
+    for attempt in (1, 2):
+        done = subprocess.run([str(LAUNCHER), "tools"], capture_output=True, text=True, env=env, cwd=tmp_path,
+                              timeout=300, check=False)
+        assert done.returncode == 3 and done.stdout == "", done.stderr
+        first, failed = done.stderr.splitlines()
+        assert first.startswith("agentjet-swarm-skill: first start: making a venv"), (attempt, first)
+        assert failed.startswith("agentjet-swarm-skill: making the venv failed: ") and \
+            "-m pip install exited 1: ERROR: No matching distribution found for mcp" in failed, failed
+
+
 # --- the real Claude Code (npm registry) and the launcher's first start (PyPI) ----------------------
 
 
