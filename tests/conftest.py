@@ -12,22 +12,49 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis.configuration import set_hypothesis_home_dir
 
-from tests.tmp_dirs import SSH_FALLBACK, left_behind, short_tmp_dir
+from tests.tmp_dirs import SSH_FALLBACK, left_behind, process_tmp_dir, short_tmp_dir
 
 REPO = Path(__file__).resolve().parents[1]
 
+# Hypothesis keeps its example database and caches in ./.hypothesis by default, which would land in the
+# checkout (and from there in every installed copy of the skill): a temp folder of this session instead.
+set_hypothesis_home_dir(process_tmp_dir("ajs-hypothesis"))
+
+
+def untracked_in_checkout() -> set[str] | None:
+    """Files in the checkout that git does not track, ignored ones included (bytecode caches aside); None
+    outside a git checkout."""
+    try:
+        listed = subprocess.run(["git", "-C", str(REPO), "ls-files", "--others", "-z"], capture_output=True,
+                                timeout=60, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {name for name in listed.decode(errors="replace").split("\0")
+            if name and "__pycache__" not in name.split("/")}
+
 
 _SSH_FALLBACK_EXISTED = os.path.lexists(SSH_FALLBACK)
+_UNTRACKED_AT_START = untracked_in_checkout()
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Tests leave the machine as they found it: a folder of ours still in /tmp fails the session."""
+    """Tests leave the machine as they found it: a folder of ours still in /tmp, or a file the session added
+    to the checkout, fails the session."""
+    problems = []
     left = left_behind(_SSH_FALLBACK_EXISTED)
     if left:
+        problems.append(f"tests left {len(left)} entries in /tmp: {', '.join(left[:10])}")
+    now = untracked_in_checkout()
+    added = sorted(now - _UNTRACKED_AT_START) if now is not None and _UNTRACKED_AT_START is not None else []
+    if added:
+        problems.append(f"tests left {len(added)} new files in the checkout: {', '.join(added[:10])}")
+    if problems:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
-            reporter.write_line(f"tests left {len(left)} entries in /tmp: {', '.join(left[:10])}", red=True)
+            for problem in problems:
+                reporter.write_line(problem, red=True)
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

@@ -20,13 +20,15 @@ that acts on every process it can see (``ray stop``) acts on one node only. Opti
 ``network`` puts every sshd into a ``PrivateNetwork`` (only loopback; the tool under test joins it with
 ``network.argv``), ``node_paths`` puts directories first on a node's PATH (sshd's own ``SetEnv``, for
 example a bin directory holding a stand-in ``nvidia-smi``), and ``private_tmp`` gives each node its own
-/tmp and /dev/shm (the fixture's directory stays visible at its path), as separate machines have.
+/tmp and /dev/shm, as separate machines have (the fixture's directory, the tests' Python and HOME stay
+visible at their paths: ``kept_in_tmp``).
 """
 
 from __future__ import annotations
 
 import os
 import pwd
+import shlex
 import shutil
 import signal
 import socket
@@ -225,11 +227,25 @@ class LoopbackSshd:
         r = self.root
         steps = [f"mount --bind {r / 'passwd'} /etc/passwd", "mount -t tmpfs -o mode=755 tmpfs /run",
                  "mkdir -p /run/sshd"]
-        if self.private_tmp:  # the node's own /tmp and /dev/shm; the fixture's directory stays where it is
-            steps += ["mkdir -p /run/ajs-root", f"mount --bind {r} /run/ajs-root",
-                      "mount -t tmpfs -o mode=1777 tmpfs /tmp", f"mkdir -p {r}", f"mount --bind /run/ajs-root {r}",
-                      "mount -t tmpfs -o mode=1777,size=1g tmpfs /dev/shm"]
+        if self.private_tmp:  # the node's own /tmp and /dev/shm; what it must still see stays where it is
+            kept = self.kept_in_tmp()
+            steps += [f"mkdir -p /run/ajs-keep/{i} && mount --bind {shlex.quote(path)} /run/ajs-keep/{i}"
+                      for i, path in enumerate(kept)]
+            steps += ["mount -t tmpfs -o mode=1777 tmpfs /tmp"]
+            steps += [f"mkdir -p {shlex.quote(path)} && mount --bind /run/ajs-keep/{i} {shlex.quote(path)}"
+                      for i, path in enumerate(kept)]
+            steps += ["mount -t tmpfs -o mode=1777,size=1g tmpfs /dev/shm"]
         return " && ".join(steps + [f"exec {SSHD} -D -e -f {r / config}"])
+
+    def kept_in_tmp(self) -> list[str]:
+        """Folders in /tmp that a node with a private /tmp must still see: the fixture's own, the Python running
+        the tests (its venv and base install: nodes run its ``ray`` and ``python3``) and HOME, whichever lie in
+        /tmp (a venv or HOME there is common on CI machines); a folder inside another kept one is covered."""
+        found: list[str] = []
+        for path in sorted({os.path.realpath(p) for p in (self.root, sys.prefix, sys.base_prefix, Path.home())}):
+            if path.startswith("/tmp/") and not any(path.startswith(k + "/") for k in found):
+                found.append(path)
+        return found
 
     def _spawn(self, key: str, config: str) -> None:
         log = open(self.root / f"sshd_{key}.log", "wb")

@@ -290,6 +290,16 @@ def test_wait_timeout_is_clamped_and_inputs_are_named():
     assert err.value.field == "id"
 
 
+def test_wait_refuses_a_status_cursor_and_says_where_it_goes():
+    """A wait result carries the status `cursor`; handing it back to wait (without a pattern) is refused with
+    the call that does read new lines."""
+    with pytest.raises(ToolInputError) as err:
+        TOOLS_BY_NAME["wait_experiment"].invoke({"id": "x", "since": "120"})
+    assert err.value.field == "since"
+    assert str(err.value) == ("since: is for until='pattern'; to read new log lines use "
+                              "experiment_status(id, since=...)")
+
+
 def test_wait_back_off_advances_only_with_timeouts_and_an_ended_run_has_exited():
     from skill_server.experiments.store import open_registry
     from skill_server.tools.wait_experiment.tool import WAIT_SCHEDULE_S, _settle

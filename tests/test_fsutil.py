@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from skill_server.core.errors import SkillError, ToolFailure, ToolInputError
-from skill_server.core.fsutil import TEMP_PREFIX, read_text_bounded, resolve_path, write_text_atomic
+from skill_server.core.fsutil import TEMP_PREFIX, read_text_bounded, resolve_path, write_bytes_atomic, write_text_atomic
 from tests.conftest import REPO, cli_env
 from tests.tmp_dirs import short_tmp_dir
 
@@ -100,6 +100,19 @@ def test_create_replace_and_no_clobber(tmp_path):
     write_text_atomic(target, "two\n", overwrite=True)
     assert target.read_text() == "two\n"
     assert sorted(p.name for p in target.parent.iterdir()) == ["out.yaml"]
+
+
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_bytes_are_written_with_the_same_guarantees(specials, overwrite, tmp_path):
+    png = bytes(range(256)) * 4
+    target = tmp_path / "plots" / "a.png"
+    assert write_bytes_atomic(target, png) == target and target.read_bytes() == png
+    write_bytes_atomic(target, png[::-1], overwrite=True)
+    assert target.read_bytes() == png[::-1]
+    before = os.lstat(specials["fifo"])
+    with pytest.raises(ToolFailure, match="FIFO"):
+        write_bytes_atomic(specials["fifo"], png, overwrite=overwrite)
+    assert os.lstat(specials["fifo"]).st_ino == before.st_ino
 
 
 @pytest.mark.parametrize("make_path, needle, error", [

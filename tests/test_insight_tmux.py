@@ -171,6 +171,7 @@ def test_collect_results_without_markdown_uses_the_log_and_draws_the_plot(tmux_s
     png = Path(plot["path"]).read_bytes()
     assert Path(plot["path"]) == Path(res["results_path"]).parent / "metrics.png" and plot["host"] == "local"
     assert base64.b64decode(plot["data_base64"]) == png and plot["size_bytes"] == len(png)
+    assert Path(plot["local_path"]).read_bytes() == png  # the copy a file-reading tool can show
     pixels = decode_png(png)
     assert pixels.shape[:2] == (plot["height"], plot["width"])
     assert has_colour(pixels, plots.RUN_COLORS[0]) and has_colour(pixels, plots.RUN_COLORS[1])  # both runs
@@ -301,6 +302,21 @@ async def test_plots_reach_an_mcp_client_as_image_blocks(tmux_socket: str, workd
         image = next(c for c in collected.content if c.type == "image")
         path = Path(collected.structured_content["plot"]["path"])
         assert base64.b64decode(image.data) == path.read_bytes()
+        # clients that show the model only the structured result: the kept copy, by path and as a resource
+        for result in (compared, collected):
+            plot = result.structured_content["plot"]
+            link = next(c for c in result.content if c.type == "resource_link")
+            assert link.uri == plot["uri"] and link.mime_type == "image/png" and plot["uri"].startswith("agentjet://plot/")
+            shown = next(c for c in result.content if c.type == "image")
+            assert Path(plot["local_path"]).read_bytes() == base64.b64decode(shown.data)
+            read = await client.read_resource(plot["uri"])
+            assert base64.b64decode(read.contents[0].blob) == base64.b64decode(shown.data)
+            assert read.contents[0].mime_type == "image/png"
+        assert collected.structured_content["plot"]["local_path"] != str(path)  # a copy, not the run's file
+        templates = [t.uri_template for t in (await client.list_resource_templates()).resource_templates]
+        assert "agentjet://plot/{name}" in templates
+        with pytest.raises(Exception, match="no kept plot"):
+            await client.read_resource("agentjet://plot/nothing-here.png")
         plain = await client.call_tool("experiment_status", {"id": a})
         assert [c.type for c in plain.content] == ["text"]
 

@@ -323,6 +323,40 @@ def test_images_are_found_anywhere_in_a_result():
     assert "_data" not in out.model_dump()["items"][0] and out.model_dump()["items"][0]["size_bytes"] == 5
 
 
+def test_a_returned_picture_is_kept_for_clients_that_drop_image_blocks(monkeypatch: pytest.MonkeyPatch):
+    """A kept copy in the state dir (the newest KEPT_MAX), named per run or per set of runs, served by name."""
+    picture = plots.Picture(b"\x89PNG-first", 1, 1)
+    notes: list[str] = []
+    image = picture.attachment("t", False, keep_as=plots.kept_name("metrics", ["ajet_x-20260101-000000-ab12"]),
+                               notes=notes)
+    assert image.uri == "agentjet://plot/ajet_x-20260101-000000-ab12-metrics.png" and notes == []
+    assert Path(image.local_path) == plots.kept_dir() / "ajet_x-20260101-000000-ab12-metrics.png"
+    assert Path(image.local_path).read_bytes() == b"\x89PNG-first" == plots.read_kept(image.uri.rsplit("/", 1)[1])
+    pair, swapped = plots.kept_name("compare", ["a", "b"]), plots.kept_name("compare", ["b", "a"])
+    assert pair.startswith("compare-") and pair.endswith(".png") and pair != swapped
+    for bad in ("../state.sqlite", "x.txt", "missing.png"):
+        with pytest.raises(ValueError, match="no kept plot"):
+            plots.read_kept(bad)
+    monkeypatch.setattr(plots, "KEPT_MAX", 3)
+    os.utime(image.local_path, (999, 999))
+    for i in range(5):
+        plots.keep(b"\x89PNG", f"run{i}-metrics.png", notes)
+        os.utime(plots.kept_dir() / f"run{i}-metrics.png", (1000 + i, 1000 + i))
+    plots.keep(b"\x89PNG", "run5-metrics.png", notes)  # the newest three stay
+    assert sorted(p.name for p in plots.kept_dir().iterdir()) == ["run3-metrics.png", "run4-metrics.png",
+                                                                  "run5-metrics.png"]
+
+
+def test_a_picture_that_cannot_be_kept_is_a_note(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    blocked = tmp_path / "state"
+    blocked.write_text("a file where the state folder should be")
+    monkeypatch.setenv("SKILL_SERVER_STATE_DIR", str(blocked))
+    notes: list[str] = []
+    image = plots.Picture(b"\x89PNG", 1, 1).attachment("t", False, keep_as="r-metrics.png", notes=notes)
+    assert image.local_path is None and image.uri is None and image.data == b"\x89PNG"
+    assert len(notes) == 1 and notes[0].startswith("the plot was not kept for clients that show no image blocks: ")
+
+
 def test_iso_and_json_safety():
     assert progress.iso(0) == "1970-01-01T00:00:00+00:00"
     assert json_number(math.inf) is None

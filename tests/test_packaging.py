@@ -142,9 +142,14 @@ def quickstart_lines() -> list[str]:
 
 
 def clean_clone(dest: Path) -> Path:
-    """A git clone of this checkout's commit, plus the working tree's uncommitted edits (never its ignored files)."""
+    """A git clone of this checkout's commit, plus the working tree's uncommitted edits, deletions included
+    (never its ignored files)."""
     subprocess.run(["git", "clone", "-q", "--no-hardlinks", str(REPO), str(dest)], check=True, timeout=300,
                    capture_output=True)
+    deleted = subprocess.run(["git", "diff", "-z", "--name-only", "--diff-filter=D", "HEAD"], cwd=REPO,
+                             capture_output=True, check=True).stdout.decode().split("\0")  # staged or not
+    for rel in filter(None, deleted):
+        (dest / rel).unlink(missing_ok=True)
     return export_checkout(dest)
 
 
@@ -212,12 +217,9 @@ def test_quick_start_works_as_written_then_the_skill_installs_lean(node22, tmp_p
     assert not any((checkout / name).exists() for name in ("build", "dist", ".venv", ".hypothesis", ".pytest_cache"))
     assert not list(checkout.glob("*.egg-info"))
 
-    # the committed .mcp.json starts the server from the Quick start's venv (Claude Code expands ${HOME})
-    server = json.loads((checkout / ".mcp.json").read_text())["mcpServers"]["agentjet-swarm"]
-    command = server["command"].replace("${HOME}", str(home))
-    assert Path(command).is_file()
-    bare_env = {k: v for k, v in env.items() if k != "PYTEST_ADDOPTS"} | server["env"]
-    code, tools = list_tools_over_stdio([command, *server["args"]], bare_env, tmp_path)
+    # the README's registration command (claude / codex mcp add): the venv's console script serves MCP on stdio
+    bare_env = {k: v for k, v in env.items() if k != "PYTEST_ADDOPTS"} | {"SKILL_SERVER_TMUX_SOCKET": "agentjet"}
+    code, tools = list_tools_over_stdio([str(venv / "bin" / "agentjet-swarm-skill")], bare_env, tmp_path)
     assert code == 0 and "episode_cap" in tools
 
     # now install the skill from that checkout, as the README says
@@ -242,10 +244,19 @@ def test_quick_start_works_as_written_then_the_skill_installs_lean(node22, tmp_p
     assert not names & {".venv", "venv", "build", "dist", "__pycache__", ".pytest_cache", ".hypothesis",
                         "node_modules", ".git", ".benchmarks"}
     assert not any(n.endswith(".egg-info") for n in names)
-    assert files_under(installed) - {f for f in files_under(installed) if f.startswith("skill_server/references/")} \
-        <= files_under(checkout)  # only the checkout's own files (references/ appears twice: a symlink)
+    assert files_under(installed) <= files_under(checkout)  # only the checkout's own files, each once
     total = sum(p.stat().st_size for p in files)
     assert total < 2 * 1024 * 1024, f"{total} bytes installed"
+    stated = readme_install_size_mb()  # the README states the size as measured here
+    assert abs(stated * 1e6 - total) <= 0.05 * total, \
+        f"the README says about {stated} MB; measured {total / 1e6:.2f} MB: write that"
+
+    # the copy's launcher (a Codex registration, say) serves MCP with a given interpreter, and installs nothing
+    assert os.access(installed / "bin" / "agentjet-swarm-skill", os.X_OK)
+    code, tools = list_tools_over_stdio([str(installed / "bin" / "agentjet-swarm-skill")],
+                                        bare_env | {"SKILL_SERVER_PYTHON": str(venv / "bin" / "python"),
+                                                    "XDG_CACHE_HOME": str(tmp_path / "cache")}, tmp_path)
+    assert code == 0 and "episode_cap" in tools and not (tmp_path / "cache").exists()
 
     # the installed copy answers from its own folder with the venv's interpreter, no PYTHONPATH
     call = run([str(venv / "bin" / "python"), "-m", "skill_server", "call", "episode_cap", "max_env_worker=512",
@@ -286,14 +297,12 @@ def test_inspector_cli_over_http(node22, tmp_path):
         assert code == 0 and result["result"]["structuredContent"]["episode_cap"] == 126
 
 
-def test_committed_mcp_json_names_the_quick_start_venv():
-    """Its command is the console script of the README's venv; the Quick start test starts it for real."""
-    server = json.loads((REPO / ".mcp.json").read_text())["mcpServers"]["agentjet-swarm"]
-    venv_line = quickstart_lines()[0]
-    venv = re.search(r"python3 -m venv (\S+)", venv_line).group(1).replace("~", "${HOME}")
-    script = re.search(r'^(\S+) = "skill_server\.app\.cli:main"', (REPO / "pyproject.toml").read_text(), re.M).group(1)
-    assert server["command"] == f"{venv}/bin/{script}" and server["args"] == []
-    assert server["env"] == {"SKILL_SERVER_TMUX_SOCKET": "agentjet"}
+def readme_install_size_mb() -> float:
+    """The size of an installed copy of the skill as the README states it ("about N MB")."""
+    text = (REPO / "README.md").read_text()
+    match = re.search(r"except `\.git/` and `__pycache__/`.*?about ([\d.]+) MB", text, re.S)
+    assert match, "the README must state the installed size as 'about N MB'"
+    return float(match.group(1))
 
 
 def test_inspector_finds_no_schema_portability_problem(node22, tmp_path):

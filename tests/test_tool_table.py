@@ -271,6 +271,26 @@ def test_a_python_without_the_dependencies_says_what_to_install(tmp_path):
     assert "'mcp>=2.3,<3'" in proc.stderr  # the server needs the SDK too
 
 
+SYSTEM_PYTHON = "/usr/bin/python3"
+_MANAGED = ("import sys, sysconfig, os, importlib.util; sys.exit(0 if sys.prefix == sys.base_prefix and "
+            "os.path.isfile(os.path.join(sysconfig.get_path('stdlib'), 'EXTERNALLY-MANAGED')) and "
+            "importlib.util.find_spec('pydantic') is None else 1)")
+
+
+@pytest.mark.skipif(not os.path.exists(SYSTEM_PYTHON) or subprocess.run(
+    [SYSTEM_PYTHON, "-c", _MANAGED], capture_output=True, check=False).returncode != 0,
+    reason="needs a system Python that refuses pip installs (PEP 668) and has no pydantic, as Debian 12's")
+def test_a_system_python_that_refuses_pip_is_told_to_make_a_venv():
+    """Debian 12's python3 refuses `pip install` and `pip install --user`: the advice is a venv, not pip."""
+    env = {k: v for k, v in cli_env().items() if k not in ("PYTHONHOME", "VIRTUAL_ENV")}
+    proc = subprocess.run([SYSTEM_PYTHON, "-m", "skill_server", "tools"], capture_output=True, text=True,
+                          cwd=REPO, env=env, timeout=60, check=False)
+    assert proc.returncode == 3 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "refuses pip installs (PEP 668)" in proc.stderr and f"{SYSTEM_PYTHON} -m pip" not in proc.stderr
+    assert "python3 -m venv ~/.venvs/agentjet-swarm-skill && ~/.venvs/agentjet-swarm-skill/bin/pip install " \
+           "pyyaml 'pydantic>=2'" in proc.stderr
+
+
 def test_a_reader_that_goes_away_ends_the_call_quietly_with_141():
     """``call ... | head -c 0``: a closed pipe is the reader's choice, not a bug; no line on stderr."""
     proc = run_cli_to_closed_pipe("call", "build_config")

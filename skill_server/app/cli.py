@@ -356,11 +356,29 @@ def _wants_tool_help(args: list[str]) -> str | None:
     return None
 
 
+#: Where the README's Quick start puts its venv; offered to interpreters that refuse pip installs.
+QUICKSTART_VENV = "~/.venvs/agentjet-swarm-skill"
+
+
+def _externally_managed() -> bool:
+    """A system Python that refuses ``pip install`` (PEP 668: Debian 12, Ubuntu 23.04 and later), ``--user``
+    too: outside a venv, with the EXTERNALLY-MANAGED marker beside its standard library."""
+    import sysconfig
+
+    return sys.prefix == sys.base_prefix and os.path.isfile(
+        os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED"))
+
+
 def _missing_package_message(exc: ModuleNotFoundError, serving: bool) -> str:
     needed = list(SHELL_REQUIREMENTS) + (["mcp>=2.3,<3"] if serving else [])
     quoted = " ".join(f"'{r}'" if any(c in r for c in "<>=,") else r for r in needed)
-    return (f"{PROG}: this Python ({sys.executable}) lacks the package {exc.name!r}; the skill needs "
-            f"{', '.join(needed)}. Install them with: {sys.executable} -m pip install {quoted} "
+    head = (f"{PROG}: this Python ({sys.executable}) lacks the package {exc.name!r}; the skill needs "
+            f"{', '.join(needed)}.")
+    if _externally_managed():
+        return (f"{head} This Python is managed by the system and refuses pip installs (PEP 668), --user too: "
+                f"make a venv for them: python3 -m venv {QUICKSTART_VENV} && {QUICKSTART_VENV}/bin/pip install "
+                f"{quoted}, then run {QUICKSTART_VENV}/bin/python -m skill_server")
+    return (f"{head} Install them with: {sys.executable} -m pip install {quoted} "
             "(or pip install <skill folder>, which also installs the command)")
 
 

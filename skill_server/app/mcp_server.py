@@ -5,8 +5,10 @@ publishes each tool's input and output schema from the committed manifest (``too
 to the models by test) with the table's hints as annotations, and ``tools/call`` hands the client's
 arguments, exactly as sent, to ``ToolSpec.invoke``: the CLI's path, so a bad argument gets the same
 one-line message from both. The tool runs on a worker thread; its progress callback becomes MCP progress
-notifications. A result is structured content plus the same JSON as a text block, plus one image block
-per ``ImageAttachment`` picture. This module is the only one that imports the MCP SDK.
+notifications. A result is structured content plus the same JSON as a text block, plus per
+``ImageAttachment`` picture an image block and a link to the kept copy (``agentjet://plot/{name}``, served
+here as a resource: clients that show the model only the structured result drop image blocks). This
+module is the only one that imports the MCP SDK.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPError
 from mcp.types import (
     INVALID_PARAMS,
+    BlobResourceContents,
     CallToolRequestParams,
     CallToolResult,
     ContentBlock,
@@ -53,6 +56,7 @@ from mcp.types import (
     ReadResourceRequestParams,
     ReadResourceResult,
     Resource,
+    ResourceLink,
     ResourceTemplate,
     TextContent,
     TextResourceContents,
@@ -178,13 +182,17 @@ def _progress_reporter(ctx: RequestContext) -> Callable[..., None]:
 
 
 def _tool_result(result: Any, dumped: dict[str, Any]) -> CallToolResult:
-    """The result as structured content, the same JSON as text (for clients that read only text), and an
-    image block per picture the tool attached (``ImageAttachment``)."""
+    """The result as structured content, the same JSON as text (for clients that read only text), and per
+    picture the tool attached (``ImageAttachment``) an image block and a link to its kept copy."""
     from skill_server.core.models import attached_images  # here, not at the top: start-up time
     text = pydantic_core.to_json(dumped, fallback=str, indent=2).decode()
     blocks: list[ContentBlock] = [TextContent(type="text", text=text)]
-    blocks += [ImageContent(type="image", data=base64.b64encode(image.data).decode("ascii"), mime_type=image.mime_type)
-               for image in attached_images(result)]
+    for image in attached_images(result):
+        blocks.append(ImageContent(type="image", data=base64.b64encode(image.data).decode("ascii"),
+                                   mime_type=image.mime_type))
+        if image.uri is not None:
+            blocks.append(ResourceLink(type="resource_link", uri=image.uri, name=image.uri.rsplit("/", 1)[-1],
+                                       title=image.title, mime_type=image.mime_type, size=image.size_bytes))
     return CallToolResult(content=blocks, structured_content=dumped)
 
 
@@ -198,6 +206,8 @@ _REFERENCE_NAME = re.compile(r"^[a-z0-9][a-z0-9-]*$")
 REFERENCE_TEMPLATE = "agentjet://reference/{name}"
 _REFERENCE_URI = re.compile(r"agentjet://reference/([^/?#]+)")
 OVERRIDES_URI = "agentjet://overrides"
+PLOT_TEMPLATE = "agentjet://plot/{name}"  # experiments.plots.PLOT_URI
+_PLOT_URI = re.compile(r"agentjet://plot/([^/?#]+)")
 
 
 def reference_dir() -> Path | None:
@@ -246,17 +256,31 @@ async def _list_resources(ctx: RequestContext, params: PaginatedRequestParams | 
 
 async def _list_resource_templates(ctx: RequestContext,
                                    params: PaginatedRequestParams | None) -> ListResourceTemplatesResult:
-    return ListResourceTemplatesResult(resource_templates=[ResourceTemplate(
-        uri_template=REFERENCE_TEMPLATE, name="reference", mime_type="text/markdown",
-        description="A reference page of this skill: " + ", ".join(list_references()))])
+    return ListResourceTemplatesResult(resource_templates=[
+        ResourceTemplate(uri_template=REFERENCE_TEMPLATE, name="reference", mime_type="text/markdown",
+                         description="A reference page of this skill: " + ", ".join(list_references())),
+        ResourceTemplate(uri_template=PLOT_TEMPLATE, name="plot", mime_type="image/png",
+                         description="A plot a tool returned (its result's plot.uri), kept for clients that show "
+                                     "no image blocks.")])
+
+
+def read_plot(name: str) -> str:
+    """A kept plot as base64 (``agentjet://plot/{name}``); ValueError naming it when it is not kept."""
+    from skill_server.experiments.plots import read_kept  # here, not at the top: start-up time
+
+    return base64.b64encode(read_kept(name)).decode("ascii")
 
 
 async def _read_resource(ctx: RequestContext, params: ReadResourceRequestParams) -> ReadResourceResult:
-    """The overrides table or a reference page; any other address, or a page that does not exist, is an
-    invalid-params error that says so (a page's error lists the pages there are)."""
+    """The overrides table, a reference page or a kept plot; any other address, or a page or plot that does
+    not exist, is an invalid-params error that says so (a page's error lists the pages there are)."""
     uri = params.uri
     page = _REFERENCE_URI.fullmatch(uri)
+    plot = _PLOT_URI.fullmatch(uri)
     try:
+        if plot is not None:
+            blob = await anyio.to_thread.run_sync(read_plot, unquote(plot.group(1)))
+            return ReadResourceResult(contents=[BlobResourceContents(uri=uri, blob=blob, mime_type="image/png")])
         if uri == OVERRIDES_URI:
             text, mime_type = await anyio.to_thread.run_sync(overrides_json), "application/json"
         elif page is not None:
@@ -301,7 +325,8 @@ RUN_BLUEPRINT = """Run the AgentJet experiment described by the blueprint {bluep
 3. launch_experiment(blueprint=...) returns at once with an id, the log path and the attach command.
 4. wait_experiment(id, until="first_step"): the first step (the first step:N line) must appear within
    the blueprint's first-step deadline (20 min by default). Then wait_experiment(id) repeatedly, sleeping as
-   long as each result's next_wait_s says (30 s, 1, 2, 4, 8, 16 min); never poll in a tight loop.
+   long as each result's next_wait_s says (30 s, 1, 2, 4, 8, 16 min); never poll in a tight loop. For the log
+   lines since a result, experiment_status(id, since=<its cursor>); wait takes since only with until="pattern".
 5. On an error signature, read its hint, fix the cause, record the attempt in the result directory, relaunch.
 6. When the run ends (or plateaus late in training), collect_results(id): it writes results.md, a metrics plot
    and finish.flag. compare_experiments(ids=[...]) puts it next to earlier attempts.

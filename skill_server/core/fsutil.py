@@ -228,6 +228,13 @@ def write_text_atomic(path: str | Path, text: str, overwrite: bool = False, *, f
         data = text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ToolInputError(f"text for {target} is not valid Unicode at position {exc.start}", field=field) from None
+    return write_bytes_atomic(target, data, overwrite, field=field)
+
+
+def write_bytes_atomic(path: str | Path, data: bytes, overwrite: bool = False, *, field: str | None = None) -> Path:
+    """``write_text_atomic`` for bytes (a PNG): the same guarantees and the same messages."""
+    target = _absolute(path, field)
+    _check_writable_location(target, field)
     _make_parents(target, field)
     real, kept_mode = _existing_target(target, overwrite, field)
     directory = real.parent

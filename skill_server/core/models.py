@@ -97,7 +97,9 @@ class SparseOutput(ToolOutput):
 class ImageAttachment(ToolOutput):
     """A picture a tool made. Over MCP its bytes go to the client as an image content block next to the
     structured result (``mcp_app``); the structured result itself (and the CLI's JSON) carries where it
-    was written and, only when the caller asked, the bytes as base64."""
+    was written and, only when the caller asked, the bytes as base64. Clients that pass only the structured
+    result to the model (Claude Code, Codex) drop image blocks, so a copy is also kept on the machine that
+    runs the tools (``local_path``, to open with a file-reading tool) and served as an MCP resource (``uri``)."""
 
     mime_type: str = Field(description="Always image/png.")
     title: str
@@ -106,6 +108,9 @@ class ImageAttachment(ToolOutput):
     size_bytes: int
     path: str | None = Field(default=None, description="Where the PNG was written (on host), if it was.")
     host: str | None = Field(default=None, description="'local' or the ssh destination holding path.")
+    local_path: str | None = Field(default=None, description="A copy on the machine running the tools: open it "
+                                   "with a file-reading tool to see the picture (Claude Code's Read shows PNGs).")
+    uri: str | None = Field(default=None, description="The copy as an MCP resource (resources/read).")
     data_base64: str | None = Field(default=None, description="The PNG as base64, only when asked for.")
     _data: bytes = PrivateAttr(default=b"")
 

@@ -5,21 +5,30 @@ no GUI, nothing shared between threads but a lock around drawing). Without it ``
 says how to install it; callers then return the data instead. One panel per metric, one colour per run
 (the same in every panel, named in each legend), the step on the x axis. A curve drawn from
 downsampled history also shades each bucket's min..max band, so spikes stay visible.
+
+Every picture a tool returns is also kept in ``<state dir>/plots/`` (the newest ``KEPT_MAX``), for clients
+that show the model only a tool's structured result: its ``local_path`` can be opened with a file-reading
+tool, and its ``uri`` (``agentjet://plot/<name>``) read over MCP.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import io
 import math
+import os
+import re
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from skill_server.core.errors import ToolFailure
+from skill_server.core.errors import SkillError, ToolFailure
+from skill_server.core.fsutil import write_bytes_atomic
 from skill_server.core.models import ImageAttachment
 from skill_server.experiments import history
 from skill_server.experiments.models import MetricsHistory
-from skill_server.experiments.store import Registry, Row
+from skill_server.experiments.store import Registry, Row, state_dir
 
 INSTALL_HINT = ("plots need matplotlib, which is not installed in this interpreter: pip install "
                 "'agentjet-swarm-skill[plots]' (or pip install matplotlib) where the tools run")
@@ -36,6 +45,10 @@ DEFAULT_METRICS = ("critic/score/mean", "critic/real_reward", "critic/rewards/me
                    "val-core/*", "actor/pg_loss", "actor/kl_loss", "actor/entropy", "response_length/mean")
 DEFAULT_PANELS = 4
 _DRAW_LOCK = threading.Lock()
+#: Pictures kept for clients that drop image blocks: the newest this many stay.
+KEPT_MAX = 100
+PLOT_URI = "agentjet://plot/{name}"
+_KEPT_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,150}\.png$")
 
 
 class PlotsUnavailable(ToolFailure):
@@ -61,12 +74,60 @@ class Picture:
     width: int
     height: int
 
-    def attachment(self, title: str, with_data: bool, path: str | None = None,
-                   host: str | None = None) -> ImageAttachment:
-        """The picture as a tool answers with it; ``with_data``: the PNG in the JSON too, as base64."""
+    def attachment(self, title: str, with_data: bool, path: str | None = None, host: str | None = None, *,
+                   keep_as: str, notes: list[str]) -> ImageAttachment:
+        """The picture as a tool answers with it, kept as ``keep_as`` (``keep``); ``with_data``: the PNG in
+        the JSON too, as base64."""
         encoded = base64.b64encode(self.png).decode("ascii") if with_data else None
+        local_path, uri = keep(self.png, keep_as, notes)
         return ImageAttachment.of(self.png, mime_type="image/png", title=title, width=self.width, height=self.height,
-                                  path=path, host=host, data_base64=encoded)
+                                  path=path, host=host, local_path=local_path, uri=uri, data_base64=encoded)
+
+
+def kept_name(kind: str, ids: list[str]) -> str:
+    """The file name a picture of these runs is kept under: one run's by its id (a new picture of the same
+    run replaces the old), several runs' by a digest of their ids."""
+    if len(ids) == 1:
+        return re.sub(r"[^A-Za-z0-9._-]", "_", f"{ids[0]}-{kind}")[:140] + ".png"
+    return f"{kind}-{hashlib.sha256(chr(10).join(ids).encode()).hexdigest()[:16]}.png"
+
+
+def kept_dir() -> Path:
+    return state_dir() / "plots"
+
+
+def keep(png: bytes, name: str, notes: list[str]) -> tuple[str | None, str | None]:
+    """Keep a copy of ``png`` as ``name`` in ``kept_dir()`` (atomically; older copies beyond ``KEPT_MAX``
+    are removed); (its path, its resource uri). A copy that cannot be written is a note, not a failure:
+    the picture still goes out as an image block."""
+    try:
+        path = write_bytes_atomic(kept_dir() / name, png, overwrite=True)
+    except SkillError as exc:
+        notes.append(f"the plot was not kept for clients that show no image blocks: {exc.message}")
+        return None, None
+    _prune(kept_dir())
+    return str(path), PLOT_URI.format(name=name)
+
+
+def _prune(directory: Path) -> None:
+    """Remove all but the newest ``KEPT_MAX`` kept pictures (best effort)."""
+    try:
+        entries = [e for e in os.scandir(directory) if _KEPT_NAME.match(e.name) and e.is_file(follow_symlinks=False)]
+        entries.sort(key=lambda e: e.stat(follow_symlinks=False).st_mtime, reverse=True)
+        for entry in entries[KEPT_MAX:]:
+            os.unlink(entry.path)
+    except OSError:
+        pass
+
+
+def read_kept(name: str) -> bytes:
+    """A kept picture's bytes (the ``agentjet://plot/{name}`` resource); ValueError for a name that is not
+    one or a picture that is no longer kept."""
+    path = kept_dir() / name
+    if not _KEPT_NAME.match(name) or not path.is_file() or path.is_symlink():
+        raise ValueError(f"no kept plot {name!r}: the newest {KEPT_MAX} plots the tools returned are kept in "
+                         f"{kept_dir()}")
+    return path.read_bytes()
 
 
 def available() -> bool:

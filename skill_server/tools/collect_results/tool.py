@@ -334,7 +334,9 @@ def collect_results(inp: CollectInput) -> CollectOutput:
     written = _write(host, result_dir, folder, text, picture, flag_wanted)
     image = None
     if picture is not None:
-        image = picture.attachment(title, bool(inp.image_data), path=written.pop(0), host=host_name)
+        assert run.row is not None  # a picture is drawn only for an experiment id
+        image = picture.attachment(title, bool(inp.image_data), path=written.pop(0), host=host_name,
+                                   keep_as=plots.kept_name("metrics", [run.row.id]), notes=notes)
     return CollectOutput(
         host=host_name, results_path=written[0], finish_flag_path=written[1] if flag_wanted else None,
         state=run.state, exit_code=run.exit_code,

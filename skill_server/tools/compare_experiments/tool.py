@@ -6,7 +6,8 @@ leader is the run with the best last-k mean of the primary metric; higher is bet
 is loss-like (``summaries.lower_is_better``) or the caller says otherwise, and the answer says which
 was assumed. The configuration difference compares the runs' YAMLs (``runconfig``: the blueprint's or
 a ``--conf`` file, one round trip per host) key by key and lists only keys whose values differ. An
-optional plot overlays the runs (returned as an image, never written: the tool writes nothing).
+optional plot overlays the runs (returned as an image; no file of the runs is written, only the copy kept in
+the server's state for clients that show no image blocks, ``plots.keep``).
 """
 
 from __future__ import annotations
@@ -200,13 +201,16 @@ def _run_summary(row: Row, fields: dict[str, Any], config_file: str | None, metr
 
 
 def _image(rows: list[Row], curves: list[plots.Curve], with_data: bool, notes: list[str]) -> ImageAttachment | None:
-    """The overlay plot, returned only (the tool writes nothing); a note when there is none."""
+    """The overlay plot, returned (and kept in the server's own state for clients that drop image blocks; no
+    file of the runs is written); a note when there is none."""
     if not curves:
         notes.append("no plot: none of the compared metrics has a scanned step line yet")
         return None
     title = ("compare: " + ", ".join(plots.run_labels(rows)))[:120]
     picture = plots.draw(curves, title, notes)
-    return picture.attachment(title, with_data) if picture is not None else None
+    if picture is None:
+        return None
+    return picture.attachment(title, with_data, keep_as=plots.kept_name("compare", [r.id for r in rows]), notes=notes)
 
 
 def compare_experiments(inp: CompareInput) -> CompareOutput:

@@ -58,8 +58,9 @@ def _check_arguments(inp: WaitInput) -> tuple[int, str, re.Pattern[str] | None]:
         pattern = compile_pattern(inp.pattern, "pattern")
     elif inp.pattern is not None:
         raise ToolInputError("only used with until='pattern'", field="pattern")
-    if inp.since is not None and pattern is None:
-        raise ToolInputError("only used with until='pattern'", field="since")
+    if inp.since is not None and pattern is None:  # the status cursor goes to experiment_status, not here
+        raise ToolInputError("is for until='pattern'; to read new log lines use experiment_status(id, since=...)",
+                             field="since")
     return timeout, until, pattern
 
 
