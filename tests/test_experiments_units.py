@@ -283,12 +283,13 @@ def test_wait_timeout_is_clamped_and_inputs_are_named():
 
 
 def test_wait_back_off_advances_only_with_timeouts_and_an_ended_run_has_exited():
+    from skill_server.experiments.spec import RunSpec
     from skill_server.experiments.store import open_registry
     from skill_server.tools.wait_experiment.tool import WAIT_SCHEDULE_S, _settle
 
     with open_registry() as reg:
         reg.insert(id="r", session="s", socket="sock", created=0.0, started_at="",
-                   spec={"processes": [{"role": "main", "log_path": "/x.log"}], "run_dir": "/r"})
+                   spec=RunSpec.from_json({"processes": [{"role": "main", "log_path": "/x.log"}], "run_dir": "/r"}))
         assert [_settle(reg, "r", "running", "timeout")[1] for _ in range(7)] == list(WAIT_SCHEDULE_S) + [960]
         assert _settle(reg, "r", "running", "first_step") == ("first_step", 960)  # read, not advanced
         assert _settle(reg, "r", "running", "error") == ("error", 30)

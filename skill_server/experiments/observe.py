@@ -20,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from skill_server.core.deadline import Deadline
 from skill_server.experiments import blueprint as bp
 from skill_server.experiments import history, logs
 from skill_server.experiments.models import TERMINAL
@@ -110,8 +111,9 @@ def _chunk(raw: Appended) -> logs.Chunk:
 
 
 def observe(reg: Registry, rows: list[Row], *, extra_reads: ExtraReads | None = None,
-            extra_ops: ExtraOps | None = None) -> list[View]:
-    """Current view of each experiment; records final states; never signals or stops anything."""
+            extra_ops: ExtraOps | None = None, deadline: Deadline | None = None) -> list[View]:
+    """Current view of each experiment; records final states; never signals or stops anything. The round
+    trips end by ``deadline`` (a host that has not answered by then is ``unreachable``)."""
     scans = [logs.ScanState.from_json(row.scan, len(row.processes)) for row in rows]
     extra: list[list[list[tuple[int, int]]]] = [
         extra_reads(row) if extra_reads else [[] for _ in row.processes] for row in rows]
@@ -124,7 +126,7 @@ def observe(reg: Registry, rows: list[Row], *, extra_reads: ExtraReads | None = 
             ops.append(op)
             placed.append((host, len(ops) - 1))
         added.append(placed)
-    replies = call_hosts(requests, timeout_s=OBSERVE_TIMEOUT_S) if requests else {}
+    replies = call_hosts(requests, timeout_s=OBSERVE_TIMEOUT_S, deadline=deadline) if requests else {}
     now = time.time()
     views = []
     for r, row in enumerate(rows):

@@ -29,12 +29,12 @@ def _requests(row: Row, grace: float) -> dict[str, client.Op[StopReply]]:
     procs: dict[str, list[StopProc]] = {}
     for i, p in enumerate(row.processes):
         first.setdefault(p.host, i)
-        procs.setdefault(p.host, []).append({"role": p.role, "pid": p.pid, "start": p.start})
+        procs.setdefault(p.host, []).append({"role": p.role, "pid": p.pid, "start": p.start, "pane_id": p.pane_id})
     out = {}
     for host, i in first.items():
         where = row.processes[i]
         out[host] = client.stop(row.id, where.run_dir, where.socket_path, row.session, grace_s=grace,
-                                procs=procs[host])
+                                procs=procs[host], session_id=where.session_id)
     return out
 
 

@@ -16,17 +16,27 @@ only this registry lives here. A row that cannot be read (hand-edited, truncated
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
+import os
 import sqlite3
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolFailure
-from skill_server.experiments.spec import RunProcess, RunSpec
+from skill_server.experiments.spec import HostRecord, RunProcess, RunSpec
+from skill_server.hosts import call_hosts, client, result_of
+from skill_server.hosts.agent import procs
+from skill_server.hosts.agent.protocol import host_identity
 from skill_server.hosts.agent.protocol import state_dir as _host_state_dir
+
+log = logging.getLogger(__name__)
 
 DB_NAME = "experiments.sqlite3"
 
@@ -71,6 +81,46 @@ CREATE TABLE IF NOT EXISTS run_configs (
 """
 
 
+#: Columns added after the first release, with their definitions: ``_migrate`` adds those a registry lacks.
+#: ``seq``: registration order (lookups by name take the newest by it, never by wall-clock time);
+#: ``phase``: ``launching`` from the intent row until every host has started, then ``running`` (a launch
+#: being undone is ``discarding``); ``controller``: the identity of the machine that wrote the row;
+#: ``launcher``: JSON ``{"pid", "start"}`` of the process that launched it (to tell an interrupted launch).
+_ADDED_COLUMNS = (
+    ("seq", "INTEGER"),
+    ("phase", "TEXT NOT NULL DEFAULT 'running'"),
+    ("controller", "TEXT"),
+    ("launcher", "TEXT"),
+)
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS experiments_by_seq ON experiments(seq);
+CREATE INDEX IF NOT EXISTS experiments_by_phase ON experiments(phase);
+"""
+RUNNING = "running"
+LAUNCHING = "launching"
+DISCARDING = "discarding"
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Add the columns a registry written by an older version lacks; number its rows in the order they
+    were written (SQLite's rowid), once."""
+    have = {str(r[1]) for r in conn.execute("PRAGMA table_info(experiments)")}
+    missing = [(name, kind) for name, kind in _ADDED_COLUMNS if name not in have]
+    if missing:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            have = {str(r[1]) for r in conn.execute("PRAGMA table_info(experiments)")}  # another process may have
+            for name, kind in _ADDED_COLUMNS:
+                if name not in have:
+                    conn.execute(f"ALTER TABLE experiments ADD COLUMN {name} {kind}")
+            conn.execute("UPDATE experiments SET seq = rowid WHERE seq IS NULL")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    conn.executescript(_INDEXES)
+
+
 def state_dir() -> Path:
     """``$SKILL_SERVER_STATE_DIR``, else ``$XDG_STATE_HOME/agentjet-swarm-skill``, else ~/.local/state/...
 
@@ -104,6 +154,10 @@ class Row:
     scan: dict[str, Any]
     scan_version: int
     timeouts: int
+    seq: int = 0
+    phase: str = RUNNING
+    controller: str | None = None
+    launcher: dict[str, Any] | None = None
 
     @property
     def processes(self) -> tuple[RunProcess, ...]:
@@ -126,13 +180,23 @@ class Row:
 
 
 _COLUMNS = ("id, session, socket, created, started_at, spec, final_state, final_exit_code, ended, note, "
-            "read_cursor, scan, scan_version, timeouts")
+            "read_cursor, scan, scan_version, timeouts, seq, phase, controller, launcher")
+_COLUMN_COUNT = _COLUMNS.count(",") + 1
+
+
+def _launcher(text: object) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _row(values: tuple[Any, ...]) -> Row:
     """A readable row, or ``CorruptRow`` saying what is wrong with it."""
+    values = tuple(values) + (None,) * (_COLUMN_COUNT - len(values))  # the added columns may be left out
     (id_, session, socket, created, started_at, spec, final_state, final_exit_code, ended, note, read_cursor,
-     scan, scan_version, timeouts) = values
+     scan, scan_version, timeouts, seq, phase, controller, launcher) = values
     exp_id = str(id_)
     try:
         spec_data = json.loads(spec)
@@ -150,7 +214,9 @@ def _row(values: tuple[Any, ...]) -> Row:
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptRow(exp_id, f"unexpected content: {exc}") from None
     return Row(exp_id, session, socket, created, started_at, parsed, final_state, final_exit_code, ended, note,
-               read_cursor if isinstance(read_cursor, str) else "", scan_data, scan_version, timeouts)
+               read_cursor if isinstance(read_cursor, str) else "", scan_data, scan_version, timeouts,
+               seq if isinstance(seq, int) else 0, phase if isinstance(phase, str) else RUNNING,
+               controller if isinstance(controller, str) else None, _launcher(launcher))
 
 
 class Registry:
@@ -158,11 +224,37 @@ class Registry:
         self.conn = conn
 
     # ---- writes
-    def insert(self, *, id: str, session: str, socket: str, created: float, started_at: str, spec: RunSpec) -> None:
+    def insert(self, *, id: str, session: str, socket: str, created: float, started_at: str, spec: RunSpec,
+               phase: str = RUNNING, controller: str | None = None, launcher: dict[str, Any] | None = None) -> None:
+        """Register a run (``phase`` ``launching`` for a launch's intent row); its ``seq`` is the next number."""
         self.conn.execute(
-            "INSERT INTO experiments (id, session, socket, created, started_at, spec) VALUES (?, ?, ?, ?, ?, ?)",
-            (id, session, socket, created, started_at, json.dumps(spec.to_json())),
+            "INSERT INTO experiments (id, session, socket, created, started_at, spec, phase, controller, launcher, "
+            "seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM experiments))",
+            (id, session, socket, created, started_at, json.dumps(spec.to_json()), phase, controller,
+             None if launcher is None else json.dumps(launcher)),
         )
+
+    def set_phase(self, exp_id: str, phase: str, spec: RunSpec | None = None) -> None:
+        """Move a launch on (``running`` once every host has started, with the spec that records them)."""
+        if spec is None:
+            self.conn.execute("UPDATE experiments SET phase = ? WHERE id = ?", (phase, exp_id))
+        else:
+            self.conn.execute("UPDATE experiments SET phase = ?, spec = ? WHERE id = ?",
+                              (phase, json.dumps(spec.to_json()), exp_id))
+
+    def delete(self, exp_id: str) -> None:
+        """Forget a run whose launch was rolled back on every host (with what was cached about it)."""
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            self.conn.execute("DELETE FROM metric_points WHERE series IN "
+                              "(SELECT id FROM metric_series WHERE exp_id = ?)", (exp_id,))
+            self.conn.execute("DELETE FROM metric_series WHERE exp_id = ?", (exp_id,))
+            self.conn.execute("DELETE FROM run_configs WHERE exp_id = ?", (exp_id,))
+            self.conn.execute("DELETE FROM experiments WHERE id = ?", (exp_id,))
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
 
     def update_spec(self, exp_id: str, spec: RunSpec) -> None:
         self.conn.execute("UPDATE experiments SET spec = ? WHERE id = ?", (json.dumps(spec.to_json()), exp_id))
@@ -191,22 +283,33 @@ class Registry:
         return _row(values) if values else None
 
     def find(self, key: str) -> Row | None:
-        """By experiment id, else the newest experiment of the session with that name (``CorruptRow`` if
-        that row cannot be read)."""
-        row = self.get(key)
-        if row is not None:
-            return row
-        values = self.conn.execute(
-            f"SELECT {_COLUMNS} FROM experiments WHERE session = ? ORDER BY created DESC LIMIT 1", (key,)
-        ).fetchone()
+        """By experiment id, else the newest registered experiment of the session with that name
+        (``CorruptRow`` if that row cannot be read). A launch still under way is not found."""
+        values = self.conn.execute(f"SELECT {_COLUMNS} FROM experiments WHERE id = ? AND phase = ?",
+                                   (key, RUNNING)).fetchone()
+        if values is None:
+            values = self.conn.execute(
+                f"SELECT {_COLUMNS} FROM experiments WHERE session = ? AND phase = ? ORDER BY seq DESC LIMIT 1",
+                (key, RUNNING)).fetchone()
         return _row(values) if values else None
 
     def session_runs(self, socket: str, session: str) -> list[Row]:
         """Readable experiments with this session name on this socket name, newest first (a few)."""
         out = []
         for values in self.conn.execute(
-                f"SELECT {_COLUMNS} FROM experiments WHERE socket = ? AND session = ? ORDER BY created DESC LIMIT 20",
-                (socket, session)):
+                f"SELECT {_COLUMNS} FROM experiments WHERE socket = ? AND session = ? AND phase = ? "
+                "ORDER BY seq DESC LIMIT 20", (socket, session, RUNNING)):
+            try:
+                out.append(_row(values))
+            except CorruptRow:
+                continue
+        return out
+
+    def pending(self) -> list[Row]:
+        """Rows of launches that have not finished starting (``launching``) or are being undone."""
+        out = []
+        for values in self.conn.execute(f"SELECT {_COLUMNS} FROM experiments WHERE phase != ? ORDER BY seq",
+                                        (RUNNING,)):
             try:
                 out.append(_row(values))
             except CorruptRow:
@@ -220,12 +323,13 @@ class Registry:
 
     def all_with_problems(self, limit: int) -> tuple[list[Row], list[CorruptRow]]:
         values = list(self.conn.execute(
-            f"SELECT {_COLUMNS} FROM experiments WHERE final_state IS NULL ORDER BY created DESC"))
+            f"SELECT {_COLUMNS} FROM experiments WHERE final_state IS NULL AND phase = ? ORDER BY seq DESC",
+            (RUNNING,)))
         rest = max(0, limit - len(values))
         if rest:
             values += list(self.conn.execute(
-                f"SELECT {_COLUMNS} FROM experiments WHERE final_state IS NOT NULL ORDER BY created DESC LIMIT ?",
-                (rest,)))
+                f"SELECT {_COLUMNS} FROM experiments WHERE final_state IS NOT NULL AND phase = ? "
+                "ORDER BY seq DESC LIMIT ?", (RUNNING, rest)))
         rows: list[Row] = []
         problems: list[CorruptRow] = []
         for v in values:
@@ -234,6 +338,70 @@ class Registry:
             except CorruptRow as exc:
                 problems.append(exc)
         return rows, problems
+
+
+@functools.cache
+def controller_identity() -> str:
+    """This machine's identity (``protocol.host_identity``), recorded in every row it writes."""
+    return host_identity()
+
+
+def launcher_identity() -> dict[str, Any]:
+    """This process as a launch records it: pid and start time (a pid alone may be reused)."""
+    return {"pid": os.getpid(), "start": procs.start_time(os.getpid())}
+
+
+def _launcher_gone(row: Row) -> bool:
+    """Whether the process that launched ``row`` has ended (judged only on the machine that launched it)."""
+    if row.controller != controller_identity():
+        return False  # another machine's launch: that machine's calls finish it
+    who = row.launcher or {}
+    pid, start = who.get("pid"), who.get("start")
+    if not isinstance(pid, int):
+        return True
+    return not procs.alive(pid, start if isinstance(start, str) else None)
+
+
+def discard_everywhere(exp_id: str, session: str, places: Mapping[str, HostRecord], hosts: Sequence[str],
+                       deadline: Deadline) -> bool:
+    """Undo run ``exp_id`` on ``hosts`` by its identity (sessions carrying its marker, its marked processes;
+    its run directory left marked ``discarded``); True when every host confirmed nothing of it is left."""
+    ops = {h: [client.discard(exp_id, places[h].socket_path, session, session_id=places[h].session_id,
+                              run_dir=places[h].run_dir or None)] for h in hosts if h in places}
+    replies = call_hosts(ops, deadline=deadline)
+    confirmed = True
+    for host, reply in replies.items():
+        answer = result_of(reply)
+        if not (answer.get("ok") and answer.get("confirmed")):
+            confirmed = False
+            log.warning("rolling back %s on %s: %s", exp_id, host, answer.get("error") or "not confirmed")
+    return confirmed
+
+
+#: How long one registry open spends finishing interrupted launches, and how soon it tries one again.
+RECONCILE_BUDGET_S = 8.0
+RECONCILE_RETRY_S = 20.0
+_TRIED: dict[str, float] = {}
+
+
+def reconcile(reg: Registry) -> None:
+    """Finish the launches that were interrupted: a row still ``launching`` whose launching process is gone
+    (on this machine), or one being undone (``discarding``), is rolled back on every host and deleted once
+    every host confirms; until then each later call tries again (at most every ``RECONCILE_RETRY_S``)."""
+    pending = [row for row in reg.pending() if row.phase == DISCARDING or _launcher_gone(row)]
+    now = time.monotonic()
+    deadline = Deadline(RECONCILE_BUDGET_S)
+    for row in pending:
+        if now - _TRIED.get(row.id, -RECONCILE_RETRY_S) < RECONCILE_RETRY_S or deadline.expired():
+            continue
+        _TRIED[row.id] = now
+        if row.phase != DISCARDING:
+            reg.set_phase(row.id, DISCARDING)
+        hosts = list(dict.fromkeys(p.host for p in row.processes))
+        if discard_everywhere(row.id, row.session, row.spec.hosts, hosts, deadline):
+            reg.delete(row.id)
+            _TRIED.pop(row.id, None)
+            log.info("rolled back the interrupted launch %s", row.id)
 
 
 def registry_exists() -> bool:
@@ -263,7 +431,11 @@ def open_registry(*, create: bool = True) -> Iterator[Registry]:
                 conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
         conn.executescript(_SCHEMA)
-        yield Registry(conn)
+        _migrate(conn)
+        reg = Registry(conn)
+        if on_disk:
+            reconcile(reg)
+        yield reg
     except sqlite3.Error as exc:
         raise ToolFailure(f"experiment registry error ({directory / DB_NAME}): {exc}") from None
     finally:

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from skill_server.core.deadline import Deadline, bounded
 from skill_server.core.errors import ToolFailure
 from skill_server.hosts.agent import program
 from skill_server.hosts.agent.protocol import state_dir
@@ -271,13 +272,15 @@ class SshHost(Host):
         except ToolFailure as exc:
             raise HostUnreachable(self.name, exc.message) from None
 
-    def call(self, ops: Sequence[Op[Any]], *, timeout_s: float = 60.0) -> list[Result]:
-        request = json.dumps(self._request(ops), separators=(",", ":")).encode("utf-8")
+    def call(self, ops: Sequence[Op[Any]], *, timeout_s: float = 60.0, deadline: Deadline | None = None
+             ) -> list[Result]:
+        bound = bounded(deadline, timeout_s)
+        request = json.dumps(self._request(ops, bound), separators=(",", ":")).encode("utf-8")
         if len(request) <= SESSION_MAX_REQUEST:
-            reply = self._ask_session(request, timeout_s)
+            reply = self._ask_session(request, bound.remaining())
             if reply is not None:
                 return self._results(reply, len(ops))
-        return self._results(self._one_shot(request, timeout_s), len(ops))
+        return self._results(self._one_shot(request, bound.remaining()), len(ops))
 
     def _ask_session(self, request: bytes, timeout_s: float) -> Any | None:
         """The reply through this host's session; None when it is busy or broke (go one-shot)."""

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 
+from . import deadline
 from .checkpoints import op_checkpoints
 from .files import AgentError
 from .generic import op_ping, op_read, op_run, op_write
@@ -55,11 +56,17 @@ def _one(op: object) -> OpReply | Failure:
 
 
 def handle(request: object) -> ReplyEnvelope:
-    """Answer one request; never raises."""
+    """Answer one request; never raises. Its ``budget_s`` (what the caller's deadline leaves) bounds
+    every step that could block (``deadline``)."""
     if not isinstance(request, dict) or request.get("v") != PROTOCOL_VERSION or not isinstance(
             request.get("ops"), list):
         return {"v": PROTOCOL_VERSION, "error": "bad request (protocol version %d expected)" % PROTOCOL_VERSION}
-    return {"v": PROTOCOL_VERSION, "results": [_one(op) for op in request["ops"]]}
+    budget = request.get("budget_s")
+    deadline.start(float(budget) if isinstance(budget, (int, float)) and not isinstance(budget, bool) else None)
+    try:
+        return {"v": PROTOCOL_VERSION, "results": [_one(op) for op in request["ops"]]}
+    finally:
+        deadline.start(None)
 
 
 #: A serving agent exits after this long without a request (the caller starts a new one when needed).
