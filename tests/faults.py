@@ -144,21 +144,17 @@ class FullDisk:
         self.filler = path / ".filler"
 
     def fill(self) -> None:
-        with open(self.filler, "ab") as handle:
-            block = b"\0" * 65536
-            try:
-                while True:
-                    handle.write(block)
-                    handle.flush()
-            except OSError:
-                pass
-            for size in (4096, 512, 1):  # the last partial blocks too
+        fd = os.open(self.filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            for size in (65536, 4096, 512, 1):  # down to the last partial block
+                block = b"\0" * size
                 try:
                     while True:
-                        handle.write(b"\0" * size)
-                        handle.flush()
+                        os.write(fd, block)
                 except OSError:
                     pass
+        finally:
+            os.close(fd)
 
     def free(self) -> None:
         try:

@@ -429,5 +429,6 @@ def test_hosts_answer_an_agent_that_is_not_there():
         {"run_dir": "/nonexistent", "role": "main", "pid": 2**22 + 7, "start": "1", "log_path": "/nonexistent/log",
          "reads": [{"offset": 0, "budget": 100}]}]}]})["results"][0]
     assert reply["ok"] and reply["panes"] == {"/nonexistent/sock": None}
-    assert reply["procs"][0] == {"alive": False, "exit_code": None, "markers": [], "final": True, "size": None,
+    assert reply["procs"][0] == {"alive": False, "exit_code": None, "exit_source": None, "elapsed_s": None,
+                                 "markers": [], "final": True, "size": None,
                                  "reads": [{"text": "", "end": 0, "skipped": 0, "reset": False}]}

@@ -54,6 +54,10 @@ class ProcView:
     size: int | None
     reads: list[logs.Chunk] = field(default_factory=list)
     reason: str | None = None  # why the host could not be asked
+    #: Where the exit code came from on the host ("file", "tmux_option", "pane_status"), None without one.
+    exit_source: str | None = None
+    #: Seconds since the wrapper started, by its host's boot-relative clock (None once ended or unknown).
+    elapsed_s: float | None = None
 
     @property
     def role(self) -> str:
@@ -102,7 +106,8 @@ def _requests(rows: list[Row], scans: list[logs.ScanState], extra: list[list[lis
             reads += [{"offset": o, "budget": b} for o, b in extra[r][i]]
             where[(r, i)] = (p.host, len(on_host))
             on_host.append({"run_dir": p.run_dir, "role": p.role, "pid": p.pid, "start": p.start,
-                            "log_path": p.log_path, "reads": reads})
+                            "log_path": p.log_path, "reads": reads, "socket_path": p.socket_path,
+                            "session_id": p.session_id, "pane_id": p.pane_id})
     return {h: [client.observe(sockets[h], procs[h])] for h in procs}, where
 
 
@@ -156,7 +161,8 @@ def _proc_view(p: RunProcess, reply: Reply | None, index: int) -> ProcView:
     state = process_state(facts, pane_alive)
     final = facts.final or state not in ("running", "waiting")
     chunks = [_chunk(x) for x in facts_raw["reads"]]
-    return ProcView(p, state, facts.exit_code, facts.alive, final, facts.size, chunks)
+    return ProcView(p, state, facts.exit_code, facts.alive, final, facts.size, chunks,
+                    exit_source=facts_raw.get("exit_source"), elapsed_s=facts_raw.get("elapsed_s"))
 
 
 def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, now: float) -> View:

@@ -404,9 +404,21 @@ def reconcile(reg: Registry) -> None:
             log.info("rolled back the interrupted launch %s", row.id)
 
 
+#: Where the registry lives when it must not be in the state directory (see ``registry_dir``).
+REGISTRY_DIR_ENV = "SKILL_SERVER_REGISTRY_DIR"
+
+
+def registry_dir() -> Path:
+    """The registry's directory: ``$SKILL_SERVER_REGISTRY_DIR`` when set, else the state directory."""
+    explicit = os.environ.get(REGISTRY_DIR_ENV)
+    if explicit:
+        return Path(os.path.abspath(os.path.expanduser(explicit)))
+    return state_dir()
+
+
 def registry_exists() -> bool:
     """Whether any experiment was ever registered here (the database file exists)."""
-    return (state_dir() / DB_NAME).is_file()
+    return (registry_dir() / DB_NAME).is_file()
 
 
 @contextmanager
@@ -415,7 +427,7 @@ def open_registry(*, create: bool = True) -> Iterator[Registry]:
 
     ``create=False`` is for calls that only look runs up: before any launch there is no registry, and an
     empty one in memory answers instead, so they never create a state directory and database on disk."""
-    directory = state_dir()
+    directory = registry_dir()
     on_disk = create or registry_exists()
     try:
         if on_disk:

@@ -277,13 +277,20 @@ if TYPE_CHECKING:
         offset: int
         budget: int
 
-    class ObserveProc(TypedDict):
+    class _ObserveProcRequired(TypedDict):
         run_dir: str
         role: str
         pid: int | None
         start: str | None
         log_path: str
         reads: list[ReadSpan]
+
+    class ObserveProc(_ObserveProcRequired, total=False):
+        """Where tmux keeps the exit code when no exit file could be written (the disk was full)."""
+
+        socket_path: str
+        session_id: str | None
+        pane_id: str | None
 
     class ObserveRequest(TypedDict):
         op: Literal["observe"]
@@ -311,6 +318,11 @@ if TYPE_CHECKING:
     class ObservedProc(TypedDict):
         alive: bool | None  # None: no pid recorded
         exit_code: int | None
+        #: Where the exit code came from: "file" (``<role>.exit``), "tmux_option" (``@ajs_exit_<role>``,
+        #: the wrapper could not write the file), "pane_status" (the dead pane's status); None: no code.
+        exit_source: str | None
+        #: Seconds since the wrapper started, by the host's boot-relative clock (None when it has ended).
+        elapsed_s: float | None
         markers: list[str]
         final: bool
         size: int | None
@@ -319,6 +331,7 @@ if TYPE_CHECKING:
     class ObserveReply(Ok):
         panes: dict[str, list[Pane] | None]  # None: no tmux server at that socket
         procs: list[ObservedProc]
+        host_identity: str
 
     # ---- checkpoints: global_step_N folders under a directory
 

@@ -268,16 +268,40 @@ def op_observe(req: Mapping[str, object]) -> ObserveReply:
     panes: dict[str, list[Pane] | None] = {}
     for socket in strings(req, "sockets"):
         panes[socket] = tmux.list_panes(socket)
-    return {"panes": panes, "procs": [_observe_proc(p) for p in objects(req, "procs")]}
+    return {"panes": panes, "procs": [_observe_proc(p) for p in objects(req, "procs")],
+            "host_identity": host_identity()}
+
+
+def _exit_code(p: Mapping[str, object], rdir: str, role: str, alive: bool | None) -> tuple[int | None, str | None]:
+    """The exit code and where it was found: the exit file; else, once the wrapper has ended, what tmux
+    kept (the option the wrapper set, the dead pane's status), written to the exit file when it can be."""
+    path = os.path.join(rdir, role + ".exit")
+    code = files.read_int(path)
+    if code is not None:
+        return code, "file"
+    if alive is not False:
+        return None, None
+    from . import wrapper
+
+    code, source = tmux.recorded_exit(need_or(p, "socket_path", str, ""), need_or(p, "session_id", str, None),
+                                      need_or(p, "pane_id", str, None), wrapper.exit_option(role))
+    if code is not None:
+        try:  # whoever finds a code and no file writes the file, once there is space
+            files.write_atomic(path, b"%d\n" % code, replace=False, mode=0o600)
+        except AgentError:
+            pass
+    return code, source
 
 
 def _observe_proc(p: Mapping[str, object]) -> ObservedProc:
     rdir, role = need(p, "run_dir", str), need(p, "role", str)
     pid = need_or(p, "pid", int, None)
-    # Liveness first, exit file second: a wrapper writes its exit file before it exits, so a dead
-    # wrapper without an exit file really died without recording one.
-    alive = procs.alive(pid, need_or(p, "start", str, None)) if pid else None
-    exit_code = files.read_int(os.path.join(rdir, role + ".exit"))
+    start = need_or(p, "start", str, None)
+    # Liveness first, exit code second: a wrapper records its exit code before it exits, so a dead
+    # wrapper without one (in the file or in tmux) really died without recording one.
+    alive = procs.alive(pid, start) if pid else None
+    elapsed = procs.age(pid, start) if alive else None
+    exit_code, exit_source = _exit_code(p, rdir, role, alive)
     markers = [m for m in MARKERS if files.exists(os.path.join(rdir, "%s.%s" % (role, m)))]
     if _survivors_alive(os.path.join(rdir, role + ".survivors")):
         markers.append("survivors")
@@ -287,8 +311,8 @@ def _observe_proc(p: Mapping[str, object]) -> ObservedProc:
     for r in objects(p, "reads", required=False):
         budget = max(0, min(need(r, "budget", int), MAX_READ_BYTES))
         reads.append(files.read_appended(log_path, max(0, need(r, "offset", int)), budget, final))
-    return {"alive": alive, "exit_code": exit_code, "markers": markers, "final": final,
-            "size": files.file_size(log_path), "reads": reads}
+    return {"alive": alive, "exit_code": exit_code, "exit_source": exit_source, "elapsed_s": elapsed,
+            "markers": markers, "final": final, "size": files.file_size(log_path), "reads": reads}
 
 
 def _survivors_alive(path: str) -> bool:

@@ -125,6 +125,29 @@ def list_panes(socket: str) -> list[Pane] | None:
     return panes
 
 
+def recorded_exit(socket: str, session_id: str | None, pane_id: str | None, option: str
+                  ) -> tuple[int | None, str | None]:
+    """(exit code, where it was found) of a pane whose wrapper ended without an exit file: the session
+    option the wrapper set (``option``), else the dead pane's status; (None, None) when tmux has neither,
+    or the pane is no longer the recorded one (another session id)."""
+    if not pane_id or not session_id or not os.path.exists(socket):
+        return None, None
+    fields = ["#{session_id}", "#{pane_dead}", "#{pane_dead_status}", "#{%s}" % option]
+    try:
+        result = _tmux(socket, ["display-message", "-p", "-t", pane_id, _SEP.join(fields)])
+    except AgentError:
+        return None, None
+    parts = result.stdout.decode("utf-8", "replace").strip().split(_SEP)
+    if result.returncode != 0 or len(parts) != 4 or parts[0] != session_id:
+        return None, None
+    _, dead, status, stored = parts
+    if stored.lstrip("-").isdecimal():
+        return int(stored), "tmux_option"
+    if dead == "1" and status.lstrip("-").isdecimal():
+        return int(status), "pane_status"
+    return None, None
+
+
 def kill_session(socket: str, session_id: str) -> bool:
     """End the session with this id (``$3``); an id, never a name: names repeat across runs."""
     if not os.path.exists(socket) or not session_id.startswith("$"):
