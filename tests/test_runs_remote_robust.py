@@ -4,9 +4,15 @@ under a partition and a hung tmux, noisy login shells work. See tests/faults.py 
 
 from __future__ import annotations
 
+import pytest
+
+from skill_server.core.errors import ToolFailure
+from skill_server.hosts import get_host
+from skill_server.hosts.ssh import close_masters
 from tests.experiment_helpers import call, status, wait_until
+from tests.faults import JUNK_BASHRC, NOISY_BASHRC, READING_BASHRC, clear_bashrc, write_bashrc
 from tests.sshd import LoopbackSshd
-from tests.test_experiments_remote import node_marked, remote, sshd, trainer, workdir_on  # noqa: F401  (fixtures)
+from tests.test_experiments_remote import node_marked, remote, workdir_on  # noqa: F401  (fixtures)
 
 
 def test_stopping_the_finished_attempt_on_a_node_leaves_the_relaunch_running(remote: LoopbackSshd):
@@ -21,3 +27,49 @@ def test_stopping_the_finished_attempt_on_a_node_leaves_the_relaunch_running(rem
     done = call("stop_experiment", id=new["id"], grace_s=1)
     assert done["state"] == "stopped" and done["session_removed"] and node_marked("node1", new["id"] + "/") == []
 
+
+
+# ---- login shells that print or read (issue 19 item 4) -----------------------------------------------
+
+@pytest.fixture(scope="module")
+def sshd():
+    """The nodes' login shell is bash, which runs ``~/.bashrc`` for an ssh command (as on Debian and RHEL)."""
+    server = LoopbackSshd(shell="/bin/bash").start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.mark.parametrize("bashrc", [NOISY_BASHRC, READING_BASHRC], ids=["prints", "reads-stdin"])
+def test_a_login_shell_that_prints_or_reads_stdin_leaves_the_channel_working(remote: LoopbackSshd, bashrc: str):
+    ran = remote.home / "bashrc-ran"
+    write_bashrc(remote.home, bashrc + f"touch {ran}\n")
+    try:
+        close_masters()
+        work = workdir_on(remote)
+        out = call("launch_experiment", host="node1", name="noisy", workdir=str(work),
+                   processes=[{"role": "a", "command": "echo hello from a"},
+                              {"role": "b", "command": "echo hello from b", "host": "node2"}])
+        done = call("wait_experiment", id=out["id"], timeout_s=30)
+        assert done["state"] == "succeeded", done
+        assert "[a] hello from a" in done["lines"] and "[b] hello from b" in done["lines"]
+        assert get_host("node2").run(["echo", "plain"]).stdout == "plain\n"
+        assert ran.is_file()  # the start-up file did run on the way
+    finally:
+        ran.unlink(missing_ok=True)
+        clear_bashrc(remote.home)
+
+
+def test_a_login_shell_that_never_starts_python_is_quoted_in_the_error(remote: LoopbackSshd):
+    write_bashrc(remote.home, JUNK_BASHRC)
+    try:
+        close_masters()
+        with pytest.raises(ToolFailure) as err:
+            call("launch_experiment", host="node1", name="junk", workdir=str(workdir_on(remote)), command="true")
+        message = str(err.value)
+        assert err.value.field == "host" and "\n" not in message and "\x1b" not in message and "\x01" not in message
+        assert "the login shell of node1 exited (status 3) before starting the host agent" in message
+        assert "it printed: 'module: command not found ?[31m??junk'" in message
+    finally:
+        clear_bashrc(remote.home)
