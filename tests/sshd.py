@@ -311,6 +311,13 @@ class LoopbackSshd:
         return subprocess.run(["nsenter", f"--target={target}", "--pid", "--mount", "--net", "--", *argv],
                               capture_output=True, text=True, timeout=timeout, check=False)
 
+    def trust_port(self, alias: str, port: int) -> None:
+        """Let ``alias`` reach the same host key on another port too (a proxy in front of its sshd)."""
+        known = self.root / f"known_hosts_{alias}"
+        key = " ".join(known.read_text().split()[1:3])
+        with open(known, "a") as handle:
+            handle.write(f"[127.0.0.1]:{port} {key}\n")
+
     def set_port(self, alias: str, port: int) -> None:
         """Point an alias at another port (to make a node unreachable, or reachable again)."""
         text = self.config.read_text()

@@ -4,6 +4,8 @@ under a partition and a hung tmux, noisy login shells work. See tests/faults.py 
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 
 from skill_server.core.errors import ToolFailure
@@ -73,3 +75,21 @@ def test_a_login_shell_that_never_starts_python_is_quoted_in_the_error(remote: L
         assert "it printed: 'module: command not found ?[31m??junk'" in message
     finally:
         clear_bashrc(remote.home)
+
+
+# ---- wait_experiment until a pattern
+
+def test_a_pattern_wait_looks_again_after_the_host_came_back(remote: LoopbackSshd):
+    """The known bug: one failed look made the pattern search stop for good."""
+    out = call("launch_experiment", host="node2", name="back", workdir=str(workdir_on(remote)),
+               command="sh -c 'sleep 6; echo READY; sleep 120'")
+    remote.set_port("node2", remote.down_port)
+    close_masters()
+    restore = threading.Timer(2.0, remote.set_port, ("node2", remote.ports["node2"]))
+    restore.start()
+    try:
+        done = call("wait_experiment", id=out["id"], until="pattern", pattern="READY", timeout_s=20)
+    finally:
+        restore.join()
+    assert done["reason"] == "pattern" and done["matched_line"] == "READY" and done["state"] == "running"
+    call("stop_experiment", id=out["id"], grace_s=1)

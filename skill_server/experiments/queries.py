@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolInputError
 from skill_server.experiments import blueprint as bp
 from skill_server.experiments import checkpoints as ckpt
@@ -205,7 +206,7 @@ def absorb_config(reg: Registry, view: View, plan: ExtraPlan, now: float) -> Non
         runconfig.store(reg, view.row.id, plan.config, now)
 
 
-def _checkpoints(plan: ExtraPlan, view: View) -> CheckpointList:
+def _checkpoints(plan: ExtraPlan, view: View, deadline: Deadline | None) -> CheckpointList:
     """The listing that rode along, or (once per run, right after the YAML named the directory) one more call."""
     if plan.list_checkpoints:
         return ckpt.from_answer(plan.config, view.extra[-1])
@@ -213,14 +214,14 @@ def _checkpoints(plan: ExtraPlan, view: View) -> CheckpointList:
     if listing is None:
         return ckpt.unknown(plan.config)
     host, op = listing
-    return ckpt.from_answer(plan.config, result_of(call_hosts({host: [op]}, timeout_s=30.0)[host]))
+    return ckpt.from_answer(plan.config, result_of(call_hosts({host: [op]}, timeout_s=30.0, deadline=deadline)[host]))
 
 
 def observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_lines: int, *,
-                       checkpoints: bool = False, history_request: HistoryRequest | None = None
-                       ) -> list[dict[str, Any]]:
-    """Observe ``rows`` (one round trip per host) and build their status fields with new lines, progress and,
-    when asked, checkpoints and metric history."""
+                       checkpoints: bool = False, history_request: HistoryRequest | None = None,
+                       deadline: Deadline | None = None) -> list[dict[str, Any]]:
+    """Observe ``rows`` (one round trip per host, ending by ``deadline``) and build their status fields with
+    new lines, progress and, when asked, checkpoints and metric history."""
     now = time.time()
     starts: dict[str, list[int]] = {}
     plans: dict[str, ExtraPlan] = {}
@@ -228,7 +229,7 @@ def observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_li
         starts[row.id] = parse_cursor(since, len(row.processes), "since") if since is not None else stored_cursor(row)
         plans[row.id] = plan_extras(reg, row, checkpoints, now)
     views = observe(reg, rows, extra_reads=lambda row: line_reads(row, starts[row.id], max_lines),
-                    extra_ops=lambda row: extra_ops(plans[row.id]))
+                    extra_ops=lambda row: extra_ops(plans[row.id]), deadline=deadline)
     out = []
     for view in views:
         row = view.row
@@ -238,7 +239,7 @@ def observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_li
         lines, new, skipped = lines_from(view, offsets, max_lines)
         if since is None and new != offsets:
             reg.save_cursor(row.id, ",".join(str(c) for c in new))
-        listing = _checkpoints(plan, view) if checkpoints else None
+        listing = _checkpoints(plan, view, deadline) if checkpoints else None
         wanted = None
         if history_request is not None:
             wanted = history.history_view(reg, row.id, history_request.patterns, history_request.from_step,

@@ -252,7 +252,7 @@ class _Channel:
                                f"the host agent; {printed}{said}")
 
     def _late(self, deadline: Deadline, waited: float, prelude: bytes | None) -> HostUnreachable:
-        self.close()
+        self.close(kill=True)  # the deadline has passed: no grace for a connection that hangs
         if prelude is None:
             return HostUnreachable(self.host, f"no answer within {waited:.0f} s")
         if prelude.strip():
@@ -345,13 +345,17 @@ class _Channel:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def close(self) -> None:
+    def close(self, *, kill: bool = False) -> None:
+        """End the channel: close stdin (the agent exits) and wait briefly, or (``kill``) end ssh at once."""
         if self.proc.poll() is None:
             try:
-                os.close(self.stdin)
+                if self.proc.stdin is not None:
+                    self.proc.stdin.close()
             except OSError:
                 pass
             try:
+                if kill:
+                    raise subprocess.TimeoutExpired(self.proc.args, 0)
                 self.proc.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 self.proc.kill()

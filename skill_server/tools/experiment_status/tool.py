@@ -8,6 +8,7 @@ riding along) is ``experiments.queries``.
 
 from __future__ import annotations
 
+from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolInputError
 from skill_server.experiments import logs
 from skill_server.experiments.models import DEFAULT_HISTORY_POINTS, ExperimentStatus, RegistryProblem
@@ -37,6 +38,7 @@ def experiment_status(inp: StatusInput) -> StatusOutput:
     if inp.since is not None and inp.id is None:
         raise ToolInputError("a cursor belongs to one experiment: give id too", field="since")
     wanted = history_request(inp)
+    deadline = Deadline.call()
     problems: list[RegistryProblem] = []
     with open_registry(create=False) as reg:
         if inp.id is not None:
@@ -47,5 +49,6 @@ def experiment_status(inp: StatusInput) -> StatusOutput:
             problems = [RegistryProblem(id=c.exp_id, message=c.message) for c in corrupt]
             max_lines = 20 if inp.max_lines is None else inp.max_lines
         listing = inp.checkpoints if inp.checkpoints is not None else inp.id is not None
-        fields = observe_with_lines(reg, rows, inp.since, max_lines, checkpoints=listing, history_request=wanted)
+        fields = observe_with_lines(reg, rows, inp.since, max_lines, checkpoints=listing, history_request=wanted,
+                                    deadline=deadline)
     return StatusOutput(experiments=[ExperimentStatus(**f) for f in fields], problems=problems)
