@@ -57,3 +57,23 @@ def test_the_run_directory_carries_the_host_identity(tmux_socket: str, workdir: 
     run_dir = Path(os.environ["SKILL_SERVER_STATE_DIR"]) / "runs" / out["id"]
     assert [p.name for p in run_dir.iterdir()] == [host_identity()]
     assert (run_dir / host_identity() / "main.exit").read_text().strip() == "0"
+
+
+@pytest.mark.skipif(not have_faketime(), reason="libfaketime (Debian: faketime) is not installed")
+@pytest.mark.parametrize("step", ["+25h", "+30m", "-3d"])
+def test_a_wall_clock_step_changes_no_verdict(tmux_socket: str, workdir: Path, step: str):
+    """Durations that decide a state come from the host's boot-relative clock: a status asked by a process
+    whose wall clock is far ahead (or behind) sees a young run as young."""
+    out = call("launch_experiment", name="young", command=trainer("--mode", "hang"), workdir=str(workdir),
+               max_time_s=3600, first_step_timeout_s=1200)
+    wait_until(lambda: marked_pids(out["id"] + "/"))
+    for tool, args in (("experiment_status", {"id": out["id"], "max_lines": 0}),
+                       ("wait_experiment", {"id": out["id"], "timeout_s": 1})):
+        proc = run_cli("call", tool, "--json", json.dumps(args), env=clock_step_env(cli_env(), step))
+        assert proc.returncode == 0, proc.stderr
+        seen = json.loads(proc.stdout)
+        seen = seen["experiments"][0] if tool == "experiment_status" else seen
+        assert seen["state"] == "running" and not seen["first_step_overdue"], seen
+        assert seen["elapsed_s"] < 60 and 3500 < seen["time_left_s"] <= 3600, seen
+        assert "past its max time" not in (seen["note"] or "")
+    call("stop_experiment", id=out["id"], grace_s=1)

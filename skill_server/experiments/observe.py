@@ -187,14 +187,24 @@ def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, 
     if unreachable:
         what = "cannot be asked" if state == "unreachable" else "cannot be asked for new output"
         note = "; ".join(([note] if note else []) + [f"host {u} ({what}; the next call retries)" for u in unreachable])
+    clock = run_clock(row, procs, now)
     if state == "running":
         max_time = float(row.spec.max_time_s or bp.DEFAULT_MAX_TIME_S)
-        if now - row.created > max_time + 60:
+        if clock - row.created > max_time + 60:
             note = (note + "; " if note else "") + ("past its max time but still running: the watchdog on its host "
                                                     "did not end it; stop_experiment does")
-    _fold_scan(reg, row, procs, scan, now)
-    end = row.ended if row.ended else now
+    _fold_scan(reg, row, procs, scan, clock)
+    end = row.ended if row.ended else clock
     return View(row, state, exit_code, procs, scan, max(0.0, end - row.created), note)
+
+
+def run_clock(row: Row, procs: list[ProcView], now: float) -> float:
+    """"Now" on the run's own time line: its registration time plus how long its oldest running wrapper has
+    run by its host's boot-relative clock, so durations that decide a state (past the max time, the first
+    step late, step rates) cannot be moved by a wall-clock step here or there. The wall clock only when no
+    host could tell (no ``/proc`` there, or nothing runs any more)."""
+    ages = [p.elapsed_s for p in procs if p.elapsed_s is not None and p.state in ("running", "waiting")]
+    return row.created + max(ages) if ages else now
 
 
 def first_step_pattern(row: Row) -> re.Pattern[str] | None:
