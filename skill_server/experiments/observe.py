@@ -15,6 +15,7 @@ results land in ``View.extra``.
 from __future__ import annotations
 
 import re
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -207,6 +208,17 @@ def run_clock(row: Row, procs: list[ProcView], now: float) -> float:
     return row.created + max(ages) if ages else now
 
 
+def _save_scan(reg: Registry, row: Row, scan: logs.ScanState, lines: list[StepLine], first_seq: int) -> bool:
+    """Store the scan state and its metric points; True also when the registry cannot be written (this
+    answer then stands alone and says so), False when another caller scanned these bytes first."""
+    try:
+        return history.save_scan_and_points(reg, row.id, scan.to_json(), row.scan_version, lines, first_seq)
+    except sqlite3.Error as exc:
+        if reg.recordable(exc):
+            return True
+        raise
+
+
 def first_step_pattern(row: Row) -> re.Pattern[str] | None:
     """The run's own first-step regex, or None for the default rule (the first ``step:N`` line, N >= 1)."""
     pattern = row.spec.first_step_pattern
@@ -241,7 +253,7 @@ def _fold_scan(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanSt
         if scan.first_step_seen and not seen_before:  # printed after the previous scan (or the launch)
             scan.first_step_not_before = scan.scanned_at if scan.scanned_at is not None else row.created
         scan.scanned_at = now
-    if changed and not history.save_scan_and_points(reg, row.id, scan.to_json(), row.scan_version, lines, first_seq):
+    if changed and not _save_scan(reg, row, scan, lines, first_seq):
         fresh = reg.get(row.id)  # another caller scanned the same bytes first: use its result
         if fresh is not None:
             stored = logs.ScanState.from_json(fresh.scan, len(procs))

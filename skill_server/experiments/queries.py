@@ -14,6 +14,7 @@ The metric history (``history``) is read from the local registry.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -203,7 +204,11 @@ def absorb_config(reg: Registry, view: View, plan: ExtraPlan, now: float) -> Non
     """Fold the YAML reads that came back with ``view`` into the plan's config and cache it."""
     if plan.read_config:
         plan.config = runconfig.fold_answers(view.row, plan.candidates, view.extra[: len(plan.candidates)])
-        runconfig.store(reg, view.row.id, plan.config, now)
+        try:
+            runconfig.store(reg, view.row.id, plan.config, now)
+        except sqlite3.Error as exc:
+            if not reg.recordable(exc):
+                raise
 
 
 def _checkpoints(plan: ExtraPlan, view: View, deadline: Deadline | None) -> CheckpointList:
@@ -247,6 +252,9 @@ def observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_li
                                           restarts=len(view.scan.progress.restarts))
         out.append(status_fields(view, lines, new, skipped, config=plan.config, checkpoints=listing,
                                  metrics_history=wanted))
+    if reg.problem:  # say what this call could not record, in every answer it gives
+        for fields in out:
+            fields["note"] = "; ".join(filter(None, [fields["note"], f"not recorded: {reg.problem}"]))
     return out
 
 

@@ -22,6 +22,7 @@ import logging
 import os
 import sqlite3
 import time
+import urllib.parse
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -219,32 +220,78 @@ def _row(values: tuple[Any, ...]) -> Row:
                controller if isinstance(controller, str) else None, _launcher(launcher))
 
 
+def unwritable(directory: Path, exc: BaseException | None = None) -> str | None:
+    """Why the registry in ``directory`` cannot be written, in words (read-only, or its disk is full); None
+    when neither is the case (``exc``, SQLite's error, then means something else)."""
+    path = directory / DB_NAME
+    name = str(getattr(exc, "sqlite_errorname", "") or "")
+    try:
+        fs = os.statvfs(directory)
+    except OSError:
+        fs = None
+    if fs is not None and fs.f_flag & os.ST_RDONLY:
+        return f"the registry {path} is read-only (its filesystem is mounted read-only)"
+    if (path.exists() and not os.access(path, os.W_OK)) or not os.access(directory, os.W_OK):
+        return f"the registry {path} is read-only"
+    if (fs is not None and fs.f_bavail == 0) or name.startswith("SQLITE_FULL"):
+        return f"the disk holding the registry {path} is full"
+    if name.startswith("SQLITE_READONLY"):
+        return f"the registry {path} is read-only"
+    return None
+
+
 class Registry:
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, directory: Path | None = None, problem: str | None = None) -> None:
         self.conn = conn
+        self.directory = directory
+        #: Why this call could not record something (the registry is read-only or its disk is full); the
+        #: answer says so. None while every write went through.
+        self.problem = problem
+
+    def recordable(self, exc: sqlite3.Error) -> bool:
+        """Whether ``exc`` from a write means the registry cannot be written (then ``problem`` says why and
+        the call goes on without recording); False for any other error."""
+        if not isinstance(exc, sqlite3.OperationalError) or self.directory is None:
+            return False
+        problem = unwritable(self.directory, exc)
+        if problem is None:
+            return False
+        self.problem = self.problem or problem  # the first reason stands (later writes meet its read-only view)
+        return True
+
+    def _write(self, sql: str, params: tuple[Any, ...] = (), *, required: bool = False) -> sqlite3.Cursor | None:
+        """One write; when the registry cannot be written, None (``problem`` says why), or with ``required``
+        a ``ToolFailure`` that says it in words."""
+        try:
+            return self.conn.execute(sql, params)
+        except sqlite3.Error as exc:
+            if not self.recordable(exc):
+                raise
+            if required:
+                raise ToolFailure(f"{self.problem}: nothing was started or changed") from None
+            return None
 
     # ---- writes
     def insert(self, *, id: str, session: str, socket: str, created: float, started_at: str, spec: RunSpec,
                phase: str = RUNNING, controller: str | None = None, launcher: dict[str, Any] | None = None) -> None:
         """Register a run (``phase`` ``launching`` for a launch's intent row); its ``seq`` is the next number."""
-        self.conn.execute(
+        self._write(
             "INSERT INTO experiments (id, session, socket, created, started_at, spec, phase, controller, launcher, "
             "seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM experiments))",
             (id, session, socket, created, started_at, json.dumps(spec.to_json()), phase, controller,
-             None if launcher is None else json.dumps(launcher)),
-        )
+             None if launcher is None else json.dumps(launcher)), required=True)
 
     def set_phase(self, exp_id: str, phase: str, spec: RunSpec | None = None) -> None:
         """Move a launch on (``running`` once every host has started, with the spec that records them)."""
         if spec is None:
-            self.conn.execute("UPDATE experiments SET phase = ? WHERE id = ?", (phase, exp_id))
+            self._write("UPDATE experiments SET phase = ? WHERE id = ?", (phase, exp_id), required=True)
         else:
-            self.conn.execute("UPDATE experiments SET phase = ?, spec = ? WHERE id = ?",
-                              (phase, json.dumps(spec.to_json()), exp_id))
+            self._write("UPDATE experiments SET phase = ?, spec = ? WHERE id = ?",
+                        (phase, json.dumps(spec.to_json()), exp_id), required=True)
 
     def delete(self, exp_id: str) -> None:
         """Forget a run whose launch was rolled back on every host (with what was cached about it)."""
-        self.conn.execute("BEGIN IMMEDIATE")
+        self._write("BEGIN IMMEDIATE", required=True)
         try:
             self.conn.execute("DELETE FROM metric_points WHERE series IN "
                               "(SELECT id FROM metric_series WHERE exp_id = ?)", (exp_id,))
@@ -257,22 +304,22 @@ class Registry:
             raise
 
     def update_spec(self, exp_id: str, spec: RunSpec) -> None:
-        self.conn.execute("UPDATE experiments SET spec = ? WHERE id = ?", (json.dumps(spec.to_json()), exp_id))
+        self._write("UPDATE experiments SET spec = ? WHERE id = ?", (json.dumps(spec.to_json()), exp_id))
 
     def finish(self, exp_id: str, state: str, exit_code: int | None, ended: float, note: str | None = None) -> bool:
         """Record a terminal state once; False if another caller recorded one first."""
-        cur = self.conn.execute(
+        cur = self._write(
             "UPDATE experiments SET final_state = ?, final_exit_code = ?, ended = ?, note = COALESCE(?, note) "
             "WHERE id = ? AND final_state IS NULL",
             (state, exit_code, ended, note, exp_id),
         )
-        return cur.rowcount == 1
+        return cur is None or cur.rowcount == 1  # not recordable: this call's answer stands alone
 
     def save_cursor(self, exp_id: str, cursor: str) -> None:
-        self.conn.execute("UPDATE experiments SET read_cursor = ? WHERE id = ?", (cursor, exp_id))
+        self._write("UPDATE experiments SET read_cursor = ? WHERE id = ?", (cursor, exp_id))
 
     def bump_timeouts(self, exp_id: str) -> int:
-        self.conn.execute("UPDATE experiments SET timeouts = timeouts + 1 WHERE id = ?", (exp_id,))
+        self._write("UPDATE experiments SET timeouts = timeouts + 1 WHERE id = ?", (exp_id,))
         row = self.conn.execute("SELECT timeouts FROM experiments WHERE id = ?", (exp_id,)).fetchone()
         return int(row[0]) if row else 0
 
@@ -421,35 +468,62 @@ def registry_exists() -> bool:
     return (registry_dir() / DB_NAME).is_file()
 
 
+def _connect(path: Path | None, *, read_only: bool = False) -> sqlite3.Connection:
+    """A connection to the registry file (``None``: an empty one in memory); ``read_only`` opens it as an
+    immutable file, which works where SQLite cannot create its WAL index (a read-only or full disk)."""
+    if path is None:
+        return sqlite3.connect(":memory:", timeout=15.0, isolation_level=None)
+    if read_only:
+        return sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?immutable=1", uri=True, timeout=15.0,
+                               isolation_level=None)
+    return sqlite3.connect(str(path), timeout=15.0, isolation_level=None)
+
+
+def _prepare(conn: sqlite3.Connection, on_disk: bool) -> None:
+    if on_disk:
+        conn.execute("PRAGMA busy_timeout = 15000")
+        if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+    conn.executescript(_SCHEMA)
+    _migrate(conn)
+
+
 @contextmanager
 def open_registry(*, create: bool = True) -> Iterator[Registry]:
     """A registry connection for the duration of one tool call.
 
     ``create=False`` is for calls that only look runs up: before any launch there is no registry, and an
-    empty one in memory answers instead, so they never create a state directory and database on disk."""
+    empty one in memory answers instead, so they never create a state directory and database on disk.
+    A registry that cannot be written (read-only, or its disk is full) is opened read-only: lookups and
+    observations work, writes are skipped and ``Registry.problem`` says why (a launch refuses)."""
     directory = registry_dir()
     on_disk = create or registry_exists()
+    path = directory / DB_NAME if on_disk else None
+    problem: str | None = None
     try:
         if on_disk:
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        conn = sqlite3.connect(str(directory / DB_NAME) if on_disk else ":memory:", timeout=15.0,
-                               isolation_level=None)
+        conn = _connect(path)
+        _prepare(conn, on_disk)
     except (OSError, sqlite3.Error) as exc:
-        raise ToolFailure(f"cannot open the experiment registry in {directory}: {exc}") from None
+        problem = unwritable(directory, exc) if path is not None and path.is_file() else None
+        if problem is None:
+            raise ToolFailure(f"cannot open the experiment registry in {directory}: {exc}") from None
+        try:
+            conn = _connect(path, read_only=True)
+        except sqlite3.Error:
+            raise ToolFailure(f"cannot open the experiment registry in {directory}: {problem}") from None
     try:
-        if on_disk:
-            conn.execute("PRAGMA busy_timeout = 15000")
-            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-        conn.executescript(_SCHEMA)
-        _migrate(conn)
-        reg = Registry(conn)
-        if on_disk:
-            reconcile(reg)
+        reg = Registry(conn, directory if on_disk else None, problem)
+        if on_disk and problem is None:
+            try:
+                reconcile(reg)
+            except ToolFailure as exc:  # the registry became unwritable meanwhile: the call goes on
+                log.warning("cannot finish interrupted launches: %s", exc)
         yield reg
     except sqlite3.Error as exc:
-        raise ToolFailure(f"experiment registry error ({directory / DB_NAME}): {exc}") from None
+        problem = unwritable(directory, exc) if on_disk else None
+        raise ToolFailure(f"experiment registry error ({directory / DB_NAME}): {problem or exc}") from None
     finally:
         conn.close()
-
