@@ -352,6 +352,10 @@ class Registry:
                 continue
         return out
 
+    def count(self) -> int:
+        """How many experiments are registered (launches under way aside)."""
+        return int(self.conn.execute("SELECT COUNT(*) FROM experiments WHERE phase = ?", (RUNNING,)).fetchone()[0])
+
     def pending(self) -> list[Row]:
         """Rows of launches that have not finished starting (``launching``) or are being undone."""
         out = []
@@ -364,19 +368,17 @@ class Registry:
         return out
 
     def all(self, limit: int) -> list[Row]:
-        """Unfinished experiments first (all of them), then the newest finished ones, up to ``limit``;
-        rows that cannot be read are left out (``all_with_problems`` reports them)."""
+        """The newest ``limit`` experiments; rows that cannot be read are left out (``all_with_problems``
+        reports them)."""
         return self.all_with_problems(limit)[0]
 
-    def all_with_problems(self, limit: int) -> tuple[list[Row], list[CorruptRow]]:
+    def all_with_problems(self, limit: int, offset: int = 0) -> tuple[list[Row], list[CorruptRow]]:
+        """One page of the registered experiments, newest registration first (an order that observing them
+        does not change, so pages neither repeat nor skip); ``limit`` rows from ``offset`` (``count`` tells
+        how many there are)."""
         values = list(self.conn.execute(
-            f"SELECT {_COLUMNS} FROM experiments WHERE final_state IS NULL AND phase = ? ORDER BY seq DESC",
-            (RUNNING,)))
-        rest = max(0, limit - len(values))
-        if rest:
-            values += list(self.conn.execute(
-                f"SELECT {_COLUMNS} FROM experiments WHERE final_state IS NOT NULL AND phase = ? "
-                "ORDER BY seq DESC LIMIT ?", (RUNNING, rest)))
+            f"SELECT {_COLUMNS} FROM experiments WHERE phase = ? ORDER BY seq DESC LIMIT ? OFFSET ?",
+            (RUNNING, limit, offset)))
         rows: list[Row] = []
         problems: list[CorruptRow] = []
         for v in values:
