@@ -10,7 +10,8 @@ directory, so the two nodes do not share runs. Separate ports also give each nod
 master (``%C`` hashes host, port and user).
 
 As root, sshd runs in private PID and mount namespaces (``unshare``): a private /etc/passwd gives the
-login user /bin/sh as shell and a temporary home (no shell start-up files of the machine run), a private
+login user ``shell`` (default /bin/sh) as shell and a temporary home, ``home`` (no shell start-up files of
+the machine run; a test may write its own there), a private
 /run holds sshd's privilege-separation directory, and stopping the fixture kills the namespace: sshd,
 every session, every remote tmux server and every process a test started "remotely". Pids that the host
 agent reports are pids inside that namespace (``node_exec`` runs a command on the node itself).
@@ -111,7 +112,7 @@ def _keygen(path: Path) -> str:
 class LoopbackSshd:
     def __init__(self, nodes: tuple[str, ...] = NODES, *, one_per_node: bool = False,
                  network: PrivateNetwork | None = None, node_paths: dict[str, list[str]] | None = None,
-                 private_tmp: bool = False) -> None:
+                 private_tmp: bool = False, shell: str = "/bin/sh") -> None:
         if not Path(SSHD).exists():
             raise RuntimeError(f"{SSHD} is missing: apt-get install -y openssh-server (.ci/run does it)")
         self.nodes = tuple(nodes)
@@ -119,6 +120,7 @@ class LoopbackSshd:
         self.network = network
         self.node_paths = dict(node_paths or {})
         self.private_tmp = private_tmp
+        self.shell = shell
         # Short root: control sockets and tmux sockets under it must fit in ~100 bytes.
         self.root = Path(short_tmp_dir("ajss"))
         self.user = pwd.getpwuid(os.getuid()).pw_name
@@ -173,7 +175,7 @@ class LoopbackSshd:
             for line in Path("/etc/passwd").read_text().splitlines():
                 fields = line.split(":")
                 if len(fields) == 7 and fields[0] == entry.pw_name:
-                    fields[5], fields[6] = str(home), "/bin/sh"
+                    fields[5], fields[6] = str(home), self.shell
                 lines.append(":".join(fields))
             (r / "passwd").write_text("\n".join(lines) + "\n")
 
@@ -221,6 +223,11 @@ class LoopbackSshd:
     @property
     def config(self) -> Path:
         return self.root / "ssh_config"
+
+    @property
+    def home(self) -> Path:
+        """The login user's home on the nodes (as root, in the namespaces: its start-up files run there)."""
+        return self.root / "home"
 
     # ---- lifecycle
     def _namespace_script(self, config: str) -> str:
@@ -319,6 +326,13 @@ class LoopbackSshd:
         target = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[0])
         return subprocess.run(["nsenter", f"--target={target}", "--pid", "--mount", "--net", "--", *argv],
                               capture_output=True, text=True, timeout=timeout, check=False)
+
+    def trust_port(self, alias: str, port: int) -> None:
+        """Let ``alias`` reach the same host key on another port too (a proxy in front of its sshd)."""
+        known = self.root / f"known_hosts_{alias}"
+        key = " ".join(known.read_text().split()[1:3])
+        with open(known, "a") as handle:
+            handle.write(f"[127.0.0.1]:{port} {key}\n")
 
     def set_port(self, alias: str, port: int) -> None:
         """Point an alias at another port (to make a node unreachable, or reachable again)."""

@@ -92,7 +92,7 @@ def test_launch_wait_status_collect_on_a_node(remote: LoopbackSshd):
     assert out["host"] == "node1" and out["processes"][0]["host"] == "node1"
     assert out["attach"] == f"ssh -t -F {remote.config} node1 'tmux -S {socket} attach -t ajet_r1'"
     assert out["log_path"] == str(work / "auto_agent" / "exp_results" / out["id"] / "ajet_r1.log")
-    assert (remote.node_dir("node1") / "state" / "runs" / out["id"] / "main.sh").is_file()
+    assert [p.name for p in (remote.node_dir("node1") / "state" / "runs" / out["id"]).glob("*/main.sh")] == ["main.sh"]
     assert not (remote.client / "s" / "runs").exists()  # the run directory is on the node, not here
     first = status(out["id"])
     assert first["state"] == "running" and first["host"] == "node1"

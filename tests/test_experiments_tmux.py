@@ -14,6 +14,7 @@ import libtmux
 import pytest
 
 from skill_server.core.errors import SkillError, ToolFailure, ToolInputError
+from skill_server.hosts.agent.protocol import host_identity
 from tests.conftest import REPO, call_cli, cli_env
 from tests.experiment_helpers import FAKE, PY, call, status, tmux_socket, trainer, wait_exit, wait_until, workdir  # noqa: F401  (fixtures are used by name)
 from tests.sshd import free_port
@@ -106,7 +107,8 @@ def test_max_time_stops_run_as_timed_out_and_flags_first_step(tmux_socket: str, 
     assert late["waited_s"] < 15 and late["exit_code"] == 130
     assert all(p["state"] == "timed_out" for p in late["processes"])
     assert any("max time of 2 s reached" in line for line in late["lines"])
-    pid = int((Path(os.environ["SKILL_SERVER_STATE_DIR"]) / "runs" / out["id"] / "main.pid").read_text())
+    run_dir = Path(os.environ["SKILL_SERVER_STATE_DIR"]) / "runs" / out["id"] / host_identity()
+    pid = int((run_dir / "main.pid").read_text())
     wait_until(lambda: not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2])
     assert status(out["id"])["state"] == "timed_out"  # stays recorded
 

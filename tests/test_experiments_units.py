@@ -301,6 +301,7 @@ def test_wait_refuses_a_status_cursor_and_says_where_it_goes():
 
 
 def test_wait_back_off_advances_only_with_timeouts_and_an_ended_run_has_exited():
+    from skill_server.experiments.spec import RunSpec
     from skill_server.experiments.store import open_registry
     from skill_server.tools.wait_experiment.tool import WAIT_SCHEDULE_S, _settle
 

@@ -264,26 +264,37 @@ def test_agent_sources_are_stdlib_only_and_python_3_8_syntax():
     assert not set(program.BOOTSTRAP) & set("'\"\\$`")
 
 
-def _bootstrap(payload: bytes, request: dict, env: dict[str, str]) -> dict:
-    proc = subprocess.run([sys.executable, "-I", "-S", "-c", program.BOOTSTRAP], capture_output=True, timeout=60,
-                          input=payload + json.dumps(request).encode(), env=env, check=False)
+NONCE = "0123abcd"
+
+
+def _framed_reply(stdout: bytes) -> dict:
+    """The one reply of a framed exchange (after the bootstrap's ready line)."""
+    ready, head, body = stdout.split(b"\n", 2)
+    assert ready == f"{program.READY} {NONCE}".encode() and head.startswith(f"{program.FRAME} {NONCE} ".encode())
+    return json.loads(body)
+
+
+def _bootstrap(payload: bytes, request: dict, env: dict[str, str], python: str = sys.executable) -> dict:
+    proc = subprocess.run([python, "-I", "-S", "-c", program.BOOTSTRAP, *program.bootstrap_argv(NONCE)],
+                          capture_output=True, timeout=60, env=env, check=False,
+                          input=payload + program.frame(NONCE, json.dumps(request).encode()))
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    return _framed_reply(proc.stdout)
 
 
 def test_the_shipped_program_installs_once_per_version_and_answers(tmp_path: Path):
     env = {"PATH": os.environ["PATH"], "SKILL_SERVER_STATE_DIR": str(tmp_path / "state"), "HOME": str(tmp_path)}
     request = {"v": PROTOCOL_VERSION, "ops": [{"op": "ping"}]}
-    first = _bootstrap(ssh_mod.program.ssh_payload(), request, env)
+    first = _bootstrap(ssh_mod.program.ssh_payload(NONCE), request, env)
     assert first["results"][0]["state_dir"] == str(tmp_path / "state")
     installed = list((tmp_path / "state" / "agent").iterdir())
     assert len(installed) == 1 and (installed[0] / "ajs_agent" / "ops.py").is_file()
-    again = _bootstrap(ssh_mod.program.ssh_payload(), request, env)
+    again = _bootstrap(ssh_mod.program.ssh_payload(NONCE), request, env)
     assert again["results"][0]["ok"] and list((installed[0] / "ajs_agent" / "__pycache__").iterdir())
     blocked = {**env, "SKILL_SERVER_STATE_DIR": str(tmp_path / "blocked")}
     (tmp_path / "blocked").mkdir()
     (tmp_path / "blocked" / "agent").write_text("not a directory")  # cannot install: loads in memory instead
-    assert _bootstrap(ssh_mod.program.ssh_payload(), request, blocked)["results"][0]["ok"]
+    assert _bootstrap(ssh_mod.program.ssh_payload(NONCE), request, blocked)["results"][0]["ok"]
     standalone = tmp_path / "agent.py"
     standalone.write_text(program.program_text())
     proc = subprocess.run([sys.executable, str(standalone)], input=json.dumps(request).encode(), capture_output=True,
@@ -294,7 +305,7 @@ def test_the_shipped_program_installs_once_per_version_and_answers(tmp_path: Pat
 def test_the_installed_agent_never_loads_typing(tmp_path: Path):
     """Every host call starts the agent: the wire types exist for type checkers only, so it pays nothing for them."""
     env = {"PATH": os.environ["PATH"], "SKILL_SERVER_STATE_DIR": str(tmp_path / "state"), "HOME": str(tmp_path)}
-    _bootstrap(ssh_mod.program.ssh_payload(), {"v": PROTOCOL_VERSION, "ops": [{"op": "ping"}]}, env)
+    _bootstrap(ssh_mod.program.ssh_payload(NONCE), {"v": PROTOCOL_VERSION, "ops": [{"op": "ping"}]}, env)
     (installed,) = (tmp_path / "state" / "agent").iterdir()
     probe = ("import sys; sys.path.insert(0, sys.argv[1]); from ajs_agent import ops; "
              "ops.handle({'v': ops.PROTOCOL_VERSION, 'ops': [{'op': 'ping'}, {'op': 'observe', 'procs': []}]}); "
@@ -311,7 +322,7 @@ def test_stage_one_finds_the_state_directory_by_the_protocol_rule(tmp_path: Path
     if where == "xdg":
         env["XDG_STATE_HOME"] = str(tmp_path / "xdg")
     expected = tmp_path / ("xdg" if where == "xdg" else "home/.local/state") / "agentjet-swarm-skill"
-    reply = _bootstrap(ssh_mod.program.ssh_payload(), {"v": PROTOCOL_VERSION, "ops": [{"op": "ping"}]}, env)
+    reply = _bootstrap(ssh_mod.program.ssh_payload(NONCE), {"v": PROTOCOL_VERSION, "ops": [{"op": "ping"}]}, env)
     assert reply["results"][0]["state_dir"] == str(expected)
     assert [p.name for p in (expected / "agent").iterdir()] and "SKILL_SERVER_STATE_DIR" not in program._STAGE_ONE
 
@@ -350,9 +361,10 @@ def test_the_agent_answers_on_python_3_8(tmp_path: Path):
             {"op": "reclaim_gpus", "pids": [2**22 + 7], "grace_s": 0}]
     request = json.dumps({"v": PROTOCOL_VERSION, "ops": ops_}).encode()
     for _ in range(2):  # installing, then installed
-        proc = subprocess.run([python, "-I", "-S", "-c", program.BOOTSTRAP], capture_output=True, timeout=60,
-                              input=ssh_mod.program.ssh_payload() + request, env=env, check=False)
-        results = json.loads(proc.stdout)["results"]
+        proc = subprocess.run([python, "-I", "-S", "-c", program.BOOTSTRAP, *program.bootstrap_argv(NONCE)],
+                              capture_output=True, timeout=60, env=env, check=False,
+                              input=ssh_mod.program.ssh_payload(NONCE) + program.frame(NONCE, request))
+        results = _framed_reply(proc.stdout)["results"]
         assert [r["ok"] for r in results] == [True] * len(ops_), (proc.stderr, results)
     assert results[0]["version"][:2] == [3, 8] and results[1]["stdout"] == "hi\n" and results[3]["text"] == "x"
     standalone = tmp_path / "agent.py"
@@ -429,5 +441,6 @@ def test_hosts_answer_an_agent_that_is_not_there():
         {"run_dir": "/nonexistent", "role": "main", "pid": 2**22 + 7, "start": "1", "log_path": "/nonexistent/log",
          "reads": [{"offset": 0, "budget": 100}]}]}]})["results"][0]
     assert reply["ok"] and reply["panes"] == {"/nonexistent/sock": None}
-    assert reply["procs"][0] == {"alive": False, "exit_code": None, "markers": [], "final": True, "size": None,
+    assert reply["procs"][0] == {"alive": False, "exit_code": None, "exit_source": None, "elapsed_s": None,
+                                 "markers": [], "final": True, "size": None,
                                  "reads": [{"text": "", "end": 0, "skipped": 0, "reset": False}]}

@@ -386,7 +386,46 @@ def _is_requirement(exc: ModuleNotFoundError) -> bool:
     return exc.name is not None and exc.name.split(".")[0] in REQUIREMENTS
 
 
+class _Terminated(BaseException):
+    """SIGTERM arrived during a command: it unwinds the call as Ctrl-C does (a launch rolls back what it
+    started), then the process ends by the signal, as it always did."""
+
+
+def _unwind_on_sigterm() -> None:
+    import signal
+
+    def handler(signum: int, frame: Any) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM ends the process at once
+        raise _Terminated()
+
+    if _on_main_thread():
+        signal.signal(signal.SIGTERM, handler)
+
+
+def _on_main_thread() -> bool:
+    """Whether this is the main thread (only it may install signal handlers; tests call ``main`` from others)."""
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _end_by_sigterm() -> NoReturn:
+    import signal
+
+    sys.stdout.flush()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+    raise SystemExit(128 + signal.SIGTERM)  # not reached: the default action ends the process
+
+
 def main(argv: list[str] | None = None) -> int:
+    try:
+        return _main(argv)
+    except _Terminated:
+        _end_by_sigterm()
+
+
+def _main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else argv
     serving = not args_list or args_list[0] == "serve"
     try:
@@ -407,6 +446,7 @@ def main(argv: list[str] | None = None) -> int:
             return _schemas(args.write)
         if args.command == "snapshot":
             return _snapshot(args)
+        _unwind_on_sigterm()
         if args.command == "watch":
             return _watch(args)
         return _call(args.tool, args.json_args, args.pairs)

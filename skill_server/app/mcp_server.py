@@ -23,6 +23,7 @@ import re
 import secrets
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -66,6 +67,7 @@ from mcp.types import (
 
 from skill_server import __version__
 from skill_server.app.table import TOOLS, TOOLS_BY_NAME, schema_manifest
+from skill_server.core.deadline import CALL_BOUND_S, request_shutdown, shutdown_requested
 from skill_server.core.errors import SkillError, internal_error_message
 
 log = logging.getLogger("skill_server.mcp")
@@ -149,6 +151,9 @@ async def _call_tool(ctx: RequestContext, params: CallToolRequestParams) -> Call
     if spec is None:
         return _failed(params.name, f"Unknown tool: {params.name}")
     progress = _progress_reporter(ctx) if spec.reports_progress else None
+    if not _IN_FLIGHT.enter():
+        return _failed(spec.name, f"Error executing tool {spec.name}: the server is shutting down (a signal "
+                                  "stopped it); start it again")
     try:
         result = await anyio.to_thread.run_sync(functools.partial(spec.invoke, params.arguments or {}, progress))
         return _tool_result(result, spec.dump(result))
@@ -157,6 +162,8 @@ async def _call_tool(ctx: RequestContext, params: CallToolRequestParams) -> Call
     except Exception as exc:  # a bug: say what it was instead of a generic failure
         log.exception("tool %s failed", spec.name)
         return _failed(spec.name, f"Error executing tool {spec.name}: {internal_error_message(exc)}")
+    finally:
+        _IN_FLIGHT.leave()
 
 
 def _failed(name: str, text: str) -> CallToolResult:
@@ -428,20 +435,67 @@ def resolve_token(host: str) -> tuple[str, bool]:
 SMOKE_TEST = "python -m skill_server call episode_cap max_env_worker=128 num_repeat=6"
 
 
-def _stop_on_signals() -> None:
-    """Ctrl-C (SIGINT) and SIGTERM end the server at once: exit 130 / 0, one line on stderr, no traceback.
+class _Calls:
+    """The tool calls in flight, so that a signal lets them finish (or roll back) before the exit."""
 
-    Without this, stdio needs EOF to end (its stdin reader blocks in a worker thread that a cancelled
-    event loop waits for) and a second Ctrl-C prints a traceback. Over HTTP, uvicorn installs its own
-    handlers while it serves, shuts down (bounded), then re-raises the signal, which lands here.
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.count = 0
+        self.closed = False
+
+    def enter(self) -> bool:
+        """Count a call in; False once the server is shutting down (the call is refused)."""
+        with self.cond:
+            if self.closed:
+                return False
+            self.count += 1
+            return True
+
+    def leave(self) -> None:
+        with self.cond:
+            self.count -= 1
+            self.cond.notify_all()
+
+    def close_and_wait(self, timeout_s: float) -> None:
+        """Refuse new calls and wait (at most ``timeout_s``) for those in flight."""
+        with self.cond:
+            self.closed = True
+            self.cond.wait_for(lambda: self.count == 0, timeout=timeout_s)
+
+
+_IN_FLIGHT = _Calls()
+#: How long a signal waits for the calls in flight: a launch finishes or rolls back within its deadline.
+SHUTDOWN_WAIT_S = CALL_BOUND_S + 5.0
+
+
+def _stop_on_signals() -> None:
+    """Ctrl-C (SIGINT) and SIGTERM end the server: exit 130 / 0, one line on stderr, no traceback.
+
+    New calls are refused at once; the calls in flight get up to ``SHUTDOWN_WAIT_S`` to finish or roll back
+    (a launch checks the shutdown flag between its rounds, a wait ends early), then the process exits. A
+    second signal exits at once. Without this, stdio needs EOF to end (its stdin reader blocks in a worker
+    thread that a cancelled event loop waits for) and a second Ctrl-C prints a traceback. Over HTTP,
+    uvicorn installs its own handlers while it serves, shuts down (bounded), then re-raises the signal,
+    which lands here.
     """
 
-    def stop(signum: int, frame: Any) -> None:
+    def leave(signum: int) -> None:
         try:
             sys.stderr.write(f"skill_server: stopped by {signal.Signals(signum).name}\n")
             sys.stderr.flush()
         finally:
             os._exit(130 if signum == signal.SIGINT else 0)
+
+    def stop(signum: int, frame: Any) -> None:
+        if shutdown_requested():
+            leave(signum)
+        request_shutdown()
+
+        def drain() -> None:
+            _IN_FLIGHT.close_and_wait(SHUTDOWN_WAIT_S)
+            leave(signum)
+
+        threading.Thread(target=drain, name="skill_server-shutdown", daemon=True).start()
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)

@@ -6,20 +6,30 @@ free; with ``require_free_gpus`` the experiment's host also answers nvidia-smi's
 queries in that round, and a GPU below the fraction refuses the launch) and the real start (run
 directory, wrapper scripts, the agent program for the watchdog, one tmux session per host with one
 window per process). tmux is the arbiter of names: of two concurrent launches of one name on a host,
-one gets the session and the other is refused. If any host refuses or fails to start, the hosts that
-did start are rolled back (processes killed, run directory removed), so a refused launch leaves
-nothing behind; the registry row is written once every host has started.
+one gets the session and the other is refused.
+
+A launch is atomic from the registry's point of view: between the rounds it writes an *intent row*
+(phase ``launching``, with this machine's identity and the launching process's pid and start time),
+and marks it ``running`` once every host has started. If any host refuses, fails or cannot be asked,
+every host is rolled back by the run's identity and the row is deleted once all confirm. A launch
+interrupted anywhere (the process killed, a host partitioned, tmux hung) leaves its intent row, which
+the next call of any tool finishes rolling back (``store.reconcile``): the run is registered and
+visible, or gone from every host. A shutdown request (``core.deadline``) before the start round
+refuses the launch with nothing started. The whole launch ends by its deadline.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import secrets
+import sqlite3
 import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from skill_server.core.deadline import Deadline, shutdown_requested
 from skill_server.core.errors import ToolFailure, ToolInputError
 from skill_server.experiments import blueprint as bp
 from skill_server.experiments.checks import (
@@ -34,13 +44,22 @@ from skill_server.experiments.models import LaunchInput, LaunchOutput, ProcessIn
 from skill_server.experiments.observe import observe
 from skill_server.experiments.progress import iso
 from skill_server.experiments.spec import HostRecord, ProcessRecord, RunSpec
-from skill_server.experiments.store import Registry, open_registry
+from skill_server.experiments.store import (
+    DISCARDING,
+    LAUNCHING,
+    RUNNING,
+    Registry,
+    controller_identity,
+    discard_everywhere,
+    launcher_identity,
+    open_registry,
+)
 from skill_server.gpus import nvidia_smi
 from skill_server.gpus.query import free_problems, from_reply
 from skill_server.hosts import LOCAL, HostUnreachable, Reply, call_hosts, client, expect, get_host, normalise
 
 if TYPE_CHECKING:
-    from skill_server.hosts.agent.protocol import LaunchPlan, LaunchProc, LaunchStarted
+    from skill_server.hosts.agent.protocol import LaunchPlan, LaunchProc, LaunchStarted, StartedProc
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +67,11 @@ DEFAULT_ENV = {"PYTHONUNBUFFERED": "1", "NO_COLOR": "1", "LOGURU_COLORIZE": "NO"
 #: Grace between Ctrl-C and SIGTERM when the watchdog ends a run at its max time.
 DEADLINE_GRACE_S = 5
 LAUNCH_TIMEOUT_S = 60.0
+#: Of a launch's deadline: what the dry run leaves for the start and a rollback, the start for a rollback,
+#: and the look at earlier runs of the name for the rest.
+START_RESERVE_S = 25.0
+ROLLBACK_RESERVE_S = 12.0
+DRY_RUN_RESERVE_S = 35.0
 
 
 @dataclass
@@ -214,14 +238,15 @@ def _decide(inp: LaunchInput) -> _Launch:
                    defaults.get("yaml_path"), max_time_s, first_step_s)
 
 
-def _check_previous(reg: Registry, socket: str, session: str, hosts: list[str]) -> dict[str, list[int]]:
+def _check_previous(reg: Registry, socket: str, session: str, hosts: list[str], deadline: Deadline
+                    ) -> dict[str, list[int]]:
     """Refuse a name that is running on any of these hosts. For a finished run of ours whose session may
     linger, the pane pids it had on each host: only a session made of exactly those panes is replaced."""
     replace: dict[str, list[int]] = {h: [] for h in hosts}
     previous = [row for row in reg.session_runs(socket, session) if set(row.hosts) & set(hosts)]
     if not previous:
         return replace
-    for view in observe(reg, previous):
+    for view in observe(reg, previous, deadline=deadline.share(DRY_RUN_RESERVE_S)):
         if view.state == "running" or view.state == "unreachable":
             why = "is already running" if view.state == "running" else "may still be running (its host cannot be asked)"
             raise ToolFailure(f"an experiment named {session!r} {why} (id {view.row.id}); stop_experiment it or "
@@ -239,23 +264,30 @@ def _host_error(exc: HostUnreachable, procs: list[_Proc], main_host: str) -> Too
     return ToolFailure(exc.message, field=field)
 
 
-def launch(inp: LaunchInput) -> LaunchOutput:
-    """Decide, let every host check (dry run), start everywhere (rolled back if any host fails), register."""
+def launch(inp: LaunchInput, deadline: Deadline | None = None) -> LaunchOutput:
+    """Decide, let every host check (dry run), record the intent, start everywhere (rolled back on every
+    host if any fails or the launch is interrupted), then mark the run registered (``running``)."""
     d = _decide(inp)
+    bound = deadline or Deadline.call()
     with open_registry() as reg:
-        replace = _check_previous(reg, d.socket, d.session, d.hosts)
+        replace = _check_previous(reg, d.socket, d.session, d.hosts, bound)
         ops = {h: d.ops(h, replace[h]) for h in d.hosts}
-        plans = _dry_run(d, ops)
+        plans = _dry_run(d, ops, bound)
         places = {h: HostRecord(run_dir=plans[h]["run_dir"], socket_path=plans[h]["socket_path"],
                                 attach=get_host(h).attach_command(plans[h]["socket_path"], d.session),
-                                python=plans[h]["python"]) for h in d.hosts}
-        launched = _start(d, ops, plans)
-        spec = _spec(d, plans, places, launched)
+                                python=plans[h]["python"], identity=plans[h].get("host_identity"))
+                  for h in d.hosts}
+        if shutdown_requested():
+            raise ToolFailure("the server is shutting down: nothing was started")
+        reg.insert(id=d.exp_id, session=d.session, socket=d.socket, created=d.created, started_at=iso(d.created),
+                   spec=_spec(d, plans, places, {}), phase=LAUNCHING, controller=controller_identity(),
+                   launcher=launcher_identity())
         try:
-            reg.insert(id=d.exp_id, session=d.session, socket=d.socket, created=d.created,
-                       started_at=iso(d.created), spec=spec)
+            launched = _start(d, ops, bound)
+            spec = _spec(d, plans, places, launched)
+            reg.set_phase(d.exp_id, RUNNING, spec)
         except BaseException:
-            _roll_back(d, plans, launched)
+            _roll_back(reg, d, places)
             raise
     log.info("launched %s (session %s) on %s", d.exp_id, d.session, ", ".join(d.starting))
     return LaunchOutput(
@@ -267,12 +299,12 @@ def launch(inp: LaunchInput) -> LaunchOutput:
     )
 
 
-def _dry_run(d: _Launch, ops: dict[str, client.Launch]) -> dict[str, LaunchPlan]:
+def _dry_run(d: _Launch, ops: dict[str, client.Launch], deadline: Deadline) -> dict[str, LaunchPlan]:
     """Round one: every host resolves and checks its part, and with ``require_free_gpus`` the main host also
     answers the GPU queries; any refusal refuses the launch before anything has started."""
     gpu_ops = nvidia_smi.query_ops() if d.inp.require_free_gpus is not None else []
     checked = call_hosts({h: [ops[h].check] + (gpu_ops if h == d.main_host else []) for h in d.hosts},
-                         timeout_s=LAUNCH_TIMEOUT_S)
+                         timeout_s=LAUNCH_TIMEOUT_S, deadline=deadline.share(START_RESERVE_S))
     plans = {}
     for h in d.hosts:
         reply = checked[h]
@@ -284,10 +316,13 @@ def _dry_run(d: _Launch, ops: dict[str, client.Launch]) -> dict[str, LaunchPlan]
     return plans
 
 
-def _start(d: _Launch, ops: dict[str, client.Launch], plans: dict[str, LaunchPlan]) -> dict[str, LaunchStarted]:
-    """Round two: every host with processes starts them. If one cannot be asked or fails, the hosts that
-    did start are rolled back and the first failure is raised."""
-    started = call_hosts({h: [ops[h].start] for h in d.starting}, timeout_s=LAUNCH_TIMEOUT_S)
+def _start(d: _Launch, ops: dict[str, client.Launch], deadline: Deadline) -> dict[str, LaunchStarted]:
+    """Round two: every host with processes starts them; the first failure is raised (the caller rolls
+    back every host, those that answered and those that could not be asked)."""
+    if shutdown_requested():
+        raise ToolFailure("the server is shutting down: nothing was started")
+    started = call_hosts({h: [ops[h].start] for h in d.starting}, timeout_s=LAUNCH_TIMEOUT_S,
+                         deadline=deadline.share(ROLLBACK_RESERVE_S))
     failure: Exception | None = None
     launched: dict[str, LaunchStarted] = {}
     for h in d.starting:
@@ -304,7 +339,6 @@ def _start(d: _Launch, ops: dict[str, client.Launch], plans: dict[str, LaunchPla
         except (ToolFailure, ToolInputError) as exc:
             failure = failure or exc
     if failure is not None:
-        _roll_back(d, plans, launched)
         raise failure
     return launched
 
@@ -313,7 +347,12 @@ def _spec(d: _Launch, plans: dict[str, LaunchPlan], places: dict[str, HostRecord
           launched: dict[str, LaunchStarted]) -> RunSpec:
     """What the registry keeps: the decisions, where each host put the run, and each wrapper's identity."""
     resolved = {(h, p["role"]): p for h in d.hosts for p in plans[h]["procs"]}
-    ids = {(h, x["role"]): x for h, answer in launched.items() for x in answer["procs"]}
+    ids: dict[tuple[str, str], StartedProc | dict[str, Any]] = {
+        (h, x["role"]): x for h, answer in launched.items() for x in answer["procs"]}
+    for p in d.procs:  # the intent row: nothing has started yet
+        ids.setdefault((p.host, p.role), {})
+    places = {h: dataclasses.replace(where, session_id=launched[h]["session_id"] or None) if h in launched else where
+              for h, where in places.items()}
     return RunSpec(
         host=d.main_host, result_dir=plans[d.main_host]["result_dir"], workdir=d.workdir, python=d.python,
         blueprint=d.inp.blueprint, yaml_path=d.yaml_path, max_time_s=d.max_time_s, first_step_timeout_s=d.first_step_s,
@@ -321,8 +360,8 @@ def _spec(d: _Launch, plans: dict[str, LaunchPlan], places: dict[str, HostRecord
         processes=tuple(ProcessRecord(
             role=p.role, command=p.command, host=p.host, workdir=resolved[(p.host, p.role)]["workdir"],
             log_path=resolved[(p.host, p.role)]["log_path"], wait_for_url=p.wait_for_url,
-            window_id=ids[(p.host, p.role)]["window_id"], pane_id=ids[(p.host, p.role)]["pane_id"],
-            pid=ids[(p.host, p.role)]["pid"], start=ids[(p.host, p.role)]["start"]) for p in d.procs),
+            window_id=ids[(p.host, p.role)].get("window_id"), pane_id=ids[(p.host, p.role)].get("pane_id"),
+            pid=ids[(p.host, p.role)].get("pid"), start=ids[(p.host, p.role)].get("start")) for p in d.procs),
         attach=places[d.procs[0].host].attach)
 
 
@@ -334,9 +373,17 @@ def _check_free_gpus(host: str, reply: Reply, required: float) -> None:
         raise ToolFailure("refusing to start: " + "; ".join(problems), field="require_free_gpus")
 
 
-def _roll_back(d: _Launch, plans: dict[str, LaunchPlan], started: dict[str, LaunchStarted]) -> None:
-    """Undo the hosts that did start (another host refused, or the registry write failed): kill, remove
-    their run directories."""
-    if started:
-        call_hosts({h: [client.discard(d.exp_id, plans[h]["socket_path"], d.session)] for h in started},
-                   timeout_s=LAUNCH_TIMEOUT_S)
+def _roll_back(reg: Registry, d: _Launch, places: dict[str, HostRecord]) -> None:
+    """Undo the launch on every host that starts processes (also those that did not answer: a start may
+    have gone through there), by identity; forget the run once every host confirms, else leave its row
+    ``discarding`` for the next call of any tool (``store.reconcile``) to finish."""
+    try:
+        reg.set_phase(d.exp_id, DISCARDING)
+    except (ToolFailure, sqlite3.Error):
+        log.warning("cannot mark %s discarding", d.exp_id)
+    try:
+        done = discard_everywhere(d.exp_id, d.session, places, d.starting, Deadline(ROLLBACK_RESERVE_S))
+        if done:
+            reg.delete(d.exp_id)
+    except (ToolFailure, sqlite3.Error) as exc:
+        log.warning("rolling back %s: %s", d.exp_id, exc)

@@ -15,11 +15,13 @@ results land in ``View.extra``.
 from __future__ import annotations
 
 import re
+import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from skill_server.core.deadline import Deadline
 from skill_server.experiments import blueprint as bp
 from skill_server.experiments import history, logs
 from skill_server.experiments.models import TERMINAL
@@ -53,6 +55,10 @@ class ProcView:
     size: int | None
     reads: list[logs.Chunk] = field(default_factory=list)
     reason: str | None = None  # why the host could not be asked
+    #: Where the exit code came from on the host ("file", "tmux_option", "pane_status"), None without one.
+    exit_source: str | None = None
+    #: Seconds since the wrapper started, by its host's boot-relative clock (None once ended or unknown).
+    elapsed_s: float | None = None
 
     @property
     def role(self) -> str:
@@ -101,7 +107,8 @@ def _requests(rows: list[Row], scans: list[logs.ScanState], extra: list[list[lis
             reads += [{"offset": o, "budget": b} for o, b in extra[r][i]]
             where[(r, i)] = (p.host, len(on_host))
             on_host.append({"run_dir": p.run_dir, "role": p.role, "pid": p.pid, "start": p.start,
-                            "log_path": p.log_path, "reads": reads})
+                            "log_path": p.log_path, "reads": reads, "socket_path": p.socket_path,
+                            "session_id": p.session_id, "pane_id": p.pane_id})
     return {h: [client.observe(sockets[h], procs[h])] for h in procs}, where
 
 
@@ -110,8 +117,9 @@ def _chunk(raw: Appended) -> logs.Chunk:
 
 
 def observe(reg: Registry, rows: list[Row], *, extra_reads: ExtraReads | None = None,
-            extra_ops: ExtraOps | None = None) -> list[View]:
-    """Current view of each experiment; records final states; never signals or stops anything."""
+            extra_ops: ExtraOps | None = None, deadline: Deadline | None = None) -> list[View]:
+    """Current view of each experiment; records final states; never signals or stops anything. The round
+    trips end by ``deadline`` (a host that has not answered by then is ``unreachable``)."""
     scans = [logs.ScanState.from_json(row.scan, len(row.processes)) for row in rows]
     extra: list[list[list[tuple[int, int]]]] = [
         extra_reads(row) if extra_reads else [[] for _ in row.processes] for row in rows]
@@ -124,7 +132,7 @@ def observe(reg: Registry, rows: list[Row], *, extra_reads: ExtraReads | None = 
             ops.append(op)
             placed.append((host, len(ops) - 1))
         added.append(placed)
-    replies = call_hosts(requests, timeout_s=OBSERVE_TIMEOUT_S) if requests else {}
+    replies = call_hosts(requests, timeout_s=OBSERVE_TIMEOUT_S, deadline=deadline) if requests else {}
     now = time.time()
     views = []
     for r, row in enumerate(rows):
@@ -154,7 +162,8 @@ def _proc_view(p: RunProcess, reply: Reply | None, index: int) -> ProcView:
     state = process_state(facts, pane_alive)
     final = facts.final or state not in ("running", "waiting")
     chunks = [_chunk(x) for x in facts_raw["reads"]]
-    return ProcView(p, state, facts.exit_code, facts.alive, final, facts.size, chunks)
+    return ProcView(p, state, facts.exit_code, facts.alive, final, facts.size, chunks,
+                    exit_source=facts_raw.get("exit_source"), elapsed_s=facts_raw.get("elapsed_s"))
 
 
 def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, now: float) -> View:
@@ -179,14 +188,35 @@ def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, 
     if unreachable:
         what = "cannot be asked" if state == "unreachable" else "cannot be asked for new output"
         note = "; ".join(([note] if note else []) + [f"host {u} ({what}; the next call retries)" for u in unreachable])
+    clock = run_clock(row, procs, now)
     if state == "running":
         max_time = float(row.spec.max_time_s or bp.DEFAULT_MAX_TIME_S)
-        if now - row.created > max_time + 60:
+        if clock - row.created > max_time + 60:
             note = (note + "; " if note else "") + ("past its max time but still running: the watchdog on its host "
                                                     "did not end it; stop_experiment does")
-    _fold_scan(reg, row, procs, scan, now)
-    end = row.ended if row.ended else now
+    _fold_scan(reg, row, procs, scan, clock)
+    end = row.ended if row.ended else clock
     return View(row, state, exit_code, procs, scan, max(0.0, end - row.created), note)
+
+
+def run_clock(row: Row, procs: list[ProcView], now: float) -> float:
+    """"Now" on the run's own time line: its registration time plus how long its oldest running wrapper has
+    run by its host's boot-relative clock, so durations that decide a state (past the max time, the first
+    step late, step rates) cannot be moved by a wall-clock step here or there. The wall clock only when no
+    host could tell (no ``/proc`` there, or nothing runs any more)."""
+    ages = [p.elapsed_s for p in procs if p.elapsed_s is not None and p.state in ("running", "waiting")]
+    return row.created + max(ages) if ages else now
+
+
+def _save_scan(reg: Registry, row: Row, scan: logs.ScanState, lines: list[StepLine], first_seq: int) -> bool:
+    """Store the scan state and its metric points; True also when the registry cannot be written (this
+    answer then stands alone and says so), False when another caller scanned these bytes first."""
+    try:
+        return history.save_scan_and_points(reg, row.id, scan.to_json(), row.scan_version, lines, first_seq)
+    except sqlite3.Error as exc:
+        if reg.recordable(exc):
+            return True
+        raise
 
 
 def first_step_pattern(row: Row) -> re.Pattern[str] | None:
@@ -223,7 +253,7 @@ def _fold_scan(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanSt
         if scan.first_step_seen and not seen_before:  # printed after the previous scan (or the launch)
             scan.first_step_not_before = scan.scanned_at if scan.scanned_at is not None else row.created
         scan.scanned_at = now
-    if changed and not history.save_scan_and_points(reg, row.id, scan.to_json(), row.scan_version, lines, first_seq):
+    if changed and not _save_scan(reg, row, scan, lines, first_seq):
         fresh = reg.get(row.id)  # another caller scanned the same bytes first: use its result
         if fresh is not None:
             stored = logs.ScanState.from_json(fresh.scan, len(procs))

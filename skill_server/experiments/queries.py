@@ -14,10 +14,12 @@ The metric history (``history``) is read from the local registry.
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from dataclasses import dataclass
 from typing import Any
 
+from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolInputError
 from skill_server.experiments import blueprint as bp
 from skill_server.experiments import checkpoints as ckpt
@@ -203,10 +205,14 @@ def absorb_config(reg: Registry, view: View, plan: ExtraPlan, now: float) -> Non
     """Fold the YAML reads that came back with ``view`` into the plan's config and cache it."""
     if plan.read_config:
         plan.config = runconfig.fold_answers(view.row, plan.candidates, view.extra[: len(plan.candidates)])
-        runconfig.store(reg, view.row.id, plan.config, now)
+        try:
+            runconfig.store(reg, view.row.id, plan.config, now)
+        except sqlite3.Error as exc:
+            if not reg.recordable(exc):
+                raise
 
 
-def _checkpoints(plan: ExtraPlan, view: View) -> CheckpointList:
+def _checkpoints(plan: ExtraPlan, view: View, deadline: Deadline | None) -> CheckpointList:
     """The listing that rode along, or (once per run, right after the YAML named the directory) one more call."""
     if plan.list_checkpoints:
         return ckpt.from_answer(plan.config, view.extra[-1])
@@ -214,14 +220,14 @@ def _checkpoints(plan: ExtraPlan, view: View) -> CheckpointList:
     if listing is None:
         return ckpt.unknown(plan.config)
     host, op = listing
-    return ckpt.from_answer(plan.config, result_of(call_hosts({host: [op]}, timeout_s=30.0)[host]))
+    return ckpt.from_answer(plan.config, result_of(call_hosts({host: [op]}, timeout_s=30.0, deadline=deadline)[host]))
 
 
 def observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_lines: int, *,
-                       checkpoints: bool = False, history_request: HistoryRequest | None = None
-                       ) -> list[dict[str, Any]]:
-    """Observe ``rows`` (one round trip per host) and build their status fields with new lines, progress and,
-    when asked, checkpoints and metric history."""
+                       checkpoints: bool = False, history_request: HistoryRequest | None = None,
+                       deadline: Deadline | None = None) -> list[dict[str, Any]]:
+    """Observe ``rows`` (one round trip per host, ending by ``deadline``) and build their status fields with
+    new lines, progress and, when asked, checkpoints and metric history."""
     now = time.time()
     starts: dict[str, list[int]] = {}
     plans: dict[str, ExtraPlan] = {}
@@ -229,7 +235,7 @@ def observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_li
         starts[row.id] = parse_cursor(since, len(row.processes), "since") if since is not None else stored_cursor(row)
         plans[row.id] = plan_extras(reg, row, checkpoints, now)
     views = observe(reg, rows, extra_reads=lambda row: line_reads(row, starts[row.id], max_lines),
-                    extra_ops=lambda row: extra_ops(plans[row.id]))
+                    extra_ops=lambda row: extra_ops(plans[row.id]), deadline=deadline)
     out = []
     for view in views:
         row = view.row
@@ -239,7 +245,7 @@ def observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_li
         lines, new, skipped = lines_from(view, offsets, max_lines)
         if since is None and new != offsets:
             reg.save_cursor(row.id, ",".join(str(c) for c in new))
-        listing = _checkpoints(plan, view) if checkpoints else None
+        listing = _checkpoints(plan, view, deadline) if checkpoints else None
         wanted = None
         if history_request is not None:
             wanted = history.history_view(reg, row.id, history_request.patterns, history_request.from_step,
@@ -247,6 +253,9 @@ def observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_li
                                           restarts=len(view.scan.progress.restarts))
         out.append(status_fields(view, lines, new, skipped, config=plan.config, checkpoints=listing,
                                  metrics_history=wanted))
+    if reg.problem:  # say what this call could not record, in every answer it gives
+        for fields in out:
+            fields["note"] = "; ".join(filter(None, [fields["note"], f"not recorded: {reg.problem}"]))
     return out
 
 

@@ -30,6 +30,8 @@ class HostRecord:
     socket_path: str
     attach: str  # the command a user types to watch the run's session there
     python: str | None  # the host agent's interpreter there
+    session_id: str | None = None  # tmux's id of the run's session there (``$3``); None before it was recorded
+    identity: str | None = None  # the host's ``host_identity()`` (host name plus machine-id digest)
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,7 @@ class RunProcess:
     pid: int | None
     start: str | None
     pane_id: str | None
+    session_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -106,7 +109,7 @@ class RunSpec:
             role=p.role, command=p.command, host=p.host, workdir=p.workdir, log_path=p.log_path,
             wait_for_url=p.wait_for_url, run_dir=(where.run_dir if where else "") or self.legacy_run_dir or "",
             socket_path=(where.socket_path if where else "") or self.legacy_socket_path or "",
-            pid=p.pid, start=p.start, pane_id=p.pane_id)
+            pid=p.pid, start=p.start, pane_id=p.pane_id, session_id=where.session_id if where else None)
 
     def attach_on(self, host: str) -> str:
         """The command that attaches to the run's session on ``host`` ("" when unknown)."""
@@ -143,8 +146,7 @@ class RunSpec:
             host=self.host, result_dir=self.result_dir, workdir=self.workdir, python=self.python,
             blueprint=self.blueprint, yaml_path=self.yaml_path, max_time_s=self.max_time_s,
             first_step_timeout_s=self.first_step_timeout_s, first_step_pattern=self.first_step_pattern,
-            hosts={name: {"run_dir": h.run_dir, "socket_path": h.socket_path, "attach": h.attach, "python": h.python}
-                   for name, h in self.hosts.items()},
+            hosts={name: _host_json(h) for name, h in self.hosts.items()},
             processes=[{"role": p.role, "command": p.command, "host": p.host, "workdir": p.workdir,
                         "log_path": p.log_path, "wait_for_url": p.wait_for_url, "window_id": p.window_id,
                         "pane_id": p.pane_id, "pid": p.pid, "start": p.start} for p in self.processes],
@@ -194,7 +196,18 @@ def _seconds(data: Mapping[str, Any], key: str) -> int | None:
 
 def _host(where: Mapping[str, Any]) -> HostRecord:
     return HostRecord(run_dir=_text(where, "run_dir"), socket_path=_text(where, "socket_path"),
-                      attach=_text(where, "attach"), python=_maybe_text(where, "python"))
+                      attach=_text(where, "attach"), python=_maybe_text(where, "python"),
+                      session_id=_maybe_text(where, "session_id"), identity=_maybe_text(where, "identity"))
+
+
+def _host_json(h: HostRecord) -> dict[str, Any]:
+    """A host's record as JSON; the identities only once known (older rows read and write back unchanged)."""
+    out: dict[str, Any] = {"run_dir": h.run_dir, "socket_path": h.socket_path, "attach": h.attach, "python": h.python}
+    if h.session_id is not None:
+        out["session_id"] = h.session_id
+    if h.identity is not None:
+        out["identity"] = h.identity
+    return out
 
 
 def _process(p: Mapping[str, Any]) -> ProcessRecord:

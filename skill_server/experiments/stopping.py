@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolFailure
 from skill_server.experiments.models import ProcessRef, StopOutput
 from skill_server.experiments.queries import observe_with_lines
@@ -21,6 +22,8 @@ if TYPE_CHECKING:
     from skill_server.hosts.agent.protocol import StopProc, StopReply
 
 STOP_EXTRA_S = 30.0
+#: Of a stop's deadline, what the stop round leaves for the status observation after it.
+STATUS_RESERVE_S = 8.0
 
 
 def _requests(row: Row, grace: float) -> dict[str, client.Op[StopReply]]:
@@ -29,25 +32,29 @@ def _requests(row: Row, grace: float) -> dict[str, client.Op[StopReply]]:
     procs: dict[str, list[StopProc]] = {}
     for i, p in enumerate(row.processes):
         first.setdefault(p.host, i)
-        procs.setdefault(p.host, []).append({"role": p.role, "pid": p.pid, "start": p.start})
+        procs.setdefault(p.host, []).append({"role": p.role, "pid": p.pid, "start": p.start, "pane_id": p.pane_id})
     out = {}
     for host, i in first.items():
         where = row.processes[i]
         out[host] = client.stop(row.id, where.run_dir, where.socket_path, row.session, grace_s=grace,
-                                procs=procs[host])
+                                procs=procs[host], session_id=where.session_id)
     return out
 
 
-def stop_run(key: str, grace_s: float | None = None) -> StopOutput:
-    """Stop the run with id (or newest of session name) ``key``; ``grace_s`` between Ctrl-C and SIGTERM."""
+def stop_run(key: str, grace_s: float | None = None, deadline: Deadline | None = None) -> StopOutput:
+    """Stop the run with id (or newest of session name) ``key``; ``grace_s`` between Ctrl-C and SIGTERM
+    (shortened on the host when the call's deadline leaves less). The stop round leaves
+    ``STATUS_RESERVE_S`` of the deadline for the status that follows."""
     grace = 10.0 if grace_s is None else float(grace_s)
+    bound = deadline or Deadline.call()
     with open_registry() as reg:
         row = reg.find(key)
         if row is None:
             raise ToolFailure(f"no experiment {key!r} in this server's registry: stop_experiment only stops "
                               "sessions it launched", field="id")
         stops = _requests(row, grace)
-        replies = call_hosts({host: [op] for host, op in stops.items()}, timeout_s=grace + STOP_EXTRA_S)
+        replies = call_hosts({host: [op] for host, op in stops.items()}, timeout_s=grace + STOP_EXTRA_S,
+                             deadline=bound.share(STATUS_RESERVE_S))
         interrupted: list[str] = []
         killed_roles: list[str] = []
         killed: list[ProcessRef] = []
@@ -75,7 +82,7 @@ def stop_run(key: str, grace_s: float | None = None) -> StopOutput:
             killed_roles += [p["role"] for p in result["terminated"] + result["killed"]]
             removed = removed and bool(result["session_removed"])
         fresh = reg.get(row.id) or row
-        status = observe_with_lines(reg, [fresh], None, 50)[0]
+        status = observe_with_lines(reg, [fresh], None, 50, deadline=bound)[0]
     notes = [status["note"]] if status.get("note") else []
     if alive:
         notes.append(f"{len(alive)} process(es) survived SIGKILL (uninterruptible or owned by another user): "

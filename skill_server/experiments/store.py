@@ -16,17 +16,28 @@ only this registry lives here. A row that cannot be read (hand-edited, truncated
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
+import os
 import sqlite3
-from collections.abc import Iterator
+import time
+import urllib.parse
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolFailure
-from skill_server.experiments.spec import RunProcess, RunSpec
+from skill_server.experiments.spec import HostRecord, RunProcess, RunSpec
+from skill_server.hosts import call_hosts, client, result_of
+from skill_server.hosts.agent import procs
+from skill_server.hosts.agent.protocol import host_identity
 from skill_server.hosts.agent.protocol import state_dir as _host_state_dir
+
+log = logging.getLogger(__name__)
 
 DB_NAME = "experiments.sqlite3"
 
@@ -71,6 +82,46 @@ CREATE TABLE IF NOT EXISTS run_configs (
 """
 
 
+#: Columns added after the first release, with their definitions: ``_migrate`` adds those a registry lacks.
+#: ``seq``: registration order (lookups by name take the newest by it, never by wall-clock time);
+#: ``phase``: ``launching`` from the intent row until every host has started, then ``running`` (a launch
+#: being undone is ``discarding``); ``controller``: the identity of the machine that wrote the row;
+#: ``launcher``: JSON ``{"pid", "start"}`` of the process that launched it (to tell an interrupted launch).
+_ADDED_COLUMNS = (
+    ("seq", "INTEGER"),
+    ("phase", "TEXT NOT NULL DEFAULT 'running'"),
+    ("controller", "TEXT"),
+    ("launcher", "TEXT"),
+)
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS experiments_by_seq ON experiments(seq);
+CREATE INDEX IF NOT EXISTS experiments_by_phase ON experiments(phase);
+"""
+RUNNING = "running"
+LAUNCHING = "launching"
+DISCARDING = "discarding"
+
+
+def _migrate(conn: sqlite3.Connection) -> None:
+    """Add the columns a registry written by an older version lacks; number its rows in the order they
+    were written (SQLite's rowid), once."""
+    have = {str(r[1]) for r in conn.execute("PRAGMA table_info(experiments)")}
+    missing = [(name, kind) for name, kind in _ADDED_COLUMNS if name not in have]
+    if missing:
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            have = {str(r[1]) for r in conn.execute("PRAGMA table_info(experiments)")}  # another process may have
+            for name, kind in _ADDED_COLUMNS:
+                if name not in have:
+                    conn.execute(f"ALTER TABLE experiments ADD COLUMN {name} {kind}")
+            conn.execute("UPDATE experiments SET seq = rowid WHERE seq IS NULL")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    conn.executescript(_INDEXES)
+
+
 def state_dir() -> Path:
     """``$SKILL_SERVER_STATE_DIR``, else ``$XDG_STATE_HOME/agentjet-swarm-skill``, else ~/.local/state/...
 
@@ -104,6 +155,10 @@ class Row:
     scan: dict[str, Any]
     scan_version: int
     timeouts: int
+    seq: int = 0
+    phase: str = RUNNING
+    controller: str | None = None
+    launcher: dict[str, Any] | None = None
 
     @property
     def processes(self) -> tuple[RunProcess, ...]:
@@ -126,13 +181,23 @@ class Row:
 
 
 _COLUMNS = ("id, session, socket, created, started_at, spec, final_state, final_exit_code, ended, note, "
-            "read_cursor, scan, scan_version, timeouts")
+            "read_cursor, scan, scan_version, timeouts, seq, phase, controller, launcher")
+_COLUMN_COUNT = _COLUMNS.count(",") + 1
+
+
+def _launcher(text: object) -> dict[str, Any] | None:
+    try:
+        value = json.loads(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _row(values: tuple[Any, ...]) -> Row:
     """A readable row, or ``CorruptRow`` saying what is wrong with it."""
+    values = tuple(values) + (None,) * (_COLUMN_COUNT - len(values))  # the added columns may be left out
     (id_, session, socket, created, started_at, spec, final_state, final_exit_code, ended, note, read_cursor,
-     scan, scan_version, timeouts) = values
+     scan, scan_version, timeouts, seq, phase, controller, launcher) = values
     exp_id = str(id_)
     try:
         spec_data = json.loads(spec)
@@ -150,37 +215,111 @@ def _row(values: tuple[Any, ...]) -> Row:
     except (KeyError, TypeError, ValueError) as exc:
         raise CorruptRow(exp_id, f"unexpected content: {exc}") from None
     return Row(exp_id, session, socket, created, started_at, parsed, final_state, final_exit_code, ended, note,
-               read_cursor if isinstance(read_cursor, str) else "", scan_data, scan_version, timeouts)
+               read_cursor if isinstance(read_cursor, str) else "", scan_data, scan_version, timeouts,
+               seq if isinstance(seq, int) else 0, phase if isinstance(phase, str) else RUNNING,
+               controller if isinstance(controller, str) else None, _launcher(launcher))
+
+
+def unwritable(directory: Path, exc: BaseException | None = None) -> str | None:
+    """Why the registry in ``directory`` cannot be written, in words (read-only, or its disk is full); None
+    when neither is the case (``exc``, SQLite's error, then means something else)."""
+    path = directory / DB_NAME
+    name = str(getattr(exc, "sqlite_errorname", "") or "")
+    try:
+        fs = os.statvfs(directory)
+    except OSError:
+        fs = None
+    if fs is not None and fs.f_flag & os.ST_RDONLY:
+        return f"the registry {path} is read-only (its filesystem is mounted read-only)"
+    if (path.exists() and not os.access(path, os.W_OK)) or not os.access(directory, os.W_OK):
+        return f"the registry {path} is read-only"
+    if (fs is not None and fs.f_bavail == 0) or name.startswith("SQLITE_FULL"):
+        return f"the disk holding the registry {path} is full"
+    if name.startswith("SQLITE_READONLY"):
+        return f"the registry {path} is read-only"
+    return None
 
 
 class Registry:
-    def __init__(self, conn: sqlite3.Connection) -> None:
+    def __init__(self, conn: sqlite3.Connection, directory: Path | None = None, problem: str | None = None) -> None:
         self.conn = conn
+        self.directory = directory
+        #: Why this call could not record something (the registry is read-only or its disk is full); the
+        #: answer says so. None while every write went through.
+        self.problem = problem
+
+    def recordable(self, exc: sqlite3.Error) -> bool:
+        """Whether ``exc`` from a write means the registry cannot be written (then ``problem`` says why and
+        the call goes on without recording); False for any other error."""
+        if not isinstance(exc, sqlite3.OperationalError) or self.directory is None:
+            return False
+        problem = unwritable(self.directory, exc)
+        if problem is None:
+            return False
+        self.problem = self.problem or problem  # the first reason stands (later writes meet its read-only view)
+        return True
+
+    def _write(self, sql: str, params: tuple[Any, ...] = (), *, required: bool = False) -> sqlite3.Cursor | None:
+        """One write; when the registry cannot be written, None (``problem`` says why), or with ``required``
+        a ``ToolFailure`` that says it in words."""
+        try:
+            return self.conn.execute(sql, params)
+        except sqlite3.Error as exc:
+            if not self.recordable(exc):
+                raise
+            if required:
+                raise ToolFailure(f"{self.problem}: nothing was started or changed") from None
+            return None
 
     # ---- writes
-    def insert(self, *, id: str, session: str, socket: str, created: float, started_at: str, spec: RunSpec) -> None:
-        self.conn.execute(
-            "INSERT INTO experiments (id, session, socket, created, started_at, spec) VALUES (?, ?, ?, ?, ?, ?)",
-            (id, session, socket, created, started_at, json.dumps(spec.to_json())),
-        )
+    def insert(self, *, id: str, session: str, socket: str, created: float, started_at: str, spec: RunSpec,
+               phase: str = RUNNING, controller: str | None = None, launcher: dict[str, Any] | None = None) -> None:
+        """Register a run (``phase`` ``launching`` for a launch's intent row); its ``seq`` is the next number."""
+        self._write(
+            "INSERT INTO experiments (id, session, socket, created, started_at, spec, phase, controller, launcher, "
+            "seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM experiments))",
+            (id, session, socket, created, started_at, json.dumps(spec.to_json()), phase, controller,
+             None if launcher is None else json.dumps(launcher)), required=True)
+
+    def set_phase(self, exp_id: str, phase: str, spec: RunSpec | None = None) -> None:
+        """Move a launch on (``running`` once every host has started, with the spec that records them)."""
+        if spec is None:
+            self._write("UPDATE experiments SET phase = ? WHERE id = ?", (phase, exp_id), required=True)
+        else:
+            self._write("UPDATE experiments SET phase = ?, spec = ? WHERE id = ?",
+                        (phase, json.dumps(spec.to_json()), exp_id), required=True)
+
+    def delete(self, exp_id: str) -> None:
+        """Forget a run whose launch was rolled back on every host (with what was cached about it)."""
+        self._write("BEGIN IMMEDIATE", required=True)
+        try:
+            self.conn.execute("DELETE FROM metric_points WHERE series IN "
+                              "(SELECT id FROM metric_series WHERE exp_id = ?)", (exp_id,))
+            self.conn.execute("DELETE FROM metric_series WHERE exp_id = ?", (exp_id,))
+            self.conn.execute("DELETE FROM run_configs WHERE exp_id = ?", (exp_id,))
+            self.conn.execute("DELETE FROM experiments WHERE id = ?", (exp_id,))
+            self.conn.execute("COMMIT")
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
 
     def update_spec(self, exp_id: str, spec: RunSpec) -> None:
-        self.conn.execute("UPDATE experiments SET spec = ? WHERE id = ?", (json.dumps(spec.to_json()), exp_id))
+        self._write("UPDATE experiments SET spec = ? WHERE id = ?", (json.dumps(spec.to_json()), exp_id))
 
     def finish(self, exp_id: str, state: str, exit_code: int | None, ended: float, note: str | None = None) -> bool:
         """Record a terminal state once; False if another caller recorded one first."""
-        cur = self.conn.execute(
+        cur = self._write(
             "UPDATE experiments SET final_state = ?, final_exit_code = ?, ended = ?, note = COALESCE(?, note) "
             "WHERE id = ? AND final_state IS NULL",
             (state, exit_code, ended, note, exp_id),
         )
-        return cur.rowcount == 1
+        return cur is None or cur.rowcount == 1  # not recordable: this call's answer stands alone
 
     def save_cursor(self, exp_id: str, cursor: str) -> None:
-        self.conn.execute("UPDATE experiments SET read_cursor = ? WHERE id = ?", (cursor, exp_id))
+        self._write("UPDATE experiments SET read_cursor = ? WHERE id = ?", (cursor, exp_id))
 
     def bump_timeouts(self, exp_id: str) -> int:
-        self.conn.execute("UPDATE experiments SET timeouts = timeouts + 1 WHERE id = ?", (exp_id,))
+        self._write("UPDATE experiments SET timeouts = timeouts + 1 WHERE id = ?", (exp_id,))
         row = self.conn.execute("SELECT timeouts FROM experiments WHERE id = ?", (exp_id,)).fetchone()
         return int(row[0]) if row else 0
 
@@ -191,22 +330,37 @@ class Registry:
         return _row(values) if values else None
 
     def find(self, key: str) -> Row | None:
-        """By experiment id, else the newest experiment of the session with that name (``CorruptRow`` if
-        that row cannot be read)."""
-        row = self.get(key)
-        if row is not None:
-            return row
-        values = self.conn.execute(
-            f"SELECT {_COLUMNS} FROM experiments WHERE session = ? ORDER BY created DESC LIMIT 1", (key,)
-        ).fetchone()
+        """By experiment id, else the newest registered experiment of the session with that name
+        (``CorruptRow`` if that row cannot be read). A launch still under way is not found."""
+        values = self.conn.execute(f"SELECT {_COLUMNS} FROM experiments WHERE id = ? AND phase = ?",
+                                   (key, RUNNING)).fetchone()
+        if values is None:
+            values = self.conn.execute(
+                f"SELECT {_COLUMNS} FROM experiments WHERE session = ? AND phase = ? ORDER BY seq DESC LIMIT 1",
+                (key, RUNNING)).fetchone()
         return _row(values) if values else None
 
     def session_runs(self, socket: str, session: str) -> list[Row]:
         """Readable experiments with this session name on this socket name, newest first (a few)."""
         out = []
         for values in self.conn.execute(
-                f"SELECT {_COLUMNS} FROM experiments WHERE socket = ? AND session = ? ORDER BY created DESC LIMIT 20",
-                (socket, session)):
+                f"SELECT {_COLUMNS} FROM experiments WHERE socket = ? AND session = ? AND phase = ? "
+                "ORDER BY seq DESC LIMIT 20", (socket, session, RUNNING)):
+            try:
+                out.append(_row(values))
+            except CorruptRow:
+                continue
+        return out
+
+    def count(self) -> int:
+        """How many experiments are registered (launches under way aside)."""
+        return int(self.conn.execute("SELECT COUNT(*) FROM experiments WHERE phase = ?", (RUNNING,)).fetchone()[0])
+
+    def pending(self) -> list[Row]:
+        """Rows of launches that have not finished starting (``launching``) or are being undone."""
+        out = []
+        for values in self.conn.execute(f"SELECT {_COLUMNS} FROM experiments WHERE phase != ? ORDER BY seq",
+                                        (RUNNING,)):
             try:
                 out.append(_row(values))
             except CorruptRow:
@@ -214,18 +368,17 @@ class Registry:
         return out
 
     def all(self, limit: int) -> list[Row]:
-        """Unfinished experiments first (all of them), then the newest finished ones, up to ``limit``;
-        rows that cannot be read are left out (``all_with_problems`` reports them)."""
+        """The newest ``limit`` experiments; rows that cannot be read are left out (``all_with_problems``
+        reports them)."""
         return self.all_with_problems(limit)[0]
 
-    def all_with_problems(self, limit: int) -> tuple[list[Row], list[CorruptRow]]:
+    def all_with_problems(self, limit: int, offset: int = 0) -> tuple[list[Row], list[CorruptRow]]:
+        """One page of the registered experiments, newest registration first (an order that observing them
+        does not change, so pages neither repeat nor skip); ``limit`` rows from ``offset`` (``count`` tells
+        how many there are)."""
         values = list(self.conn.execute(
-            f"SELECT {_COLUMNS} FROM experiments WHERE final_state IS NULL ORDER BY created DESC"))
-        rest = max(0, limit - len(values))
-        if rest:
-            values += list(self.conn.execute(
-                f"SELECT {_COLUMNS} FROM experiments WHERE final_state IS NOT NULL ORDER BY created DESC LIMIT ?",
-                (rest,)))
+            f"SELECT {_COLUMNS} FROM experiments WHERE phase = ? ORDER BY seq DESC LIMIT ? OFFSET ?",
+            (RUNNING, limit, offset)))
         rows: list[Row] = []
         problems: list[CorruptRow] = []
         for v in values:
@@ -236,9 +389,106 @@ class Registry:
         return rows, problems
 
 
+@functools.cache
+def controller_identity() -> str:
+    """This machine's identity (``protocol.host_identity``), recorded in every row it writes."""
+    return host_identity()
+
+
+def launcher_identity() -> dict[str, Any]:
+    """This process as a launch records it: pid and start time (a pid alone may be reused)."""
+    return {"pid": os.getpid(), "start": procs.start_time(os.getpid())}
+
+
+def _launcher_gone(row: Row) -> bool:
+    """Whether the process that launched ``row`` has ended (judged only on the machine that launched it)."""
+    if row.controller != controller_identity():
+        return False  # another machine's launch: that machine's calls finish it
+    who = row.launcher or {}
+    pid, start = who.get("pid"), who.get("start")
+    if not isinstance(pid, int):
+        return True
+    return not procs.alive(pid, start if isinstance(start, str) else None)
+
+
+def discard_everywhere(exp_id: str, session: str, places: Mapping[str, HostRecord], hosts: Sequence[str],
+                       deadline: Deadline) -> bool:
+    """Undo run ``exp_id`` on ``hosts`` by its identity (sessions carrying its marker, its marked processes;
+    its run directory left marked ``discarded``); True when every host confirmed nothing of it is left."""
+    ops = {h: [client.discard(exp_id, places[h].socket_path, session, session_id=places[h].session_id,
+                              run_dir=places[h].run_dir or None)] for h in hosts if h in places}
+    replies = call_hosts(ops, deadline=deadline)
+    confirmed = True
+    for host, reply in replies.items():
+        answer = result_of(reply)
+        if not (answer.get("ok") and answer.get("confirmed")):
+            confirmed = False
+            log.warning("rolling back %s on %s: %s", exp_id, host, answer.get("error") or "not confirmed")
+    return confirmed
+
+
+#: How long one registry open spends finishing interrupted launches, and how soon it tries one again.
+RECONCILE_BUDGET_S = 8.0
+RECONCILE_RETRY_S = 20.0
+_TRIED: dict[str, float] = {}
+
+
+def reconcile(reg: Registry) -> None:
+    """Finish the launches that were interrupted: a row still ``launching`` whose launching process is gone
+    (on this machine), or one being undone (``discarding``), is rolled back on every host and deleted once
+    every host confirms; until then each later call tries again (at most every ``RECONCILE_RETRY_S``)."""
+    pending = [row for row in reg.pending() if row.phase == DISCARDING or _launcher_gone(row)]
+    now = time.monotonic()
+    deadline = Deadline(RECONCILE_BUDGET_S)
+    for row in pending:
+        if now - _TRIED.get(row.id, -RECONCILE_RETRY_S) < RECONCILE_RETRY_S or deadline.expired():
+            continue
+        _TRIED[row.id] = now
+        if row.phase != DISCARDING:
+            reg.set_phase(row.id, DISCARDING)
+        hosts = list(dict.fromkeys(p.host for p in row.processes))
+        if discard_everywhere(row.id, row.session, row.spec.hosts, hosts, deadline):
+            reg.delete(row.id)
+            _TRIED.pop(row.id, None)
+            log.info("rolled back the interrupted launch %s", row.id)
+
+
+#: Where the registry lives when it must not be in the state directory (see ``registry_dir``).
+REGISTRY_DIR_ENV = "SKILL_SERVER_REGISTRY_DIR"
+
+
+def registry_dir() -> Path:
+    """The registry's directory: ``$SKILL_SERVER_REGISTRY_DIR`` when set, else the state directory."""
+    explicit = os.environ.get(REGISTRY_DIR_ENV)
+    if explicit:
+        return Path(os.path.abspath(os.path.expanduser(explicit)))
+    return state_dir()
+
+
 def registry_exists() -> bool:
     """Whether any experiment was ever registered here (the database file exists)."""
-    return (state_dir() / DB_NAME).is_file()
+    return (registry_dir() / DB_NAME).is_file()
+
+
+def _connect(path: Path | None, *, read_only: bool = False) -> sqlite3.Connection:
+    """A connection to the registry file (``None``: an empty one in memory); ``read_only`` opens it as an
+    immutable file, which works where SQLite cannot create its WAL index (a read-only or full disk)."""
+    if path is None:
+        return sqlite3.connect(":memory:", timeout=15.0, isolation_level=None)
+    if read_only:
+        return sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?immutable=1", uri=True, timeout=15.0,
+                               isolation_level=None)
+    return sqlite3.connect(str(path), timeout=15.0, isolation_level=None)
+
+
+def _prepare(conn: sqlite3.Connection, on_disk: bool) -> None:
+    if on_disk:
+        conn.execute("PRAGMA busy_timeout = 15000")
+        if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+    conn.executescript(_SCHEMA)
+    _migrate(conn)
 
 
 @contextmanager
@@ -246,26 +496,36 @@ def open_registry(*, create: bool = True) -> Iterator[Registry]:
     """A registry connection for the duration of one tool call.
 
     ``create=False`` is for calls that only look runs up: before any launch there is no registry, and an
-    empty one in memory answers instead, so they never create a state directory and database on disk."""
-    directory = state_dir()
+    empty one in memory answers instead, so they never create a state directory and database on disk.
+    A registry that cannot be written (read-only, or its disk is full) is opened read-only: lookups and
+    observations work, writes are skipped and ``Registry.problem`` says why (a launch refuses)."""
+    directory = registry_dir()
     on_disk = create or registry_exists()
+    path = directory / DB_NAME if on_disk else None
+    problem: str | None = None
     try:
         if on_disk:
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        conn = sqlite3.connect(str(directory / DB_NAME) if on_disk else ":memory:", timeout=15.0,
-                               isolation_level=None)
+        conn = _connect(path)
+        _prepare(conn, on_disk)
     except (OSError, sqlite3.Error) as exc:
-        raise ToolFailure(f"cannot open the experiment registry in {directory}: {exc}") from None
+        problem = unwritable(directory, exc) if path is not None and path.is_file() else None
+        if problem is None:
+            raise ToolFailure(f"cannot open the experiment registry in {directory}: {exc}") from None
+        try:
+            conn = _connect(path, read_only=True)
+        except sqlite3.Error:
+            raise ToolFailure(f"cannot open the experiment registry in {directory}: {problem}") from None
     try:
-        if on_disk:
-            conn.execute("PRAGMA busy_timeout = 15000")
-            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-        conn.executescript(_SCHEMA)
-        yield Registry(conn)
+        reg = Registry(conn, directory if on_disk else None, problem)
+        if on_disk and problem is None:
+            try:
+                reconcile(reg)
+            except ToolFailure as exc:  # the registry became unwritable meanwhile: the call goes on
+                log.warning("cannot finish interrupted launches: %s", exc)
+        yield reg
     except sqlite3.Error as exc:
-        raise ToolFailure(f"experiment registry error ({directory / DB_NAME}): {exc}") from None
+        problem = unwritable(directory, exc) if on_disk else None
+        raise ToolFailure(f"experiment registry error ({directory / DB_NAME}): {problem or exc}") from None
     finally:
         conn.close()
-

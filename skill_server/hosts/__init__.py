@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from skill_server.core.deadline import Deadline, bounded
 from skill_server.hosts.base import LOCAL, CommandResult, Host, HostUnreachable
 from skill_server.hosts.client import Op, Result, expect
 from skill_server.hosts.destinations import normalise
@@ -50,12 +51,15 @@ def get_host(name: str) -> Host:
         return host
 
 
-def call_hosts(requests: Mapping[str, Sequence[Op[Any]]], *, timeout_s: float = 60.0) -> dict[str, Reply]:
-    """One ``call`` per host, all hosts in parallel; a host that cannot be asked maps to its error."""
+def call_hosts(requests: Mapping[str, Sequence[Op[Any]]], *, timeout_s: float = 60.0,
+               deadline: Deadline | None = None) -> dict[str, Reply]:
+    """One ``call`` per host, all hosts in parallel, each ending by ``deadline`` (when given) and within
+    ``timeout_s``; a host that cannot be asked maps to its error."""
+    bound = bounded(deadline, timeout_s)
 
     def one(name: str) -> Reply:
         try:
-            return get_host(name).call(requests[name], timeout_s=timeout_s)
+            return get_host(name).call(requests[name], timeout_s=timeout_s, deadline=bound)
         except HostUnreachable as exc:
             return exc
 

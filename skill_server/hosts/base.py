@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolFailure
 from skill_server.hosts.agent.protocol import PROTOCOL_VERSION
 from skill_server.hosts.client import Op, Result
@@ -61,15 +62,20 @@ class Host(ABC):
         return self.name == LOCAL
 
     @abstractmethod
-    def call(self, ops: Sequence[Op[Any]], *, timeout_s: float = 60.0) -> list[Result]:
-        """Run ``ops`` in one agent invocation on the host; one result per op."""
+    def call(self, ops: Sequence[Op[Any]], *, timeout_s: float = 60.0, deadline: Deadline | None = None
+             ) -> list[Result]:
+        """Run ``ops`` in one agent invocation on the host; one result per op. The call ends by
+        ``deadline`` (when given) and within ``timeout_s``; the agent is told what is left."""
 
     @abstractmethod
     def attach_command(self, socket_path: str, session: str) -> str:
         """The shell command a user types to watch a session of this host's tmux server."""
 
-    def _request(self, ops: Sequence[Op[Any]]) -> Envelope:
-        return {"v": PROTOCOL_VERSION, "ops": [op.request for op in ops]}
+    def _request(self, ops: Sequence[Op[Any]], deadline: Deadline | None = None) -> Envelope:
+        envelope: Envelope = {"v": PROTOCOL_VERSION, "ops": [op.request for op in ops]}
+        if deadline is not None:
+            envelope["budget_s"] = round(deadline.remaining(), 3)
+        return envelope
 
     def _results(self, reply: Any, count: int) -> list[Result]:
         if not isinstance(reply, dict) or reply.get("v") != PROTOCOL_VERSION:

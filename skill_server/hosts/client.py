@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from skill_server.hosts.agent.protocol import (
         CheckpointsReply,
         DiscardReply,
+        DiscardRequest,
         Failure,
         LaunchPlan,
         LaunchProc,
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
         RunRequest,
         StopProc,
         StopReply,
+        StopRequest,
         WriteReply,
         WriteRequest,
     )
@@ -156,9 +158,17 @@ def launch(exp_id: str, session: str, socket_name: str, *, replace_pids: Sequenc
     return Launch(Op(request), Op({**request, "dry_run": False}))
 
 
-def discard(exp_id: str, socket_path: str, session: str) -> Op[DiscardReply]:
-    """Undo a launch on the host: kill its session and marked processes, remove its run directory."""
-    return Op({"op": "discard", "exp_id": exp_id, "socket_path": socket_path, "session": session})
+def discard(exp_id: str, socket_path: str, session: str, *, session_id: str | None = None,
+            run_dir: str | None = None) -> Op[DiscardReply]:
+    """Undo a launch on the host: end the run's sessions (by identity: ``session_id`` when known, else the
+    run's marker in its panes) and marked processes, empty its run directory (``run_dir``, default the
+    host's own for ``exp_id``) and mark it discarded."""
+    request: DiscardRequest = {"op": "discard", "exp_id": exp_id, "socket_path": socket_path, "session": session}
+    if session_id is not None:
+        request["session_id"] = session_id
+    if run_dir is not None:
+        request["run_dir"] = run_dir
+    return Op(request)
 
 
 def observe(sockets: Sequence[str], procs: Sequence[ObserveProc]) -> Op[ObserveReply]:
@@ -168,11 +178,16 @@ def observe(sockets: Sequence[str], procs: Sequence[ObserveProc]) -> Op[ObserveR
 
 
 def stop(exp_id: str, run_dir: str, socket_path: str, session: str, *, grace_s: float, procs: Sequence[StopProc],
-         kill_session: bool = True) -> Op[StopReply]:
+         kill_session: bool = True, session_id: str | None = None) -> Op[StopReply]:
     """Stop every process of run ``exp_id`` on the host (Ctrl-C, ``grace_s``, SIGTERM, SIGKILL, verified)
-    and, with ``kill_session``, remove its tmux session."""
-    return Op({"op": "stop", "exp_id": exp_id, "run_dir": run_dir, "socket_path": socket_path, "session": session,
-               "grace_s": grace_s, "kill_session": kill_session, "procs": list(procs)})
+    and, with ``kill_session``, remove its tmux session: only a session that is the run's by identity
+    (``session_id`` and a recorded pane, or the run's marker in its panes), never one found by name."""
+    request: StopRequest = {"op": "stop", "exp_id": exp_id, "run_dir": run_dir, "socket_path": socket_path,
+                            "session": session, "grace_s": grace_s, "kill_session": kill_session,
+                            "procs": list(procs)}
+    if session_id is not None:
+        request["session_id"] = session_id
+    return Op(request)
 
 
 def checkpoints(path: str, *, max_depth: int, max_entries: int, limit: int) -> Op[CheckpointsReply]:

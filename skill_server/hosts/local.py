@@ -6,6 +6,7 @@ import shlex
 from collections.abc import Sequence
 from typing import Any
 
+from skill_server.core.deadline import Deadline, bounded
 from skill_server.hosts.agent import ops as agent_ops
 from skill_server.hosts.base import LOCAL, Host, tmux_attach_argv
 from skill_server.hosts.client import Op, Result
@@ -14,8 +15,9 @@ from skill_server.hosts.client import Op, Result
 class LocalHost(Host):
     name = LOCAL
 
-    def call(self, ops: Sequence[Op[Any]], *, timeout_s: float = 60.0) -> list[Result]:
-        return self._results(agent_ops.handle(self._request(ops)), len(ops))
+    def call(self, ops: Sequence[Op[Any]], *, timeout_s: float = 60.0, deadline: Deadline | None = None
+             ) -> list[Result]:
+        return self._results(agent_ops.handle(self._request(ops, bounded(deadline, timeout_s))), len(ops))
 
     def attach_command(self, socket_path: str, session: str) -> str:
         return shlex.join(tmux_attach_argv(socket_path, session))

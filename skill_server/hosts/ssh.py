@@ -1,20 +1,27 @@
 """SSH hosts: the system ``ssh`` client, one multiplexed connection per host, the agent shipped per call.
 
 Each call runs ``ssh [-F $SKILL_SERVER_SSH_CONFIG] -o BatchMode=yes -o ConnectTimeout=.. -o ControlMaster=auto
--o ControlPath=<dir>/%C -o ControlPersist=.. -T -- <dest> python3 -I -S -c <bootstrap>`` and writes the
-compressed agent program and the JSON request to its stdin. The user's ssh config, agent, keys and jump
-hosts apply as in their terminal; host-key checking is never weakened. BatchMode turns a password or
-host-key prompt into an error, which becomes one line naming the host and ssh's own message.
+-o ControlPath=<dir>/%C -o ControlPersist=.. -T -- <dest> python3 -I -S -c <bootstrap> AJS-READY <nonce> AJS``.
+The user's ssh config, agent, keys and jump hosts apply as in their terminal; host-key checking is never
+weakened. BatchMode turns a password or host-key prompt into an error, which becomes one line naming the
+host and ssh's own message.
+
+The channel is immune to what the login shell prints or reads: the bootstrap prints ``AJS-READY <nonce>``
+first, and until that line the client discards everything on stdout (keeping it, bounded and sanitised,
+for an error message) and writes only a bare newline every ``KEEPALIVE_S``; then it sends the program and
+framed requests (``AJS <nonce> <length>``), and reads framed replies, skipping any other line. A host
+that never says ready gets a message quoting what its shell printed. Every read and write is bounded
+by the call's deadline, so a partition or a hung host ends the call in time.
 
 The control socket lives under the state directory when the path fits a Unix socket (about 100 bytes,
 counting the 40-character ``%C`` hash and the 17-character suffix ssh adds while binding), else in a
 private ``/tmp/ajs-ssh-<uid>`` directory; if neither is usable, calls go without multiplexing.
 
-A long-lived process (the MCP server) keeps one *agent session* per host: the same invocation with
-``serve``, answering framed requests over the open channel, so a warm call costs one round trip and no
-process start on either side. A session serves one call at a time; a call that finds it busy, a large
-request, or a session that broke, goes the one-shot way. Sessions end when their host connection
-drops, after the agent's idle time, or with this process.
+A long-lived process (the MCP server) keeps one *agent session* per host: a channel that stays open,
+answering framed requests, so a warm call costs one round trip and no process start on either side. A
+session serves one call at a time; a call that finds it busy, or a session that broke, goes on a channel
+of its own (one-shot: one request, then stdin closes). Sessions end when their host connection drops,
+after the agent's idle time, or with this process.
 """
 
 from __future__ import annotations
@@ -24,6 +31,7 @@ import functools
 import json
 import logging
 import os
+import secrets
 import select
 import shlex
 import shutil
@@ -36,6 +44,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from skill_server.core.deadline import Deadline, bounded
 from skill_server.core.errors import ToolFailure
 from skill_server.hosts.agent import program
 from skill_server.hosts.agent.protocol import state_dir
@@ -52,12 +61,6 @@ SOCKET_PATH_LIMIT = 100
 #: Where control sockets go when the state directory's path is too long for a Unix socket.
 FALLBACK_CONTROL_DIR = "/tmp/ajs-ssh-{uid}"
 _CONTROL_NAME_LEN = 40 + 17  # "%C" expands to 40 hex characters; ssh binds "<path>.<16 random>" first
-
-
-@functools.cache
-def _program() -> bytes:
-    """What every call writes to ssh's stdin before its request (built once per process)."""
-    return program.ssh_payload()
 
 
 def _private_dir(path: str) -> bool:
@@ -141,18 +144,29 @@ def describe_ssh_error(stderr: str) -> str:
     return message
 
 
-#: Requests larger than this go one-shot (a session's pipe is written without a writer thread).
-SESSION_MAX_REQUEST = 48 * 1024
-_SESSIONS: dict[tuple[str, ...], _Session] = {}
+_SESSIONS: dict[tuple[str, ...], _Channel] = {}
 _SESSIONS_LOCK = threading.Lock()
+#: While waiting for the bootstrap's ready line, a bare newline goes out this often (a start-up file
+#: that reads a line gets an empty one and goes on; the bootstrap skips blank lines).
+KEEPALIVE_S = 0.5
+#: What a login shell printed before the ready line: this much is kept for an error message.
+PRELUDE_KEPT = 4096
+PRELUDE_SHOWN = 200
+
+
+@functools.cache
+def _parts() -> tuple[bytes, bytes]:
+    """What every channel writes once the bootstrap is ready: stage one and the sources (built once)."""
+    return program.ssh_parts()
 
 
 def _python() -> str:
     return os.environ.get(REMOTE_PYTHON_ENV) or "python3"
 
 
-def _remote_command(*args: str) -> str:
-    return " ".join([shlex.quote(_python()), "-I", "-S", "-c", shlex.quote(program.BOOTSTRAP), *args])
+def _remote_command(nonce: str) -> str:
+    return " ".join([shlex.quote(_python()), "-I", "-S", "-c", shlex.quote(program.BOOTSTRAP),
+                     *program.bootstrap_argv(nonce)])
 
 
 def _failure(host: str, returncode: int | None, stderr: str) -> HostUnreachable | None:
@@ -165,89 +179,194 @@ def _failure(host: str, returncode: int | None, stderr: str) -> HostUnreachable 
     return None
 
 
+def _shown(data: bytes) -> str:
+    """What a login shell printed, for a message: one line, control bytes shown as '?', bounded."""
+    text = data.decode("utf-8", "replace")
+    text = "".join(c if c.isprintable() else ("?" if c not in "\r\n\t" else " ") for c in text)
+    text = " ".join(text.split())
+    return text if len(text) <= PRELUDE_SHOWN else text[:PRELUDE_SHOWN] + "..."
+
+
 class _Broken(Exception):
-    """The session cannot be used (ended, or never answered ready)."""
+    """A channel that had served broke (its connection dropped): the call may go again on a new one."""
 
 
-class _Session:
-    """One serving agent on a host, over the multiplexed connection."""
+class _Channel:
+    """One agent on a host over ssh: started with the bootstrap, past the login shell's noise, program sent.
 
-    def __init__(self, host: str, argv: list[str], timeout_s: float) -> None:
+    Every read and write is bounded by the caller's deadline (non-blocking pipes and ``select``): a
+    partitioned network or a hung host ends the call in time, with the ssh process killed."""
+
+    def __init__(self, host: str, argv: list[str], nonce: str, deadline: Deadline) -> None:
         self.host = host
-        self.lock = threading.Lock()
-        # ssh's stderr for the session's whole life (read when it breaks while connecting): no with-block.
+        self.nonce = nonce
+        self.head = f"{program.FRAME} {nonce} ".encode("ascii")
+        # ssh's stderr for the channel's whole life (read when it fails): no with-block.
         self.err: IO[bytes] = tempfile.TemporaryFile()  # noqa: SIM115
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
-                                     start_new_session=True)
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
+                                         start_new_session=True)
+        except OSError as exc:
+            raise HostUnreachable(host, f"cannot run ssh: {exc.strerror or exc}") from None
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.stdin: IO[bytes] = self.proc.stdin
-        self.stdout: IO[bytes] = self.proc.stdout
+        self.stdin = self.proc.stdin.fileno()
+        self.stdout = self.proc.stdout.fileno()
+        os.set_blocking(self.stdin, False)
         self.buf = b""
-        self.ready = False
+        self.served = False
+        self.lock = threading.Lock()
         try:
-            self.stdin.write(_program())
-            self.stdin.flush()
-        except OSError:
-            raise self._broken() from None
-        if self._line(time.monotonic() + timeout_s) != b"ready":
-            raise self._broken()
-        self.ready = True
-
-    def _broken(self) -> Exception:
-        """Close the session. While connecting: the error its ssh exit status means (the host is
-        unreachable). Once it had served: ``_Broken``, so the call is retried one-shot on a new connection
-        (a dropped master ends every session on it; that alone says nothing about the host)."""
-        self.close()
-        if self.ready:
-            return _Broken()
-        self.err.seek(0)
-        failure = _failure(self.host, self.proc.returncode, self.err.read(64 * 1024).decode("utf-8", "replace"))
-        return failure if failure is not None else _Broken()
-
-    def _fill(self, deadline: float) -> None:
-        fd = self.stdout.fileno()
-        left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            self._await_ready(deadline)
+            stage_one, packed = _parts()
+            self._write(program.frame(nonce, stage_one) + packed, deadline)
+        except BaseException:
             self.close()
-            raise HostUnreachable(self.host, "no answer in time")
+            raise
+
+    # ---- failures
+    def _stderr(self) -> str:
+        self.err.seek(0)
+        return self.err.read(64 * 1024).decode("utf-8", "replace")
+
+    def _ended(self, prelude: bytes | None) -> Exception:
+        """What it means that ssh's stdout closed: before the ready line, the host is unreachable (why, from
+        ssh's status and what the shell printed); after serving, the connection broke (``_Broken``)."""
         try:
-            chunk = os.read(fd, 1024 * 1024)
+            code = self.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            code = None
+        stderr = self._stderr()
+        self.close()
+        if prelude is None:
+            if self.served:
+                return _Broken()
+            return _failure(self.host, code, stderr) or HostUnreachable(
+                self.host, f"the host agent failed: {describe_ssh_error(stderr) if stderr.strip() else 'no reply'} "
+                f"(exit {code})")
+        failure = _failure(self.host, code, stderr)
+        if failure is not None:
+            return failure
+        printed = f"it printed: '{_shown(prelude)}'" if prelude.strip() else "it printed nothing"
+        said = f"; on stderr: '{_shown(stderr.strip().encode())}'" if stderr.strip() else ""
+        return HostUnreachable(self.host, f"the login shell of {self.host} exited (status {code}) before starting "
+                               f"the host agent; {printed}{said}")
+
+    def _late(self, deadline: Deadline, waited: float, prelude: bytes | None) -> HostUnreachable:
+        self.close(kill=True)  # the deadline has passed: no grace for a connection that hangs
+        if prelude is None:
+            return HostUnreachable(self.host, f"no answer within {waited:.0f} s")
+        if prelude.strip():
+            return HostUnreachable(self.host, f"the login shell of {self.host} did not start the host agent within "
+                                   f"{waited:.0f} s; it printed: '{_shown(prelude)}'")
+        return HostUnreachable(self.host, f"no answer within {waited:.0f} s: the connection, sshd or the login "
+                               f"shell of {self.host} hung (it printed nothing; a start-up file may wait for input)")
+
+    # ---- bounded I/O
+    def _read_some(self, deadline: Deadline, started: float, prelude: bytes | None) -> None:
+        left = deadline.remaining()
+        if left <= 0 or not select.select([self.stdout], [], [], left)[0]:
+            raise self._late(deadline, time.monotonic() - started, prelude)
+        try:
+            chunk = os.read(self.stdout, 1024 * 1024)
         except OSError:
             chunk = b""
         if not chunk:
-            raise self._broken()
+            raise self._ended(prelude)
         self.buf += chunk
 
-    def _line(self, deadline: float) -> bytes:
-        while b"\n" not in self.buf:
-            self._fill(deadline)
-        line, self.buf = self.buf.split(b"\n", 1)
-        return line
+    def _write(self, data: bytes, deadline: Deadline) -> None:
+        view = memoryview(data)
+        started = time.monotonic()
+        while view:
+            left = deadline.remaining()
+            if left <= 0 or not select.select([], [self.stdin], [], left)[1]:
+                raise self._late(deadline, time.monotonic() - started, None)
+            try:
+                view = view[os.write(self.stdin, view):]
+            except BlockingIOError:
+                continue
+            except OSError:
+                raise self._ended(None) from None
 
-    def ask(self, request: bytes, timeout_s: float) -> Any:
-        deadline = time.monotonic() + timeout_s
-        try:
-            self.stdin.write(str(len(request)).encode("ascii") + b"\n" + request)
-            self.stdin.flush()
-        except OSError:
-            raise self._broken() from None
-        size = int(self._line(deadline))
-        while len(self.buf) < size:
-            self._fill(deadline)
-        body, self.buf = self.buf[:size], self.buf[size:]
+    def _await_ready(self, deadline: Deadline) -> None:
+        """Wait for ``AJS-READY <nonce>``, discarding what the login shell printed before it (kept, bounded,
+        for the message), writing a bare newline every ``KEEPALIVE_S`` meanwhile."""
+        started = time.monotonic()
+        marker = f"{program.READY} {self.nonce}\n".encode("ascii")
+        prelude = b""
+        next_newline = started
+        while True:
+            at = self.buf.find(marker)
+            if at >= 0:
+                self.buf = self.buf[at + len(marker):]
+                return
+            cut = max(0, len(self.buf) - len(marker))  # keep what could be the start of the marker
+            prelude = (prelude + self.buf[:cut])[-PRELUDE_KEPT:]
+            self.buf = self.buf[cut:]
+            now = time.monotonic()
+            if now >= next_newline:
+                try:
+                    os.write(self.stdin, b"\n")
+                except (BlockingIOError, BrokenPipeError):
+                    pass
+                except OSError:
+                    pass
+                next_newline = now + KEEPALIVE_S
+            step = deadline.within(max(0.01, next_newline - now))
+            if deadline.expired():
+                raise self._late(deadline, now - started, prelude + self.buf)
+            if select.select([self.stdout], [], [], step.remaining())[0]:
+                try:
+                    chunk = os.read(self.stdout, 65536)
+                except OSError:
+                    chunk = b""
+                if not chunk:
+                    raise self._ended(prelude + self.buf)
+                self.buf += chunk
+
+    # ---- requests
+    def ask(self, request: bytes, deadline: Deadline) -> Any:
+        """Send one framed request and read its framed reply (other lines, stray output, are skipped)."""
+        started = time.monotonic()
+        self._write(program.frame(self.nonce, request), deadline)
+        while True:
+            while b"\n" not in self.buf:
+                self._read_some(deadline, started, None)
+            line, self.buf = self.buf.split(b"\n", 1)
+            size = line[len(self.head):]
+            if line.startswith(self.head) and size.isdigit():
+                break
+        while len(self.buf) < int(size):
+            self._read_some(deadline, started, None)
+        body, self.buf = self.buf[: int(size)], self.buf[int(size):]
+        self.served = True
         return json.loads(body.decode("utf-8"))
 
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def close(self) -> None:
+    def close(self, *, kill: bool = False) -> None:
+        """End the channel: close stdin (the agent exits) and wait briefly, or (``kill``) end ssh at once."""
         if self.proc.poll() is None:
             try:
-                self.stdin.close()
+                if self.proc.stdin is not None:
+                    self.proc.stdin.close()
+            except OSError:
+                pass
+            try:
+                if kill:
+                    raise subprocess.TimeoutExpired(self.proc.args, 0)
                 self.proc.wait(timeout=2)
-            except (OSError, subprocess.TimeoutExpired):
+            except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        self.err.close()
 
 
 def close_sessions() -> None:
@@ -265,24 +384,36 @@ class SshHost(Host):
     def __init__(self, destination: str) -> None:
         self.name = destination
 
-    def _argv(self, *args: str) -> list[str]:
+    def _argv(self, nonce: str) -> list[str]:
         try:
-            return ssh_options() + ["-T", "--", self.name, _remote_command(*args)]
+            return ssh_options() + ["-T", "--", self.name, _remote_command(nonce)]
         except ToolFailure as exc:
             raise HostUnreachable(self.name, exc.message) from None
 
-    def call(self, ops: Sequence[Op[Any]], *, timeout_s: float = 60.0) -> list[Result]:
-        request = json.dumps(self._request(ops), separators=(",", ":")).encode("utf-8")
-        if len(request) <= SESSION_MAX_REQUEST:
-            reply = self._ask_session(request, timeout_s)
-            if reply is not None:
-                return self._results(reply, len(ops))
-        return self._results(self._one_shot(request, timeout_s), len(ops))
+    def call(self, ops: Sequence[Op[Any]], *, timeout_s: float = 60.0, deadline: Deadline | None = None
+             ) -> list[Result]:
+        """One round trip: on this host's open agent session when it is free, else on a channel of its own
+        (one-shot); either way by ``deadline``. A session that breaks after serving is retried one-shot."""
+        bound = bounded(deadline, timeout_s)
+        request = json.dumps(self._request(ops, bound), separators=(",", ":")).encode("utf-8")
+        reply = self._ask_session(request, bound)
+        if reply is None:
+            channel = self._open(bound)
+            try:
+                reply = channel.ask(request, bound)
+            except _Broken:
+                raise HostUnreachable(self.name, "the connection dropped during the call") from None
+            finally:
+                channel.close()
+        return self._results(reply, len(ops))
 
-    def _ask_session(self, request: bytes, timeout_s: float) -> Any | None:
+    def _open(self, deadline: Deadline) -> _Channel:
+        nonce = _nonce()
+        return _Channel(self.name, self._argv(nonce), nonce, deadline)
+
+    def _ask_session(self, request: bytes, deadline: Deadline) -> Any | None:
         """The reply through this host's session; None when it is busy or broke (go one-shot)."""
-        argv = self._argv("serve")
-        key = tuple(argv)
+        key = tuple(self._argv("-"))  # the settings the session was opened with (its nonce aside)
         with _SESSIONS_LOCK:
             session = _SESSIONS.get(key)
             if session is not None and not session.alive():
@@ -291,10 +422,7 @@ class SshHost(Host):
                 for old_key in [k for k in _SESSIONS if k[-2] == self.name]:  # settings changed: replace
                     _SESSIONS.pop(old_key).close()
         if session is None:
-            try:
-                fresh = _Session(self.name, argv, timeout_s)
-            except _Broken:
-                return None
+            fresh = self._open(deadline)  # a host that cannot be reached says so here
             with _SESSIONS_LOCK:  # another thread may have opened one meanwhile: keep one per host
                 session = _SESSIONS.get(key)
                 if session is None or not session.alive():
@@ -304,7 +432,7 @@ class SshHost(Host):
         if not session.lock.acquire(blocking=False):
             return None
         try:
-            return session.ask(request, timeout_s)
+            return session.ask(request, deadline)
         except _Broken:
             return None
         except (ValueError, OSError):
@@ -313,31 +441,14 @@ class SshHost(Host):
         finally:
             session.lock.release()
 
-    def _one_shot(self, request: bytes, timeout_s: float) -> Any:
-        argv = self._argv()
-        with tempfile.TemporaryFile() as err:
-            try:
-                done = subprocess.run(argv, input=_program() + request, stdout=subprocess.PIPE, stderr=err,
-                                      timeout=timeout_s, check=False)
-            except subprocess.TimeoutExpired:
-                raise HostUnreachable(self.name, f"no answer within {timeout_s:.0f} s") from None
-            except OSError as exc:
-                raise HostUnreachable(self.name, f"cannot run ssh: {exc.strerror or exc}") from None
-            err.seek(0)
-            stderr = err.read(64 * 1024).decode("utf-8", "replace")
-        failure = _failure(self.name, done.returncode, stderr)
-        if failure is not None:
-            raise failure
-        try:
-            return json.loads(done.stdout.decode("utf-8"))
-        except ValueError:
-            detail = describe_ssh_error(stderr) if stderr.strip() else f"exit {done.returncode}, no reply"
-            raise HostUnreachable(self.name, f"the host agent failed: {detail}") from None
-
     def attach_command(self, socket_path: str, session: str) -> str:
         """``ssh -t [-F <absolute config>] <dest> 'tmux ... attach'``: it works from any directory."""
         argv = ["ssh", "-t", *config_arguments(), self.name]
         return shlex.join(argv + [shlex.join(tmux_attach_argv(socket_path, session))])
+
+
+def _nonce() -> str:
+    return secrets.token_hex(8)
 
 
 def configured_hostname(destination: str) -> str | None:

@@ -11,7 +11,7 @@ import os
 import stat
 import time
 
-from .protocol import TYPE_CHECKING, state_dir
+from .protocol import TYPE_CHECKING, host_identity, state_dir
 
 if TYPE_CHECKING:
     from .protocol import Appended
@@ -32,8 +32,41 @@ class AgentError(Exception):
 
 
 def run_dir(exp_id: str) -> str:
-    """Where one experiment's wrapper scripts, pid, exit-code and marker files live on this host."""
-    return os.path.join(state_dir(), "runs", exp_id)
+    """Where one experiment's wrapper scripts, pid, exit-code and marker files live on this host:
+    ``<state>/runs/<exp_id>/<host identity>/``, so hosts that share a home never write into one folder
+    (``<state>/runs/<exp_id>/`` is the run's folder that such hosts share)."""
+    return os.path.join(state_dir(), "runs", exp_id, host_identity())
+
+
+class Locked:
+    """An exclusive ``flock`` on ``path`` (created if missing), waited for at most ``timeout_s``; the
+    lock that orders a launch's start and a discard of the same run on one host."""
+
+    def __init__(self, path: str, timeout_s: float) -> None:
+        self.path = path
+        self.timeout_s = timeout_s
+        self.fd = -1
+
+    def __enter__(self) -> Locked:
+        import fcntl
+
+        try:
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        except OSError as exc:
+            raise AgentError("cannot open the lock %s: %s" % (self.path, _describe(exc))) from None
+        end = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except OSError:
+                if time.monotonic() >= end:
+                    os.close(self.fd)
+                    raise AgentError("another operation on this run holds %s" % self.path) from None
+                time.sleep(0.05)
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)  # closing releases the lock
 
 
 def expand(path: str) -> str:

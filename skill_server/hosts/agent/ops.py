@@ -13,6 +13,7 @@ import json
 import os
 import sys
 
+from . import deadline
 from .checkpoints import op_checkpoints
 from .files import AgentError
 from .generic import op_ping, op_read, op_run, op_write
@@ -55,11 +56,17 @@ def _one(op: object) -> OpReply | Failure:
 
 
 def handle(request: object) -> ReplyEnvelope:
-    """Answer one request; never raises."""
+    """Answer one request; never raises. Its ``budget_s`` (what the caller's deadline leaves) bounds
+    every step that could block (``deadline``)."""
     if not isinstance(request, dict) or request.get("v") != PROTOCOL_VERSION or not isinstance(
             request.get("ops"), list):
         return {"v": PROTOCOL_VERSION, "error": "bad request (protocol version %d expected)" % PROTOCOL_VERSION}
-    return {"v": PROTOCOL_VERSION, "results": [_one(op) for op in request["ops"]]}
+    budget = request.get("budget_s")
+    deadline.start(float(budget) if isinstance(budget, (int, float)) and not isinstance(budget, bool) else None)
+    try:
+        return {"v": PROTOCOL_VERSION, "results": [_one(op) for op in request["ops"]]}
+    finally:
+        deadline.start(None)
 
 
 #: A serving agent exits after this long without a request (the caller starts a new one when needed).
@@ -77,52 +84,51 @@ def _answer(raw: bytes) -> ReplyEnvelope:
         return {"v": PROTOCOL_VERSION, "error": "request is not JSON: %s" % exc}
 
 
-def serve() -> int:
-    """Answer framed requests (a length line, then that many bytes of JSON; replies framed alike) until
-    stdin closes or stays idle for ``SERVE_IDLE_S``: the caller keeps
-    one such agent per host, so a call costs a round trip on the open connection, not a new process.
-    ``ready`` is written first, once nothing of the program is left unread on stdin."""
-    import select
+def serve(nonce: str) -> int:
+    """Answer framed requests (``AJS <nonce> <length>``, then that many bytes of JSON; replies framed alike)
+    until stdin closes or stays idle for ``SERVE_IDLE_S``: the caller keeps one such agent per host, so a
+    call costs a round trip on the open connection, not a new process; a one-shot call closes stdin after
+    its reply. Blank lines between frames are skipped (the caller's keep-alive newlines). Reads go through
+    ``sys.stdin.buffer``, which the bootstrap and stage one read before, so nothing they buffered is lost."""
+    import signal
 
-    out = sys.stdout.buffer
-    out.write(b"ready\n")
-    out.flush()
-    buf = b""
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    head = ("AJS %s " % nonce).encode("ascii")
+
+    def idle(signum: int, frame: object) -> None:
+        os._exit(0)
+
+    signal.signal(signal.SIGALRM, idle)
     while True:
-        while b"\n" not in buf:
-            if not select.select([0], [], [], SERVE_IDLE_S)[0]:
-                return 0
-            chunk = os.read(0, 65536)
-            if not chunk:
-                return 0
-            buf += chunk
-        head, buf = buf.split(b"\n", 1)
-        try:
-            size = int(head)
-        except ValueError:
+        signal.alarm(int(SERVE_IDLE_S))
+        line = inp.readline(256)
+        signal.alarm(0)
+        if not line:
+            return 0
+        if not line.strip():
+            continue
+        if not line.startswith(head) or not line.endswith(b"\n") or not line[len(head):-1].isdigit():
             return 2
+        size = int(line[len(head):-1])
         if size > MAX_REQUEST_BYTES:
             return 2
-        while len(buf) < size:
-            chunk = os.read(0, max(65536, size - len(buf)))
-            if not chunk:
-                return 0
-            buf += chunk
-        body, buf = buf[:size], buf[size:]
+        body = inp.read(size)
+        if len(body) < size:
+            return 0
         reply = _encode(_answer(body))
-        out.write(str(len(reply)).encode("ascii") + b"\n" + reply)
+        out.write(head + str(len(reply)).encode("ascii") + b"\n" + reply)
         out.flush()
 
 
 def main(argv: list[str]) -> int:
-    """Entry point of the shipped program: ``watchdog ...``, ``serve``, or one request on stdin and the
-    reply on stdout."""
+    """Entry point of the shipped program: ``watchdog ...``; ``AJS-READY <nonce> AJS`` (the bootstrap's
+    arguments: framed requests, see ``serve``); or one request on stdin and the reply on stdout."""
     if len(argv) > 1 and argv[1] == "watchdog":
         from . import watchdog
 
         return watchdog.main(argv[2:])
-    if len(argv) > 1 and argv[1] == "serve":
-        return serve()
+    if len(argv) > 2 and argv[1] == "AJS-READY":
+        return serve(argv[2])
     raw = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
     reply: ReplyEnvelope
     if len(raw) > MAX_REQUEST_BYTES:

@@ -86,6 +86,20 @@ def start_time(pid: int) -> str | None:
     return " ".join(parts[1].split())
 
 
+def age(pid: int | None, start: str | None) -> float | None:
+    """Seconds since ``pid`` started, from the kernel's boot-relative clock (``/proc/uptime`` less the
+    process's start in clock ticks), so a wall-clock step changes nothing; None when it does not run with
+    that start time, or there is no ``/proc``."""
+    if not pid or not USE_PROC or start is None or not start.isdigit() or start_time(pid) != start:
+        return None
+    try:
+        with open("/proc/uptime", "rb") as handle:
+            uptime = float(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    return max(0.0, uptime - int(start) / float(os.sysconf("SC_CLK_TCK")))
+
+
 def alive(pid: int | None, start: str | None) -> bool:
     """True while ``pid`` runs and (when known) still has the recorded start time."""
     if not pid:

@@ -1,10 +1,15 @@
 """This package as a program for a host: the bootstrap, the SSH payload, and a self-contained copy.
 
-Over SSH a call runs ``python3 -I -S -c BOOTSTRAP`` and writes to its stdin: a length line and a small
-compressed *stage one*, then a length line and the compressed sources of this package, then the JSON
-request. Stage one installs the sources once per version under ``<state dir>/agent/<digest>/`` on the
-host (so Python caches their bytecode there and later calls skip compiling them), imports the package
-and answers the request; if that directory cannot be written it loads the sources in memory instead.
+Over SSH a call runs ``python3 -I -S -c BOOTSTRAP AJS-READY <nonce>``: the bootstrap first prints
+``AJS-READY <nonce>``, then skips blank lines on stdin and reads one frame, ``AJS <nonce> <length>`` and
+that many bytes of a compressed *stage one*. The client discards whatever a login shell printed before
+that line and writes nothing but bare newlines until it has seen it (a start-up file that reads a line
+gets an empty one), so a noisy or reading shell cannot garble the channel. Stage one reads a length line
+and the compressed sources of this package, installs them once per version under
+``<state dir>/agent/<digest>/`` on the host (so Python caches their bytecode there and later calls skip
+compiling them; an install that failed, or the leftover of one whose writer is gone, is removed), imports
+the package and serves framed requests (``ops.serve``); if that directory cannot be written it loads the
+sources in memory instead. Requests and replies are framed alike: ``AJS <nonce> <length>\n<JSON>``.
 ``program_text()`` is a single self-contained file (sources plus loader) that a launch writes into the
 run directory as ``agent.py``: the watchdog runs it without needing anything else on the host.
 """
@@ -20,12 +25,18 @@ import zlib
 from .protocol import STATE_DIR_ENV
 
 #: Load order: a module comes after the modules it imports at load time.
-MODULES = ("protocol", "files", "procs", "tmux", "wrapper", "watchdog", "program", "request", "generic", "runs",
-           "checkpoints", "reclaim", "ops")
+MODULES = ("protocol", "deadline", "files", "procs", "tmux", "wrapper", "watchdog", "program", "request", "generic",
+           "runs", "checkpoints", "reclaim", "ops")
 PACKAGE = "ajs_agent"
-#: What ``python3 -c`` runs on the host: read a length line, then that many bytes of compressed program.
-#: No quotes or backslashes, so every remote shell (sh, bash, zsh, fish) passes it through unchanged.
-BOOTSTRAP = "import sys,zlib;b=sys.stdin.buffer;exec(zlib.decompress(b.read(int(b.readline()))))"
+#: What ``python3 -c`` runs on the host, with ``READY`` and the nonce as its arguments: say ready, skip blank
+#: lines, check the frame's nonce, run that many bytes of compressed program. No quotes or backslashes, so
+#: every remote shell (sh, bash, zsh, fish) passes it through unchanged.
+BOOTSTRAP = ("import sys,zlib;a=sys.argv;o=sys.stdout.buffer;o.write((a[1]+chr(32)+a[2]+chr(10)).encode());o.flush();"
+             "b=sys.stdin.buffer;h=next(x for x in iter(b.readline,bytes()) if x.strip()).split();"
+             "h[:2]==[a[3].encode(),a[2].encode()] or sys.exit(3);exec(zlib.decompress(b.read(int(h[2]))))")
+#: The bootstrap's first line starts with this word; frames start with ``FRAME``.
+READY = "AJS-READY"
+FRAME = "AJS"
 
 # Loads sources into memory as the package (relative imports work); shared by both programs.
 _LOADER = '''
@@ -53,18 +64,40 @@ import os, sys, zlib
 ''' + _LOADER + '''
 %(state_dir)s
 
-def _install(base, sources):
-    tmp = "%%s.tmp-%%d" %% (base, os.getpid())
-    os.makedirs(os.path.join(tmp, %(pkg)r), mode=0o700)
-    for name, text in sources.items():
-        with open(os.path.join(tmp, %(pkg)r, name + ".py"), "w", encoding="utf-8") as handle:
-            handle.write(text)
+def _clean_stale(parent, tag):
+    """Remove install folders of this host whose writer is gone (a full disk or a kill left them)."""
+    import shutil
     try:
+        entries = os.listdir(parent)
+    except OSError:
+        return
+    for entry in entries:
+        head, sep, pid = entry.rpartition(tag)
+        if not sep or not head or not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(parent, entry), ignore_errors=True)
+        except OSError:
+            pass
+
+
+def _install(base, sources):
+    import shutil
+    import socket
+    tag = ".tmp-%%s-" %% socket.gethostname()  # hosts sharing a home judge only their own writers
+    _clean_stale(os.path.dirname(base), tag)
+    tmp = "%%s%%s%%d" %% (base, tag, os.getpid())
+    try:
+        os.makedirs(os.path.join(tmp, %(pkg)r), mode=0o700)
+        for name, text in sources.items():
+            with open(os.path.join(tmp, %(pkg)r, name + ".py"), "w", encoding="utf-8") as handle:
+                handle.write(text)
         os.rename(tmp, base)
     except OSError:
-        import shutil
         shutil.rmtree(tmp, ignore_errors=True)
-        if not os.path.isdir(base):
+        if not os.path.isdir(os.path.join(base, %(pkg)r)):
             raise
 
 
@@ -125,11 +158,28 @@ def _state_dir_source(protocol_source: str) -> str:
     return "STATE_DIR_ENV = %r\n\n\n%s\n" % (STATE_DIR_ENV, "\n".join(lines[start:end]).rstrip())
 
 
-def ssh_payload() -> bytes:
-    """What SSH writes to stdin before the request: stage one, then the package sources."""
+def frame(nonce: str, body: bytes) -> bytes:
+    """``body`` as one frame of the channel whose nonce is ``nonce``."""
+    return ("%s %s %d\n" % (FRAME, nonce, len(body))).encode("ascii") + body
+
+
+def bootstrap_argv(nonce: str) -> list[str]:
+    """The bootstrap's arguments after ``-c BOOTSTRAP``."""
+    return [READY, nonce, FRAME]
+
+
+def ssh_parts() -> tuple[bytes, bytes]:
+    """(compressed stage one, the package sources as a length line and compressed bytes): what a channel
+    sends once the bootstrap is ready (``ssh_payload`` frames them)."""
     srcs = sources()
     packed = json.dumps(srcs, sort_keys=True).encode("utf-8")
     digest = hashlib.sha256(packed).hexdigest()[:16]
     stage_one = _STAGE_ONE % {"pkg": PACKAGE, "modules": MODULES, "digest": digest,
                               "state_dir": _state_dir_source(srcs["protocol"])}
-    return _blob(stage_one.encode("utf-8")) + _blob(packed)
+    return zlib.compress(stage_one.encode("utf-8"), 6), _blob(packed)
+
+
+def ssh_payload(nonce: str) -> bytes:
+    """What a channel writes after the bootstrap said ready: stage one (a frame), then the sources."""
+    stage_one, packed = ssh_parts()
+    return frame(nonce, stage_one) + packed

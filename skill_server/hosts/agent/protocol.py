@@ -46,6 +46,31 @@ def state_dir() -> str:
     return os.path.abspath(os.path.join(base, "agentjet-swarm-skill"))
 
 
+#: Where a machine's identity comes from (the first readable file), after its host name.
+MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
+
+
+def host_identity() -> str:
+    """This machine as a name that is safe in a path: its host name plus a digest of its machine id (the
+    host name alone when no machine id can be read).
+
+    Hosts that share a home directory keep their run state under ``<state>/runs/<id>/<identity>/``, so
+    two machines never write into one folder; the digest tells apart machines that share a host name."""
+    import hashlib
+    import socket
+
+    name = "".join(c if c.isalnum() or c in "._-" else "_" for c in socket.gethostname())[:64] or "host"
+    for path in MACHINE_ID_FILES:
+        try:
+            with open(path, "rb") as handle:
+                machine = handle.read(256).strip()
+        except OSError:
+            continue
+        if machine:
+            return "%s-%s" % (name, hashlib.sha256(machine).hexdigest()[:12])
+    return name
+
+
 if TYPE_CHECKING:
     from typing import Literal, TypedDict
 
@@ -182,6 +207,7 @@ if TYPE_CHECKING:
         socket_path: str
         result_dir: str
         python: str
+        host_identity: str  # ``host_identity()`` of the host that answered
 
     class LaunchPlan(_LaunchWhere):
         """The dry run's answer: where everything would go."""
@@ -190,6 +216,7 @@ if TYPE_CHECKING:
 
     class LaunchStarted(_LaunchWhere):
         procs: list[StartedProc]
+        session_id: str  # tmux's ``#{session_id}`` of the run's session (``$3``): with the panes, its identity
 
     # ---- stopping: what a stop saw and did (shared by discard and stop)
 
@@ -205,21 +232,29 @@ if TYPE_CHECKING:
         killed: list[SeenProc]  # alive when SIGKILL was sent
         survivors: list[SeenProc]  # alive even after SIGKILL
 
-    class DiscardRequest(TypedDict):
+    class _DiscardRequired(TypedDict):
         op: Literal["discard"]
         exp_id: str
         socket_path: str
         session: str
 
+    class DiscardRequest(_DiscardRequired, total=False):
+        session_id: str | None  # known once the start answered; else the run's sessions are found by marker
+        run_dir: str | None  # the launch's run directory on this host (default: ``files.run_dir``)
+
     class DiscardReply(StopReport, Ok):
         session_removed: bool
+        #: Nothing of the run is left on this host (its tmux server answered, no session or process of it
+        #: remains): the caller may forget the run there.
+        confirmed: bool
 
     class StopProc(TypedDict):
         role: str
         pid: int | None
         start: str | None
+        pane_id: str | None
 
-    class StopRequest(TypedDict):
+    class _StopRequired(TypedDict):
         op: Literal["stop"]
         exp_id: str
         run_dir: str
@@ -228,6 +263,9 @@ if TYPE_CHECKING:
         grace_s: float
         kill_session: bool
         procs: list[StopProc]
+
+    class StopRequest(_StopRequired, total=False):
+        session_id: str | None  # recorded at launch (None for runs launched before it was)
 
     class StopReply(StopReport, Ok):
         exit_codes: dict[str, int | None]
@@ -239,13 +277,20 @@ if TYPE_CHECKING:
         offset: int
         budget: int
 
-    class ObserveProc(TypedDict):
+    class _ObserveProcRequired(TypedDict):
         run_dir: str
         role: str
         pid: int | None
         start: str | None
         log_path: str
         reads: list[ReadSpan]
+
+    class ObserveProc(_ObserveProcRequired, total=False):
+        """Where tmux keeps the exit code when no exit file could be written (the disk was full)."""
+
+        socket_path: str
+        session_id: str | None
+        pane_id: str | None
 
     class ObserveRequest(TypedDict):
         op: Literal["observe"]
@@ -260,6 +305,7 @@ if TYPE_CHECKING:
         dead: bool
         dead_status: int | None
         pid: int | None
+        session_id: str
 
     class Appended(TypedDict):
         """Bytes appended to a log after an offset (see ``files.read_appended``)."""
@@ -272,6 +318,11 @@ if TYPE_CHECKING:
     class ObservedProc(TypedDict):
         alive: bool | None  # None: no pid recorded
         exit_code: int | None
+        #: Where the exit code came from: "file" (``<role>.exit``), "tmux_option" (``@ajs_exit_<role>``,
+        #: the wrapper could not write the file), "pane_status" (the dead pane's status); None: no code.
+        exit_source: str | None
+        #: Seconds since the wrapper started, by the host's boot-relative clock (None when it has ended).
+        elapsed_s: float | None
         markers: list[str]
         final: bool
         size: int | None
@@ -280,6 +331,7 @@ if TYPE_CHECKING:
     class ObserveReply(Ok):
         panes: dict[str, list[Pane] | None]  # None: no tmux server at that socket
         procs: list[ObservedProc]
+        host_identity: str
 
     # ---- checkpoints: global_step_N folders under a directory
 
@@ -338,9 +390,12 @@ if TYPE_CHECKING:
     OpReply = (PingReply | RunReply | ReadReply | WriteReply | LaunchPlan | LaunchStarted | DiscardReply | ObserveReply
                | StopReply | CheckpointsReply | ReclaimReply)
 
-    class Envelope(TypedDict):
+    class _EnvelopeRequired(TypedDict):
         v: int
         ops: list[OpRequest]
+
+    class Envelope(_EnvelopeRequired, total=False):
+        budget_s: float  # what the caller's deadline leaves for the whole request (``agent.deadline``)
 
     class _ReplyVersion(TypedDict):
         v: int

@@ -10,10 +10,10 @@ import json
 import os
 import sys
 
-from . import files, procs, tmux
+from . import deadline, files, procs, tmux
 from .files import AgentError
 from .generic import MAX_READ_BYTES
-from .protocol import TYPE_CHECKING
+from .protocol import KILL_WAIT_S, TYPE_CHECKING, host_identity
 from .request import need, need_or, number, objects, str_map, strings
 
 if TYPE_CHECKING:
@@ -109,16 +109,23 @@ def _resolve_launch(req: Mapping[str, object]) -> _Plan:
     return {"path_prepend": path_prepend, "virtual_env": virtual_env, "result_dir": result_dir, "procs": resolved}
 
 
-def _lingering(socket: str, session: str, previous_pids: list[object]) -> bool:
-    """Whether the session name is taken by the finished session of an earlier run of ours (its panes are
-    exactly the pids that run recorded, all dead): then it may be replaced. Any other session of that
-    name refuses the launch."""
+def _lingering(socket: str, session: str, previous_pids: list[object]) -> str | None:
+    """The id of the session to replace when the name is taken by the finished session of an earlier run
+    of ours (its panes are exactly the pids that run recorded, all dead); None when the name is free. Any
+    other session of that name refuses the launch."""
     panes = [p for p in (tmux.list_panes(socket) or []) if p["session"] == session]
     if not panes:
-        return False
-    if previous_pids and all(p["pid"] in previous_pids and p["dead"] for p in panes):
-        return True
+        return None
+    if previous_pids and all(p["pid"] in previous_pids and p["dead"] for p in panes) and len(
+            {p["session_id"] for p in panes}) == 1:
+        return panes[0]["session_id"]
     raise AgentError("a tmux session named %r already exists on %s" % (session, socket), "name", kind="duplicate")
+
+
+#: In a host's run directory: held while a launch starts the run's windows, and taken by a discard.
+LAUNCH_LOCK = "launch.lock"
+#: Left by a discard: a launch of that run that reaches this host afterwards refuses to start.
+DISCARDED = "discarded"
 
 
 def op_launch(req: Mapping[str, object]) -> LaunchPlan | LaunchStarted:
@@ -132,27 +139,42 @@ def op_launch(req: Mapping[str, object]) -> LaunchPlan | LaunchStarted:
     rdir = files.run_dir(exp_id)
     if need_or(req, "dry_run", bool, False):
         return {"run_dir": rdir, "socket_path": socket, "result_dir": plan["result_dir"], "python": sys.executable,
+                "host_identity": host_identity(),
                 "procs": [{"role": p["role"], "workdir": p["workdir"], "log_path": p["log_path"]}
                           for p in plan["procs"]]}
     max_time_s = need(req, "max_time_s", int)
     grace_s = need_or(req, "deadline_grace_s", int, 5)
+    _make_run_dir(rdir)
+    with files.Locked(os.path.join(rdir, LAUNCH_LOCK), deadline.left(10.0)):
+        if files.exists(os.path.join(rdir, DISCARDED)):
+            raise AgentError("the launch of %s was rolled back before it reached this host" % exp_id)
+        started: list[StartedProc] = []
+        session_id: str | None = None
+        try:
+            _write_run_dir(exp_id, rdir, plan, max_time_s, grace_s)
+            if replace:  # the finished session of an earlier run of ours with this name
+                tmux.kill_session(socket, replace)
+            for i, p in enumerate(plan["procs"]):
+                proc, sid = _start(exp_id, socket, session, rdir, p, first=i == 0)
+                session_id = session_id or sid
+                started.append(proc)
+        except BaseException:
+            _discard_locked(exp_id, socket, session_id, rdir)
+            raise
+    return {"run_dir": rdir, "socket_path": socket, "result_dir": plan["result_dir"], "python": sys.executable,
+            "host_identity": host_identity(), "procs": started, "session_id": session_id or ""}
+
+
+def _make_run_dir(rdir: str) -> None:
+    """Create this host's run directory (a new one: an existing one means the id was used here)."""
     try:
         os.makedirs(os.path.dirname(rdir), mode=0o700, exist_ok=True)
         os.mkdir(rdir, 0o700)
+    except FileExistsError:
+        raise AgentError("the run directory %s exists already (this experiment id was started or rolled back on "
+                         "this host before)" % rdir) from None
     except OSError as exc:
         raise AgentError("cannot create the run directory %s: %s" % (rdir, exc.strerror or exc)) from None
-    started: list[StartedProc] = []
-    try:
-        _write_run_dir(exp_id, rdir, plan, max_time_s, grace_s)
-        if replace:  # the finished session of an earlier run of ours with this name
-            tmux.kill_session(socket, session)
-        for i, p in enumerate(plan["procs"]):
-            started.append(_start(exp_id, socket, session, rdir, p, first=i == 0))
-    except BaseException:
-        _discard(exp_id, socket, session if started else None, rdir)
-        raise
-    return {"run_dir": rdir, "socket_path": socket, "result_dir": plan["result_dir"], "python": sys.executable,
-            "procs": started}
 
 
 def _write_run_dir(exp_id: str, rdir: str, plan: _Plan, max_time_s: int, grace_s: int) -> None:
@@ -173,8 +195,9 @@ def _write_run_dir(exp_id: str, rdir: str, plan: _Plan, max_time_s: int, grace_s
         files.write_atomic(os.path.join(rdir, p["role"] + ".sh"), script.encode("utf-8"), replace=False, mode=0o600)
 
 
-def _start(exp_id: str, socket: str, session: str, rdir: str, p: _Proc, first: bool) -> StartedProc:
-    """One process as a window of the run's session (the first one creates the session)."""
+def _start(exp_id: str, socket: str, session: str, rdir: str, p: _Proc, first: bool) -> tuple[StartedProc, str]:
+    """One process as a window of the run's session (the first one creates the session); and the
+    session's id."""
     from . import wrapper
 
     argv = wrapper.pane_argv(exp_id, p["role"], os.path.join(rdir, p["role"] + ".sh"))
@@ -184,23 +207,59 @@ def _start(exp_id: str, socket: str, session: str, rdir: str, p: _Proc, first: b
         ids = tmux.new_window(socket, session, p["role"], rdir, argv)
     return {"window_id": ids["window_id"], "pane_id": ids["pane_id"], "pid": ids["pid"],
             "start": procs.start_time(ids["pid"]), "role": p["role"], "workdir": p["workdir"],
-            "log_path": p["log_path"]}
+            "log_path": p["log_path"]}, ids["session_id"]
 
 
-def _discard(exp_id: str, socket: str, session: str | None, rdir: str) -> DiscardReply:
+def _discard_locked(exp_id: str, socket: str, session_id: str | None, rdir: str) -> DiscardReply:
+    """Undo run ``exp_id`` on this host (its launch lock held): end its sessions and marked processes,
+    empty its run directory and leave the ``discarded`` mark in it."""
     import shutil
 
-    removed = tmux.kill_session(socket, session) if session else False
+    removed, answered = tmux.kill_run_sessions(socket, exp_id, session_id, [])
     report = procs.terminate([], exp_id + "/", 0.0)
-    shutil.rmtree(rdir, ignore_errors=True)
+    try:
+        entries = os.listdir(rdir)
+    except OSError:
+        entries = []
+    for entry in entries:
+        if entry in (LAUNCH_LOCK, DISCARDED):
+            continue
+        path = os.path.join(rdir, entry)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    try:
+        files.touch(os.path.join(rdir, DISCARDED))
+    except OSError:
+        pass
     return {"interrupted": report["interrupted"], "terminated": report["terminated"], "killed": report["killed"],
-            "survivors": report["survivors"], "session_removed": removed}
+            "survivors": report["survivors"], "session_removed": removed,
+            "confirmed": answered and not report["survivors"]}
 
 
 def op_discard(req: Mapping[str, object]) -> DiscardReply:
-    """Undo a launch (another host of the same experiment refused it): kill, remove the run directory."""
+    """Undo a launch on this host (another host refused it, or it was interrupted): end the run's sessions
+    (by identity) and marked processes, empty its run directory and mark it discarded, so that a start of
+    that launch arriving later refuses. Waits for a start in progress here to finish first."""
     exp_id = need(req, "exp_id", str)
-    return _discard(exp_id, need(req, "socket_path", str), need(req, "session", str), files.run_dir(exp_id))
+    rdir = need_or(req, "run_dir", str, None) or files.run_dir(exp_id)
+    socket = need(req, "socket_path", str)
+    try:
+        _make_run_dir(rdir)  # the launch never got here: the mark makes it refuse if it still comes
+    except AgentError:
+        pass
+    if not os.path.isdir(rdir):  # cannot write here: still end what runs
+        removed, answered = tmux.kill_run_sessions(socket, exp_id, need_or(req, "session_id", str, None), [])
+        report = procs.terminate([], exp_id + "/", 0.0)
+        return {"interrupted": report["interrupted"], "terminated": report["terminated"],
+                "killed": report["killed"], "survivors": report["survivors"], "session_removed": removed,
+                "confirmed": answered and not report["survivors"]}
+    with files.Locked(os.path.join(rdir, LAUNCH_LOCK), deadline.left(30.0)):
+        return _discard_locked(exp_id, socket, need_or(req, "session_id", str, None), rdir)
 
 
 def op_observe(req: Mapping[str, object]) -> ObserveReply:
@@ -209,16 +268,40 @@ def op_observe(req: Mapping[str, object]) -> ObserveReply:
     panes: dict[str, list[Pane] | None] = {}
     for socket in strings(req, "sockets"):
         panes[socket] = tmux.list_panes(socket)
-    return {"panes": panes, "procs": [_observe_proc(p) for p in objects(req, "procs")]}
+    return {"panes": panes, "procs": [_observe_proc(p) for p in objects(req, "procs")],
+            "host_identity": host_identity()}
+
+
+def _exit_code(p: Mapping[str, object], rdir: str, role: str, alive: bool | None) -> tuple[int | None, str | None]:
+    """The exit code and where it was found: the exit file; else, once the wrapper has ended, what tmux
+    kept (the option the wrapper set, the dead pane's status), written to the exit file when it can be."""
+    path = os.path.join(rdir, role + ".exit")
+    code = files.read_int(path)
+    if code is not None:
+        return code, "file"
+    if alive is not False:
+        return None, None
+    from . import wrapper
+
+    code, source = tmux.recorded_exit(need_or(p, "socket_path", str, ""), need_or(p, "session_id", str, None),
+                                      need_or(p, "pane_id", str, None), wrapper.exit_option(role))
+    if code is not None:
+        try:  # whoever finds a code and no file writes the file, once there is space
+            files.write_atomic(path, b"%d\n" % code, replace=False, mode=0o600)
+        except AgentError:
+            pass
+    return code, source
 
 
 def _observe_proc(p: Mapping[str, object]) -> ObservedProc:
     rdir, role = need(p, "run_dir", str), need(p, "role", str)
     pid = need_or(p, "pid", int, None)
-    # Liveness first, exit file second: a wrapper writes its exit file before it exits, so a dead
-    # wrapper without an exit file really died without recording one.
-    alive = procs.alive(pid, need_or(p, "start", str, None)) if pid else None
-    exit_code = files.read_int(os.path.join(rdir, role + ".exit"))
+    start = need_or(p, "start", str, None)
+    # Liveness first, exit code second: a wrapper records its exit code before it exits, so a dead
+    # wrapper without one (in the file or in tmux) really died without recording one.
+    alive = procs.alive(pid, start) if pid else None
+    elapsed = procs.age(pid, start) if alive else None
+    exit_code, exit_source = _exit_code(p, rdir, role, alive)
     markers = [m for m in MARKERS if files.exists(os.path.join(rdir, "%s.%s" % (role, m)))]
     if _survivors_alive(os.path.join(rdir, role + ".survivors")):
         markers.append("survivors")
@@ -228,8 +311,8 @@ def _observe_proc(p: Mapping[str, object]) -> ObservedProc:
     for r in objects(p, "reads", required=False):
         budget = max(0, min(need(r, "budget", int), MAX_READ_BYTES))
         reads.append(files.read_appended(log_path, max(0, need(r, "offset", int)), budget, final))
-    return {"alive": alive, "exit_code": exit_code, "markers": markers, "final": final,
-            "size": files.file_size(log_path), "reads": reads}
+    return {"alive": alive, "exit_code": exit_code, "exit_source": exit_source, "elapsed_s": elapsed,
+            "markers": markers, "final": final, "size": files.file_size(log_path), "reads": reads}
 
 
 def _survivors_alive(path: str) -> bool:
@@ -248,11 +331,17 @@ def op_stop(req: Mapping[str, object]) -> StopReply:
     exp_id = need(req, "exp_id", str)
     rdir = need(req, "run_dir", str)
     grace = number(req, "grace_s", 10)
+    rest = deadline.remaining()
+    if rest is not None:  # SIGTERM and SIGKILL still get their waits inside the caller's deadline
+        grace = max(0.0, min(grace, rest - procs.TERM_WAIT_S - KILL_WAIT_S - 1.0))
     roles = []
     wrappers: list[procs.Wrapper] = []
+    recorded: list[tmux.RecordedPane] = []
     for p in objects(req, "procs"):
         role = need(p, "role", str)
         roles.append(role)
+        recorded.append({"pane_id": need_or(p, "pane_id", str, None), "pid": need_or(p, "pid", int, None),
+                         "start": need_or(p, "start", str, None)})
         if files.read_int(os.path.join(rdir, role + ".exit")) is None:
             try:
                 files.touch(os.path.join(rdir, role + ".stopped"))
@@ -272,6 +361,7 @@ def op_stop(req: Mapping[str, object]) -> StopReply:
     codes = {role: files.read_int(os.path.join(rdir, role + ".exit")) for role in roles}
     removed = False
     if need_or(req, "kill_session", bool, True):
-        removed = tmux.kill_session(need(req, "socket_path", str), need(req, "session", str))
+        removed = tmux.kill_run_sessions(need(req, "socket_path", str), exp_id, need_or(req, "session_id", str, None),
+                                         recorded)[0]
     return {"interrupted": report["interrupted"], "terminated": report["terminated"], "killed": report["killed"],
             "survivors": report["survivors"], "exit_codes": codes, "session_removed": removed}

@@ -11,8 +11,9 @@ from __future__ import annotations
 import os
 import subprocess
 
+from . import deadline
 from .files import AgentError
-from .protocol import TYPE_CHECKING
+from .protocol import RUN_MARKER, TYPE_CHECKING
 
 if TYPE_CHECKING:
     from typing import TypedDict
@@ -20,18 +21,28 @@ if TYPE_CHECKING:
     from .protocol import Pane
 
     class NewPane(TypedDict):
-        """A window tmux just created, and its pane's command's pid."""
+        """A window tmux just created, its pane's command's pid, and its session's id."""
 
+        session_id: str
         window_id: str
         pane_id: str
         pid: int
+
+    class RecordedPane(TypedDict):
+        """A pane as a launch recorded it: its id and its command's pid and start time."""
+
+        pane_id: str | None
+        pid: int | None
+        start: str | None
 
 WIDTH, HEIGHT = 220, 50
 TIMEOUT_S = 20
 _SEP = "\x1f"
 _PANE_FORMAT = _SEP.join(["#{session_name}", "#{window_id}", "#{window_name}", "#{pane_id}", "#{pane_dead}",
-                          "#{pane_dead_status}", "#{pane_pid}"])
-_NEW_FORMAT = _SEP.join(["#{window_id}", "#{pane_id}", "#{pane_pid}"])
+                          "#{pane_dead_status}", "#{pane_pid}", "#{session_id}"])
+_NEW_FORMAT = _SEP.join(["#{session_id}", "#{window_id}", "#{pane_id}", "#{pane_pid}"])
+#: What tells whose a session is: its id, and per pane its id, pid, deadness and the command it started with.
+_OWNER_FORMAT = _SEP.join(["#{session_id}", "#{pane_id}", "#{pane_pid}", "#{pane_dead}", "#{pane_start_command}"])
 
 
 def socket_path(name: str) -> str:
@@ -40,13 +51,17 @@ def socket_path(name: str) -> str:
 
 
 def _tmux(socket: str, args: list[str]) -> subprocess.CompletedProcess[bytes]:
+    """One tmux command, bounded by ``TIMEOUT_S`` and by what the request has left (a stopped or hung
+    server must not hold the caller past its deadline)."""
+    bound = deadline.left(TIMEOUT_S)
     try:
         return subprocess.run(["tmux", "-S", socket] + args, stdin=subprocess.DEVNULL, capture_output=True,
-                              timeout=TIMEOUT_S, check=False)
+                              timeout=bound, check=False)
     except FileNotFoundError:
         raise AgentError("tmux is not installed on this host (experiments run in tmux)", kind="no_tmux") from None
     except subprocess.TimeoutExpired:
-        raise AgentError("tmux did not answer within %d s (socket %s)" % (TIMEOUT_S, socket)) from None
+        raise AgentError("tmux did not answer within %.0f s (socket %s)" % (max(1.0, bound), socket),
+                         kind="timeout") from None
 
 
 def _err(result: subprocess.CompletedProcess[bytes]) -> str:
@@ -56,8 +71,8 @@ def _err(result: subprocess.CompletedProcess[bytes]) -> str:
 
 def _new_ids(result: subprocess.CompletedProcess[bytes]) -> NewPane:
     line = result.stdout.decode("utf-8", "replace").strip().splitlines()[-1]
-    window_id, pane_id, pid = line.split(_SEP)
-    return {"window_id": window_id, "pane_id": pane_id, "pid": int(pid)}
+    session_id, window_id, pane_id, pid = line.split(_SEP)
+    return {"session_id": session_id, "window_id": window_id, "pane_id": pane_id, "pid": int(pid)}
 
 
 def new_session(socket: str, session: str, window: str, cwd: str, argv: list[str]) -> NewPane:
@@ -100,20 +115,93 @@ def list_panes(socket: str) -> list[Pane] | None:
     panes: list[Pane] = []
     for line in result.stdout.decode("utf-8", "replace").splitlines():
         parts = line.split(_SEP)
-        if len(parts) != 7:
+        if len(parts) != 8:
             continue
-        session, window_id, window_name, pane_id, dead, dead_status, pid = parts
+        session, window_id, window_name, pane_id, dead, dead_status, pid, session_id = parts
         panes.append({"session": session, "window_id": window_id, "window": window_name, "pane_id": pane_id,
                       "dead": dead == "1",
                       "dead_status": int(dead_status) if dead_status.lstrip("-").isdecimal() else None,
-                      "pid": int(pid) if pid.isdecimal() else None})
+                      "pid": int(pid) if pid.isdecimal() else None, "session_id": session_id})
     return panes
 
 
-def kill_session(socket: str, session: str) -> bool:
-    if not os.path.exists(socket):
+def recorded_exit(socket: str, session_id: str | None, pane_id: str | None, option: str
+                  ) -> tuple[int | None, str | None]:
+    """(exit code, where it was found) of a pane whose wrapper ended without an exit file: the session
+    option the wrapper set (``option``), else the dead pane's status; (None, None) when tmux has neither,
+    or the pane is no longer the recorded one (another session id)."""
+    if not pane_id or not session_id or not os.path.exists(socket):
+        return None, None
+    fields = ["#{session_id}", "#{pane_dead}", "#{pane_dead_status}", "#{%s}" % option]
+    try:
+        result = _tmux(socket, ["display-message", "-p", "-t", pane_id, _SEP.join(fields)])
+    except AgentError:
+        return None, None
+    parts = result.stdout.decode("utf-8", "replace").strip().split(_SEP)
+    if result.returncode != 0 or len(parts) != 4 or parts[0] != session_id:
+        return None, None
+    _, dead, status, stored = parts
+    if stored.lstrip("-").isdecimal():
+        return int(stored), "tmux_option"
+    if dead == "1" and status.lstrip("-").isdecimal():
+        return int(status), "pane_status"
+    return None, None
+
+
+def kill_session(socket: str, session_id: str) -> bool:
+    """End the session with this id (``$3``); an id, never a name: names repeat across runs."""
+    if not os.path.exists(socket) or not session_id.startswith("$"):
         return False
     try:
-        return _tmux(socket, ["kill-session", "-t", "=" + session]).returncode == 0
+        return _tmux(socket, ["kill-session", "-t", session_id]).returncode == 0
     except AgentError:
         return False
+
+
+def run_sessions(socket: str, exp_id: str, session_id: str | None, recorded: list[RecordedPane]) -> list[str] | None:
+    """The ids of the sessions that belong to run ``exp_id``; None when the tmux server did not answer
+    (no server at all is an answer: no session).
+
+    A session is the run's when one of its panes was started with the run's marker (every pane of a run
+    runs ``env AGENTJET_SKILL_RUN=<exp_id>/<role> ...``), or when it has the recorded session id and a pane
+    with a recorded pane id and pid whose start time, while it runs, is the recorded one. A session found by
+    name alone is never the run's: names repeat across runs."""
+    from . import procs
+
+    if not os.path.exists(socket):
+        return []
+    try:
+        result = _tmux(socket, ["list-panes", "-a", "-F", _OWNER_FORMAT])
+    except AgentError:
+        return None
+    if result.returncode != 0:
+        text = _err(result)
+        return [] if "no server running" in text or "error connecting" in text else None
+    marker = "%s=%s/" % (RUN_MARKER, exp_id)
+    known = {(p["pane_id"], p["pid"]): p["start"] for p in recorded if p["pane_id"] and p["pid"]}
+    found: list[str] = []
+    for line in result.stdout.decode("utf-8", "replace").splitlines():
+        parts = line.split(_SEP, 4)
+        if len(parts) != 5 or parts[0] in found:
+            continue
+        sid, pane_id, pid, dead, command = parts
+        if marker in command:
+            found.append(sid)
+            continue
+        if sid != session_id or not pid.isdecimal() or (pane_id, int(pid)) not in known:
+            continue
+        start = known[(pane_id, int(pid))]
+        if dead == "1" or start is None or procs.start_time(int(pid)) == start:
+            found.append(sid)
+    return found
+
+
+def kill_run_sessions(socket: str, exp_id: str, session_id: str | None, recorded: list[RecordedPane]
+                      ) -> tuple[bool, bool]:
+    """End every session of run ``exp_id`` (see ``run_sessions``): (whether one was removed, whether the
+    tmux server answered so that none is known to be left)."""
+    sessions = run_sessions(socket, exp_id, session_id, recorded)
+    if sessions is None:
+        return False, False
+    removed = [sid for sid in sessions if kill_session(socket, sid)]
+    return bool(removed), len(removed) == len(sessions)

@@ -3,7 +3,9 @@
 It records its pid, starts the watchdog (the run's max time is enforced here, where the run lives, not
 by status calls), changes directory, exports the environment explicitly, optionally waits (bounded)
 for a URL to answer, runs the command through ``bash -c`` with all output appended to the log via
-``tee``, and writes the command's exit status to ``<role>.exit`` atomically. SIGINT and SIGTERM reach
+``tee``, and writes the command's exit status to ``<role>.exit`` atomically (and, in case the disk is
+full, to the tmux option ``@ajs_exit_<role>`` of its session, kept in the server's memory; the pane's
+dead status has it too). SIGINT and SIGTERM reach
 the command (same process group); the wrapper traps them only to live long enough to record the
 status. Every value is shell-quoted; the command itself is passed as one quoted ``bash -c`` argument.
 """
@@ -48,8 +50,14 @@ def render(exp_id: str, role: str, run_dir: str, workdir: str, env: dict[str, st
         "__ajs_wd=",
         'echo $$ > "$__ajs_run/$__ajs_role.pid"',
         "__ajs_finish() {",
-        '  printf \'%s\\n\' "$1" > "$__ajs_run/$__ajs_role.exit.tmp" && '
-        'mv -f "$__ajs_run/$__ajs_role.exit.tmp" "$__ajs_run/$__ajs_role.exit"',
+        '  { printf \'%s\\n\' "$1" > "$__ajs_run/$__ajs_role.exit.tmp" && '
+        'mv -f "$__ajs_run/$__ajs_role.exit.tmp" "$__ajs_run/$__ajs_role.exit"; } 2>/dev/null || '
+        'rm -f "$__ajs_run/$__ajs_role.exit.tmp"',
+        # The exit code survives a full disk: tmux keeps it in memory (a session option of the pane's
+        # session, read by observe when the file is missing) besides the pane's own dead status. Bounded:
+        # a hung tmux server must not keep the wrapper from exiting.
+        '  if [ -n "$TMUX_PANE" ]; then __ajs_t=; command -v timeout >/dev/null 2>&1 && __ajs_t="timeout 10"; '
+        '$__ajs_t tmux set-option -t "$TMUX_PANE" %s "$1" >/dev/null 2>&1; fi' % exit_option(role),
         '  if [ -n "$__ajs_wd" ]; then kill "$__ajs_wd" 2>/dev/null; fi',
         '  exit "$1"',
         "}",
@@ -91,6 +99,11 @@ def render(exp_id: str, role: str, run_dir: str, workdir: str, env: dict[str, st
         '__ajs_finish "$__ajs_code"',
     ]
     return "\n".join(lines) + "\n"
+
+
+def exit_option(role: str) -> str:
+    """The tmux user option (of the run's session) where the wrapper leaves ``role``'s exit code."""
+    return "@ajs_exit_" + role
 
 
 def pane_argv(exp_id: str, role: str, script: str) -> list[str]:

@@ -19,8 +19,10 @@ class StatusInput(ToolInput):
     max_lines: NonNegativeInt | None = Field(default=None, le=logs.MAX_LINES,
                                              description="New lines to return (default 200 for one id, 20 each "
                                              "for all).")
-    limit: PositiveInt | None = Field(default=None, le=500, description="When listing all: at most this many "
-                                      "(every unfinished one plus the newest finished; default 50).")
+    limit: PositiveInt | None = Field(default=None, le=100, description="When listing all: at most this many, "
+                                      "newest first (default 20); see more and next_offset.")
+    offset: NonNegativeInt | None = Field(default=None, description="When listing all: skip this many (the "
+                                          "previous answer's next_offset) to see the next page.")
     metrics_history: list[MetricPattern] | None = Field(
         default=None, min_length=1, max_length=20,
         description="With id: metric names or glob patterns (fnmatch: 'critic/score/*', '*loss*') whose history "
@@ -39,3 +41,6 @@ class StatusOutput(ToolOutput):
     experiments: list[ExperimentStatus]
     problems: list[RegistryProblem] = Field(default_factory=list,
                                             description="Registry rows that could not be read (each names its id).")
+    total: int = Field(default=0, description="Experiments in the registry (when listing all; 1 with id).")
+    more: int = Field(default=0, description="Experiments after this page (listing all).")
+    next_offset: int | None = Field(default=None, description="offset for the next page; null when none is left.")

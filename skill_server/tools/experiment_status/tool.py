@@ -8,12 +8,17 @@ riding along) is ``experiments.queries``.
 
 from __future__ import annotations
 
+from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolInputError
 from skill_server.experiments import logs
 from skill_server.experiments.models import DEFAULT_HISTORY_POINTS, ExperimentStatus, RegistryProblem
 from skill_server.experiments.queries import HistoryRequest, find, observe_with_lines
 from skill_server.experiments.store import open_registry
 from skill_server.tools.experiment_status.models import StatusInput, StatusOutput
+
+#: Experiments in one answer without ``id`` (``limit``): a page, with ``more`` and ``next_offset``, keeps
+#: the answer within what MCP clients accept however many runs the registry holds.
+DEFAULT_LIMIT = 20
 
 
 def history_request(inp: StatusInput) -> HistoryRequest | None:
@@ -37,15 +42,25 @@ def experiment_status(inp: StatusInput) -> StatusOutput:
     if inp.since is not None and inp.id is None:
         raise ToolInputError("a cursor belongs to one experiment: give id too", field="since")
     wanted = history_request(inp)
+    deadline = Deadline.call()
     problems: list[RegistryProblem] = []
+    if inp.id is not None and inp.offset is not None:
+        raise ToolInputError("only used when listing all (without id)", field="offset")
     with open_registry(create=False) as reg:
         if inp.id is not None:
             rows = [find(reg, inp.id)]
             max_lines = logs.MAX_LINES if inp.max_lines is None else inp.max_lines
+            total, more, next_offset = 1, 0, None
         else:
-            rows, corrupt = reg.all_with_problems(inp.limit or 50)
+            offset, limit = inp.offset or 0, inp.limit or DEFAULT_LIMIT
+            rows, corrupt = reg.all_with_problems(limit, offset)
             problems = [RegistryProblem(id=c.exp_id, message=c.message) for c in corrupt]
             max_lines = 20 if inp.max_lines is None else inp.max_lines
+            total = reg.count()
+            more = max(0, total - offset - limit)
+            next_offset = offset + limit if more else None
         listing = inp.checkpoints if inp.checkpoints is not None else inp.id is not None
-        fields = observe_with_lines(reg, rows, inp.since, max_lines, checkpoints=listing, history_request=wanted)
-    return StatusOutput(experiments=[ExperimentStatus(**f) for f in fields], problems=problems)
+        fields = observe_with_lines(reg, rows, inp.since, max_lines, checkpoints=listing, history_request=wanted,
+                                    deadline=deadline)
+    return StatusOutput(experiments=[ExperimentStatus(**f) for f in fields], problems=problems, total=total,
+                        more=more, next_offset=next_offset)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolInputError
 from skill_server.experiments.checks import session_name, socket_name
 from skill_server.experiments.spec import RayCluster
@@ -70,15 +71,18 @@ def _run_failure(result: RunReply | Failure, what: str, timeout: float) -> str |
     return None
 
 
-def ask_ray(head: str, ray: str, address: str, *, with_version: bool, timeout_s: float = STATUS_TIMEOUT_S
-            ) -> RayView:
-    """``ray status -v --address=ADDRESS`` (and ``ray --version``) on the head, one round trip, bounded."""
+def ask_ray(head: str, ray: str, address: str, *, with_version: bool, timeout_s: float = STATUS_TIMEOUT_S,
+            deadline: Deadline | None = None) -> RayView:
+    """``ray status -v --address=ADDRESS`` (and ``ray --version``) on the head, one round trip, bounded (by
+    ``deadline`` too, when given)."""
     timeout_s = max(3.0, min(timeout_s, STATUS_TIMEOUT_S))
+    if deadline is not None:
+        timeout_s = max(1.0, min(timeout_s, deadline.remaining() - 2.0))
     ops = [commands.version_op(ray)] if with_version else []
     status = client.run(commands.ray_argv(ray, "status", "-v", f"--address={address}"), timeout_s=timeout_s,
                         max_output=1024 * 1024)
     bound = (commands.VERSION_TIMEOUT_S if with_version else 0) + timeout_s + 30
-    reply = call_hosts({head: ops + [status]}, timeout_s=bound)[head]
+    reply = call_hosts({head: ops + [status]}, timeout_s=bound, deadline=deadline)[head]
     if isinstance(reply, HostUnreachable):
         return RayView(None, None, f"head {head} is unreachable: {reply.reason}")
     version = None

@@ -16,6 +16,7 @@ import dataclasses
 import ipaddress
 import time
 
+from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolFailure, ToolInputError
 from skill_server.core.models import Progress
 from skill_server.experiments.checks import check_env
@@ -81,11 +82,12 @@ def _host_field(host: str, head: str, workers: list[str]) -> str:
     return "head" if host == head else f"workers.{workers.index(host)}"
 
 
-def preflight(nodes: list[str], head: str, workers: list[str], ray: str, require_free: float | None) -> str | None:
+def preflight(nodes: list[str], head: str, workers: list[str], ray: str, require_free: float | None,
+              deadline: Deadline | None = None) -> str | None:
     """Check every node before anything starts; raise what refuses the start, return the head's Ray version."""
     version = commands.version_op(ray)
     ops = [version, *nvidia_smi.query_ops()] if require_free is not None else [version]
-    replies = call_hosts({h: ops for h in nodes}, timeout_s=CHECK_TIMEOUT_S)
+    replies = call_hosts({h: ops for h in nodes}, timeout_s=CHECK_TIMEOUT_S, deadline=deadline)
     versions: dict[str, str] = {}
     gpu_problems: list[str] = []
     for host in nodes:
@@ -115,7 +117,7 @@ def preflight(nodes: list[str], head: str, workers: list[str], ray: str, require
 
 
 def _launch(inp: RayClusterInput, head: str, workers: list[str], ray: str, port: int, address: str,
-            common: list[str], head_only: list[str]) -> str:
+            common: list[str], head_only: list[str], deadline: Deadline) -> str:
     """Start the cluster's run (``common``: checked ray_args, ``head_only``: checked head_args); its id."""
     join = inp.join_timeout_s or commands.DEFAULT_JOIN_TIMEOUT_S
     processes = [ProcessSpec(role="head", command=commands.head_command(ray, port, inp.num_gpus, inp.num_cpus,
@@ -126,13 +128,17 @@ def _launch(inp: RayClusterInput, head: str, workers: list[str], ray: str, port:
     launched = launch(LaunchInput(
         name=inp.name or f"ray_{port}", host=head, workdir=inp.workdir or "~",
         result_dir=inp.log_dir or DEFAULT_LOG_DIR, env=inp.env, max_time_s=inp.max_time_s or DEFAULT_MAX_TIME_S,
-        processes=processes))
+        processes=processes), deadline)
     with open_registry() as reg:
         row = reg.get(launched.id)
         if row is not None:
             cluster = RayCluster(head=head, workers=tuple(workers), port=port, address=f"{address}:{port}", ray=ray)
             reg.update_spec(row.id, dataclasses.replace(row.spec, ray_cluster=cluster))
     return launched.id
+
+
+#: What the wait for the nodes leaves of the call's deadline for its closing status.
+STATUS_RESERVE_S = 6.0
 
 
 def _ended(view: View) -> str | None:
@@ -151,10 +157,12 @@ def start_cluster(inp: RayClusterInput, head: str, progress: Progress | None) ->
     check_env(inp.env, "env")
     timeout = WAIT_DEFAULT_S if inp.timeout_s is None else min(inp.timeout_s, WAIT_MAX_S)
     started = time.monotonic()
+    answer = Deadline.call()  # the whole start (checks, launch, the wait for the nodes) answers by it
     notes: list[str] = []
     with open_registry() as reg:
         found = find_cluster(reg, inp, head)
-        if found is not None and observe(reg, [found[0]])[0].state not in ("running", "unreachable"):
+        if found is not None and observe(reg, [found[0]], deadline=answer.share(40.0))[0].state not in (
+                "running", "unreachable"):
             found = None  # an ended cluster of the same name: start a new one
     version: str | None = None
     if found is not None:
@@ -172,9 +180,9 @@ def start_cluster(inp: RayClusterInput, head: str, progress: Progress | None) ->
             notes.append(note)
         common = commands.check_options(inp.ray_args, "ray_args")
         head_only = commands.check_options(inp.head_args, "head_args")
-        version = preflight([head] + workers, head, workers, ray, inp.require_free_gpus)
-        exp_id = _launch(inp, head, workers, ray, port, address, common, head_only)
-    return _wait(exp_id, head, workers, port, ray, version, timeout, started, notes, progress)
+        version = preflight([head] + workers, head, workers, ray, inp.require_free_gpus, answer.share(40.0))
+        exp_id = _launch(inp, head, workers, ray, port, address, common, head_only, answer.share(5.0))
+    return _wait(exp_id, head, workers, port, ray, version, timeout, started, notes, progress, answer)
 
 
 def _alive(view: RayView) -> int | None:
@@ -190,33 +198,35 @@ def _readiness(view: RayView, expected: int, ended: str | None) -> tuple[bool, s
 
 
 def _wait(exp_id: str, head: str, workers: list[str], port: int, ray: str, version: str | None, timeout: int,
-          started: float, notes: list[str], progress: Progress | None) -> RayClusterOutput:
+          started: float, notes: list[str], progress: Progress | None, answer: Deadline) -> RayClusterOutput:
     expected = 1 + len(workers)
     with open_registry() as reg:
         row: Row | None = reg.get(exp_id)
         if row is None or row.spec.ray_cluster is None:
             raise ToolFailure(f"the cluster's run {exp_id} vanished from the registry", field="id")
         address = row.spec.ray_cluster.address
-        deadline = started + timeout
+        deadline = min(started + timeout, answer.end - STATUS_RESERVE_S)
+        looks = Deadline(0.0, end=max(time.monotonic() + 3.0, deadline))
         ended: str | None = None
         ray_view = RayView(version, None, "not asked yet")
         while True:
-            view = observe(reg, [row])[0]
+            view = observe(reg, [row], deadline=looks)[0]
             ended = _ended(view)
             left = deadline - time.monotonic()
             if ended is None:
-                ray_view = ask_ray(head, ray, address, with_version=version is None, timeout_s=max(3.0, left))
+                ray_view = ask_ray(head, ray, address, with_version=version is None, timeout_s=max(3.0, left),
+                                   deadline=looks)
                 version = version or ray_view.version
             alive = _alive(ray_view)
             waited = time.monotonic() - started
-            if ended is not None or (alive is not None and alive >= expected) or waited >= timeout:
+            if ended is not None or (alive is not None and alive >= expected) or time.monotonic() >= deadline:
                 break
             if progress is not None:
                 progress(round(waited, 1), float(timeout),
                          f"{alive if alive is not None else '?'}/{expected} nodes alive")
             time.sleep(min(POLL_S, max(0.1, deadline - time.monotonic())))
             row = reg.get(exp_id) or row
-        fields = observe_with_lines(reg, [reg.get(exp_id) or row], None, MAX_LINES)[0]
+        fields = observe_with_lines(reg, [reg.get(exp_id) or row], None, MAX_LINES, deadline=answer)[0]
     ready, reason = _readiness(ray_view, expected, ended)
     waited = round(time.monotonic() - started, 2)
     if progress is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolFailure
 from skill_server.experiments.stopping import stop_run
 from skill_server.experiments.store import open_registry
@@ -37,6 +38,10 @@ if TYPE_CHECKING:
 
 RAY_STOP_TIMEOUT_S = 90
 
+
+#: Of a stop's deadline: what the run's stop leaves for ray stop and the reclaim, and ray stop for the reclaim.
+RAY_STOP_RESERVE_S = 20.0
+RECLAIM_RESERVE_S = 8.0
 
 def _ray_stop_report(host: str, ray_stop: client.Op[RunReply], reply: Reply) -> RayStopReport:
     if isinstance(reply, HostUnreachable):
@@ -90,12 +95,14 @@ def stop_cluster(inp: RayClusterInput, head: str) -> RayClusterOutput:
     if inp.ray is not None:
         ray = commands.check_ray(inp.ray)
     grace = 10 if inp.grace_s is None else inp.grace_s
-    stopped = stop_run(row.id, grace)
+    bound = Deadline.call()  # the run's stop, ray stop on every node, the GPU reclaim: all by it
+    stopped = stop_run(row.id, grace, bound.share(RAY_STOP_RESERVE_S))
     nodes = [head] + workers
     ray_stop = client.run(commands.ray_argv(ray, "stop", "--force"), timeout_s=RAY_STOP_TIMEOUT_S,
                           max_output=256 * 1024)
     ops = [ray_stop, *nvidia_smi.query_ops()]
-    replies = call_hosts({h: ops for h in nodes}, timeout_s=RAY_STOP_TIMEOUT_S + CALL_TIMEOUT_S)
+    replies = call_hosts({h: ops for h in nodes}, timeout_s=RAY_STOP_TIMEOUT_S + CALL_TIMEOUT_S,
+                         deadline=bound.share(RECLAIM_RESERVE_S))
     reports = [_ray_stop_report(h, ray_stop, replies[h]) for h in nodes]
     gpus = [from_reply(h, replies[h], first=1) for h in nodes]
     killed: list[GpuProcessOutcome] = []
@@ -105,7 +112,8 @@ def stop_cluster(inp: RayClusterInput, head: str) -> RayClusterOutput:
         requests: dict[str, list[client.Op[Any]]] = {
             h: [reclaim.reclaim_op([pid for pid, _ in found], float(grace)), *nvidia_smi.query_ops()]
             for h, found in holders.items()}
-        answers = call_hosts(requests, timeout_s=grace + reclaim.KILL_WAIT_S + 30 + CALL_TIMEOUT_S)
+        answers = call_hosts(requests, timeout_s=grace + reclaim.KILL_WAIT_S + 30 + CALL_TIMEOUT_S,
+                             deadline=bound)
         for h, found in holders.items():
             answer = answers[h]
             report, failure = reclaim.read_result(answer)

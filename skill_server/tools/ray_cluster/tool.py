@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolInputError
 from skill_server.core.models import Progress
 from skill_server.experiments.models import TERMINAL
@@ -48,10 +49,11 @@ def cluster_status(inp: RayClusterInput, head: str) -> RayClusterOutput:
     """Read-only: the run's processes (when this server started the cluster) and ``ray status`` on the head."""
     port = inp.port or DEFAULT_PORT
     fields = None
+    answer = Deadline.call()
     with open_registry() as reg:
         found = find_cluster(reg, inp, head)
         if found is not None:
-            fields = observe_with_lines(reg, [found[0]], None, MAX_LINES)[0]
+            fields = observe_with_lines(reg, [found[0]], None, MAX_LINES, deadline=answer.share(20.0))[0]
     note = None
     if found is not None:
         meta = found[1]
@@ -67,7 +69,7 @@ def cluster_status(inp: RayClusterInput, head: str) -> RayClusterOutput:
     if fields is not None and fields["state"] in TERMINAL:  # its nodes are gone: ray status would only time out
         view = RayView(None, None, f"the cluster's run is {fields['state']} (ray_cluster start starts a new one)")
     else:
-        view = ask_ray(head, ray, address, with_version=True)
+        view = ask_ray(head, ray, address, with_version=True, deadline=answer)
     nodes = node_fields(view)
     alive = nodes["alive_nodes"]
     ready = alive is not None and alive >= expected

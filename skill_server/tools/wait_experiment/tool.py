@@ -1,16 +1,21 @@
 """wait_experiment: block (bounded) until a run exits, shows its first step, prints a pattern or an error.
 
 Read-only: it observes (one round trip per host every half second) and never acts on the run; the max
-time is enforced by the watchdog on the run's host. ``next_wait_s`` follows the blueprint skills'
-back-off (30 s, 1, 2, 4, 8, then 16 min), advancing with each wait that ends in ``timeout``.
+time is enforced by the watchdog on the run's host. It answers within ``timeout_s`` plus
+``WAIT_MARGIN_S`` whatever its hosts do (a partition, a hung tmux): the looks stop at ``timeout_s``, the
+closing status gets what is left. A host that could not be asked is asked again at every look, the
+pattern search too; the pattern counts only output appended while waiting, from the first look that
+reached every host. ``next_wait_s`` follows the blueprint skills' back-off (30 s, 1, 2, 4, 8, then
+16 min), advancing with each wait that ends in ``timeout``.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from skill_server.core.deadline import ANSWER_MARGIN_S, WAIT_MARGIN_S, Deadline, shutdown_requested
 from skill_server.core.errors import ToolInputError
 from skill_server.core.models import Progress
 from skill_server.experiments import logs
@@ -19,11 +24,13 @@ from skill_server.experiments.models import TERMINAL, WAIT_DEFAULT_S, WAIT_MAX_S
 from skill_server.experiments.observe import View, observe
 from skill_server.experiments.queries import find, observe_with_lines, parse_cursor
 from skill_server.experiments.signatures import SIGNATURES_BY_NAME
-from skill_server.experiments.store import Registry, open_registry
+from skill_server.experiments.store import Registry, Row, open_registry
 from skill_server.tools.wait_experiment.models import WaitInput, WaitOutput, WaitReason
 
 WAIT_SCHEDULE_S = (30, 60, 120, 240, 480, 960)
 POLL_S = 0.5
+#: The first look at the run gets at least this long, even with a ``timeout_s`` of 0.
+FIRST_LOOK_S = 3.0
 
 
 def _error_counts(scan: logs.ScanState) -> dict[str, int]:
@@ -66,21 +73,31 @@ def _check_arguments(inp: WaitInput) -> tuple[int, str, re.Pattern[str] | None]:
 
 @dataclass
 class _Wait:
-    """What ends this wait, and what it has seen so far."""
+    """What ends this wait, what it has seen so far, and its deadlines."""
 
     until: str
     pattern: re.Pattern[str] | None
     #: Error counts when the wait began: only a new error ends it.
     baseline: dict[str, int]
-    #: Per process, where the pattern search goes on (empty without a pattern).
-    offsets: list[int] = field(default_factory=list)
+    #: When polling stops (``timeout_s`` after the start) and when the answer is due (a few seconds later).
+    polling: Deadline
+    answer: Deadline
+    #: Per process, where the pattern search goes on; None until a look at the run's host succeeded (only
+    #: output appended while waiting counts, so the start is the logs' size at the first reachable look).
+    offsets: list[int] | None = None
     matched: str | None = None
 
-    def search(self, reg: Registry, view: View) -> View:
-        """Observe again, reading each log past the offsets in the same round trip, and search what came back."""
-        assert self.pattern is not None
+    def look(self, reg: Registry, row: Row) -> View:
+        """Observe the run again by the polling deadline (a first look gets at least ``FIRST_LOOK_S``), with
+        the pattern reads in the same round trip; search what came back."""
+        bound = self.polling if not self.polling.expired() else self.answer.within(FIRST_LOOK_S)
+        if self.pattern is None or self.offsets is None:
+            view = observe(reg, [row], deadline=bound)[0]
+            if self.pattern is not None and all(p.state != "unreachable" for p in view.procs):
+                self.offsets = [p.size or 0 for p in view.procs]
+            return view
         reads = [[(o, logs.SCAN_BUDGET)] for o in self.offsets]
-        view = observe(reg, [view.row], extra_reads=lambda r: reads)[0]
+        view = observe(reg, [row], extra_reads=lambda r: reads, deadline=bound)[0]
         self.matched, self.offsets = _match(view, self.offsets, self.pattern)
         return view
 
@@ -97,24 +114,16 @@ class _Wait:
         return None
 
 
-def _start_offsets(since: str | None, view: View) -> list[int]:
-    """Where the pattern search starts: the given cursor, else the logs' current ends (only new lines count)."""
-    if since is not None:
-        return parse_cursor(since, len(view.procs), "since")
-    return [p.size or 0 for p in view.procs]
-
-
 def _poll(reg: Registry, view: View, wait: _Wait, timeout: int, started: float,
           progress: Progress | None) -> tuple[View, WaitReason]:
-    """Observe every POLL_S until a reason to stop, or the timeout; the last view and the reason."""
+    """Observe every POLL_S until a reason to stop, the timeout or a shutdown; the last view and the reason.
+    A host that cannot be asked is asked again at the next look (the pattern search too)."""
     last_progress = -1.0
     while True:
-        if wait.pattern is not None and view.state != "unreachable":
-            view = wait.search(reg, view)
         reason = wait.reason(view)
         waited = time.monotonic() - started
-        if reason is None and waited >= timeout:
-            reason = "unreachable" if view.state == "unreachable" else "timeout"
+        if reason is None and (waited >= timeout or shutdown_requested()):
+            reason = "timeout"
         if reason is not None:
             return view, reason
         if progress is not None and waited - last_progress >= 1.0:
@@ -123,11 +132,7 @@ def _poll(reg: Registry, view: View, wait: _Wait, timeout: int, started: float,
             progress(round(waited, 1), float(timeout),
                      f"{view.row.session}: {view.state}" + (f", step {step}" if step is not None else ""))
         time.sleep(min(POLL_S, max(0.05, timeout - waited)))
-        fresh = reg.get(view.row.id) or view.row
-        if wait.pattern is None:
-            view = observe(reg, [fresh])[0]
-        else:
-            view.row = fresh
+        view = wait.look(reg, reg.get(view.row.id) or view.row)
 
 
 def _settle(reg: Registry, exp_id: str, state: str, reason: WaitReason) -> tuple[WaitReason, int]:
@@ -147,16 +152,23 @@ def _settle(reg: Registry, exp_id: str, state: str, reason: WaitReason) -> tuple
 
 
 def wait_experiment(inp: WaitInput, progress: Progress | None = None) -> WaitOutput:
+    """Wait for the run; the answer comes within ``timeout_s`` plus ``WAIT_MARGIN_S`` whatever its hosts do:
+    the looks stop at ``timeout_s``, the closing status gets what is left."""
     timeout, until, pattern = _check_arguments(inp)
     started = time.monotonic()
+    answer = Deadline(timeout + WAIT_MARGIN_S - ANSWER_MARGIN_S)
     with open_registry(create=False) as reg:
         row = find(reg, inp.id)
-        view = observe(reg, [row])[0]
-        wait = _Wait(until, pattern, _error_counts(view.scan))
-        if pattern is not None:
-            wait.offsets = _start_offsets(inp.since, view)
+        wait = _Wait(until, pattern, {}, Deadline(float(timeout)), answer)
+        if pattern is not None and inp.since is not None:
+            wait.offsets = parse_cursor(inp.since, len(row.processes), "since")
+        view = wait.look(reg, row)
+        wait.baseline = _error_counts(view.scan)
         view, reason = _poll(reg, view, wait, timeout, started, progress)
-        status = observe_with_lines(reg, [reg.get(row.id) or view.row], None, logs.MAX_LINES, checkpoints=True)[0]
+        status = observe_with_lines(reg, [reg.get(row.id) or view.row], None, logs.MAX_LINES, checkpoints=True,
+                                    deadline=answer)[0]
+        if reason == "timeout" and status["state"] == "unreachable":  # the closing look decides, not a cut one
+            reason = "unreachable"
         reason, next_wait = _settle(reg, row.id, status["state"], reason)
     if progress is not None:
         progress(float(timeout), float(timeout), f"{view.row.session}: {reason}")
