@@ -12,17 +12,29 @@ most recent bytes win and the skipped byte count is reported.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from skill_server.core.jsonsafe import json_number
 from skill_server.core.text import shorten
 from skill_server.experiments.progress import ProgressState, StepLine
-from skill_server.experiments.progress import fold as fold_progress
-from skill_server.experiments.signatures import RAY_PREFIX, SIGNATURES
+from skill_server.experiments.signatures import monitor_rows
 from skill_server.hosts import localfiles as host_files
+from skill_server.hosts.agent import findings, scanner
+from skill_server.hosts.agent.findings import (
+    MAX_EXACT_INT,
+    MAX_METRICS_PER_LINE,
+    parse_metric_pairs,
+    parse_number,
+    step_lines,
+)
+from skill_server.hosts.agent.scanner import ANSI_RE, strip_ansi
+
+__all__ = ["ANSI_RE", "MAX_EXACT_INT", "MAX_METRICS_PER_LINE", "Chunk", "ScanState",
+           "count_matching_lines", "parse_metric_line", "parse_metric_pairs", "parse_number", "read_appended",
+           "scan_text", "signature_table", "split_lines", "step_lines", "strip_ansi"]
 
 MAX_LINES = 200
 MAX_BYTES = 16 * 1024
@@ -30,64 +42,16 @@ MAX_LINE_CHARS = 2000
 #: Most bytes one status call scans per log file (newest bytes win when more were appended).
 SCAN_BUDGET = 1024 * 1024
 #: Longest kept error line.
-MAX_ERROR_LINE = 400
-#: Largest integer a JSON client holds exactly (as ``skill_server.core.models.MAX_JSON_INT``).
-MAX_EXACT_INT = 2**53 - 1
-
-ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][0-9A-Za-z]")
-METRIC_LINE_RE = re.compile(r"^" + RAY_PREFIX + r"step:(\d+) - (.*?)\s*$", re.MULTILINE)
-_NUMPY_SCALAR = re.compile(r"^np\.\w+\((.*)\)$")
-_INT = re.compile(r"^[-+]?\d+$")
+MAX_ERROR_LINE = scanner.MAX_LINE
 #: What runs launched before "steps are steps" stored as their first-step pattern (a printed kl_loss value);
 #: such a stored pattern is not an override: those runs use the step-line rule too.
 LEGACY_FIRST_STEP_PATTERN = r"\bkl_loss:\s*[-+]?(?:\d|\.\d|nan|inf)"
-#: The end of a tqdm ``Training Progress`` bar with more text glued after it on the same line.
-_AFTER_BAR = re.compile(r"(Training Progress:[^\n\]]{0,400}\])(?=[^\n])")
-#: Most metrics kept from one step line (verl prints about 60-100).
-MAX_METRICS_PER_LINE = 500
 
 
-def strip_ansi(text: str) -> str:
-    return ANSI_RE.sub("", text) if "\x1b" in text else text
-
-
-def parse_number(text: str) -> float | int | None:
-    """A metric value as printed by verl (``0.3125``, ``1e-06``, ``1``, ``nan``); None if not numeric.
-
-    Integers beyond 2**53 become floats (JSON clients cannot hold them exactly); beyond float range,
-    or longer than Python converts, they are not numbers at all."""
-    value = text.strip()
-    match = _NUMPY_SCALAR.match(value)
-    if match:
-        value = match.group(1).strip()
-    if len(value) > 400:
-        return None
-    if _INT.match(value):
-        number = int(value)
-        if abs(number) <= MAX_EXACT_INT:
-            return number
-        try:
-            return float(number)
-        except OverflowError:
-            return None
-    try:
-        return float(value)
-    except ValueError:
-        return None
-
-
-def parse_metric_pairs(body: str) -> dict[str, float | int]:
-    """``key:value - key:value`` (verl's console format) into a dict of numeric values."""
-    metrics: dict[str, float | int] = {}
-    for part in body.split(" - "):
-        key, sep, raw = part.rpartition(":")
-        key = key.strip()
-        if not sep or not key:
-            continue
-        number = parse_number(raw)
-        if number is not None:
-            metrics[key] = number
-    return metrics
+@functools.cache
+def signature_table() -> scanner.Table:
+    """The signature table compiled for scanning (``signatures.SIGNATURES``, built once per process)."""
+    return scanner.Table(monitor_rows())
 
 
 # --------------------------------------------------------------------------------------------------
@@ -198,13 +162,6 @@ def _step_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_EXACT_INT else None
 
 
-def _line_at(text: str, pos: int) -> str:
-    start = text.rfind("\n", 0, pos) + 1
-    end = text.find("\n", pos)
-    line = text[start: end if end >= 0 else len(text)].strip()
-    return shorten(line, MAX_ERROR_LINE)
-
-
 def count_matching_lines(regex: re.Pattern[str], text: str) -> tuple[int, int | None]:
     """(lines with at least one match, position of the last match): a line matching twice counts once."""
     count, last, pos = 0, None, 0
@@ -221,20 +178,6 @@ def count_matching_lines(regex: re.Pattern[str], text: str) -> tuple[int, int | 
     return count, last
 
 
-def step_lines(text: str, role: str) -> list[StepLine]:
-    """Every ``step:N - key:value`` line of ``text``, in order (steps beyond 15 digits are not steps)."""
-    out = []
-    for match in METRIC_LINE_RE.finditer(text):
-        digits = match.group(1)
-        if len(digits) > 15:
-            continue
-        metrics = parse_metric_pairs(match.group(2))
-        if len(metrics) > MAX_METRICS_PER_LINE:
-            metrics = dict(list(metrics.items())[:MAX_METRICS_PER_LINE])
-        out.append(StepLine(int(digits), metrics, role))
-    return out
-
-
 def parse_metric_line(line: str) -> tuple[int, dict[str, float | int]] | None:
     """One log line as ``step_lines`` reads it: ``(TaskRunner pid=1) step:3 - critic/real_reward:0.25 - ...``
     into (3, {...}); None when it is not a step line."""
@@ -246,42 +189,9 @@ def scan_text(text: str, state: ScanState, first_step_re: re.Pattern[str] | None
               now: float) -> list[StepLine]:
     """Fold one chunk of newly appended log text into ``state``; returns its step lines (for the history).
 
-    The first training step is the first ``step:N`` line with N >= 1, whatever metrics it carries (a
-    ``step:0`` line is validation before training); ``first_step_re`` (a run's ``first_step_pattern``)
-    replaces that rule when given. Error signatures count lines, not matches.
+    The rules are the run monitor's (``hosts.agent.findings.fold``): the first training step is the first
+    ``step:N`` line with N >= 1, whatever metrics it carries (a ``step:0`` line is validation before
+    training); ``first_step_re`` (a run's ``first_step_pattern``) replaces that rule when given. Error
+    signatures count lines, not matches.
     """
-    if not text:
-        return []
-    if "\r" in text:  # a tqdm bar redraws with \r ...
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    if "Training Progress" in text:  # ... and the next writer's line starts right after the bar
-        text = _AFTER_BAR.sub("\\1\n", text)
-    for sig in SIGNATURES:
-        if sig.needles and not any(needle in text for needle in sig.needles):
-            continue
-        count, last = count_matching_lines(sig.regex, text)
-        if count and last is not None:  # a count is never without the last match's position
-            hit = state.errors.setdefault(sig.name, {"count": 0, "line": "", "role": role})
-            hit["count"] = int(hit.get("count", 0)) + count
-            hit["line"] = _line_at(text, last)
-            hit["role"] = role
-    lines = step_lines(text, role) if "step:" in text else []
-    if lines:
-        last_line = lines[-1]
-        state.metrics_step = last_line.step
-        state.last_metrics = {k: json_number(v) for k, v in last_line.metrics.items()}
-        global_step = last_line.metrics.get("training/global_step", last_line.step)
-        if isinstance(global_step, float) and global_step.is_integer():
-            global_step = int(global_step)
-        if isinstance(global_step, int) and 0 <= global_step <= MAX_EXACT_INT:
-            state.global_step = global_step
-    fold_progress(state.progress, lines, text, now)
-    if not state.first_step_seen:
-        if first_step_re is not None:
-            if first_step_re.search(text):
-                state.first_step_seen, state.first_step_at = True, now
-        else:
-            first = next((line for line in lines if line.step >= 1), None)
-            if first is not None:
-                state.first_step_seen, state.first_step_at, state.first_step = True, now, first.step
-    return lines
+    return findings.fold(state, text, signature_table(), first_step_re, role=role, now=now)
