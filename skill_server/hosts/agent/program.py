@@ -20,8 +20,8 @@ import zlib
 from .protocol import STATE_DIR_ENV
 
 #: Load order: a module comes after the modules it imports at load time.
-MODULES = ("protocol", "files", "procs", "tmux", "scanner", "findings", "wrapper", "watchdog", "program", "request",
-           "generic", "runs", "checkpoints", "reclaim", "ops")
+MODULES = ("protocol", "files", "procs", "tmux", "scanner", "findings", "points", "wrapper", "watchdog", "program",
+           "request", "generic", "runs", "checkpoints", "reclaim", "ops")
 PACKAGE = "ajs_agent"
 #: What ``python3 -c`` runs on the host: read a length line, then that many bytes of compressed program.
 #: No quotes or backslashes, so every remote shell (sh, bash, zsh, fish) passes it through unchanged.
