@@ -33,6 +33,7 @@ from skill_server.experiments.checks import (
 from skill_server.experiments.models import LaunchInput, LaunchOutput, ProcessInfo, ProcessSpec
 from skill_server.experiments.observe import observe
 from skill_server.experiments.progress import iso
+from skill_server.experiments.signatures import monitor_config
 from skill_server.experiments.spec import HostRecord, ProcessRecord, RunSpec
 from skill_server.experiments.store import Registry, open_registry
 from skill_server.gpus import nvidia_smi
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_ENV = {"PYTHONUNBUFFERED": "1", "NO_COLOR": "1", "LOGURU_COLORIZE": "NO"}
-#: Grace between Ctrl-C and SIGTERM when the watchdog ends a run at its max time.
+#: Grace between Ctrl-C and SIGTERM when the run's monitor ends it at its max time.
 DEADLINE_GRACE_S = 5
 LAUNCH_TIMEOUT_S = 60.0
 
@@ -188,7 +189,8 @@ class _Launch:
         return client.launch(self.exp_id, self.session, self.socket, replace_pids=replace, python=self.python,
                              workdir=self.workdir, result_dir=self.result_dir, max_time_s=self.max_time_s,
                              deadline_grace_s=DEADLINE_GRACE_S,
-                             procs=[p.request() for p in self.procs if p.host == host])
+                             procs=[p.request() for p in self.procs if p.host == host],
+                             monitor=monitor_config(self.inp.first_step_pattern))
 
 
 def _decide(inp: LaunchInput) -> _Launch:

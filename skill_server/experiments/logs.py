@@ -1,4 +1,4 @@
-"""Reading experiment logs incrementally: only appended bytes, bounded output, metric-line parsing.
+"""Reading experiment logs incrementally: only appended bytes, bounded output, metric-line parsing; the scan state.
 
 Two independent positions are kept per log file:
 
@@ -6,8 +6,13 @@ Two independent positions are kept per log file:
 * the *scan offset* (how far error signatures, step lines, progress and the first step were scanned).
 
 Both only move forward over appended bytes, so the cost of a status call depends on how much was
-written since the previous call, never on the size of the log. When a backlog exceeds the budget, the
-most recent bytes win and the skipped byte count is reported.
+written since the previous call, never on the size of the log.
+
+Who scans: the run monitor on the run's host reads every byte of every log as it is written
+(``hosts.agent.monitor``), and the scan state here is a *mirror* of its findings (``mirror``: its
+per-process findings kept as they came, the run's fields derived from them). Only runs launched before
+monitors existed are scanned here, by the same rules (``scan_text``); there, when a backlog exceeds the
+budget, the most recent bytes win and the skipped byte count is reported.
 """
 
 from __future__ import annotations
@@ -104,6 +109,10 @@ class ScanState:
     #: Sequence number the next step line gets in the metric history (``experiments.history``).
     points_seq: int = 0
     progress: ProgressState = field(default_factory=ProgressState)
+    #: Per role, what the run's monitor last reported (its times on the run clock); empty: no monitor.
+    monitor: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Per role, the cursor in the monitor's metric points copied so far (``[seq, offset, generation]``).
+    mirrored: dict[str, list[int]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -120,6 +129,8 @@ class ScanState:
             "errors": self.errors,
             "points_seq": self.points_seq,
             "progress": self.progress.to_json(),
+            "monitor": self.monitor,
+            "mirrored": self.mirrored,
         }
 
     @classmethod
@@ -143,6 +154,9 @@ class ScanState:
                 errors={str(k): dict(v) for k, v in dict(data.get("errors", {})).items() if isinstance(v, dict)},
                 points_seq=_step_or_none(data.get("points_seq")) or 0,
                 progress=ProgressState.from_json(data.get("progress")),
+                monitor={str(k): dict(v) for k, v in dict(data.get("monitor", {})).items() if isinstance(v, dict)},
+                mirrored={str(k): [int(x) for x in v][:3] for k, v in dict(data.get("mirrored", {})).items()
+                          if isinstance(v, list) and all(isinstance(x, int) for x in v)},
             )
         except (TypeError, ValueError, AttributeError):
             return cls(offsets=[0] * n_logs)
@@ -195,3 +209,100 @@ def scan_text(text: str, state: ScanState, first_step_re: re.Pattern[str] | None
     signatures count lines, not matches.
     """
     return findings.fold(state, text, signature_table(), first_step_re, role=role, now=now)
+
+
+# --------------------------------------------------------------------------------------------------
+# The mirror of the run monitor's findings
+
+
+def mirror(state: ScanState, reports: dict[str, dict[str, Any]], roles: list[str], created: float) -> None:
+    """Take up the monitor's latest findings per role (``reports``; a role whose host was not asked keeps what
+    it had) and derive the run's fields from all roles. The monitor's times are on the run clock (seconds
+    since the run started); they become this machine's clock as ``created`` plus those seconds."""
+    for role, found in reports.items():
+        state.monitor[role] = {k: v for k, v in found.items() if k != "run"}
+    known = [(role, state.monitor[role]) for role in roles if role in state.monitor]
+    for i, role in enumerate(roles):
+        if role in state.monitor:
+            state.offsets[i] = _int(state.monitor[role].get("offset"))
+    state.unscanned_bytes = sum(_int(f.get("start_offset")) + _int(f.get("unscannable")) for _, f in known)
+    state.errors = _merged_errors(known)
+    _mirror_first_step(state, [f for _, f in known], created)
+    stepping = _newest(known, "stepped_at")
+    if stepping is not None:
+        found = stepping[1]
+        state.global_step = _step_or_none(found.get("global_step"))
+        state.metrics_step = _step_or_none(found.get("metrics_step"))
+        state.last_metrics = dict(found.get("last_metrics") or {})
+    looked = [t for _, f in known if (t := _finite_or_none(f.get("looked_at"))) is not None]
+    state.scanned_at = created + max(looked) if looked else state.scanned_at
+    state.progress = _merged_progress(known, stepping, created)
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _newest(known: list[tuple[str, dict[str, Any]]], key: str) -> tuple[str, dict[str, Any]] | None:
+    """The role whose ``key`` time is the latest (None when no role has one)."""
+    timed = [(t, role, f) for role, f in known if (t := _finite_or_none(f.get(key))) is not None]
+    if not timed:
+        return None
+    _, role, found = max(timed, key=lambda x: x[0])
+    return role, found
+
+
+def _merged_errors(known: list[tuple[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """One hit per signature over every role: the counts summed, the latest line and its role, the first line."""
+    out: dict[str, dict[str, Any]] = {}
+    for role, found in known:
+        for name, hit in dict(found.get("errors") or {}).items():
+            if not isinstance(hit, dict):
+                continue
+            last_at = _finite_or_none(hit.get("last_at")) or 0.0
+            first_at = _finite_or_none(hit.get("first_at")) or 0.0
+            have = out.get(name)
+            if have is None:
+                out[name] = {"count": _int(hit.get("count")), "line": str(hit.get("line", "")), "role": role,
+                             "first_line": str(hit.get("first_line", "")), "first_at": first_at, "last_at": last_at}
+                continue
+            have["count"] += _int(hit.get("count"))
+            if last_at >= have["last_at"]:
+                have.update(line=str(hit.get("line", "")), role=role, last_at=last_at)
+            if first_at < have["first_at"]:
+                have.update(first_line=str(hit.get("first_line", "")), first_at=first_at)
+    return out
+
+
+def _mirror_first_step(state: ScanState, known: list[dict[str, Any]], created: float) -> None:
+    seen = [f for f in known if f.get("first_step_seen") and _finite_or_none(f.get("first_step_at")) is not None]
+    if not seen:
+        return
+    first = min(seen, key=lambda f: float(f["first_step_at"]))
+    state.first_step_seen = True
+    state.first_step = _step_or_none(first.get("first_step"))
+    state.first_step_at = created + float(first["first_step_at"])
+    before = _finite_or_none(first.get("first_step_not_before"))
+    state.first_step_not_before = created + before if before is not None else None
+
+
+def _merged_progress(known: list[tuple[str, dict[str, Any]]], stepping: tuple[str, dict[str, Any]] | None,
+                     created: float) -> ProgressState:
+    """Every role's step counter and restarts; the step times and observed batches of the role that steps;
+    the newest tqdm bar."""
+    parts = {role: dict(f.get("progress") or {}) for role, f in known}
+    merged: dict[str, Any] = {"last_step_by_role": {}, "restarts": []}
+    for part in parts.values():
+        merged["last_step_by_role"].update(dict(part.get("last_step_by_role") or {}))
+        merged["restarts"] += [dict(r, seen_at=created + float(r.get("seen_at", 0.0)))
+                               for r in part.get("restarts") or [] if isinstance(r, dict)]
+    merged["restarts"].sort(key=lambda r: r["seen_at"])
+    if stepping is not None:
+        part = parts[stepping[0]]
+        merged["step_times"] = part.get("step_times") or []
+        merged["batches"] = [[created + float(b[0]), b[1]] for b in part.get("batches") or []
+                             if isinstance(b, list) and len(b) == 2 and _finite_or_none(b[0]) is not None]
+    bar = _newest([(role, f) for role, f in known if parts[role].get("tqdm_total") is not None], "grew_at")
+    if bar is not None:
+        merged.update({k: parts[bar[0]].get(k) for k in ("tqdm_total", "tqdm_step", "tqdm_rate_s")})
+    return ProgressState.from_json(merged)

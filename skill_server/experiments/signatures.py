@@ -21,9 +21,12 @@ import re
 import sys
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING
 
 from skill_server.hosts.agent.findings import RAY_PREFIX
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import MonitorConfig, SignatureRow
 
 
 @dataclass(frozen=True)
@@ -317,10 +320,15 @@ SIGNATURES: tuple[Signature, ...] = (
 SIGNATURES_BY_NAME: dict[str, Signature] = {s.name: s for s in SIGNATURES}
 
 
-def monitor_rows() -> list[dict[str, Any]]:
+def monitor_rows() -> list[SignatureRow]:
     """The table as a host's scanner needs it (``hosts.agent.scanner.Table``): name, pattern, flags, needles."""
     return [{"name": s.name, "pattern": s.pattern, "flags": "i" if s.flags & re.IGNORECASE else "",
              "needles": list(s.needles)} for s in SIGNATURES]
+
+
+def monitor_config(first_step_pattern: str | None) -> MonitorConfig:
+    """What a launch hands each host's run monitor: the table, and the run's own first-step pattern if any."""
+    return {"signatures": monitor_rows(), "first_step_pattern": first_step_pattern}
 
 
 def render_table() -> str:

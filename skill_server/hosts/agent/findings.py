@@ -160,6 +160,17 @@ def step_lines(text: str, role: str) -> list[StepLine]:
     return out
 
 
+def _first_and_last_step(text: str) -> str:
+    """The lines of ``text`` holding its first and its last "step:" (what a sampled chunk parses)."""
+    first, last = text.find("step:"), text.rfind("step:")
+    lines = []
+    for pos in sorted({first, last}):
+        start = text.rfind("\n", 0, pos) + 1
+        end = text.find("\n", pos)
+        lines.append(text[start: end if end >= 0 else len(text)])
+    return "\n".join(lines)
+
+
 def finite_or_none(value: float | int) -> float | int | None:
     """A metric as JSON carries it: NaN and inf become None (``skill_server.core.jsonsafe.json_number``'s rule)."""
     if isinstance(value, float) and not math.isfinite(value):
@@ -168,10 +179,11 @@ def finite_or_none(value: float | int) -> float | int | None:
 
 
 def fold(state: FoldState, text: str, table: Table, first_step_re: re.Pattern[str] | None, *, role: str,
-         now: float) -> list[StepLine]:
+         now: float, sample_steps: bool = False) -> list[StepLine]:
     """Fold one chunk of newly appended log text (ANSI codes already removed) into ``state``; returns its step
     lines (for the metric history). ``first_step_re`` (a run's ``first_step_pattern``) replaces the
-    first-step rule when given."""
+    first-step rule when given. ``sample_steps`` (a log growing faster than its lines can be parsed): only
+    the chunk's first and last step lines are parsed; errors are still looked for on every line."""
     if not text:
         return []
     text = normalise(text)
@@ -182,7 +194,7 @@ def fold(state: FoldState, text: str, table: Table, first_step_re: re.Pattern[st
         hit["count"] = int(hit.get("count", 0)) + count
         hit["line"] = last
         hit["role"] = role
-    lines = step_lines(text, role) if "step:" in text else []
+    lines = (step_lines(_first_and_last_step(text) if sample_steps else text, role)) if "step:" in text else []
     if lines:
         last_line = lines[-1]
         state.metrics_step = last_line.step

@@ -115,12 +115,12 @@ def serve() -> int:
 
 
 def main(argv: list[str]) -> int:
-    """Entry point of the shipped program: ``watchdog ...``, ``serve``, or one request on stdin and the
-    reply on stdout."""
-    if len(argv) > 1 and argv[1] == "watchdog":
-        from . import watchdog
+    """Entry point of the shipped program: ``monitor RUN_DIR`` (a run's monitor), ``serve``, or one request on
+    stdin and the reply on stdout."""
+    if len(argv) > 1 and argv[1] == "monitor":
+        from . import monitor
 
-        return watchdog.main(argv[2:])
+        return monitor.main(argv[2:])
     if len(argv) > 1 and argv[1] == "serve":
         return serve()
     raw = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)

@@ -5,8 +5,9 @@ compressed *stage one*, then a length line and the compressed sources of this pa
 request. Stage one installs the sources once per version under ``<state dir>/agent/<digest>/`` on the
 host (so Python caches their bytecode there and later calls skip compiling them), imports the package
 and answers the request; if that directory cannot be written it loads the sources in memory instead.
-``program_text()`` is a single self-contained file (sources plus loader) that a launch writes into the
-run directory as ``agent.py``: the watchdog runs it without needing anything else on the host.
+The run monitor a launch starts runs this same program through stage one (so it uses, or makes, the
+version-cached install; no run keeps a copy). ``program_text()`` is a single self-contained file (sources
+plus loader) that runs without anything else on the host.
 """
 
 from __future__ import annotations
@@ -17,10 +18,10 @@ import os
 import sys
 import zlib
 
-from .protocol import STATE_DIR_ENV
+from .protocol import STATE_DIR_ENV, state_dir
 
 #: Load order: a module comes after the modules it imports at load time.
-MODULES = ("protocol", "files", "procs", "tmux", "scanner", "findings", "points", "wrapper", "watchdog", "program",
+MODULES = ("protocol", "files", "procs", "tmux", "scanner", "findings", "points", "monitor", "wrapper", "program",
            "request", "generic", "runs", "checkpoints", "reclaim", "ops")
 PACKAGE = "ajs_agent"
 #: What ``python3 -c`` runs on the host: read a length line, then that many bytes of compressed program.
@@ -125,10 +126,25 @@ def _state_dir_source(protocol_source: str) -> str:
     return "STATE_DIR_ENV = %r\n\n\n%s\n" % (STATE_DIR_ENV, "\n".join(lines[start:end]).rstrip())
 
 
+def _packed(srcs: dict[str, str]) -> bytes:
+    return json.dumps(srcs, sort_keys=True).encode("utf-8")
+
+
+_DIGEST: list[str] = []
+
+
+def install_dir() -> str:
+    """Where this version of the agent is installed on this host (``<state dir>/agent/<digest of its sources>``,
+    the directory stage one installs into), whether or not it exists yet."""
+    if not _DIGEST:
+        _DIGEST.append(hashlib.sha256(_packed(sources())).hexdigest()[:16])
+    return os.path.join(state_dir(), "agent", _DIGEST[0])
+
+
 def ssh_payload() -> bytes:
     """What SSH writes to stdin before the request: stage one, then the package sources."""
     srcs = sources()
-    packed = json.dumps(srcs, sort_keys=True).encode("utf-8")
+    packed = _packed(srcs)
     digest = hashlib.sha256(packed).hexdigest()[:16]
     stage_one = _STAGE_ONE % {"pkg": PACKAGE, "modules": MODULES, "digest": digest,
                               "state_dir": _state_dir_source(srcs["protocol"])}

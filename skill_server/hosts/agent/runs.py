@@ -1,7 +1,8 @@
 """Operations on experiment runs: launch (dry run or start), discard, observe, stop.
 
-A run's processes on this host are windows of one tmux session; its run directory holds the wrapper
-scripts, the watchdog program (``agent.py``), and per role ``.pid``, ``.exit`` and marker files.
+A run's processes on this host are windows of one tmux session, watched by the run's monitor
+(``monitor``); its run directory holds the wrapper scripts, per role ``.pid``, ``.exit`` and marker files,
+and the monitor's spec, findings (``monitor.json``) and metric points.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .request import need, need_or, number, objects, str_map, strings
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import TypedDict
+    from typing import Any, TypedDict
 
     from .protocol import (
         Appended,
@@ -141,13 +142,18 @@ def op_launch(req: Mapping[str, object]) -> LaunchPlan | LaunchStarted:
         os.mkdir(rdir, 0o700)
     except OSError as exc:
         raise AgentError("cannot create the run directory %s: %s" % (rdir, exc.strerror or exc)) from None
+    from . import monitor  # loaded by the ops that use it: most calls never need the scanner's expressions
+
     started: list[StartedProc] = []
     try:
-        _write_run_dir(exp_id, rdir, plan, max_time_s, grace_s)
+        _write_run_dir(exp_id, rdir, plan)
         if replace:  # the finished session of an earlier run of ours with this name
             tmux.kill_session(socket, session)
+        offsets = monitor.log_sizes({p["role"]: p["log_path"] for p in plan["procs"]})
         for i, p in enumerate(plan["procs"]):
             started.append(_start(exp_id, socket, session, rdir, p, first=i == 0))
+        monitor.start(rdir, monitor.spec_for(exp_id, socket, session, started, offsets, max_time_s, grace_s,
+                                             need_or(req, "monitor", dict, None)))
     except BaseException:
         _discard(exp_id, socket, session if started else None, rdir)
         raise
@@ -155,11 +161,10 @@ def op_launch(req: Mapping[str, object]) -> LaunchPlan | LaunchStarted:
             "procs": started}
 
 
-def _write_run_dir(exp_id: str, rdir: str, plan: _Plan, max_time_s: int, grace_s: int) -> None:
-    """The watchdog program and one wrapper script per process; the result directory."""
-    from . import program, wrapper
+def _write_run_dir(exp_id: str, rdir: str, plan: _Plan) -> None:
+    """One wrapper script per process; the result directory."""
+    from . import wrapper
 
-    files.write_atomic(os.path.join(rdir, "agent.py"), program.program_text().encode("utf-8"), replace=False)
     try:
         os.makedirs(plan["result_dir"], exist_ok=True)
     except OSError as exc:
@@ -169,7 +174,7 @@ def _write_run_dir(exp_id: str, rdir: str, plan: _Plan, max_time_s: int, grace_s
             exp_id=exp_id, role=p["role"], run_dir=rdir, workdir=p["workdir"], env=p["env"],
             path_prepend=plan["path_prepend"], virtual_env=plan["virtual_env"], command=p["command"],
             log_path=p["log_path"], gate_url=p["wait_for_url"], gate_timeout_s=p["wait_for_url_timeout_s"],
-            python=sys.executable, max_time_s=max_time_s, deadline_grace_s=grace_s)
+            python=sys.executable)
         files.write_atomic(os.path.join(rdir, p["role"] + ".sh"), script.encode("utf-8"), replace=False, mode=0o600)
 
 
@@ -204,15 +209,21 @@ def op_discard(req: Mapping[str, object]) -> DiscardReply:
 
 
 def op_observe(req: Mapping[str, object]) -> ObserveReply:
-    """Everything status needs from this host in one go: panes per socket, and for each process its
-    liveness, exit code, markers and the requested appended ranges of its log."""
+    """Everything status needs from this host in one go: panes per socket (asked only for processes recorded
+    without a pid), and for each process its liveness, exit code, markers, the requested appended ranges of
+    its log, and what the run's monitor found (or, for a run launched before monitors, the scan range)."""
     panes: dict[str, list[Pane] | None] = {}
     for socket in strings(req, "sockets"):
         panes[socket] = tmux.list_panes(socket)
-    return {"panes": panes, "procs": [_observe_proc(p) for p in objects(req, "procs")]}
+    cache: dict[str, Any] = {}  # per run directory: its monitor's findings, read once
+    observed = [_observe_proc(p, cache) for p in objects(req, "procs")]
+    _remove_finished_sessions(objects(req, "procs"), observed, cache)
+    return {"panes": panes, "procs": observed}
 
 
-def _observe_proc(p: Mapping[str, object]) -> ObservedProc:
+def _observe_proc(p: Mapping[str, object], cache: dict[str, Any]) -> ObservedProc:
+    from . import monitor, points
+
     rdir, role = need(p, "run_dir", str), need(p, "role", str)
     pid = need_or(p, "pid", int, None)
     # Liveness first, exit file second: a wrapper writes its exit file before it exits, so a dead
@@ -224,12 +235,55 @@ def _observe_proc(p: Mapping[str, object]) -> ObservedProc:
         markers.append("survivors")
     final = exit_code is not None or alive is False
     log_path = need(p, "log_path", str)
-    reads: list[Appended] = []
-    for r in objects(p, "reads", required=False):
-        budget = max(0, min(need(r, "budget", int), MAX_READ_BYTES))
-        reads.append(files.read_appended(log_path, max(0, need(r, "offset", int)), budget, final))
-    return {"alive": alive, "exit_code": exit_code, "markers": markers, "final": final,
-            "size": files.file_size(log_path), "reads": reads}
+    reads = [_read(log_path, r, final) for r in objects(p, "reads", required=False)]
+    out: ObservedProc = {"alive": alive, "exit_code": exit_code, "markers": markers, "final": final,
+                         "size": files.file_size(log_path), "reads": reads}
+    found = monitor.report(rdir, role, final=final, cache=cache)
+    if found is None:
+        scan = need_or(p, "scan", dict, None)
+        if scan is not None:
+            out["scan"] = _read(log_path, scan, final)
+        return out
+    out["monitor"] = found
+    cursor = [x for x in need_or(p, "points", list, []) if isinstance(x, int)]
+    new, out["points_cursor"], more = points.read_after(os.path.join(rdir, role + ".metrics.jsonl"), cursor)
+    if new:
+        out["points"] = new
+    if more:
+        out["points_more"] = True
+    return out
+
+
+def _read(log_path: str, span: Mapping[str, object], final: bool) -> Appended:
+    budget = max(0, min(need(span, "budget", int), MAX_READ_BYTES))
+    return files.read_appended(log_path, max(0, need(span, "offset", int)), budget, final)
+
+
+def _remove_finished_sessions(asked: list[Mapping[str, object]], observed: list[ObservedProc],
+                              cache: dict[str, Any]) -> None:
+    """A run whose every process here has its exit code on disk no longer needs its tmux session: its monitor
+    removes it when it ends; for a run without a live monitor (launched before monitors, or its monitor
+    gone) the observation that finds the codes does, once."""
+    from .monitor import SESSION_REMOVED
+
+    runs: dict[str, tuple[str, str, bool]] = {}
+    for p, o in zip(asked, observed):
+        rdir, exp_id = need(p, "run_dir", str), need_or(p, "exp_id", str, None)
+        socket = need_or(p, "socket_path", str, None)
+        if exp_id is None or socket is None:
+            continue
+        done = runs.get(rdir, (exp_id, socket, True))[2] and o["exit_code"] is not None
+        runs[rdir] = (exp_id, socket, done)
+    for rdir, (exp_id, socket, done) in runs.items():
+        entry = cache.get(rdir)
+        marker = os.path.join(rdir, SESSION_REMOVED)
+        if not done or (entry is not None and entry["alive"]) or files.exists(marker):
+            continue
+        if tmux.remove_finished(socket, exp_id):
+            try:
+                files.touch(marker)
+            except OSError:
+                pass
 
 
 def _survivors_alive(path: str) -> bool:
@@ -269,9 +323,12 @@ def op_stop(req: Mapping[str, object]) -> StopReply:
             files.write_atomic(path, json.dumps(left).encode("utf-8"), replace=True, mode=0o600)
         elif files.exists(path):
             os.unlink(path)
+    from .monitor import SESSION_REMOVED
+
     codes = {role: files.read_int(os.path.join(rdir, role + ".exit")) for role in roles}
     removed = False
-    if need_or(req, "kill_session", bool, True):
-        removed = tmux.kill_session(need(req, "socket_path", str), need(req, "session", str))
+    if need_or(req, "kill_session", bool, True):  # the run's monitor may have removed it as the run ended
+        removed = tmux.kill_session(need(req, "socket_path", str), need(req, "session", str)) or files.exists(
+            os.path.join(rdir, SESSION_REMOVED))
     return {"interrupted": report["interrupted"], "terminated": report["terminated"], "killed": report["killed"],
             "survivors": report["survivors"], "exit_codes": codes, "session_removed": removed}

@@ -21,10 +21,10 @@ import re
 from .protocol import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Mapping
+    from collections.abc import Iterable
 
-    #: A row of the table as it travels: name, pattern, flags ("i": ignore case), needles.
-    Row = Mapping[str, str | list[str]]
+    from .protocol import SignatureRow
+
     #: What one chunk gave one signature: (lines matched, first matching line, last matching line).
     Hit = tuple[int, str, str]
 
@@ -67,17 +67,17 @@ class Signature:
 
     __slots__ = ("name", "regex", "needles")
 
-    def __init__(self, row: Row) -> None:
-        self.name = str(row["name"])
-        flags = re.MULTILINE | (re.IGNORECASE if "i" in str(row.get("flags") or "") else 0)
-        self.regex = re.compile(str(row["pattern"]), flags)
+    def __init__(self, row: SignatureRow) -> None:
+        self.name = row["name"]
+        flags = re.MULTILINE | (re.IGNORECASE if "i" in (row.get("flags") or "") else 0)
+        self.regex = re.compile(row["pattern"], flags)
         self.needles = tuple(n.lower().encode("ascii") for n in row.get("needles") or ())
 
 
 class Table:
     """The signatures of a run, ready to scan chunks of its logs (``scan``)."""
 
-    def __init__(self, rows: Iterable[Row]) -> None:
+    def __init__(self, rows: Iterable[SignatureRow]) -> None:
         self.signatures = [Signature(row) for row in rows]
         #: needle -> the signatures that listed it, so each needle costs one pass per chunk.
         self.by_needle: dict[bytes, list[Signature]] = {}
