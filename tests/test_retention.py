@@ -93,11 +93,11 @@ def test_a_restarted_monitor_drops_points_written_after_what_it_resumes_from(tmp
 
 def test_a_burst_of_step_lines_is_thinned_as_it_is_written(tmp_path: Path):
     f = points.PointsFile(str(tmp_path / "m.jsonl"))
-    written = f.append([(s, {"x": float(s % 17)}) for s in range(1, 2001)])
-    assert written < 2000 and f.seq == 2000
+    written = f.append([(s, {"x": float(s % 17)}) for s in range(1, 3 * points.BURST + 1)])
+    assert written < 3 * points.BURST and f.seq == 3 * points.BURST
     got, _, _ = points.read_after(f.path, None)
     xs = [p["m"]["x"] for p in got if "x" in p["m"]]
-    assert got[0]["step"] == 1 and got[-1]["step"] == 2000 and min(xs) == 0.0 and max(xs) == 16.0
+    assert got[0]["step"] == 1 and got[-1]["step"] == 3 * points.BURST and min(xs) == 0.0 and max(xs) == 16.0
 
 
 def test_a_line_cut_short_by_a_full_disk_is_skipped(tmp_path: Path):

@@ -35,8 +35,9 @@ BUCKET = 16
 FILE_MAX_POINTS = 3000
 #: ... and its newest this many points are never touched.
 FILE_KEEP_RECENT = 1000
-#: At most this many points per role and look: a burst of step lines beyond it is compacted as it is written.
-BURST = 64
+#: At most this many points per role and look (a look is a quarter second, or one 4 MiB chunk of a backlog):
+#: a burst of step lines beyond it (thousands a second) is thinned by the retention rule as it is written.
+BURST = 1024
 #: Most bytes of points one read returns (the rest comes with the next read).
 READ_BUDGET = 2 * 1024 * 1024
 
