@@ -178,6 +178,20 @@ def test_a_monitor_that_died_is_restarted_and_misses_nothing(tmux_socket: str, w
     assert series.steps == list(range(1, 41)) and count == distinct == 40
 
 
+def test_a_monitor_that_cannot_be_restarted_yet_is_said(tmux_socket: str, workdir: Path):
+    out = call("launch_experiment", name="orphaned", command="sleep 60", workdir=str(workdir))
+    first = monitor_pid(out["id"])
+    (run_dir(out["id"]) / monitor.RESTARTED).write_text("")  # as if a look had just started one
+    os.kill(first, signal.SIGKILL)
+    wait_until(lambda: not pid_alive(first))
+    note = status(out["id"], max_lines=0)["note"]
+    assert note and "monitor on local is not running" in note and "max time is not enforced" in note
+    os.utime(run_dir(out["id"]) / monitor.RESTARTED, (0, 0))  # long ago: the next look starts one
+    assert status(out["id"], max_lines=0)["note"] is None
+    wait_until(lambda: pid_alive(findings(out["id"])["pid"]) and findings(out["id"])["pid"] != first)
+    call("stop_experiment", id=out["id"], grace_s=1)
+
+
 def _lingering_sessions(socket: str, n: int) -> None:
     """``n`` finished sessions left on the server, as runs from before session clean-up left them."""
     base = ["tmux", "-S", socket, "set-option", "-g", "remain-on-exit", "on"]

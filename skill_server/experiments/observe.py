@@ -201,9 +201,29 @@ def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, 
         if now - row.created > max_time + 60:
             note = (note + "; " if note else "") + ("past its max time but still running: the watchdog on its host "
                                                     "did not end it; stop_experiment does")
+    if state == "running":
+        note = "; ".join(([note] if note else []) + _monitor_notes(procs))
     _fold_scan(reg, row, procs, scan, now)
     end = row.ended if row.ended else now
-    return View(row, state, exit_code, procs, scan, max(0.0, end - row.created), note)
+    return View(row, state, exit_code, procs, scan, max(0.0, end - row.created), note or None)
+
+
+def _monitor_notes(procs: list[ProcView]) -> list[str]:
+    """What a running run's caller must know about its monitors: one that is not running (and could not be
+    started again yet), one that reported errors of its own."""
+    notes: dict[str, str] = {}
+    for p in procs:
+        run = (p.monitor or {}).get("run") or {}
+        if p.monitor is None or run.get("ended"):
+            continue
+        if not run.get("alive"):
+            notes[p.proc.host] = (f"the run's monitor on {p.proc.host} is not running (a new one is started at most "
+                                  "every 30 s, by a status or wait call): until then the max time is not enforced "
+                                  "there")
+        elif run.get("internal_errors"):
+            notes.setdefault(p.proc.host, f"the run's monitor on {p.proc.host} met {run['internal_errors']} error(s) "
+                                          f"of its own (see monitor.log in {p.proc.run_dir})")
+    return list(notes.values())
 
 
 def first_step_pattern(row: Row) -> re.Pattern[str] | None:

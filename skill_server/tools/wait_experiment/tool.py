@@ -1,7 +1,7 @@
 """wait_experiment: block (bounded) until a run exits, shows its first step, prints a pattern or an error.
 
 Read-only: it observes (one round trip per host every half second) and never acts on the run; the max
-time is enforced by the watchdog on the run's host. ``next_wait_s`` follows the blueprint skills'
+time is enforced by the run's monitor on its host. ``next_wait_s`` follows the blueprint skills'
 back-off (30 s, 1, 2, 4, 8, then 16 min), advancing with each wait that ends in ``timeout``.
 """
 
