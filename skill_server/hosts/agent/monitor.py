@@ -173,7 +173,7 @@ class Role:
         self.found = found
         self.ended = False  # the wrapper is gone and nothing it left behind still runs
         self.exit_code: int | None = None
-        self.orphans_checked = 0.0
+        self.orphans_checked = float("-inf")  # when its orphans were last looked for (the first look is at once)
 
     def wrapper(self) -> procs.Wrapper | None:
         if not isinstance(self.pid, int):
@@ -722,6 +722,7 @@ def catch_up(run_dir: str, doc: Mapping[str, Any], role: str, final: bool) -> di
             if not 0 < size - int(r.found.offset) <= CATCH_UP_BYTES:
                 return None
             tail = LogTail(run, r, keep_points=False)
+            tail.previous_look = max(tail.previous_look, run.clock() - TICK_S)  # the monitor looked since
             while tail.read(run, run.clock(), final=final):
                 pass
             return r.found.to_json()
@@ -744,16 +745,19 @@ def _detach() -> None:
 
 
 def _hold_lock(run_dir: str) -> int | None:
-    """The run's lock, held for this process's life; None when another monitor holds it."""
+    """The run's lock, held for this process's life; None when another monitor holds it (an observation
+    testing the lock holds it for an instant only, hence the retries)."""
     import fcntl
 
     fd = os.open(os.path.join(run_dir, LOCK), os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
+    for _ in range(50):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except OSError:
+            time.sleep(0.02)
+    os.close(fd)
+    return None
 
 
 def main(argv: list[str]) -> int:
