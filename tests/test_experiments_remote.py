@@ -7,6 +7,7 @@ tmux socket name and control sockets; the nodes' runs die with the sshd namespac
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -277,6 +278,29 @@ def test_stop_on_a_node_ends_the_tree_and_the_max_time_is_enforced_there(remote:
     assert done["state"] == "timed_out" and done["exit_code"] == 130
     assert any("max time of 2 s reached" in line for line in done["lines"])
     assert node_marked("node2", timed["id"] + "/") == []
+
+
+def node_alive(node: str, pid: int) -> bool:
+    """Whether ``pid`` lives on the node (asked there: its pids are its namespace's)."""
+    code = ("import sys\ntry: st=open('/proc/%s/stat' % sys.argv[1]).read()\nexcept OSError: st='x) Z'\n"
+            "print(st.rsplit(')',1)[1].split()[0]!='Z')")
+    return get_host(node).run([NODE_PY, "-c", code, str(pid)], timeout_s=20).stdout.strip() == "True"
+
+
+def test_the_monitor_on_a_node_scans_with_nobody_asking_and_ends_with_the_run(remote: LoopbackSshd):
+    work = workdir_on(remote)
+    out = call("launch_experiment", host="node1", name="watched", workdir=str(work),
+               command="sleep 1; echo 'torch.OutOfMemoryError: CUDA out of memory.'; sleep 120")
+    close_masters()  # no connection, no tool call: only the node's own monitor sees the line
+    found = remote.node_dir("node1") / "state" / "runs" / out["id"] / "monitor.json"
+    doc = wait_until(lambda: found.exists() and "cuda_oom" in (d := json.loads(found.read_text()))["roles"]["main"][
+        "errors"] and d, timeout=20)
+    assert doc["roles"]["main"]["errors"]["cuda_oom"]["count"] == 1 and node_alive("node1", doc["pid"])
+    assert {e["signature"] for e in status(out["id"], max_lines=0)["errors"]} == {"cuda_oom", "python_exception"}
+    stopped = call("stop_experiment", id=out["id"], grace_s=1)
+    assert stopped["state"] == "stopped" and stopped["session_removed"]
+    wait_until(lambda: not node_alive("node1", doc["pid"]), timeout=20)
+    assert json.loads(found.read_text())["ended"] and node_marked("node1", out["id"] + "/") == []
 
 
 def test_the_cli_drives_remote_runs_and_shares_the_connection(remote: LoopbackSshd):

@@ -42,8 +42,8 @@ def test_success_run_states_metrics_cursor(tmux_socket: str, workdir: Path):
     assert again["lines"] == [] and again["cursor"] == done["cursor"] and again["state"] == "succeeded"
     replay = status(out["id"], since="0", max_lines=2)
     assert len(replay["lines"]) == 2 and replay["skipped_bytes"] > 0
-    # the session stays for inspection (remain-on-exit), the log holds everything
-    assert libtmux.Server(socket_name=tmux_socket).has_session("ajet_ok")
+    # once its exit code is on disk the run's monitor removes the finished session; the log holds everything
+    assert not libtmux.Server(socket_name=tmux_socket).has_session("ajet_ok")
     assert "step:3" in Path(out["log_path"]).read_text()
 
 

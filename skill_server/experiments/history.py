@@ -2,10 +2,17 @@
 
 Two tables (created with the registry, ``store._SCHEMA``): ``metric_series`` (one id per run and metric
 name) and ``metric_points`` (series, seq, step, value). ``seq`` numbers step lines in the order they were
-scanned, so a step counter that restarts (a resumed or relaunched trainer) never overwrites anything;
-reading merges by step, newest line wins. Points are written in the same transaction as the scan state
-that produced them (compare-and-set on ``scan_version``): two status calls racing over the same bytes
-store them once. Writing costs what the new step lines cost, never the size of the log.
+scanned (or copied from the run monitor's points, ``experiments.observe``), so a step counter that
+restarts (a resumed or relaunched trainer) never overwrites anything; reading merges by step, newest line
+wins. Points are written in the same transaction as the scan state that produced them (compare-and-set
+on ``scan_version``): two status calls racing over the same bytes store them once. Writing costs what the
+new step lines cost, never the size of the log.
+
+Retention: a metric keeps every point up to ``MAX_POINTS_PER_SERIES``; beyond it, its older points (all
+but the first and the newest ``KEEP_RECENT_POINTS``) are thinned by the rule the run monitor applies on
+the host (``hosts.agent.points.keep``: per bucket of 16 consecutive points the first, last, smallest,
+largest and first null value), so the registry stays bounded and plots, first/last values, spikes and
+the best value with its step survive. It is applied after every ``RETAIN_EVERY`` step lines of a run.
 
 Reading returns chosen metrics (``fnmatch`` globs such as ``critic/score/*``) in a step range,
 downsampled to a caller's bound by buckets: consecutive points split into at most ``max_points``
@@ -26,6 +33,7 @@ from skill_server.core.jsonsafe import json_number
 from skill_server.experiments.models import MetricSeries, MetricsHistory
 from skill_server.experiments.progress import StepLine
 from skill_server.experiments.store import Registry
+from skill_server.hosts.agent import points as host_points
 
 #: Longest metric name kept (verl's are under 60 characters).
 MAX_NAME = 200
@@ -33,6 +41,12 @@ MAX_NAME = 200
 MAX_SERIES_PER_RUN = 2000
 #: Most series one read returns.
 MAX_SERIES_PER_READ = 50
+#: A metric keeps every point up to this many; beyond it the retention rule thins its older points ...
+MAX_POINTS_PER_SERIES = 20_000
+#: ... but never its newest this many.
+KEEP_RECENT_POINTS = 5_000
+#: The retention rule runs after every this many step lines of a run.
+RETAIN_EVERY = 2_000
 DOWNSAMPLE_METHOD = ("buckets: consecutive points split into at most max_points groups of equal size; each "
                      "point is a group's last step and last value, with the group's min and max")
 
@@ -74,6 +88,8 @@ def save_scan_and_points(reg: Registry, exp_id: str, scan: dict[str, Any], expec
             return False
         if lines:
             _insert_points(conn, exp_id, lines, first_seq)
+            if first_seq // RETAIN_EVERY != (first_seq + len(lines)) // RETAIN_EVERY:
+                retain(conn, exp_id)
         conn.execute("COMMIT")
         return True
     except BaseException:
@@ -98,6 +114,22 @@ def _insert_points(conn: sqlite3.Connection, exp_id: str, lines: list[StepLine],
             if series is not None:
                 rows.append((series, seq, line.step, json_number(float(value))))
     conn.executemany("INSERT OR REPLACE INTO metric_points (series, seq, step, value) VALUES (?, ?, ?, ?)", rows)
+
+
+def retain(conn: sqlite3.Connection, exp_id: str) -> int:
+    """Apply the retention rule to every metric of the run above ``MAX_POINTS_PER_SERIES``; how many points went."""
+    removed = 0
+    over = conn.execute("SELECT p.series, COUNT(*) FROM metric_points p JOIN metric_series s ON s.id = p.series "
+                        "WHERE s.exp_id = ? GROUP BY p.series HAVING COUNT(*) > ?",
+                        (exp_id, MAX_POINTS_PER_SERIES)).fetchall()
+    for series, count in over:
+        rows = conn.execute("SELECT seq, value FROM metric_points WHERE series = ? ORDER BY seq", (series,)).fetchall()
+        middle = rows[1: count - KEEP_RECENT_POINTS]
+        kept = host_points.keep([value for _, value in middle])
+        gone = [(series, seq) for i, (seq, _) in enumerate(middle) if i not in kept]
+        conn.executemany("DELETE FROM metric_points WHERE series = ? AND seq = ?", gone)
+        removed += len(gone)
+    return removed
 
 
 # --------------------------------------------------------------------------------------------------

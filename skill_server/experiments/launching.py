@@ -4,9 +4,9 @@ A launch is two rounds, each one call per host in parallel: a dry run (each host
 its workdirs, interpreter, result and log paths, that tmux and bash exist, that the session name is
 free; with ``require_free_gpus`` the experiment's host also answers nvidia-smi's GPU and process
 queries in that round, and a GPU below the fraction refuses the launch) and the real start (run
-directory, wrapper scripts, the agent program for the watchdog, one tmux session per host with one
-window per process). tmux is the arbiter of names: of two concurrent launches of one name on a host,
-one gets the session and the other is refused.
+directory, wrapper scripts, one tmux session per host with one window per process, and the run's
+monitor). tmux is the arbiter of names: of two concurrent launches of one name on a host, one gets the
+session and the other is refused.
 
 A launch is atomic from the registry's point of view: between the rounds it writes an *intent row*
 (phase ``launching``, with this machine's identity and the launching process's pid and start time),
@@ -43,6 +43,7 @@ from skill_server.experiments.checks import (
 from skill_server.experiments.models import LaunchInput, LaunchOutput, ProcessInfo, ProcessSpec
 from skill_server.experiments.observe import observe
 from skill_server.experiments.progress import iso
+from skill_server.experiments.signatures import monitor_config
 from skill_server.experiments.spec import HostRecord, ProcessRecord, RunSpec
 from skill_server.experiments.store import (
     DISCARDING,
@@ -64,7 +65,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 DEFAULT_ENV = {"PYTHONUNBUFFERED": "1", "NO_COLOR": "1", "LOGURU_COLORIZE": "NO"}
-#: Grace between Ctrl-C and SIGTERM when the watchdog ends a run at its max time.
+#: Grace between Ctrl-C and SIGTERM when the run's monitor ends it at its max time.
 DEADLINE_GRACE_S = 5
 LAUNCH_TIMEOUT_S = 60.0
 #: Of a launch's deadline: what the dry run leaves for the start and a rollback, the start for a rollback,
@@ -218,7 +219,8 @@ class _Launch:
         return client.launch(self.exp_id, self.session, self.socket, replace_pids=replace, python=self.python,
                              workdir=self.workdir, result_dir=self.result_dir, max_time_s=self.max_time_s,
                              deadline_grace_s=DEADLINE_GRACE_S,
-                             procs=[p.request() for p in self.procs if p.host == host])
+                             procs=[p.request() for p in self.procs if p.host == host],
+                             monitor=monitor_config(self.inp.first_step_pattern))
 
 
 def _decide(inp: LaunchInput) -> _Launch:

@@ -1,4 +1,4 @@
-"""Reading experiment logs incrementally: only appended bytes, bounded output, metric-line parsing.
+"""Reading experiment logs incrementally: only appended bytes, bounded output, metric-line parsing; the scan state.
 
 Two independent positions are kept per log file:
 
@@ -6,23 +6,40 @@ Two independent positions are kept per log file:
 * the *scan offset* (how far error signatures, step lines, progress and the first step were scanned).
 
 Both only move forward over appended bytes, so the cost of a status call depends on how much was
-written since the previous call, never on the size of the log. When a backlog exceeds the budget, the
-most recent bytes win and the skipped byte count is reported.
+written since the previous call, never on the size of the log.
+
+Who scans: the run monitor on the run's host reads every byte of every log as it is written
+(``hosts.agent.monitor``), and the scan state here is a *mirror* of its findings (``mirror``: its
+per-process findings kept as they came, the run's fields derived from them). Only runs launched before
+monitors existed are scanned here, by the same rules (``scan_text``); there, when a backlog exceeds the
+budget, the most recent bytes win and the skipped byte count is reported.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from skill_server.core.jsonsafe import json_number
 from skill_server.core.text import shorten
 from skill_server.experiments.progress import ProgressState, StepLine
-from skill_server.experiments.progress import fold as fold_progress
-from skill_server.experiments.signatures import RAY_PREFIX, SIGNATURES
+from skill_server.experiments.signatures import monitor_rows
 from skill_server.hosts import localfiles as host_files
+from skill_server.hosts.agent import findings, scanner
+from skill_server.hosts.agent.findings import (
+    MAX_EXACT_INT,
+    MAX_METRICS_PER_LINE,
+    parse_metric_pairs,
+    parse_number,
+    step_lines,
+)
+from skill_server.hosts.agent.scanner import ANSI_RE, strip_ansi
+
+__all__ = ["ANSI_RE", "MAX_EXACT_INT", "MAX_METRICS_PER_LINE", "Chunk", "ScanState",
+           "count_matching_lines", "parse_metric_line", "parse_metric_pairs", "parse_number", "read_appended",
+           "scan_text", "signature_table", "split_lines", "step_lines", "strip_ansi"]
 
 MAX_LINES = 200
 MAX_BYTES = 16 * 1024
@@ -30,64 +47,16 @@ MAX_LINE_CHARS = 2000
 #: Most bytes one status call scans per log file (newest bytes win when more were appended).
 SCAN_BUDGET = 1024 * 1024
 #: Longest kept error line.
-MAX_ERROR_LINE = 400
-#: Largest integer a JSON client holds exactly (as ``skill_server.core.models.MAX_JSON_INT``).
-MAX_EXACT_INT = 2**53 - 1
-
-ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[()][0-9A-Za-z]")
-METRIC_LINE_RE = re.compile(r"^" + RAY_PREFIX + r"step:(\d+) - (.*?)\s*$", re.MULTILINE)
-_NUMPY_SCALAR = re.compile(r"^np\.\w+\((.*)\)$")
-_INT = re.compile(r"^[-+]?\d+$")
+MAX_ERROR_LINE = scanner.MAX_LINE
 #: What runs launched before "steps are steps" stored as their first-step pattern (a printed kl_loss value);
 #: such a stored pattern is not an override: those runs use the step-line rule too.
 LEGACY_FIRST_STEP_PATTERN = r"\bkl_loss:\s*[-+]?(?:\d|\.\d|nan|inf)"
-#: The end of a tqdm ``Training Progress`` bar with more text glued after it on the same line.
-_AFTER_BAR = re.compile(r"(Training Progress:[^\n\]]{0,400}\])(?=[^\n])")
-#: Most metrics kept from one step line (verl prints about 60-100).
-MAX_METRICS_PER_LINE = 500
 
 
-def strip_ansi(text: str) -> str:
-    return ANSI_RE.sub("", text) if "\x1b" in text else text
-
-
-def parse_number(text: str) -> float | int | None:
-    """A metric value as printed by verl (``0.3125``, ``1e-06``, ``1``, ``nan``); None if not numeric.
-
-    Integers beyond 2**53 become floats (JSON clients cannot hold them exactly); beyond float range,
-    or longer than Python converts, they are not numbers at all."""
-    value = text.strip()
-    match = _NUMPY_SCALAR.match(value)
-    if match:
-        value = match.group(1).strip()
-    if len(value) > 400:
-        return None
-    if _INT.match(value):
-        number = int(value)
-        if abs(number) <= MAX_EXACT_INT:
-            return number
-        try:
-            return float(number)
-        except OverflowError:
-            return None
-    try:
-        return float(value)
-    except ValueError:
-        return None
-
-
-def parse_metric_pairs(body: str) -> dict[str, float | int]:
-    """``key:value - key:value`` (verl's console format) into a dict of numeric values."""
-    metrics: dict[str, float | int] = {}
-    for part in body.split(" - "):
-        key, sep, raw = part.rpartition(":")
-        key = key.strip()
-        if not sep or not key:
-            continue
-        number = parse_number(raw)
-        if number is not None:
-            metrics[key] = number
-    return metrics
+@functools.cache
+def signature_table() -> scanner.Table:
+    """The signature table compiled for scanning (``signatures.SIGNATURES``, built once per process)."""
+    return scanner.Table(monitor_rows())
 
 
 # --------------------------------------------------------------------------------------------------
@@ -140,6 +109,10 @@ class ScanState:
     #: Sequence number the next step line gets in the metric history (``experiments.history``).
     points_seq: int = 0
     progress: ProgressState = field(default_factory=ProgressState)
+    #: Per role, what the run's monitor last reported (its times on the run clock); empty: no monitor.
+    monitor: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: Per role, the cursor in the monitor's metric points copied so far (``[seq, offset, generation]``).
+    mirrored: dict[str, list[int]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -156,6 +129,8 @@ class ScanState:
             "errors": self.errors,
             "points_seq": self.points_seq,
             "progress": self.progress.to_json(),
+            "monitor": self.monitor,
+            "mirrored": self.mirrored,
         }
 
     @classmethod
@@ -179,6 +154,9 @@ class ScanState:
                 errors={str(k): dict(v) for k, v in dict(data.get("errors", {})).items() if isinstance(v, dict)},
                 points_seq=_step_or_none(data.get("points_seq")) or 0,
                 progress=ProgressState.from_json(data.get("progress")),
+                monitor={str(k): dict(v) for k, v in dict(data.get("monitor", {})).items() if isinstance(v, dict)},
+                mirrored={str(k): [int(x) for x in v][:3] for k, v in dict(data.get("mirrored", {})).items()
+                          if isinstance(v, list) and all(isinstance(x, int) for x in v)},
             )
         except (TypeError, ValueError, AttributeError):
             return cls(offsets=[0] * n_logs)
@@ -198,13 +176,6 @@ def _step_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_EXACT_INT else None
 
 
-def _line_at(text: str, pos: int) -> str:
-    start = text.rfind("\n", 0, pos) + 1
-    end = text.find("\n", pos)
-    line = text[start: end if end >= 0 else len(text)].strip()
-    return shorten(line, MAX_ERROR_LINE)
-
-
 def count_matching_lines(regex: re.Pattern[str], text: str) -> tuple[int, int | None]:
     """(lines with at least one match, position of the last match): a line matching twice counts once."""
     count, last, pos = 0, None, 0
@@ -221,20 +192,6 @@ def count_matching_lines(regex: re.Pattern[str], text: str) -> tuple[int, int | 
     return count, last
 
 
-def step_lines(text: str, role: str) -> list[StepLine]:
-    """Every ``step:N - key:value`` line of ``text``, in order (steps beyond 15 digits are not steps)."""
-    out = []
-    for match in METRIC_LINE_RE.finditer(text):
-        digits = match.group(1)
-        if len(digits) > 15:
-            continue
-        metrics = parse_metric_pairs(match.group(2))
-        if len(metrics) > MAX_METRICS_PER_LINE:
-            metrics = dict(list(metrics.items())[:MAX_METRICS_PER_LINE])
-        out.append(StepLine(int(digits), metrics, role))
-    return out
-
-
 def parse_metric_line(line: str) -> tuple[int, dict[str, float | int]] | None:
     """One log line as ``step_lines`` reads it: ``(TaskRunner pid=1) step:3 - critic/real_reward:0.25 - ...``
     into (3, {...}); None when it is not a step line."""
@@ -246,42 +203,106 @@ def scan_text(text: str, state: ScanState, first_step_re: re.Pattern[str] | None
               now: float) -> list[StepLine]:
     """Fold one chunk of newly appended log text into ``state``; returns its step lines (for the history).
 
-    The first training step is the first ``step:N`` line with N >= 1, whatever metrics it carries (a
-    ``step:0`` line is validation before training); ``first_step_re`` (a run's ``first_step_pattern``)
-    replaces that rule when given. Error signatures count lines, not matches.
+    The rules are the run monitor's (``hosts.agent.findings.fold``): the first training step is the first
+    ``step:N`` line with N >= 1, whatever metrics it carries (a ``step:0`` line is validation before
+    training); ``first_step_re`` (a run's ``first_step_pattern``) replaces that rule when given. Error
+    signatures count lines, not matches.
     """
-    if not text:
-        return []
-    if "\r" in text:  # a tqdm bar redraws with \r ...
-        text = text.replace("\r\n", "\n").replace("\r", "\n")
-    if "Training Progress" in text:  # ... and the next writer's line starts right after the bar
-        text = _AFTER_BAR.sub("\\1\n", text)
-    for sig in SIGNATURES:
-        if sig.needles and not any(needle in text for needle in sig.needles):
-            continue
-        count, last = count_matching_lines(sig.regex, text)
-        if count and last is not None:  # a count is never without the last match's position
-            hit = state.errors.setdefault(sig.name, {"count": 0, "line": "", "role": role})
-            hit["count"] = int(hit.get("count", 0)) + count
-            hit["line"] = _line_at(text, last)
-            hit["role"] = role
-    lines = step_lines(text, role) if "step:" in text else []
-    if lines:
-        last_line = lines[-1]
-        state.metrics_step = last_line.step
-        state.last_metrics = {k: json_number(v) for k, v in last_line.metrics.items()}
-        global_step = last_line.metrics.get("training/global_step", last_line.step)
-        if isinstance(global_step, float) and global_step.is_integer():
-            global_step = int(global_step)
-        if isinstance(global_step, int) and 0 <= global_step <= MAX_EXACT_INT:
-            state.global_step = global_step
-    fold_progress(state.progress, lines, text, now)
-    if not state.first_step_seen:
-        if first_step_re is not None:
-            if first_step_re.search(text):
-                state.first_step_seen, state.first_step_at = True, now
-        else:
-            first = next((line for line in lines if line.step >= 1), None)
-            if first is not None:
-                state.first_step_seen, state.first_step_at, state.first_step = True, now, first.step
-    return lines
+    return findings.fold(state, text, signature_table(), first_step_re, role=role, now=now)
+
+
+# --------------------------------------------------------------------------------------------------
+# The mirror of the run monitor's findings
+
+
+def mirror(state: ScanState, reports: dict[str, dict[str, Any]], roles: list[str], created: float) -> None:
+    """Take up the monitor's latest findings per role (``reports``; a role whose host was not asked keeps what
+    it had) and derive the run's fields from all roles. The monitor's times are on the run clock (seconds
+    since the run started); they become this machine's clock as ``created`` plus those seconds."""
+    for role, found in reports.items():
+        state.monitor[role] = {k: v for k, v in found.items() if k != "run"}
+    known = [(role, state.monitor[role]) for role in roles if role in state.monitor]
+    for i, role in enumerate(roles):
+        if role in state.monitor:
+            state.offsets[i] = _int(state.monitor[role].get("offset"))
+    state.unscanned_bytes = sum(_int(f.get("start_offset")) + _int(f.get("unscannable")) for _, f in known)
+    state.errors = _merged_errors(known)
+    _mirror_first_step(state, [f for _, f in known], created)
+    stepping = _newest(known, "stepped_at")
+    if stepping is not None:
+        found = stepping[1]
+        state.global_step = _step_or_none(found.get("global_step"))
+        state.metrics_step = _step_or_none(found.get("metrics_step"))
+        state.last_metrics = dict(found.get("last_metrics") or {})
+    looked = [t for _, f in known if (t := _finite_or_none(f.get("looked_at"))) is not None]
+    state.scanned_at = created + max(looked) if looked else state.scanned_at
+    state.progress = _merged_progress(known, stepping, created)
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _newest(known: list[tuple[str, dict[str, Any]]], key: str) -> tuple[str, dict[str, Any]] | None:
+    """The role whose ``key`` time is the latest (None when no role has one)."""
+    timed = [(t, role, f) for role, f in known if (t := _finite_or_none(f.get(key))) is not None]
+    if not timed:
+        return None
+    _, role, found = max(timed, key=lambda x: x[0])
+    return role, found
+
+
+def _merged_errors(known: list[tuple[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """One hit per signature over every role: the counts summed, the latest line and its role, the first line."""
+    out: dict[str, dict[str, Any]] = {}
+    for role, found in known:
+        for name, hit in dict(found.get("errors") or {}).items():
+            if not isinstance(hit, dict):
+                continue
+            last_at = _finite_or_none(hit.get("last_at")) or 0.0
+            first_at = _finite_or_none(hit.get("first_at")) or 0.0
+            have = out.get(name)
+            if have is None:
+                out[name] = {"count": _int(hit.get("count")), "line": str(hit.get("line", "")), "role": role,
+                             "first_line": str(hit.get("first_line", "")), "first_at": first_at, "last_at": last_at}
+                continue
+            have["count"] += _int(hit.get("count"))
+            if last_at >= have["last_at"]:
+                have.update(line=str(hit.get("line", "")), role=role, last_at=last_at)
+            if first_at < have["first_at"]:
+                have.update(first_line=str(hit.get("first_line", "")), first_at=first_at)
+    return out
+
+
+def _mirror_first_step(state: ScanState, known: list[dict[str, Any]], created: float) -> None:
+    seen = [f for f in known if f.get("first_step_seen") and _finite_or_none(f.get("first_step_at")) is not None]
+    if not seen:
+        return
+    first = min(seen, key=lambda f: float(f["first_step_at"]))
+    state.first_step_seen = True
+    state.first_step = _step_or_none(first.get("first_step"))
+    state.first_step_at = created + float(first["first_step_at"])
+    before = _finite_or_none(first.get("first_step_not_before"))
+    state.first_step_not_before = created + before if before is not None else None
+
+
+def _merged_progress(known: list[tuple[str, dict[str, Any]]], stepping: tuple[str, dict[str, Any]] | None,
+                     created: float) -> ProgressState:
+    """Every role's step counter and restarts; the step times and observed batches of the role that steps;
+    the newest tqdm bar."""
+    parts = {role: dict(f.get("progress") or {}) for role, f in known}
+    merged: dict[str, Any] = {"last_step_by_role": {}, "restarts": []}
+    for part in parts.values():
+        merged["last_step_by_role"].update(dict(part.get("last_step_by_role") or {}))
+        merged["restarts"] += [dict(r, seen_at=created + float(r.get("seen_at", 0.0)))
+                               for r in part.get("restarts") or [] if isinstance(r, dict)]
+    merged["restarts"].sort(key=lambda r: r["seen_at"])
+    if stepping is not None:
+        part = parts[stepping[0]]
+        merged["step_times"] = part.get("step_times") or []
+        merged["batches"] = [[created + float(b[0]), b[1]] for b in part.get("batches") or []
+                             if isinstance(b, list) and len(b) == 2 and _finite_or_none(b[0]) is not None]
+    bar = _newest([(role, f) for role, f in known if parts[role].get("tqdm_total") is not None], "grew_at")
+    if bar is not None:
+        merged.update({k: parts[bar[0]].get(k) for k in ("tqdm_total", "tqdm_step", "tqdm_rate_s")})
+    return ProgressState.from_json(merged)

@@ -1,19 +1,25 @@
 """One observation of many experiments: one round trip per host, all hosts in parallel.
 
-For every process the host reports liveness, exit code, markers and the requested appended ranges of
-its log (the scan range always, plus what the caller asks for: new lines, a pattern search). From that
-``observe`` derives states (``states``), records final states once, and folds newly appended log text
-into each experiment's scan state (errors, metrics, first step). It never acts on a run: enforcing the
-max time is the watchdog's job on the run's host, so status and wait are read-only.
+For every process the host reports liveness, exit code, markers, the requested appended ranges of its
+log (what the caller asks for: new lines, a pattern search) and what the run's monitor found there (its
+errors, steps, progress, first step, and the metric points after this registry's cursor). From that
+``observe`` derives states (``states``), records final states once, and mirrors the monitor's findings
+into each experiment's scan state (``logs.mirror``). Runs launched before monitors existed have none:
+for them the host returns the scan range instead and it is scanned here (``logs.scan_text``). It never
+signals a run: enforcing the max time is the monitor's job on the run's host. (The one thing an
+observation may do there is housekeeping: start a monitor that died, and remove the tmux session of a
+run without a live monitor once every exit code is on disk.)
 
-Newly scanned step lines go to the metric history (``history``) in the same transaction as the scan
-state. ``extra_reads`` adds byte ranges of each process's log to the same round trip; ``extra_ops`` adds
-other agent operations (a YAML read, a checkpoint listing) to the request of a chosen host, their
-results land in ``View.extra``.
+The copied points and newly scanned step lines go to the metric history (``history``) in the same
+transaction as the scan state. ``extra_reads`` adds byte ranges of each process's log to the same round
+trip; ``extra_ops`` adds other agent operations (a YAML read, a checkpoint listing) to the request of a
+chosen host, their results land in ``View.extra``. Only processes recorded without a pid (the oldest
+runs) make the host list tmux panes, so an observation costs the same however many runs a host had.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import sqlite3
 import time
@@ -59,6 +65,13 @@ class ProcView:
     exit_source: str | None = None
     #: Seconds since the wrapper started, by its host's boot-relative clock (None once ended or unknown).
     elapsed_s: float | None = None
+    #: The scan range, for a run without a monitor.
+    scan: logs.Chunk | None = None
+    #: What the run's monitor found for this process (None: no monitor, or the host was not asked).
+    monitor: dict[str, Any] | None = None
+    #: The monitor's metric points after the registry's cursor, and the cursor after them.
+    points: list[dict[str, Any]] = field(default_factory=list)
+    points_cursor: list[int] = field(default_factory=list)
 
     @property
     def role(self) -> str:
@@ -101,14 +114,15 @@ def _requests(rows: list[Row], scans: list[logs.ScanState], extra: list[list[lis
     for r, row in enumerate(rows):
         for i, p in enumerate(row.processes):
             on_host, watched = procs.setdefault(p.host, []), sockets.setdefault(p.host, [])
-            if p.socket_path and p.socket_path not in watched:
+            if p.socket_path and p.pid is None and p.socket_path not in watched:  # panes tell only those apart
                 watched.append(p.socket_path)
-            reads: list[ReadSpan] = [{"offset": scans[r].offsets[i], "budget": budgets[p.host]}]
-            reads += [{"offset": o, "budget": b} for o, b in extra[r][i]]
+            reads: list[ReadSpan] = [{"offset": o, "budget": b} for o, b in extra[r][i]]
             where[(r, i)] = (p.host, len(on_host))
             on_host.append({"run_dir": p.run_dir, "role": p.role, "pid": p.pid, "start": p.start,
-                            "log_path": p.log_path, "reads": reads, "socket_path": p.socket_path,
-                            "session_id": p.session_id, "pane_id": p.pane_id})
+                            "log_path": p.log_path, "reads": reads, "exp_id": row.id, "socket_path": p.socket_path,
+                            "session_id": p.session_id, "pane_id": p.pane_id,
+                            "scan": {"offset": scans[r].offsets[i], "budget": budgets[p.host]},
+                            "points": scans[r].mirrored.get(p.role, [])})
     return {h: [client.observe(sockets[h], procs[h])] for h in procs}, where
 
 
@@ -162,8 +176,11 @@ def _proc_view(p: RunProcess, reply: Reply | None, index: int) -> ProcView:
     state = process_state(facts, pane_alive)
     final = facts.final or state not in ("running", "waiting")
     chunks = [_chunk(x) for x in facts_raw["reads"]]
+    scan = facts_raw.get("scan")
     return ProcView(p, state, facts.exit_code, facts.alive, final, facts.size, chunks,
-                    exit_source=facts_raw.get("exit_source"), elapsed_s=facts_raw.get("elapsed_s"))
+                    exit_source=facts_raw.get("exit_source"), elapsed_s=facts_raw.get("elapsed_s"),
+                    scan=_chunk(scan) if scan is not None else None, monitor=facts_raw.get("monitor"),
+                    points=facts_raw.get("points", []), points_cursor=facts_raw.get("points_cursor", []))
 
 
 def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, now: float) -> View:
@@ -192,11 +209,31 @@ def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, 
     if state == "running":
         max_time = float(row.spec.max_time_s or bp.DEFAULT_MAX_TIME_S)
         if clock - row.created > max_time + 60:
-            note = (note + "; " if note else "") + ("past its max time but still running: the watchdog on its host "
-                                                    "did not end it; stop_experiment does")
+            note = (note + "; " if note else "") + ("past its max time but still running: the run's monitor on its "
+                                                    "host did not end it; stop_experiment does")
+    if state == "running":
+        note = "; ".join(([note] if note else []) + _monitor_notes(procs))
     _fold_scan(reg, row, procs, scan, clock)
     end = row.ended if row.ended else clock
-    return View(row, state, exit_code, procs, scan, max(0.0, end - row.created), note)
+    return View(row, state, exit_code, procs, scan, max(0.0, end - row.created), note or None)
+
+
+def _monitor_notes(procs: list[ProcView]) -> list[str]:
+    """What a running run's caller must know about its monitors: one that is not running (and could not be
+    started again yet), one that reported errors of its own."""
+    notes: dict[str, str] = {}
+    for p in procs:
+        run = (p.monitor or {}).get("run") or {}
+        if p.monitor is None or run.get("ended"):
+            continue
+        if not run.get("alive"):
+            notes[p.proc.host] = (f"the run's monitor on {p.proc.host} is not running (a new one is started at most "
+                                  "every 30 s, by a status or wait call): until then the max time is not enforced "
+                                  "there")
+        elif run.get("internal_errors"):
+            notes.setdefault(p.proc.host, f"the run's monitor on {p.proc.host} met {run['internal_errors']} error(s) "
+                                          f"of its own (see monitor.log in {p.proc.run_dir})")
+    return list(notes.values())
 
 
 def run_clock(row: Row, procs: list[ProcView], now: float) -> float:
@@ -231,30 +268,58 @@ def first_step_pattern(row: Row) -> re.Pattern[str] | None:
 
 
 def _fold_scan(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, now: float) -> None:
-    """Fold the scan range each host returned into the run's scan state, and its step lines into the metric
-    history; store both at once (compare-and-set)."""
+    """Mirror what the run's monitors found (or, for a run without one, fold the scan range each host returned)
+    into the run's scan state, and the new step lines into the metric history; store both at once
+    (compare-and-set)."""
+    first_seq = scan.points_seq
+    before = scan.to_json()
+    if any(p.monitor is not None for p in procs):
+        lines = _mirror(row, procs, scan)
+    else:
+        lines = _scan_here(row, procs, scan, now)
+    scan.points_seq = first_seq + len(lines)
+    after = scan.to_json()
+    if after != before and not _save_scan(reg, row, scan, lines, first_seq):
+        fresh = reg.get(row.id)  # another caller stored these findings first: use its result
+        if fresh is not None:
+            stored = logs.ScanState.from_json(fresh.scan, len(procs))
+            scan.__dict__.update(stored.__dict__)
+
+
+def _mirror(row: Row, procs: list[ProcView], scan: logs.ScanState) -> list[StepLine]:
+    """The monitors' findings into the scan state; their new metric points as step lines, in order."""
+    reports = {p.role: p.monitor for p in procs if p.monitor is not None}
+    logs.mirror(scan, reports, [p.role for p in procs], row.created)
+    lines: list[StepLine] = []
+    for p in procs:
+        if p.monitor is None:
+            continue
+        for point in p.points:
+            metrics = {k: math.nan if v is None else v for k, v in dict(point.get("m") or {}).items()
+                       if v is None or isinstance(v, (int, float))}
+            lines.append(StepLine(int(point["step"]), metrics, p.role))
+        if p.points_cursor:
+            scan.mirrored[p.role] = list(p.points_cursor)
+    return lines
+
+
+def _scan_here(row: Row, procs: list[ProcView], scan: logs.ScanState, now: float) -> list[StepLine]:
+    """A run without a monitor: fold the scan range each host returned into the scan state, as the monitor would."""
     pattern = first_step_pattern(row)
     changed = False
     lines: list[StepLine] = []
-    first_seq = scan.points_seq
     seen_before = scan.first_step_seen
     for i, p in enumerate(procs):
-        if not p.reads:
+        chunk = p.scan
+        if chunk is None:
             continue
-        chunk = p.reads[0]
         if chunk.end != scan.offsets[i] or chunk.skipped:
             lines += logs.scan_text(chunk.text, scan, pattern, role=p.role, now=now)
             scan.offsets[i] = chunk.end
             scan.unscanned_bytes += chunk.skipped
             changed = True
-        p.reads = p.reads[1:]
-    scan.points_seq = first_seq + len(lines)
     if changed:
         if scan.first_step_seen and not seen_before:  # printed after the previous scan (or the launch)
             scan.first_step_not_before = scan.scanned_at if scan.scanned_at is not None else row.created
         scan.scanned_at = now
-    if changed and not _save_scan(reg, row, scan, lines, first_seq):
-        fresh = reg.get(row.id)  # another caller scanned the same bytes first: use its result
-        if fresh is not None:
-            stored = logs.ScanState.from_json(fresh.scan, len(procs))
-            scan.__dict__.update(stored.__dict__)
+    return lines

@@ -1,8 +1,9 @@
 """Training progress from the log: step counter restarts, seconds per step, total steps, steps per hour, ETA.
 
-Folded incrementally, like the rest of the scan: ``fold`` takes the step lines (and the text) of newly
-appended bytes and updates a small ``ProgressState`` stored with the scan state, so the cost follows the
-appended bytes, never the log size. ``estimate`` turns that state (plus the run's config) into numbers,
+Folded incrementally, like the rest of the scan: ``fold`` (the host agent's ``findings.fold_progress``, the
+one implementation the run monitor uses too) takes the step lines (and the text) of newly appended bytes
+and updates a small ``ProgressState`` stored with the scan state, so the cost follows the appended bytes,
+never the log size. ``estimate`` turns that state (plus the run's config) into numbers,
 each with its source, or null with the reason it is unknown.
 
 Seconds per step, in order of preference:
@@ -17,35 +18,27 @@ Seconds per step, in order of preference:
 from __future__ import annotations
 
 import math
-import re
 import statistics
-from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, TypeGuard
 
-#: The trainer's tqdm bar: ``Training Progress:  12%|█▏   | 3/25 [00:41<05:01, 13.70s/it]``.
-#: Every repetition is bounded, so a hostile line costs linear time.
-TQDM_RE = re.compile(r"Training Progress:[^\n\r|]{0,40}\|[^\n\r|]{0,200}\|\s{0,5}(\d{1,12})/(\d{1,12})\s{0,5}"
-                     r"\[[^\]\n\r,]{0,60}(?:,\s{0,5}(\d{1,12}(?:\.\d{1,12})?)(s/it|it/s))?[^\]\n\r]{0,200}\]")
-STEP_TIME_KEY = "timing_s/step"
-#: Largest step number or count believed or accepted (verl counts steps in int64, but anything larger than
-#: this is a parse accident, not a run).
-MAX_STEPS = 10**12
-KEEP_STEP_TIMES = 20
-KEEP_BATCHES = 30
-KEEP_RESTARTS = 20
+from skill_server.hosts.agent.findings import (
+    KEEP_BATCHES,
+    KEEP_RESTARTS,
+    KEEP_STEP_TIMES,
+    MAX_STEPS,
+    STEP_TIME_KEY,
+    TQDM_RE,
+    StepLine,
+)
+from skill_server.hosts.agent.findings import fold_progress as fold
+
+__all__ = ["KEEP_BATCHES", "KEEP_RESTARTS", "KEEP_STEP_TIMES", "MAX_STEPS", "STEP_TIME_KEY", "TQDM_RE",
+           "Estimate", "ProgressState", "StepLine", "estimate", "fold", "iso"]
+
 #: Median of this many most recent ``timing_s/step`` values.
 STEP_TIME_WINDOW = 5
-
-
-@dataclass
-class StepLine:
-    """One ``step:N - key:value - ...`` line: the step number, its numeric metrics and the process role."""
-
-    step: int
-    metrics: dict[str, float | int]
-    role: str
 
 
 @dataclass
@@ -100,38 +93,6 @@ def _positive(value: Any) -> TypeGuard[float]:
 
 def _is_step(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_STEPS
-
-
-def fold(state: ProgressState, lines: list[StepLine], text: str, now: float) -> None:
-    """Fold the step lines and tqdm bars of one chunk of newly appended text into ``state``."""
-    if lines:
-        top: int | None = None
-        for line in lines:
-            last = state.last_step_by_role.get(line.role)
-            if last is not None and line.step < last:
-                state.restarts.append({"role": line.role, "from_step": last, "to_step": line.step, "seen_at": now})
-                state.restarts = state.restarts[-KEEP_RESTARTS:]
-                state.batches, state.step_times, top = [], [], None
-            state.last_step_by_role[line.role] = line.step
-            top = line.step if top is None else max(top, line.step)
-            step_time = line.metrics.get(STEP_TIME_KEY)
-            if _positive(step_time):
-                state.step_times.append(float(step_time))
-        state.step_times = state.step_times[-KEEP_STEP_TIMES:]
-        if top is not None:
-            state.batches.append([now, top])
-            state.batches = state.batches[-KEEP_BATCHES:]
-    if "Training Progress" in text:
-        bars = deque(TQDM_RE.finditer(text), maxlen=1)  # the bar's newest redraw is the one that counts
-        match = bars[0] if bars else None
-        if match is not None:
-            done, total = int(match.group(1)), int(match.group(2))
-            if 0 < total <= MAX_STEPS and done <= total:
-                state.tqdm_total, state.tqdm_step = total, done
-            if match.group(3):
-                rate = float(match.group(3))
-                if rate > 0 and math.isfinite(rate):
-                    state.tqdm_rate_s = rate if match.group(4) == "s/it" else 1.0 / rate
 
 
 @dataclass

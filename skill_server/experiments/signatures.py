@@ -1,11 +1,18 @@
 """The one table of error signatures found in experiment logs, each with a one-line fix.
 
-Every row is data: a name, a regular expression (applied per line, multi-line mode, after ANSI colour
-codes are removed), a severity and a hint. ``severity="error"`` rows wake ``wait_experiment``;
+Every row is data: a name, a regular expression (applied to one line at a time, after ANSI colour
+codes are removed), a severity, a hint and needles. ``severity="error"`` rows wake ``wait_experiment``;
 ``"warning"`` rows are only counted. ``example`` is a realistic line the pattern must match (the tests
 check it) and ``source`` says where such a line comes from. ``references/error-signatures.md`` embeds
 ``render_table()`` verbatim (a test keeps the two in sync); regenerate it with
 ``python -m skill_server.experiments.signatures``.
+
+Needles make the scan fast enough for every byte of a fast log (``hosts.agent.scanner``): ASCII strings
+at least one of which, in any case, is in every line the pattern matches. Only lines holding a
+needle reach the pattern, so needles must be necessary (a test derives what each pattern requires and
+checks them) and selective: text that healthy runs print on every line ("inf" of
+``perf/mfu/actor_infer``, "loss") would send every step line through the pattern. The run monitor on each
+host gets the rows it needs from ``monitor_rows()`` at launch; titles and hints stay here.
 """
 
 from __future__ import annotations
@@ -14,6 +21,12 @@ import re
 import sys
 from dataclasses import dataclass
 from functools import cached_property
+from typing import TYPE_CHECKING
+
+from skill_server.hosts.agent.findings import RAY_PREFIX
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import MonitorConfig, SignatureRow
 
 
 @dataclass(frozen=True)
@@ -26,7 +39,7 @@ class Signature:
     example: str
     source: str
     flags: int = re.MULTILINE
-    #: Cheap pre-filter: the regex only runs on text that contains one of these substrings (empty: always).
+    #: ASCII strings, at least one of which (in any case) is in every line the pattern matches.
     needles: tuple[str, ...] = ()
 
     @cached_property
@@ -34,8 +47,6 @@ class Signature:
         return re.compile(self.pattern, self.flags)
 
 
-# A Ray actor prefix such as "(TaskRunner pid=4821) " or "(TaskRunner pid=4821, ip=10.0.0.2) ".
-RAY_PREFIX = r"(?:\([^()\n]*\)\s*)?"
 
 SIGNATURES: tuple[Signature, ...] = (
     Signature(
@@ -47,6 +58,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "lengths, raise ulysses/tensor parallelism, or lower gpu_memory_utilization to leave the actor room.",
         example="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.3 GiB total)",
         source="PyTorch",
+        needles=("out of memory", "Error"),
     ),
     Signature(
         name="vllm_wake_oom",
@@ -57,6 +69,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "(for example 0.8 -> 0.6) and restart.",
         example="RuntimeError: CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:163",
         source="vLLM sleep/wake-up",
+        needles=("cumem_allocator",),
     ),
     Signature(
         name="vllm_kv_cache_too_small",
@@ -84,6 +97,7 @@ SIGNATURES: tuple[Signature, ...] = (
         example="[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE) ran "
         "for 600000 milliseconds before timing out.",
         source="torch.distributed / NCCL",
+        needles=("NCCL", "Watchdog caught collective operation timeout"),
     ),
     Signature(
         name="ray_start_failure",
@@ -95,6 +109,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "--autokill), free ports 6379/8265, and check /tmp has space.",
         example="RuntimeError: Failed to start the Ray head node: port 6379 is already in use",
         source="Ray",
+        needles=("Failed to ", "Could not ", "Error"),
     ),
     Signature(
         name="host_oom_killed",
@@ -105,19 +120,19 @@ SIGNATURES: tuple[Signature, ...] = (
         "num_fastapi_process or dataloader workers, or add RAM; `dmesg | tail` shows the victim.",
         example="bash: line 1: 48213 Killed                  python -m ajet.launcher --conf exp.yaml",
         source="shell / kernel",
-        needles=("Killed", "oom-kill"),
+        needles=("Kill",),
     ),
     Signature(
         name="nan_loss",
         title="NaN or inf loss",
-        pattern=r"\b(?:[\w/@.-]*loss[\w/@.-]*|[\w/]*grad_norm):\s*[-+]?(?:nan|inf)\b",
+        pattern=r"\b(?:[\w/@.-]*loss[\w/@.-]*|[\w/]*grad_norm): ?[-+]?(?:nan|inf)\b",
         severity="error",
         hint="A loss or gradient norm became NaN/inf: lower the learning rate, keep gradient clipping on, check "
         "rewards for NaN, and resume from the last good checkpoint.",
         example="(TaskRunner pid=4821) step:7 - actor/pg_loss:nan - actor/kl_loss:nan - actor/grad_norm:inf",
         source="verl console metrics",
         flags=re.MULTILINE | re.IGNORECASE,
-        needles=("nan", "NaN", "NAN", "inf", "Inf", "INF"),
+        needles=("nan", ":inf", ": inf", "-inf", "+inf"),
     ),
     Signature(
         name="python_exception",
@@ -138,6 +153,7 @@ SIGNATURES: tuple[Signature, ...] = (
         hint="An env worker loop raised: the traceback after this line names the workflow code; fix it and restart.",
         example="One of the rollout threads has encountered an exception.",
         source="AgentJet trainer rollout",
+        needles=("exception",),
     ),
     Signature(
         name="swarm_server_unreachable",
@@ -148,6 +164,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "AJET_SWARM_URL or the SSH port forward; start clients only after the server answers (wait_for_url).",
         example="Unable to connect to swarm server.",
         source="AgentJet swarm client",
+        needles=("connect", "Error"),
     ),
     Signature(
         name="engine_offline",
@@ -157,6 +174,7 @@ SIGNATURES: tuple[Signature, ...] = (
         hint="The training engine died during boot or training: read the swarm server's log for its first error.",
         example="SwarmServerOfflineError: Engine status is OFFLINE while waiting for ENGINE.ROLLING",
         source="AgentJet swarm client",
+        needles=("OFFLINE while waiting",),
     ),
     Signature(
         name="episode_expired",
@@ -167,6 +185,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "(LLM calls are also limited by the ~300 s relay budget).",
         example="Episode 3f2a has expired (expired 42.0 seconds ago). Please use a larger `discard_episode_timeout`",
         source="AgentJet swarm client",
+        needles=("has expired (expired ", "discard_episode_timeout"),
     ),
     Signature(
         name="batch_not_divisible",
@@ -176,6 +195,7 @@ SIGNATURES: tuple[Signature, ...] = (
         hint="train_batch_size x num_repeat must be a multiple of n_gpus_per_node x nnodes; change one of them.",
         example="AssertionError: real_train_batch_size (132) must be divisible by minimal possible batch size (8)",
         source="AgentJet trainer _validate_config",
+        needles=("must be divisible by",),
     ),
     Signature(
         name="illegal_token_length",
@@ -185,6 +205,7 @@ SIGNATURES: tuple[Signature, ...] = (
         hint="max_prompt_length + max_response_length exceeds max_model_len: raise max_model_len or shorten one.",
         example="AssertionError: illegal token length",
         source="AgentJetJob",
+        needles=("illegal token length",),
     ),
     Signature(
         name="gpu_memory_check_failed",
@@ -195,6 +216,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "--autokill; --skip-check-avail-gpu only if you know the memory is yours.",
         example="GPU memory check failed: all GPUs must have >= 95% free memory",
         source="AgentJet launcher",
+        needles=("GPU memory check failed",),
     ),
     Signature(
         name="swanlab_api_key_missing",
@@ -205,6 +227,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "ajet.trainer_common.logger to tensorboard.",
         example="SWANLAB_API_KEY is not set in the environment.",
         source="AgentJet launch environment check",
+        needles=("SWANLAB_API_KEY is not set",),
     ),
     Signature(
         name="config_conflict",
@@ -214,6 +237,7 @@ SIGNATURES: tuple[Signature, ...] = (
         hint="A hand-set verl key disagrees with the ajet.* key it is derived from: set the value through ajet.* only.",
         example="We found a configuration conflict between AgentJet and Verl!",
         source="AgentJet config preparation",
+        needles=("configuration conflict between AgentJet and Verl",),
     ),
     Signature(
         name="backbone_env_mismatch",
@@ -227,6 +251,7 @@ SIGNATURES: tuple[Signature, ...] = (
         example="ImportError: Python environment does not match current backbone 'verl'. Please `cd "
         "/path/to/project/AgentJet` and run `(uv) pip install -e .[verl]` to install the correct environment.",
         source="AgentJet launcher environment check (ajet/utils/launch_utils.py)",
+        needles=("Python environment does not match",),
     ),
     Signature(
         name="tracker_tokenize_failed",
@@ -239,7 +264,7 @@ SIGNATURES: tuple[Signature, ...] = (
         example="2026-05-26 17:07:12.482 | ERROR    | ajet.task_rollout.native_parallel_worker:"
         "trajectories_to_samples:621 - Error during tracker.group_tokenize()",
         source="AgentJet trainer rollout (native_parallel_worker)",
-        needles=("tracker.",),
+        needles=("Error",),
     ),
     Signature(
         name="flash_attn_missing",
@@ -254,7 +279,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "the package flash_attn seems to be not installed. Please refer to the documentation of "
         "https://huggingface.co/docs/transformers/perf_infer_gpu_one#flashattention-2 to install Flash Attention 2.",
         source="transformers / verl",
-        needles=("flash_attn", "FlashAttention2"),
+        needles=("flash",),
     ),
     Signature(
         name="cudart_not_found",
@@ -281,6 +306,7 @@ SIGNATURES: tuple[Signature, ...] = (
         example="RuntimeError: The NVIDIA driver on your system is too old (found version 11040). Please update your "
         "GPU driver by downloading and installing a new version from the URL: http://www.nvidia.com/Download/index.aspx",
         source="PyTorch / CUDA runtime",
+        needles=("driver", "compatib"),
     ),
     Signature(
         name="too_many_open_files",
@@ -292,6 +318,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "/etc/security/limits.conf), then restart.",
         example="OSError: [Errno 24] Too many open files: '/tmp/ajet/3f2a-interchange.sock'",
         source="operating system (EMFILE)",
+        needles=("Too many open files",),
     ),
     Signature(
         name="wait_for_url_gave_up",
@@ -301,10 +328,22 @@ SIGNATURES: tuple[Signature, ...] = (
         hint="The URL this process waited for never answered: read the log of the process that should serve it.",
         example="[agentjet-swarm-skill] wait_for_url gave up after 300 s: http://127.0.0.1:10086/get_engine_status",
         source="launch_experiment process wrapper",
+        needles=("wait_for_url gave up",),
     ),
 )
 
 SIGNATURES_BY_NAME: dict[str, Signature] = {s.name: s for s in SIGNATURES}
+
+
+def monitor_rows() -> list[SignatureRow]:
+    """The table as a host's scanner needs it (``hosts.agent.scanner.Table``): name, pattern, flags, needles."""
+    return [{"name": s.name, "pattern": s.pattern, "flags": "i" if s.flags & re.IGNORECASE else "",
+             "needles": list(s.needles)} for s in SIGNATURES]
+
+
+def monitor_config(first_step_pattern: str | None) -> MonitorConfig:
+    """What a launch hands each host's run monitor: the table, and the run's own first-step pattern if any."""
+    return {"signatures": monitor_rows(), "first_step_pattern": first_step_pattern}
 
 
 def render_table() -> str:

@@ -1,7 +1,7 @@
 """How states are derived from what a host reports (pure functions, no I/O).
 
 The truth about a process is its wrapper's liveness (pid plus start time), its exit-code file and its
-marker files (``stopped``: a stop was requested; ``timedout``: the watchdog ended it at the max time;
+marker files (``stopped``: a stop was requested; ``timedout``: the run's monitor ended it at the max time;
 ``gate``/``started``: waiting for a URL, then started; ``survivors``: a process of it outlived a stop's
 SIGKILL and still lives). The tmux pane is only consulted for runs
 recorded without a pid. The host agent checks liveness before reading the exit file, so "dead without

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         LaunchProc,
         LaunchRequest,
         LaunchStarted,
+        MonitorConfig,
         ObserveProc,
         ObserveReply,
         OpRequest,
@@ -146,16 +147,20 @@ class Launch:
 
 def launch(exp_id: str, session: str, socket_name: str, *, replace_pids: Sequence[int], python: str | None,
            workdir: str, result_dir: str, max_time_s: int, deadline_grace_s: int,
-           procs: Sequence[LaunchProc]) -> Launch:
+           procs: Sequence[LaunchProc], monitor: MonitorConfig | None = None) -> Launch:
     """Start ``procs`` (this host's processes of run ``exp_id``) as windows of tmux session ``session`` on
-    the server named ``socket_name``. ``check`` resolves and checks everything and starts nothing;
-    ``start`` creates the run directory and the session. ``replace_pids``: the panes of an earlier run of
-    ours whose finished session may be replaced."""
+    the server named ``socket_name``, and the run's monitor there. ``check`` resolves and checks everything
+    and starts nothing; ``start`` creates the run directory and the session. ``replace_pids``: the panes of
+    an earlier run of ours whose finished session may be replaced. ``monitor``: what the run monitor scans
+    for (the signature table, the run's first-step pattern)."""
     request: LaunchRequest = {
         "op": "launch", "exp_id": exp_id, "session": session, "socket_name": socket_name, "dry_run": True,
         "replace_pids": list(replace_pids), "python": python, "workdir": workdir, "result_dir": result_dir,
         "max_time_s": max_time_s, "deadline_grace_s": deadline_grace_s, "procs": list(procs)}
-    return Launch(Op(request), Op({**request, "dry_run": False}))
+    if monitor is not None:
+        request["monitor"] = monitor
+    start: LaunchRequest = {**request, "dry_run": False}
+    return Launch(Op(request), Op(start))
 
 
 def discard(exp_id: str, socket_path: str, session: str, *, session_id: str | None = None,
@@ -172,8 +177,9 @@ def discard(exp_id: str, socket_path: str, session: str, *, session_id: str | No
 
 
 def observe(sockets: Sequence[str], procs: Sequence[ObserveProc]) -> Op[ObserveReply]:
-    """The panes of the tmux servers at ``sockets``, and each process's liveness, exit code, markers and
-    the requested appended ranges of its log."""
+    """The panes of the tmux servers at ``sockets`` (only needed for processes recorded without a pid), and
+    each process's liveness, exit code, markers, the requested appended ranges of its log and what the
+    run's monitor found (or, for a run without one, its scan range) with the metric points after its cursor."""
     return Op({"op": "observe", "sockets": list(sockets), "procs": list(procs)})
 
 

@@ -2,8 +2,9 @@
 
 One request in, one reply out (JSON). ``LocalHost`` calls :func:`ops.handle` in-process; ``SshHost`` ships
 this package's source over ``ssh <dest> python3 -c <bootstrap>`` and sends the request on stdin, so a
-status call over many runs on one host costs one round trip. The same program, written into a run's
-directory, is the watchdog that enforces the run's max time where the run lives.
+status call over many runs on one host costs one round trip. The same program, started by a launch, is
+the run's monitor (``monitor``): it enforces the max time and reads every byte of the run's logs where
+the run lives.
 
 Rules for every module here: standard library only, Python 3.8 syntax, no imports from ``skill_server``
 outside this package (relative imports only), no output on stdout except the reply. What crosses the

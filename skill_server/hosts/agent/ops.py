@@ -121,13 +121,18 @@ def serve(nonce: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """Entry point of the shipped program: ``watchdog ...``; ``AJS-READY <nonce> AJS`` (the bootstrap's
-    arguments: framed requests, see ``serve``); or one request on stdin and the reply on stdout."""
-    if len(argv) > 1 and argv[1] == "watchdog":
-        from . import watchdog
+    """Entry point of the shipped program: ``monitor RUN_DIR`` (a run's monitor); ``AJS-READY <nonce> AJS``
+    (the bootstrap's arguments: framed requests, see ``serve``; followed by ``monitor RUN_DIR``, a monitor
+    started through stage one); or one request on stdin and the reply on stdout."""
+    if len(argv) > 1 and argv[1] == "monitor":
+        from . import monitor
 
-        return watchdog.main(argv[2:])
+        return monitor.main(argv[2:])
     if len(argv) > 2 and argv[1] == "AJS-READY":
+        if len(argv) > 4 and argv[4] == "monitor":  # a run's monitor started through stage one
+            from . import monitor
+
+            return monitor.main(argv[5:])
         return serve(argv[2])
     raw = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
     reply: ReplyEnvelope

@@ -10,8 +10,9 @@ and the compressed sources of this package, installs them once per version under
 compiling them; an install that failed, or the leftover of one whose writer is gone, is removed), imports
 the package and serves framed requests (``ops.serve``); if that directory cannot be written it loads the
 sources in memory instead. Requests and replies are framed alike: ``AJS <nonce> <length>\n<JSON>``.
-``program_text()`` is a single self-contained file (sources plus loader) that a launch writes into the
-run directory as ``agent.py``: the watchdog runs it without needing anything else on the host.
+``program_text()`` is a single self-contained file that runs without anything else on the host. The run
+monitor a launch starts runs this same program through stage one, with ``monitor <run dir>`` after the
+bootstrap's arguments (so it uses, or makes, the version-cached install; no run keeps a copy).
 """
 
 from __future__ import annotations
@@ -22,11 +23,11 @@ import os
 import sys
 import zlib
 
-from .protocol import STATE_DIR_ENV
+from .protocol import STATE_DIR_ENV, state_dir
 
 #: Load order: a module comes after the modules it imports at load time.
-MODULES = ("protocol", "deadline", "files", "procs", "tmux", "wrapper", "watchdog", "program", "request", "generic",
-           "runs", "checkpoints", "reclaim", "ops")
+MODULES = ("protocol", "deadline", "files", "procs", "tmux", "scanner", "findings", "points", "monitor", "wrapper",
+           "program", "request", "generic", "runs", "checkpoints", "reclaim", "ops")
 PACKAGE = "ajs_agent"
 #: What ``python3 -c`` runs on the host, with ``READY`` and the nonce as its arguments: say ready, skip blank
 #: lines, check the frame's nonce, run that many bytes of compressed program. No quotes or backslashes, so
@@ -168,11 +169,26 @@ def bootstrap_argv(nonce: str) -> list[str]:
     return [READY, nonce, FRAME]
 
 
+def _packed(srcs: dict[str, str]) -> bytes:
+    return json.dumps(srcs, sort_keys=True).encode("utf-8")
+
+
+_DIGEST: list[str] = []
+
+
+def install_dir() -> str:
+    """Where this version of the agent is installed on this host (``<state dir>/agent/<digest of its sources>``,
+    the directory stage one installs into), whether or not it exists yet."""
+    if not _DIGEST:
+        _DIGEST.append(hashlib.sha256(_packed(sources())).hexdigest()[:16])
+    return os.path.join(state_dir(), "agent", _DIGEST[0])
+
+
 def ssh_parts() -> tuple[bytes, bytes]:
     """(compressed stage one, the package sources as a length line and compressed bytes): what a channel
     sends once the bootstrap is ready (``ssh_payload`` frames them)."""
     srcs = sources()
-    packed = json.dumps(srcs, sort_keys=True).encode("utf-8")
+    packed = _packed(srcs)
     digest = hashlib.sha256(packed).hexdigest()[:16]
     stage_one = _STAGE_ONE % {"pkg": PACKAGE, "modules": MODULES, "digest": digest,
                               "state_dir": _state_dir_source(srcs["protocol"])}

@@ -21,11 +21,11 @@ import os
 #: ``typing.TYPE_CHECKING`` without importing typing: false at run time, taken as true by type checkers.
 TYPE_CHECKING = False
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 #: The environment variable every process of a run carries: ``<experiment id>/<role>``.
 RUN_MARKER = "AGENTJET_SKILL_RUN"
-#: What starts every line the wrapper and the watchdog write into a run's log.
+#: What starts every line the wrapper and the run monitor write into a run's log.
 LOG_MARK = "[agentjet-swarm-skill]"
 #: How long a stop waits after SIGKILL before it reports what survived (callers add it to their bounds).
 KILL_WAIT_S = 3.0
@@ -72,7 +72,7 @@ def host_identity() -> str:
 
 
 if TYPE_CHECKING:
-    from typing import Literal, TypedDict
+    from typing import Any, Literal, TypedDict
 
     # ---- results
 
@@ -174,7 +174,21 @@ if TYPE_CHECKING:
         wait_for_url: str | None
         wait_for_url_timeout_s: int
 
-    class LaunchRequest(TypedDict):
+    class SignatureRow(TypedDict):
+        """One error signature as a host's scanner needs it (``experiments.signatures.monitor_rows``)."""
+
+        name: str
+        pattern: str
+        flags: str  # "i": ignore case
+        needles: list[str]
+
+    class MonitorConfig(TypedDict):
+        """What the run monitor needs from the server: the signature table, the run's first-step pattern."""
+
+        signatures: list[SignatureRow]
+        first_step_pattern: str | None
+
+    class _LaunchRequired(TypedDict):
         op: Literal["launch"]
         exp_id: str
         session: str
@@ -187,6 +201,9 @@ if TYPE_CHECKING:
         max_time_s: int
         deadline_grace_s: int
         procs: list[LaunchProc]
+
+    class LaunchRequest(_LaunchRequired, total=False):
+        monitor: MonitorConfig  # missing: the monitor enforces the max time and scans for nothing
 
     class PlannedProc(TypedDict):
         role: str
@@ -283,14 +300,16 @@ if TYPE_CHECKING:
         pid: int | None
         start: str | None
         log_path: str
-        reads: list[ReadSpan]
+        reads: list[ReadSpan]  # the caller's own ranges (new lines, a pattern search)
 
     class ObserveProc(_ObserveProcRequired, total=False):
-        """Where tmux keeps the exit code when no exit file could be written (the disk was full)."""
-
+        exp_id: str  # with socket_path: whose tmux session an observation may remove once the run ended
         socket_path: str
+        # where tmux keeps the exit code when no exit file could be written (the disk was full)
         session_id: str | None
         pane_id: str | None
+        scan: ReadSpan  # the range to scan, read only for a run without a monitor
+        points: list[int]  # the caller's cursor in the monitor's points of this process ([seq, offset, generation])
 
     class ObserveRequest(TypedDict):
         op: Literal["observe"]
@@ -315,7 +334,13 @@ if TYPE_CHECKING:
         skipped: int
         reset: bool
 
-    class ObservedProc(TypedDict):
+    #: What the run monitor found for one process (``monitor.RoleFindings.to_json()``) plus ``run``: its
+    #: liveness, whether it ended, its run clock (``monitor.report``).
+    MonitorReport = dict[str, Any]
+    #: One metric point (``points.point``): {"seq", "step", "m": {name: value or None}}.
+    MetricPoint = dict[str, Any]
+
+    class _ObservedProcRequired(TypedDict):
         alive: bool | None  # None: no pid recorded
         exit_code: int | None
         #: Where the exit code came from: "file" (``<role>.exit``), "tmux_option" (``@ajs_exit_<role>``,
@@ -327,6 +352,13 @@ if TYPE_CHECKING:
         final: bool
         size: int | None
         reads: list[Appended]
+
+    class ObservedProc(_ObservedProcRequired, total=False):
+        scan: Appended  # the scan range, for a run without a monitor (when asked for)
+        monitor: MonitorReport  # what the run's monitor found (missing: the run has none)
+        points: list[MetricPoint]  # the monitor's points after the caller's cursor
+        points_cursor: list[int]
+        points_more: bool  # more points are waiting for the next observation
 
     class ObserveReply(Ok):
         panes: dict[str, list[Pane] | None]  # None: no tmux server at that socket

@@ -1,7 +1,8 @@
 """Operations on experiment runs: launch (dry run or start), discard, observe, stop.
 
-A run's processes on this host are windows of one tmux session; its run directory holds the wrapper
-scripts, the watchdog program (``agent.py``), and per role ``.pid``, ``.exit`` and marker files.
+A run's processes on this host are windows of one tmux session, watched by the run's monitor
+(``monitor``); its run directory holds the wrapper scripts, per role ``.pid``, ``.exit`` and marker files,
+and the monitor's spec, findings (``monitor.json``) and metric points.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .request import need, need_or, number, objects, str_map, strings
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
-    from typing import TypedDict
+    from typing import Any, TypedDict
 
     from .protocol import (
         Appended,
@@ -144,6 +145,8 @@ def op_launch(req: Mapping[str, object]) -> LaunchPlan | LaunchStarted:
                           for p in plan["procs"]]}
     max_time_s = need(req, "max_time_s", int)
     grace_s = need_or(req, "deadline_grace_s", int, 5)
+    from . import monitor  # loaded by the ops that use it: most calls never need the scanner's expressions
+
     _make_run_dir(rdir)
     with files.Locked(os.path.join(rdir, LAUNCH_LOCK), deadline.left(10.0)):
         if files.exists(os.path.join(rdir, DISCARDED)):
@@ -151,13 +154,16 @@ def op_launch(req: Mapping[str, object]) -> LaunchPlan | LaunchStarted:
         started: list[StartedProc] = []
         session_id: str | None = None
         try:
-            _write_run_dir(exp_id, rdir, plan, max_time_s, grace_s)
+            _write_run_dir(exp_id, rdir, plan)
             if replace:  # the finished session of an earlier run of ours with this name
                 tmux.kill_session(socket, replace)
+            offsets = monitor.log_sizes({p["role"]: p["log_path"] for p in plan["procs"]})
             for i, p in enumerate(plan["procs"]):
                 proc, sid = _start(exp_id, socket, session, rdir, p, first=i == 0)
                 session_id = session_id or sid
                 started.append(proc)
+            monitor.start(rdir, monitor.spec_for(exp_id, socket, session, started, offsets, max_time_s, grace_s,
+                                                 need_or(req, "monitor", dict, None)))
         except BaseException:
             _discard_locked(exp_id, socket, session_id, rdir)
             raise
@@ -177,11 +183,10 @@ def _make_run_dir(rdir: str) -> None:
         raise AgentError("cannot create the run directory %s: %s" % (rdir, exc.strerror or exc)) from None
 
 
-def _write_run_dir(exp_id: str, rdir: str, plan: _Plan, max_time_s: int, grace_s: int) -> None:
-    """The watchdog program and one wrapper script per process; the result directory."""
-    from . import program, wrapper
+def _write_run_dir(exp_id: str, rdir: str, plan: _Plan) -> None:
+    """One wrapper script per process; the result directory."""
+    from . import wrapper
 
-    files.write_atomic(os.path.join(rdir, "agent.py"), program.program_text().encode("utf-8"), replace=False)
     try:
         os.makedirs(plan["result_dir"], exist_ok=True)
     except OSError as exc:
@@ -191,7 +196,7 @@ def _write_run_dir(exp_id: str, rdir: str, plan: _Plan, max_time_s: int, grace_s
             exp_id=exp_id, role=p["role"], run_dir=rdir, workdir=p["workdir"], env=p["env"],
             path_prepend=plan["path_prepend"], virtual_env=plan["virtual_env"], command=p["command"],
             log_path=p["log_path"], gate_url=p["wait_for_url"], gate_timeout_s=p["wait_for_url_timeout_s"],
-            python=sys.executable, max_time_s=max_time_s, deadline_grace_s=grace_s)
+            python=sys.executable)
         files.write_atomic(os.path.join(rdir, p["role"] + ".sh"), script.encode("utf-8"), replace=False, mode=0o600)
 
 
@@ -263,13 +268,16 @@ def op_discard(req: Mapping[str, object]) -> DiscardReply:
 
 
 def op_observe(req: Mapping[str, object]) -> ObserveReply:
-    """Everything status needs from this host in one go: panes per socket, and for each process its
-    liveness, exit code, markers and the requested appended ranges of its log."""
+    """Everything status needs from this host in one go: panes per socket (asked only for processes recorded
+    without a pid), and for each process its liveness, exit code, markers, the requested appended ranges of
+    its log, and what the run's monitor found (or, for a run launched before monitors, the scan range)."""
     panes: dict[str, list[Pane] | None] = {}
     for socket in strings(req, "sockets"):
         panes[socket] = tmux.list_panes(socket)
-    return {"panes": panes, "procs": [_observe_proc(p) for p in objects(req, "procs")],
-            "host_identity": host_identity()}
+    cache: dict[str, Any] = {}  # per run directory: its monitor's findings, read once
+    observed = [_observe_proc(p, cache) for p in objects(req, "procs")]
+    _remove_finished_sessions(objects(req, "procs"), observed, cache)
+    return {"panes": panes, "procs": observed, "host_identity": host_identity()}
 
 
 def _exit_code(p: Mapping[str, object], rdir: str, role: str, alive: bool | None) -> tuple[int | None, str | None]:
@@ -293,7 +301,9 @@ def _exit_code(p: Mapping[str, object], rdir: str, role: str, alive: bool | None
     return code, source
 
 
-def _observe_proc(p: Mapping[str, object]) -> ObservedProc:
+def _observe_proc(p: Mapping[str, object], cache: dict[str, Any]) -> ObservedProc:
+    from . import monitor, points
+
     rdir, role = need(p, "run_dir", str), need(p, "role", str)
     pid = need_or(p, "pid", int, None)
     start = need_or(p, "start", str, None)
@@ -307,12 +317,55 @@ def _observe_proc(p: Mapping[str, object]) -> ObservedProc:
         markers.append("survivors")
     final = exit_code is not None or alive is False
     log_path = need(p, "log_path", str)
-    reads: list[Appended] = []
-    for r in objects(p, "reads", required=False):
-        budget = max(0, min(need(r, "budget", int), MAX_READ_BYTES))
-        reads.append(files.read_appended(log_path, max(0, need(r, "offset", int)), budget, final))
-    return {"alive": alive, "exit_code": exit_code, "exit_source": exit_source, "elapsed_s": elapsed,
-            "markers": markers, "final": final, "size": files.file_size(log_path), "reads": reads}
+    reads = [_read(log_path, r, final) for r in objects(p, "reads", required=False)]
+    out: ObservedProc = {"alive": alive, "exit_code": exit_code, "exit_source": exit_source, "elapsed_s": elapsed,
+                         "markers": markers, "final": final, "size": files.file_size(log_path), "reads": reads}
+    found = monitor.report(rdir, role, final=final, cache=cache)
+    if found is None:
+        scan = need_or(p, "scan", dict, None)
+        if scan is not None:
+            out["scan"] = _read(log_path, scan, final)
+        return out
+    out["monitor"] = found
+    cursor = [x for x in need_or(p, "points", list, []) if isinstance(x, int)]
+    new, out["points_cursor"], more = points.read_after(os.path.join(rdir, role + ".metrics.jsonl"), cursor)
+    if new:
+        out["points"] = new
+    if more:
+        out["points_more"] = True
+    return out
+
+
+def _read(log_path: str, span: Mapping[str, object], final: bool) -> Appended:
+    budget = max(0, min(need(span, "budget", int), MAX_READ_BYTES))
+    return files.read_appended(log_path, max(0, need(span, "offset", int)), budget, final)
+
+
+def _remove_finished_sessions(asked: list[Mapping[str, object]], observed: list[ObservedProc],
+                              cache: dict[str, Any]) -> None:
+    """A run whose every process here has its exit code on disk no longer needs its tmux session: its monitor
+    removes it when it ends; for a run without a live monitor (launched before monitors, or its monitor
+    gone) the observation that finds the codes does, once."""
+    from .monitor import SESSION_REMOVED
+
+    runs: dict[str, tuple[str, str, bool]] = {}
+    for p, o in zip(asked, observed):
+        rdir, exp_id = need(p, "run_dir", str), need_or(p, "exp_id", str, None)
+        socket = need_or(p, "socket_path", str, None)
+        if exp_id is None or socket is None:
+            continue
+        done = runs.get(rdir, (exp_id, socket, True))[2] and o["exit_code"] is not None
+        runs[rdir] = (exp_id, socket, done)
+    for rdir, (exp_id, socket, done) in runs.items():
+        entry = cache.get(rdir)
+        marker = os.path.join(rdir, SESSION_REMOVED)
+        if not done or (entry is not None and entry["alive"]) or files.exists(marker):
+            continue
+        if tmux.remove_finished(socket, exp_id):
+            try:
+                files.touch(marker)
+            except OSError:
+                pass
 
 
 def _survivors_alive(path: str) -> bool:
@@ -358,10 +411,12 @@ def op_stop(req: Mapping[str, object]) -> StopReply:
             files.write_atomic(path, json.dumps(left).encode("utf-8"), replace=True, mode=0o600)
         elif files.exists(path):
             os.unlink(path)
+    from .monitor import SESSION_REMOVED
+
     codes = {role: files.read_int(os.path.join(rdir, role + ".exit")) for role in roles}
     removed = False
-    if need_or(req, "kill_session", bool, True):
+    if need_or(req, "kill_session", bool, True):  # the run's monitor may have removed it as the run ended
         removed = tmux.kill_run_sessions(need(req, "socket_path", str), exp_id, need_or(req, "session_id", str, None),
-                                         recorded)[0]
+                                         recorded)[0] or files.exists(os.path.join(rdir, SESSION_REMOVED))
     return {"interrupted": report["interrupted"], "terminated": report["terminated"], "killed": report["killed"],
             "survivors": report["survivors"], "exit_codes": codes, "session_removed": removed}

@@ -205,3 +205,43 @@ def kill_run_sessions(socket: str, exp_id: str, session_id: str | None, recorded
         return False, False
     removed = [sid for sid in sessions if kill_session(socket, sid)]
     return bool(removed), len(removed) == len(sessions)
+
+
+_RUN_PANES_FORMAT = _SEP.join(["#{session_id}", "#{pane_dead}", "#{pane_start_command}"])
+
+
+def remove_finished(socket: str, exp_id: str) -> bool | None:
+    """Remove the tmux sessions of run ``exp_id`` once every pane in them is dead (their exit codes are on disk:
+    the caller's check). A session is the run's when a pane of it was started with the run's marker (each
+    pane runs ``env AGENTJET_SKILL_RUN=<exp_id>/<role> bash ...``); it is addressed by its id, never by its
+    name, which later runs may reuse. True: none of the run's sessions is left; False: one still has a live
+    pane; None: the tmux server did not answer."""
+    from .protocol import RUN_MARKER
+
+    if not os.path.exists(socket):
+        return True
+    try:
+        result = _tmux(socket, ["list-panes", "-a", "-F", _RUN_PANES_FORMAT])
+    except AgentError:
+        return None
+    if result.returncode != 0:
+        text = _err(result)
+        return True if "no server running" in text or "error connecting" in text else None
+    marker = "%s=%s/" % (RUN_MARKER, exp_id)
+    ours: set[str] = set()
+    live: set[str] = set()
+    for line in result.stdout.decode("utf-8", "replace").splitlines():
+        parts = line.split(_SEP, 2)
+        if len(parts) != 3:
+            continue
+        sid, dead, command = parts
+        if marker in command:
+            ours.add(sid)
+        if dead != "1":
+            live.add(sid)
+    for sid in ours - live:
+        try:
+            _tmux(socket, ["kill-session", "-t", sid])
+        except AgentError:
+            return None
+    return not ours & live

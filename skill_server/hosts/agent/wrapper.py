@@ -1,7 +1,6 @@
 """The bash wrapper each experiment process runs as its tmux pane's command.
 
-It records its pid, starts the watchdog (the run's max time is enforced here, where the run lives, not
-by status calls), changes directory, exports the environment explicitly, optionally waits (bounded)
+It records its pid, changes directory, exports the environment explicitly, optionally waits (bounded)
 for a URL to answer, runs the command through ``bash -c`` with all output appended to the log via
 ``tee``, and writes the command's exit status to ``<role>.exit`` atomically (and, in case the disk is
 full, to the tmux option ``@ajs_exit_<role>`` of its session, kept in the server's memory; the pane's
@@ -40,14 +39,14 @@ while True:
 
 def render(exp_id: str, role: str, run_dir: str, workdir: str, env: dict[str, str], path_prepend: str | None,
            virtual_env: str | None, command: str, log_path: str, gate_url: str | None, gate_timeout_s: int,
-           python: str, max_time_s: int, deadline_grace_s: int) -> str:
+           python: str) -> str:
+    """The wrapper script of one process (the run's max time is enforced by its monitor, ``monitor``)."""
     q = shlex.quote
     lines = [
         "# %s wrapper for experiment %s, process %s. Generated; do not edit." % (LOG_MARK, exp_id, role),
         "__ajs_run=" + q(run_dir),
         "__ajs_log=" + q(log_path),
         "__ajs_role=" + q(role),
-        "__ajs_wd=",
         'echo $$ > "$__ajs_run/$__ajs_role.pid"',
         "__ajs_finish() {",
         '  { printf \'%s\\n\' "$1" > "$__ajs_run/$__ajs_role.exit.tmp" && '
@@ -58,17 +57,11 @@ def render(exp_id: str, role: str, run_dir: str, workdir: str, env: dict[str, st
         # a hung tmux server must not keep the wrapper from exiting.
         '  if [ -n "$TMUX_PANE" ]; then __ajs_t=; command -v timeout >/dev/null 2>&1 && __ajs_t="timeout 10"; '
         '$__ajs_t tmux set-option -t "$TMUX_PANE" %s "$1" >/dev/null 2>&1; fi' % exit_option(role),
-        '  if [ -n "$__ajs_wd" ]; then kill "$__ajs_wd" 2>/dev/null; fi',
         '  exit "$1"',
         "}",
         "__ajs_note() { printf '%s %%s\\n' \"$*\" | tee -a \"$__ajs_log\"; }" % LOG_MARK,
         "trap ':' INT TERM",
         'mkdir -p -- "$(dirname -- "$__ajs_log")" || __ajs_finish 126',
-        # The watchdog must not carry the run marker (a stop would kill it) and leaves the process group.
-        "%s= %s %s watchdog %s %s %s %d %d </dev/null >/dev/null 2>&1 &" % (
-            RUN_MARKER, q(python), q(run_dir + "/agent.py"), q(run_dir), q(role), q(exp_id),
-            int(max_time_s), int(deadline_grace_s)),
-        "__ajs_wd=$!",
         "cd -- %s || { __ajs_note %s; __ajs_finish 126; }" % (q(workdir), q("cannot cd to " + workdir)),
     ]
     for key, value in env.items():

@@ -57,7 +57,7 @@ class RayClusterInput(ToolInput):
                                       description="start: where each node's ray start log goes, absolute or relative "
                                       "to workdir (default 'auto_agent/ray_cluster').")
     max_time_s: Duration | None = Field(default=None, description="start: the cluster's lifetime (default 7 days); "
-                                        "at the end the watchdog on each node stops it.")
+                                        "at the end the run monitor on each node stops it.")
     require_free_gpus: FreeFraction | None = Field(
         default=None, description="start: refuse unless every GPU on every node has this fraction of its memory "
         "free (e.g. 0.95); the refusal names the pids holding memory.")

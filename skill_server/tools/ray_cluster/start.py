@@ -3,7 +3,7 @@
 1. Check (one round trip per node, in parallel): ``ray --version`` everywhere (present, and the same
    version on every node: Ray refuses mixed versions) and, with ``require_free_gpus``, nvidia-smi.
 2. Launch through ``launch_experiment``: the head's and each worker's ``ray start`` are processes of
-   one run, so they get logs, the run marker (every Ray daemon inherits it), the max-time watchdog
+   one run, so they get logs, the run marker (every Ray daemon inherits it), the max-time monitor
    and ``stop_experiment``'s guarantees. The cluster's facts go into the run's registry spec.
 3. Wait like ``wait_experiment``: at most 50 s per call, progress while waiting, polling the head's
    ``ray status`` until it lists every node, a ray start process ends, or time is up. Calling start

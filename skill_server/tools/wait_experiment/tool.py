@@ -1,7 +1,7 @@
 """wait_experiment: block (bounded) until a run exits, shows its first step, prints a pattern or an error.
 
 Read-only: it observes (one round trip per host every half second) and never acts on the run; the max
-time is enforced by the watchdog on the run's host. It answers within ``timeout_s`` plus
+time is enforced by the run's monitor on its host. It answers within ``timeout_s`` plus
 ``WAIT_MARGIN_S`` whatever its hosts do (a partition, a hung tmux): the looks stop at ``timeout_s``, the
 closing status gets what is left. A host that could not be asked is asked again at every look, the
 pattern search too; the pattern counts only output appended while waiting, from the first look that

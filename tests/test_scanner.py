@@ -1,0 +1,172 @@
+"""The fast error-signature scanner (hosts/agent/scanner.py): needles that every match needs, lines counted like
+the patterns count them, and healthy output that never reaches a pattern."""
+
+from __future__ import annotations
+
+import random
+import re
+from re import _constants as sre_c  # type: ignore[attr-defined]  # the parser's opcodes (tests only)
+from re import _parser as sre_parse  # type: ignore[attr-defined]
+
+import pytest
+
+from skill_server.core.text import shorten
+from skill_server.experiments import logs
+from skill_server.experiments.signatures import SIGNATURES, monitor_rows
+from skill_server.hosts.agent import scanner
+
+#: A verl step line as AgentJet's trainer prints it (bench/status.py's keys): healthy, about 2 KB.
+STEP_KEYS = (["critic/llm_call_cnt", "critic/madness_rate", "critic/success_rate", "critic/real_reward",
+              "actor/entropy", "perf/mfu/actor_infer", "actor/pg_loss", "actor/kl_loss", "actor/kl_coef",
+              "actor/grad_norm", "actor/lr", "perf/mfu/actor", "perf/max_memory_allocated_gb"]
+             + [f"critic/{g}/{s}" for g in ("score", "rewards", "advantages", "returns")
+                for s in ("mean", "max", "min")]
+             + [f"timing_s/{s}" for s in ("gen", "old_log_prob", "ref", "adv", "update_actor", "step")]
+             + ["perf/total_num_tokens", "perf/time_per_step", "perf/throughput", "training/epoch"])
+HEALTHY = [
+    "(TaskRunner pid=48213) step:12 - "
+    + " - ".join(f"{k}:{0.001 * n - 0.004:.6f}" for n, k in enumerate(STEP_KEYS)) + " - training/global_step:12",
+    "2026-05-26 17:07:12.482 | INFO     | ajet.task_rollout.native_parallel_worker:run:212 - episode 3f2a claimed",
+    "(TaskRunner pid=4821) Rollout progress (812.5 tokens/s): [0-5]:3 threads  //  [finished]:12 threads",
+    "Received workflow output for episode 3f2a (Reward: 0.5)",
+    "[validate_config] All configuration checks passed successfully!",
+    "Changed engine status to ENGINE.ROLLING",
+    "INFO 05-26 17:07:13 [gpu_model_runner.py:1234] Loading weights took 4.12 seconds",
+    "Training Progress:  12%|#2        | 3/25 [00:41<05:01, 13.70s/it]",
+]
+
+
+# ---- needles are necessary: every line a pattern can match holds one
+
+
+def _language(node: tuple, limit: int = 256) -> set[str] | None:
+    """The finite set of strings one parsed item matches, or None (infinite, or too many)."""
+    op, arg = node
+    if op is sre_c.LITERAL:
+        return {chr(arg)}
+    if op is sre_c.AT:
+        return {""}
+    if op is sre_c.IN and all(o is sre_c.LITERAL for o, _ in arg):
+        return {chr(a) for _, a in arg}
+    if op is sre_c.SUBPATTERN:
+        return _seq_language(list(arg[3]), limit)
+    if op is sre_c.BRANCH:
+        out: set[str] = set()
+        for branch in arg[1]:
+            part = _seq_language(list(branch), limit)
+            if part is None:
+                return None
+            out |= part
+        return out if len(out) <= limit else None
+    if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT) and arg[1] <= 1:
+        body = _seq_language(list(arg[2]), limit)
+        if body is None:
+            return None
+        return body | ({""} if arg[0] == 0 else set())
+    return None
+
+
+def _seq_language(items: list, limit: int) -> set[str] | None:
+    out = {""}
+    for item in items:
+        part = _language(item, limit)
+        if part is None:
+            return None
+        out = {a + b for a in out for b in part}
+        if len(out) > limit:
+            return None
+    return out
+
+
+def _covered(items: list, needles: list[str]) -> bool:
+    """Whether every match of this sequence contains one of the needles (lowercased, as the scanner looks)."""
+    run: list[tuple] = []
+    for item in items + [None]:  # runs of items with a finite language, each judged as a whole
+        language = _language(item) if item is not None else None
+        if language is not None:
+            run.append(item)
+            continue
+        if run:
+            strings = _seq_language(run, 4096)
+            if strings and all(any(n in s.lower() for n in needles) for s in strings):
+                return True
+            run = []
+        if item is not None and _item_covered(item, needles):
+            return True
+    return False
+
+
+def _item_covered(node: tuple, needles: list[str]) -> bool:
+    op, arg = node
+    if op is sre_c.SUBPATTERN:
+        return _covered(list(arg[3]), needles)
+    if op is sre_c.BRANCH:
+        return all(_covered(list(branch), needles) for branch in arg[1])
+    if op in (sre_c.MAX_REPEAT, sre_c.MIN_REPEAT) and arg[0] >= 1:
+        return _covered(list(arg[2]), needles)
+    return False
+
+
+@pytest.mark.parametrize("sig", SIGNATURES, ids=lambda s: s.name)
+def test_every_match_of_a_signature_holds_one_of_its_needles(sig):
+    assert sig.needles, "every signature needs needles, or its pattern runs on every line of every log"
+    needles = [n.lower() for n in sig.needles]
+    assert all(n.isascii() for n in needles)
+    assert _covered(list(sre_parse.parse(sig.pattern, sig.flags)), needles), (
+        f"{sig.name}: some line the pattern matches may hold none of {sig.needles}")
+
+
+def test_healthy_output_reaches_no_pattern():
+    """Selective needles: what healthy runs print on every line holds none (not 'inf' of actor_infer, not 'loss')."""
+    for line in HEALTHY:
+        found = [(s.name, n) for s in SIGNATURES for n in s.needles if n.lower() in line.lower()]
+        assert found == [], line
+
+
+# ---- lines are counted like the patterns count them
+
+
+def _naive(text: str) -> dict[str, tuple[int, str, str]]:
+    """Each signature's pattern on every line, the slow way."""
+    out: dict[str, tuple[int, str, str]] = {}
+    for line in text.split("\n"):
+        for sig in SIGNATURES:
+            if sig.regex.search(line):
+                kept = shorten(line.strip(), scanner.MAX_LINE)
+                count, first, _ = out.get(sig.name, (0, kept, kept))
+                out[sig.name] = (count + 1, first, kept)
+    return out
+
+
+def test_the_scanner_finds_what_every_pattern_finds_on_every_line():
+    rng = random.Random(1234)
+    pieces = HEALTHY + [s.example for s in SIGNATURES] + [
+        "actor/pg_loss: nan", "Train Loss:  NaN", "grad_norm:-INF", "Killed", "  Killed  ", "oom-killer invoked",
+        "NCCL operation ALLREDUCE timed out", "ValueError", "x ValueError: y", "\x00\xff binary \u00e9\u4e2d",
+        "(Worker pid=2) RuntimeError: " + "x" * 3000, "error: lowercase only", "no module named flash_attn",
+    ]
+    table = scanner.Table(monitor_rows())
+    for _ in range(40):
+        text = "\n".join(rng.choice(pieces) for _ in range(rng.randint(1, 60)))
+        assert table.scan(text) == _naive(text)
+
+
+def test_a_signature_without_needles_still_scans_every_line():
+    table = scanner.Table([{"name": "boom", "pattern": r"^BOOM \d+$", "flags": "", "needles": []}])
+    assert table.scan("a\nBOOM 1\nb\nBOOM 22\n") == {"boom": (2, "BOOM 1", "BOOM 22")}
+    folded = scanner.Table([{"name": "x", "pattern": r"hello", "flags": "i", "needles": ["HeLLo"]}])
+    assert folded.scan("say HELLO\nhello\n") == {"x": (2, "say HELLO", "hello")}
+
+
+def test_clip_is_the_servers_shorten_rule():
+    for text in ("", "short", "x" * 400, "y" * 401, "abc" * 1000, "\u4e2d" * 999):
+        for limit in (0, 2, 3, 4, 10, 400):
+            assert scanner.clip(text, limit) == shorten(text, limit)
+
+
+def test_the_server_scan_uses_the_same_table_and_keeps_the_first_line():
+    state = logs.ScanState(offsets=[0])
+    logs.scan_text("ValueError: first\nok\nKeyError: second\n", state, None, role="main", now=1.0)
+    hit = state.errors["python_exception"]
+    assert hit == {"count": 2, "line": "KeyError: second", "role": "main", "first_line": "ValueError: first"}
+    assert re.search(logs.signature_table().signatures[0].regex.pattern, SIGNATURES[0].example)
