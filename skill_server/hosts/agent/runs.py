@@ -354,7 +354,8 @@ def _remove_finished_sessions(asked: list[Mapping[str, object]], observed: list[
         socket = need_or(p, "socket_path", str, None)
         if exp_id is None or socket is None:
             continue
-        done = runs.get(rdir, (exp_id, socket, True))[2] and o["exit_code"] is not None
+        on_disk = files.exists(os.path.join(rdir, need(p, "role", str) + ".exit"))  # not only in tmux's memory
+        done = runs.get(rdir, (exp_id, socket, True))[2] and on_disk
         runs[rdir] = (exp_id, socket, done)
     for rdir, (exp_id, socket, done) in runs.items():
         entry = cache.get(rdir)
