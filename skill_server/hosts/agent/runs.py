@@ -276,7 +276,7 @@ def op_observe(req: Mapping[str, object]) -> ObserveReply:
         panes[socket] = tmux.list_panes(socket)
     cache: dict[str, Any] = {}  # per run directory: its monitor's findings, read once
     observed = [_observe_proc(p, cache) for p in objects(req, "procs")]
-    _remove_finished_sessions(objects(req, "procs"), observed, cache)
+    _remove_finished_sessions(objects(req, "procs"), cache)
     return {"panes": panes, "procs": observed, "host_identity": host_identity()}
 
 
@@ -341,15 +341,14 @@ def _read(log_path: str, span: Mapping[str, object], final: bool) -> Appended:
     return files.read_appended(log_path, max(0, need(span, "offset", int)), budget, final)
 
 
-def _remove_finished_sessions(asked: list[Mapping[str, object]], observed: list[ObservedProc],
-                              cache: dict[str, Any]) -> None:
+def _remove_finished_sessions(asked: list[Mapping[str, object]], cache: dict[str, Any]) -> None:
     """A run whose every process here has its exit code on disk no longer needs its tmux session: its monitor
     removes it when it ends; for a run without a live monitor (launched before monitors, or its monitor
     gone) the observation that finds the codes does, once."""
     from .monitor import SESSION_REMOVED
 
     runs: dict[str, tuple[str, str, bool]] = {}
-    for p, o in zip(asked, observed):
+    for p in asked:
         rdir, exp_id = need(p, "run_dir", str), need_or(p, "exp_id", str, None)
         socket = need_or(p, "socket_path", str, None)
         if exp_id is None or socket is None:
