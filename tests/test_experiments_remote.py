@@ -292,7 +292,8 @@ def test_the_monitor_on_a_node_scans_with_nobody_asking_and_ends_with_the_run(re
     out = call("launch_experiment", host="node1", name="watched", workdir=str(work),
                command="sleep 1; echo 'torch.OutOfMemoryError: CUDA out of memory.'; sleep 120")
     close_masters()  # no connection, no tool call: only the node's own monitor sees the line
-    found = remote.node_dir("node1") / "state" / "runs" / out["id"] / "monitor.json"
+    (host_dir,) = (remote.node_dir("node1") / "state" / "runs" / out["id"]).iterdir()  # the node's identity
+    found = host_dir / "monitor.json"
     doc = wait_until(lambda: found.exists() and "cuda_oom" in (d := json.loads(found.read_text()))["roles"]["main"][
         "errors"] and d, timeout=20)
     assert doc["roles"]["main"]["errors"]["cuda_oom"]["count"] == 1 and node_alive("node1", doc["pid"])
