@@ -55,7 +55,8 @@ def cli_call() -> tuple[float, list[str]]:
         "import json; sys.stderr.write(json.dumps(mods))"
     )
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env(), check=False)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env(),
+                          check=False)
     elapsed = time.perf_counter() - start
     assert proc.returncode == 0, proc.stderr
     return elapsed, json.loads(proc.stderr.strip() or "[]")

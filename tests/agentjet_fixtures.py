@@ -224,13 +224,15 @@ class AgentJetJob:
         assert ajet.rollout.max_response_length_in_one_turn <= ajet.data.max_response_length
         if ajet.lora.lora_rank > 0:
             if ajet.lora.load_format != "safetensors":
-                raise ValueError(f"When lora_rank > 0, lora_load_format must be 'safetensors', got {ajet.lora.load_format!r}")
+                raise ValueError("When lora_rank > 0, lora_load_format must be 'safetensors', "
+                                 f"got {ajet.lora.load_format!r}")
             if not ajet.lora.layered_summon:
                 raise ValueError("When lora_rank > 0, layered_summon must be True")
             if ajet.trainer_common.optim.lr is None:
                 raise ValueError("lr must be set for lora training")
             if ajet.trainer_common.optim.lr <= 1e-5:
-                raise ValueError(f"lr should usually be greater than 1e-5 for lora training, got {ajet.trainer_common.optim.lr}")
+                raise ValueError("lr should usually be greater than 1e-5 for lora training, "
+                                 f"got {ajet.trainer_common.optim.lr}")
         if ajet.trainer_common.nnodes > 1 and ajet.enable_swarm_mode:
             ajet.interchange_server.interchange_method = "tcp"
         if ajet.backbone == "trinity":

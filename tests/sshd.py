@@ -255,7 +255,7 @@ class LoopbackSshd:
         return found
 
     def _spawn(self, key: str, config: str) -> None:
-        log = open(self.root / f"sshd_{key}.log", "wb")
+        log = open(self.root / f"sshd_{key}.log", "wb")  # noqa: SIM115  (sshd writes it while it runs)
         if self.namespaced:
             argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount", "--propagation", "private",
                     "--mount-proc", "sh", "-c", self._namespace_script(config)]

@@ -166,7 +166,8 @@ def test_commit_and_date_come_from_dot_git_loose_and_packed(tmp_path):
 
 
 def test_job_source_in_either_orientation_and_with_parameter_values():
-    source = ("class AgentJetJob:\n    def __init__(self, base_yaml_config=None, num_repeat=None, lr=None, *, extra=3):\n"
+    source = ("class AgentJetJob:\n"
+              "    def __init__(self, base_yaml_config=None, num_repeat=None, lr=None, *, extra=3):\n"
               "        overrides = {'ajet.rollout.num_repeat': num_repeat, 'lr': 'ajet.trainer_common.optim.lr'}\n")
     signature, rows, any_kwarg = pysource.read_job_source(source)
     assert signature == [("base_yaml_config", None), ("num_repeat", None), ("lr", None), ("extra", 3)]
@@ -190,7 +191,8 @@ def test_schema_source_with_inheritance_and_refusals():
 
 
 def test_thread_rule_is_read_from_code_not_text():
-    ceil = "import math\ndef rollout_swarm(t, m, n):\n    assert True, 'min(len(t), m // n)'\n    return math.ceil(m / n)\n"
+    ceil = ("import math\ndef rollout_swarm(t, m, n):\n    assert True, 'min(len(t), m // n)'\n"
+            "    return math.ceil(m / n)\n")
     assert pysource.read_thread_rule(ceil)[0] == "ceil"
     text_only = "def rollout_swarm(t, m, n):\n    assert m, 'uses m // n'\n    return m\n"
     assert pysource.read_thread_rule(text_only)[0] is None

@@ -72,7 +72,7 @@ def test_layer_loader_types_scalars_like_omegaconf(pairs):
 
 
 def test_layer_loader_refuses_duplicate_keys_like_omegaconf():
-    for loader in (lambda t: omegaconf_reads(t), yamltypes.load_layer_text):
+    for loader in (omegaconf_reads, yamltypes.load_layer_text):
         with pytest.raises(yaml.constructor.ConstructorError, match=r"duplicate key '?a\b"):
             loader("a: 1\nb: 2\na: 3\n")
 

@@ -357,7 +357,8 @@ def test_provenance_says_where_each_value_came_from(tmp_path):
     assert prov["ajet.rollout.temperature"].source == "set" and prov["ajet.rollout.temperature"].base_value == 0.9
     tcp = prov["ajet.interchange_server.interchange_method"]
     assert (tcp.source, tcp.value) == ("agentjet", "tcp") and "AgentJet 0.1.0 (c68c154f)" in tcp.note
-    assert prov["defaults"].layer.startswith("wolves") and prov["actor_rollout_ref.hybrid_engine"].layer == "verl_default"
+    assert prov["defaults"].layer.startswith("wolves")
+    assert prov["actor_rollout_ref.hybrid_engine"].layer == "verl_default"
     assert any("vllm_tool_parser" in w and "closest known key" in w for w in r.warnings)
     changed = build(base_yaml=str(base), kwargs={"max_env_worker": 128}, provenance="changed")
     assert {p.key for p in changed.provenance} == {"ajet.rollout.max_env_worker",
@@ -416,5 +417,6 @@ def test_cli_never_imports_mcp_or_hydra():
             "sys.stderr.write(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
             "('mcp', 'hydra', 'omegaconf'))))")
     proc = subprocess.run([sys.executable, "-c", "import json; " + code], capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}, timeout=60, check=False)
+                          env={**os.environ,
+                               "PYTHONPATH": str(Path(__file__).resolve().parents[1])}, timeout=60, check=False)
     assert proc.returncode == 0 and json.loads(proc.stderr) == []

@@ -46,7 +46,8 @@ def test_floor_rule_leaves_remainder_idle():
 def test_grpo_n_alias_and_the_bundled_rule():
     r = cap(max_env_worker=128, grpo_n=4)
     assert r.num_repeat == 4 and r.episode_cap == 128 and r.bounds.train_batch_size is None
-    assert r.thread_rule == "ceil" and r.thread_rule_source.startswith("AgentJet 0.1.0 (c68c154f): ceil() in rollout_swarm")
+    assert r.thread_rule == "ceil"
+    assert r.thread_rule_source.startswith("AgentJet 0.1.0 (c68c154f): ceil() in rollout_swarm")
     assert (r.agentjet.source, r.agentjet.version, r.agentjet.commit[:8]) == ("bundled", "0.1.0", "c68c154f")
     assert "ceil rule: AgentJet 0.1.0 (c68c154f)" in r.explanation
 
@@ -170,7 +171,8 @@ def test_cli_golden_cases_and_pairs():
     code, out, _ = call_cli("episode_cap", {"max_env_worker": 512, "grpo_n": 8, "train_batch_size": 32})
     assert code == 0 and out["episode_cap"] == 256 and out["binding"] == ["train_batch_size"]
     from tests.conftest import run_cli
-    proc = run_cli("call", "episode_cap", "max_env_worker=128", "num_repeat=6", "train_batch_size=32", "thread_rule=floor")
+    proc = run_cli("call", "episode_cap", "max_env_worker=128", "num_repeat=6", "train_batch_size=32",
+                   "thread_rule=floor")
     assert proc.returncode == 0 and '"episode_cap":126' in proc.stdout
 
 

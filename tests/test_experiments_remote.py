@@ -78,7 +78,8 @@ def node_marked(node: str, prefix: str) -> list[int]:
             "for e in os.listdir('/proc'):\n"
             "    try: env=open('/proc/'+e+'/environ','rb').read(); st=open('/proc/'+e+'/stat').read()\n"
             "    except Exception: continue\n"
-            "    if st.rsplit(')',1)[-1].split()[0]!='Z' and ('\\0'+env.decode('latin-1')).find('\\0AGENTJET_SKILL_RUN='+sys.argv[1])>=0: print(e)\n")
+            "    if st.rsplit(')',1)[-1].split()[0]!='Z' and "
+            "('\\0'+env.decode('latin-1')).find('\\0AGENTJET_SKILL_RUN='+sys.argv[1])>=0: print(e)\n")
     out = get_host(node).run([NODE_PY, "-c", code, prefix], timeout_s=20)
     assert out.returncode == 0, out
     return [int(x) for x in out.stdout.split()]
@@ -172,12 +173,14 @@ def test_the_run_survives_losing_the_ssh_connection(remote: LoopbackSshd):
     work = workdir_on(remote)
     out = call("launch_experiment", host="node1", name="survive", workdir=str(work),
                command=trainer("--steps", "2", "--hold", "4"))
-    check = subprocess.run(ssh_options() + ["-O", "check", "node1"], capture_output=True, text=True, timeout=20, check=False)
+    check = subprocess.run(ssh_options() + ["-O", "check", "node1"], capture_output=True, text=True, timeout=20,
+                           check=False)
     master = int(re.search(r"pid=(\d+)", check.stderr).group(1))
     subprocess.run(ssh_options() + ["-O", "exit", "node1"], capture_output=True, timeout=20, check=False)
     wait_until(lambda: not Path(f"/proc/{master}").exists() or "Z" in Path(f"/proc/{master}/stat").read_text())
     assert status(out["id"], max_lines=0)["state"] == "running"  # a new connection, the same run
-    check = subprocess.run(ssh_options() + ["-O", "check", "node1"], capture_output=True, text=True, timeout=20, check=False)
+    check = subprocess.run(ssh_options() + ["-O", "check", "node1"], capture_output=True, text=True, timeout=20,
+                           check=False)
     os.kill(int(re.search(r"pid=(\d+)", check.stderr).group(1)), 9)  # and now the master dies hard
     done = call("wait_experiment", id=out["id"], timeout_s=40)
     assert done["state"] == "succeeded" and done["global_step"] == 2

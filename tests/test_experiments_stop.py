@@ -56,7 +56,8 @@ def test_stop_ends_every_process_of_the_run_and_says_so(tmux_socket: str, workdi
                     return None  # the double fork is still under way
             except OSError:
                 return None
-        ready = any(is_double_fork(c) for c in found.values()) and any(c.startswith("sleep 901") for c in found.values())
+        commands = list(found.values())
+        ready = any(is_double_fork(c) for c in commands) and any(c.startswith("sleep 901") for c in commands)
         return found if ready and any(c.startswith("sleep 902") for c in found.values()) else None
 
     commands = wait_until(settled)

@@ -134,7 +134,8 @@ def test_stop_own_session_and_refuse_foreign_ones(tmux_socket: str, workdir: Pat
 
 
 def test_hard_kill_after_grace_when_ctrl_c_is_ignored(tmux_socket: str, workdir: Path):
-    cmd = f"{PY} -c \"import signal,time; signal.signal(signal.SIGINT, signal.SIG_IGN); print('up', flush=True); time.sleep(60)\""
+    cmd = (f"{PY} -c \"import signal,time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+           "print('up', flush=True); time.sleep(60)\"")
     out = call("launch_experiment", name="stubborn", command=cmd, workdir=str(workdir))
     wait_until(lambda: status(out["id"], max_lines=0)["state"] == "running" and Path(out["log_path"]).exists()
                and "up" in Path(out["log_path"]).read_text())
@@ -179,7 +180,8 @@ def test_bad_inputs_are_named_and_create_nothing(tmux_socket: str, workdir: Path
         ({"name": "x", "workdir": str(workdir), "processes": [{"role": "a", "command": "true"},
                                                                {"role": "a", "command": "true"}]}, "processes"),
         ({"name": "x", "workdir": str(workdir), "processes": [{"role": "a", "command": "true",
-                                                               "wait_for_url": "ftp://x"}]}, "processes.0.wait_for_url"),
+                                                               "wait_for_url": "ftp://x"}]},
+         "processes.0.wait_for_url"),
         ({"name": "x", "command": "true", "workdir": str(workdir), "colour": "red"}, "colour"),
     ]
     for args, field in cases:
@@ -198,7 +200,8 @@ def test_odd_commands_env_and_venv_are_passed_exactly(tmux_socket: str, workdir:
     (venv / "bin" / "python").symlink_to(sys.executable)
     cmd = ("printf '%s|%s|%s\\n' \"$MY_VAR\" \"$VIRTUAL_ENV\" \"$(command -v python)\"; "
            "echo 'quotes: \"double\" and $HOME stays literal'; echo \"cwd=$PWD\"")
-    out = call("launch_experiment", name="Odd-Name_1", command=cmd, workdir=str(workdir), python=str(venv / "bin/python"),
+    out = call("launch_experiment", name="Odd-Name_1", command=cmd, workdir=str(workdir),
+               python=str(venv / "bin/python"),
                env={"MY_VAR": "a b'c\"d $x"})
     assert out["session"] == "ajet_Odd-Name_1"
     lines = wait_exit(out["id"])["lines"]
@@ -347,7 +350,8 @@ def test_blueprint_launch_and_collect_results(tmux_socket: str, workdir: Path):
     bp_path = workdir / "blueprint.md"
     tpl = call("blueprint", action="template", path=str(bp_path), purpose="Fake math run",
                codebase_dir=str(workdir), venv_exe=sys.executable, yaml_path="exp.yaml",
-               launch_command=f"{trainer('--steps', '8', '--val-md', str(val_md), '--train-md', str(train_md))} --conf exp.yaml",
+               launch_command=trainer("--steps", "8", "--val-md", str(val_md), "--train-md", str(train_md))
+               + " --conf exp.yaml",
                max_time="1.5h")
     assert tpl["ok"], tpl["problems"]
     checked = call("blueprint", action="validate", path=str(bp_path))

@@ -83,7 +83,8 @@ def test_scan_keeps_last_metrics_and_counts_errors(tmp_path: Path):
             "step:2 - actor/kl_loss:nan - training/global_step:2\nValueError: y\n")
     logs.scan_text(text, state, None, role="server", now=5.0)
     assert state.global_step == 2 and state.last_metrics["actor/kl_loss"] is None  # NaN is reported as null
-    assert state.errors["python_exception"]["count"] == 2 and state.errors["python_exception"]["line"] == "ValueError: y"
+    assert state.errors["python_exception"]["count"] == 2
+    assert state.errors["python_exception"]["line"] == "ValueError: y"
     assert state.errors["nan_loss"]["count"] == 1 and state.errors["nan_loss"]["role"] == "server"
     assert state.first_step_seen and state.first_step_at == 5.0
 
@@ -301,7 +302,6 @@ def test_wait_refuses_a_status_cursor_and_says_where_it_goes():
 
 
 def test_wait_back_off_advances_only_with_timeouts_and_an_ended_run_has_exited():
-    from skill_server.experiments.spec import RunSpec
     from skill_server.experiments.store import open_registry
     from skill_server.tools.wait_experiment.tool import WAIT_SCHEDULE_S, _settle
 

@@ -42,8 +42,9 @@ GPU_NODES = {
              "processes": [{"gpu": 2, "pid": 4194000, "name": "/usr/bin/python3", "used_memory": 20000}]},
     "gpu2": {"gpus": [{"uuid": f"GPU-22222222-{i}", "name": A100, "memory_total": 81920, "memory_used": 4,
                        "utilization": 3} for i in range(2)], "processes": []},
-    "sick": {"fail": {"exit": 9, "message": "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA "
-                                            "driver. Make sure that the latest NVIDIA driver is installed and running."}},
+    "sick": {"fail": {"exit": 9, "message": "NVIDIA-SMI has failed because it couldn't communicate with the "
+                                            "NVIDIA driver. Make sure that the latest NVIDIA driver is installed "
+                                            "and running."}},
 }
 NODE_PY = "python3"
 

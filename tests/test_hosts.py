@@ -177,7 +177,8 @@ def test_run_is_bounded_in_time_and_output_and_kills_the_group():
     assert done[2]["returncode"] is None and "not found" in done[2]["error"]
     assert done[3]["stdout"] == "a 'b' $c\n"
     time.sleep(0.2)
-    assert subprocess.run(["pgrep", "-f", "^sleep 31.7$"], capture_output=True, check=False).returncode == 1  # none left
+    assert subprocess.run(["pgrep", "-f", "^sleep 31.7$"], capture_output=True,
+                          check=False).returncode == 1  # none left
 
 
 def test_each_client_function_builds_the_request_the_agent_reads():

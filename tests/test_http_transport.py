@@ -47,7 +47,7 @@ def http_server(*extra: str, token: str | None = TOKEN) -> Iterator[tuple[int, s
                 break
             except OSError:
                 if proc.poll() is not None:
-                    raise AssertionError(proc.stderr.read() if proc.stderr else "server exited")
+                    raise AssertionError(proc.stderr.read() if proc.stderr else "server exited") from None
                 time.sleep(0.1)
         yield port, proc
     finally:

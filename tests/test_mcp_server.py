@@ -118,7 +118,8 @@ def test_cli_path_never_imports_mcp():
         "bad = sorted(m for m in sys.modules if m == 'mcp' or m.startswith(('mcp.', 'mcp_types')))\n"
         "sys.stderr.write(repr((rc, rc2, bad)))\n"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env(), check=False)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env(),
+                          check=False)
     assert proc.stderr.strip() == "(0, 0, [])", proc.stderr
 
 

@@ -43,7 +43,8 @@ def test_skill_md_frontmatter_and_body():
     fields = dict(line.split(": ", 1) for line in front.splitlines())
     assert set(fields) == {"name", "description", "license"}
     assert fields["name"] == SKILL_NAME and fields["license"] == "Complete terms in LICENSE.txt"
-    assert 0 < len(fields["description"]) <= 1024 and "<" not in fields["description"] and ">" not in fields["description"]
+    description = fields["description"]
+    assert 0 < len(description) <= 1024 and "<" not in description and ">" not in description
     assert len(body.splitlines()) < 500
     for link in re.findall(r"\]\((references/[^)]+)\)", body):
         assert (REPO / link).is_file(), link
@@ -344,7 +345,8 @@ def test_wheel_carries_data_and_works_outside_the_checkout(tmp_path):
     code = ("from skill_server.app.mcp_server import read_reference, list_references; "
             "import skill_server; print(skill_server.__file__); print(len(read_reference('episode-cap'))); "
             "print(','.join(list_references()))")
-    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True, check=False)
+    out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, capture_output=True, text=True,
+                         check=False)
     assert out.returncode == 0, out.stderr
     origin, size, pages = out.stdout.split()
     assert origin.startswith(str(site)) and int(size) > 1000 and "overlay-config" in pages.split(",")

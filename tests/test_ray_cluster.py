@@ -317,7 +317,8 @@ def test_ray_status_text_is_read_without_guessing():
 
     status = parse_status(V2_STATUS)
     assert status is not None and status.alive == 3 and status.node_types == ["head", "gpu-workers"]
-    assert status.pending == ["gpu-workers, 1 launching"] and status.failures == ["node 10.0.0.9: RayletUnexpectedlyDied"]
+    assert status.pending == ["gpu-workers, 1 launching"]
+    assert status.failures == ["node 10.0.0.9: RayletUnexpectedlyDied"]
     assert (status.resources["GPU"].used, status.resources["GPU"].total) == (8.0, 16.0)
     assert status.resources["memory"].used == 1536.0 and status.resources["memory"].total == float(round(1.2 * 2**40))
     assert status.resources["memory"].unit == "bytes" and status.resources["CPU"].unit == "count"

@@ -45,7 +45,7 @@ def finish(proc: subprocess.Popen[bytes], timeout: float = 30) -> tuple[int, str
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-        raise AssertionError("the server did not stop")
+        raise AssertionError("the server did not stop") from None
     return proc.returncode, proc.stderr.read().decode(errors="replace") if proc.stderr else ""
 
 

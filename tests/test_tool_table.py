@@ -35,9 +35,11 @@ def test_listing_tools_imports_no_tool_module():
     code = (
         "import sys; from skill_server.app import cli; cli.main(['tools']); "
         "sys.stderr.write(repr(sorted(m for m in sys.modules if m in "
-        "('skill_server.tools.build_config.tool', 'skill_server.tools.episode_cap.tool', 'skill_server.tools.swarm_status.tool', 'mcp'))))"
+        "('skill_server.tools.build_config.tool', 'skill_server.tools.episode_cap.tool', "
+        "'skill_server.tools.swarm_status.tool', 'mcp'))))"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env(), check=False)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env(),
+                          check=False)
     assert proc.stderr.strip() == "[]", proc.stderr
     assert all(t.name in proc.stdout for t in TOOLS)
 
@@ -45,7 +47,8 @@ def test_listing_tools_imports_no_tool_module():
 def test_listing_tools_imports_no_heavy_package():
     code = ("import sys; from skill_server.app import cli; cli.main(['tools', '--json']); "
             "sys.stderr.write(repr(sorted(m for m in sys.modules if m in ('pydantic', 'yaml', 'matplotlib', 'mcp'))))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env(), check=False)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env(),
+                          check=False)
     assert proc.stderr.strip() == "[]", proc.stderr
 
 
@@ -178,8 +181,10 @@ def test_call_tool_help_lists_every_argument_with_type_default_and_description()
 
 def test_call_help_imports_neither_mcp_nor_the_tool_module():
     code = ("import sys; from skill_server.app import cli; cli.main(['call', 'swarm_status', '--help']); "
-            "sys.stderr.write(repr(sorted(m for m in sys.modules if m in ('skill_server.tools.swarm_status.tool', 'mcp'))))")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env(), check=False)
+            "sys.stderr.write(repr(sorted(m for m in sys.modules "
+            "if m in ('skill_server.tools.swarm_status.tool', 'mcp'))))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=cli_env(),
+                          check=False)
     assert proc.stderr.strip() == "[]" and "watch_s" in proc.stdout
 
 
