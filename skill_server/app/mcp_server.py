@@ -127,8 +127,7 @@ def _tool_listing() -> tuple[Tool, ...]:
             description=spec.description,
             input_schema=manifest[spec.name]["input"],
             output_schema=manifest[spec.name]["output"],
-            annotations=ToolAnnotations(
-                title=spec.title,
+            annotations=ToolAnnotations(  # no title here: the tool's own title says it once
                 read_only_hint=spec.read_only,
                 destructive_hint=spec.destructive,
                 idempotent_hint=spec.idempotent,
