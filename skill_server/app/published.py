@@ -65,7 +65,7 @@ def input_schema(schema: dict[str, Any]) -> dict[str, Any]:
 def output_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """The published outline of an output model's schema (see the module docstring)."""
     drop = frozenset({"title", "description", "default", "examples"})
-    lean = _prune({key: value for key, value in schema.items() if key != "$defs"}, drop, False, open_objects=True)
+    lean: dict[str, Any] = _prune({k: v for k, v in schema.items() if k != "$defs"}, drop, False, open_objects=True)
     lean_defs = {name: _prune(sub, drop, False) for name, sub in schema.get("$defs", {}).items()}
     lean["properties"] = {name: _outline(prop, lean_defs) for name, prop in lean.get("properties", {}).items()}
     return lean
@@ -75,7 +75,7 @@ def _outline(node: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     """A field's schema with every object it holds reduced to ``{"type": "object"}``."""
     ref = node.get("$ref")
     if isinstance(ref, str):
-        target = defs.get(ref.rsplit("/", 1)[-1], {})
+        target: dict[str, Any] = defs.get(ref.rsplit("/", 1)[-1], {})
         return {"type": "object"} if target.get("type") == "object" or "properties" in target else target
     out = dict(node)
     if isinstance(node.get("items"), dict):

@@ -75,6 +75,8 @@ class ToolSpec:
     idempotent: bool = True
     open_world: bool = False
     reports_progress: bool = False
+    #: what the published description leaves out, for references/tools.md (``app.tool_docs``) only
+    details: str = ""
 
     @property
     def input_type(self) -> type[BaseModel]:
@@ -180,6 +182,12 @@ TOOLS: tuple[ToolSpec, ...] = (
         input_model="skill_server.tools.episode_cap.models:EpisodeCapInput",
         output_model="skill_server.tools.episode_cap.models:EpisodeCapResult",
         run="skill_server.tools.episode_cap.tool:compute_episode_cap",
+        details=(
+            "The cap is min(max_env_worker, num_repeat * min(train_batch_size, ceil(max_env_worker / num_repeat))), "
+            "with floor instead of ceil in older engines; thread_rule=auto takes the selected AgentJet's rule. What "
+            "the clients together run (client_parallelism: one total or a per-client list) bounds it further. The "
+            "answer names the AgentJet version it describes."
+        ),
         read_only=True,
     ),
     ToolSpec(
@@ -193,6 +201,12 @@ TOOLS: tuple[ToolSpec, ...] = (
         input_model="skill_server.tools.build_config.models:BuildConfigInput",
         output_model="skill_server.tools.build_config.models:BuildConfigResult",
         run="skill_server.tools.build_config.tool:build_config",
+        details=(
+            "The release is agentjet_version (default the newest bundled) or the install at agentjet_root. Inputs "
+            "real AgentJet refuses are refused with the cause and AgentJet's exception. The answer names the AgentJet "
+            "it describes and carries warnings. Read-only unless output_path is given: that file is created, never "
+            "replaced."
+        ),
         read_only=False,
         destructive=False,
         idempotent=True,
@@ -208,6 +222,15 @@ TOOLS: tuple[ToolSpec, ...] = (
         input_model="skill_server.tools.check_config.models:CheckConfigInput",
         output_model="skill_server.tools.check_config.models:CheckConfigResult",
         run="skill_server.tools.check_config.tool:check_config",
+        details=(
+            "The script is read with ast only. base_yaml_config is located where AgentJetJob opens it (pass cwd, the "
+            "launch directory, for a relative one). Everything AgentJet would refuse (the causes build_config refuses "
+            "with) is a finding with AgentJet's exception, all at once. Findings describe one AgentJet release "
+            "(agentjet_version or agentjet_root; default the newest bundled), named in agentjet and in every "
+            "version-dependent message. A value that depends on the environment, the command line or a missing or "
+            "refused base YAML is null with the reason; checks that could not run are listed in skipped. The rules "
+            "are documented in [split-configuration.md](split-configuration.md)."
+        ),
         read_only=True,
         idempotent=True,
     ),
@@ -222,6 +245,12 @@ TOOLS: tuple[ToolSpec, ...] = (
         input_model="skill_server.tools.swarm_status.models:SwarmStatusInput",
         output_model="skill_server.tools.swarm_status.models:SwarmStatusResult",
         run="skill_server.tools.swarm_status.tool:swarm_status",
+        details=(
+            "It reads GET /get_engine_status and /get_current_batch_rollout_pool_information. Claimed episodes are "
+            "what the gauge counts; the stalest episodes are set against their discard timeout; the cap comes from "
+            "cap arguments, a dumped config yaml, or the yaml_backup.yaml the engine wrote. An unreachable server is "
+            "reachable=false with the reason and what to check next. Every call ends within watch_s + timeout_s."
+        ),
         read_only=True,
         idempotent=True,
         open_world=True,
@@ -238,6 +267,12 @@ TOOLS: tuple[ToolSpec, ...] = (
         input_model="skill_server.tools.blueprint.models:BlueprintInput",
         output_model="skill_server.tools.blueprint.models:BlueprintOutput",
         run="skill_server.tools.blueprint.tool:blueprint_tool",
+        details=(
+            "The sections are [exp_purpose], [exp_codebase_dir], [exp_venv_exe], [exp_yaml_path], "
+            "[exp_launch_command], [exp_result_dir] and [exp_max_time]; defaults: 24 h, first step within 20 min, "
+            "./auto_agent/exp_results/. An existing file is never replaced. validate reports missing sections, "
+            "relative or missing paths, and an unreadable or over-long max time."
+        ),
         read_only=False,
         destructive=False,
         idempotent=False,
@@ -253,6 +288,14 @@ TOOLS: tuple[ToolSpec, ...] = (
         input_model="skill_server.tools.launch_experiment.models:LaunchInput",
         output_model="skill_server.tools.launch_experiment.models:LaunchOutput",
         run="skill_server.tools.launch_experiment.tool:launch_experiment",
+        details=(
+            "Each run gets a detached session of a dedicated tmux server, on this machine or an ssh host ('host', and "
+            "per process 'processes[i].host': one experiment may span hosts). Output goes to a log file on the "
+            "process's host and the exit code to a file; env is set explicitly; a process with wait_for_url starts "
+            "once that URL answers; past the max time the run is timed_out. A running name is refused; with "
+            "require_free_gpus (e.g. 0.95) a GPU on the host with less memory free refuses the start, naming the pids "
+            "that hold it."
+        ),
         read_only=False,
         idempotent=False,
         open_world=True,
@@ -268,6 +311,10 @@ TOOLS: tuple[ToolSpec, ...] = (
         input_model="skill_server.tools.wait_experiment.models:WaitInput",
         output_model="skill_server.tools.wait_experiment.models:WaitOutput",
         run="skill_server.tools.wait_experiment.tool:wait_experiment",
+        details=(
+            "timeout_s defaults to 30 and is clamped to 50; progress is reported while waiting. The max time is "
+            "enforced on the run's host, never by this call; an unreachable host gives reason 'unreachable'."
+        ),
         read_only=True,
         idempotent=True,
         open_world=True,
@@ -284,6 +331,14 @@ TOOLS: tuple[ToolSpec, ...] = (
         input_model="skill_server.tools.experiment_status.models:StatusInput",
         output_model="skill_server.tools.experiment_status.models:StatusOutput",
         run="skill_server.tools.experiment_status.tool:experiment_status",
+        details=(
+            "States: running, succeeded, failed, stopped, timed_out, lost, or unreachable when a host cannot be "
+            "asked. The first-step check looks for the first step:N line; metrics are the last `step:N - key:value` "
+            "line's; progress gives global and total steps, seconds per step, steps per hour and ETA, each with its "
+            "source or why it is unknown; checkpoints are global_step_N folders (step, size, time). At most 200 new "
+            "lines / 16 KB per call. metrics_history takes names or globs and is downsampled to history_points. It "
+            "reads only appended bytes, one round trip per host, hosts in parallel."
+        ),
         read_only=True,
         idempotent=True,
         open_world=True,
@@ -298,6 +353,13 @@ TOOLS: tuple[ToolSpec, ...] = (
         input_model="skill_server.tools.compare_experiments.models:CompareInput",
         output_model="skill_server.tools.compare_experiments.models:CompareOutput",
         run="skill_server.tools.compare_experiments.tool:compare_experiments",
+        details=(
+            "Metrics default to the reward, validation, loss and entropy metrics every run has, from every step:N "
+            "line scanned. The leader is decided on the primary metric by its last-k mean (higher is better unless "
+            "the metric is loss-like or higher_is_better says otherwise; the answer says which was assumed). Config "
+            "differences come from each run's blueprint or --conf YAML, or yaml_paths such as a dumped config, "
+            "bounded."
+        ),
         read_only=True,
         idempotent=True,
         open_world=True,
@@ -313,6 +375,11 @@ TOOLS: tuple[ToolSpec, ...] = (
         input_model="skill_server.tools.stop_experiment.models:StopInput",
         output_model="skill_server.tools.stop_experiment.models:StopOutput",
         run="skill_server.tools.stop_experiment.tool:stop_experiment",
+        details=(
+            "Ctrl-C is SIGINT to each process group; grace_s defaults to 10; SIGTERM and SIGKILL also reach processes "
+            "that left the group (setsid, double fork). The run is never reported stopped while a process of it "
+            "lives. Its tmux sessions are removed; sessions not in the registry are never touched."
+        ),
         read_only=False,
         destructive=True,
         idempotent=True,
@@ -328,6 +395,12 @@ TOOLS: tuple[ToolSpec, ...] = (
         input_model="skill_server.tools.gpu_status.models:GpuStatusInput",
         output_model="skill_server.tools.gpu_status.models:GpuStatusOutput",
         run="skill_server.tools.gpu_status.tool:gpu_status",
+        details=(
+            "Hosts are asked in parallel, one round trip each. Memory is in MiB; free_fraction is (total-used)/total, "
+            "what AgentJet's launcher checks against 0.95; processes are the compute processes (pid, MiB, name) from "
+            "nvidia-smi's CSV queries. A host without nvidia-smi, a failing driver or an unreachable host has gpus "
+            "null and the reason, never an error of the whole call."
+        ),
         read_only=True,
         idempotent=True,
         open_world=True,
@@ -343,6 +416,13 @@ TOOLS: tuple[ToolSpec, ...] = (
         input_model="skill_server.tools.ray_cluster.models:RayClusterInput",
         output_model="skill_server.tools.ray_cluster.models:RayClusterOutput",
         run="skill_server.tools.ray_cluster.tool:ray_cluster",
+        details=(
+            "start checks ray on every node first (same version; require_free_gpus checks GPUs), starts ray start "
+            "--head on head and --address on every worker with this server's logs, max time and stop guarantees, then "
+            "waits up to timeout_s (at most 50, progress reported) until ray status lists every node; call it again "
+            "to keep waiting. status reads ray status on the head (bounded). stop runs ray stop --force on every "
+            "node; kill_gpu_processes=true also ends the GPU holders owned by the ssh user."
+        ),
         read_only=False,
         destructive=True,
         idempotent=False,
@@ -360,6 +440,14 @@ TOOLS: tuple[ToolSpec, ...] = (
         input_model="skill_server.tools.collect_results.models:CollectInput",
         output_model="skill_server.tools.collect_results.models:CollectOutput",
         run="skill_server.tools.collect_results.tool:collect_results",
+        details=(
+            "Metrics come from the validation and training markdown files (dict-like metric lines; paths from the "
+            "run's YAML or given), or when they are absent the log's step:N lines (metrics_source says which). The "
+            "plateau check covers mean_reward and task_pass_rate. metrics.png (optionally with other runs overlaid) "
+            "is embedded in results.md; without matplotlib the series are returned in plot_data. results.md and "
+            "metrics.png replace the previous ones; finish.flag is empty; all are written atomically on the host "
+            "holding the result directory (the answer says which). Only regular files are read, bounded."
+        ),
         read_only=False,
         destructive=True,  # it replaces results.md and metrics.png in the result directory, whoever wrote them
         idempotent=True,
