@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
-
 from skill_server.app import tool_docs
 from skill_server.app.mcp_server import EXPLAIN_GAUGE, INSTRUCTIONS, RUN_BLUEPRINT
 from skill_server.app.table import TOOLS
@@ -63,8 +61,3 @@ def test_the_wait_back_off_is_written_once():
     texts |= {page.name: page.read_text() for page in (REPO / "references").glob("*.md") if page.name != "tools.md"}
     texts |= {spec.name: spec.description + spec.details for spec in TOOLS}
     assert [name for name, text in texts.items() if schedule.search(text)] == []
-
-
-@pytest.mark.parametrize("spec", TOOLS, ids=lambda spec: spec.name)
-def test_published_descriptions_stay_short(spec):
-    assert len(spec.description) <= 320, "detail goes to ToolSpec.details (rendered into references/tools.md)"

@@ -217,7 +217,11 @@ TOOLS: tuple[ToolSpec, ...] = (
         description=(
             "Static linter (the script is never run) for AgentJet swarm clients: every AgentJetJob, its kwargs, base "
             "YAML, later writes and dumps, checked against the YAML and AgentJet's defaults. Findings carry a stable "
-            "rule id, locations and a fix; effective values carry their source or why they are unknown."
+            "rule id, locations and a fix; effective values carry their source or why they are unknown. Rules: "
+            "split-configuration, kwarg-overrides-yaml, redundant-kwarg, unsupported-kwarg, kwarg-group-incomplete, "
+            "escape-hatch-has-kwarg, unknown-key, write-after-dump, length-budget, lora-rules, "
+            "batch-not-divisible-by-gpus, samples-below-world-size, base-yaml-missing, base-not-swarm, "
+            "interchange-not-tcp, cap-not-divisible, cap-limited-by-batch, tracker-threads-below-cap, agentjet-refusal."
         ),
         input_model="skill_server.tools.check_config.models:CheckConfigInput",
         output_model="skill_server.tools.check_config.models:CheckConfigResult",
