@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -155,8 +156,23 @@ def shared_arguments(specs: tuple[ToolSpec, ...]) -> dict[str, str]:
     return {line.split("`")[1]: line for line, tools in seen.items() if len(tools) > 2}
 
 
-def _part(title: str, model: type[BaseModel], shared: set[str], *, result: bool,
-          shared_args: dict[str, str] | None = None) -> list[str]:
+@dataclass(frozen=True)
+class Shared:
+    """What is documented once for all tools: objects, arguments, and each tool's whole result."""
+
+    objects: dict[str, dict[str, Any]]    # name -> schema, for objects more than one tool uses
+    arguments: dict[str, str]             # name -> its line, for arguments several tools take word for word
+    results: dict[str, str]               # output model name -> its tool
+
+    @classmethod
+    def of(cls, specs: tuple[ToolSpec, ...]) -> Shared:
+        objects, users = _collect(specs)
+        return cls(objects={name: objects[name] for name in sorted(objects) if len(users[name]) > 1},
+                   arguments=shared_arguments(specs),
+                   results={spec.output_type.__name__: spec.name for spec in specs})
+
+
+def _part(title: str, model: type[BaseModel], shared: Shared, *, result: bool) -> list[str]:
     """The arguments or the result: own fields, the shared objects it uses (linked), its own objects."""
     schema = model.model_json_schema()
     own, bases = _own(schema, model)
@@ -165,43 +181,43 @@ def _part(title: str, model: type[BaseModel], shared: set[str], *, result: bool,
         lines += [f"Every field of [`{bases[0]}`](#{bases[0].lower()}), and:", ""]
     for line in _field_lines(own, result=result):
         name = line.split("`")[1]
-        if shared_args and shared_args.get(name) == line:
+        if not result and shared.arguments.get(name) == line:
             line = f"- `{name}`: see [shared arguments](#shared-arguments)."
         lines.append(line)
     defs = {name: d for name, d in schema.get("$defs", {}).items() if isinstance(d, dict) and "properties" in d}
-    used = sorted(name for name in defs if name in shared)
+    used = sorted(name for name in defs if name in shared.objects)
     if used:
         lines += ["", "Shared objects: " + ", ".join(f"[`{n}`](#{n.lower()})" for n in used) + "."]
     for name, definition in defs.items():
-        if name not in shared:
+        if name in shared.results:  # another tool's whole result, documented there
+            lines += ["", f"`{name}`: the result of [`{shared.results[name]}`](#{shared.results[name]})."]
+        elif name not in shared.objects:
             lines += _object_section(name, definition, result=result, level="")
     return lines
 
 
-def render_tool(spec: ToolSpec, shared: set[str], shared_args: dict[str, str]) -> str:
+def render_tool(spec: ToolSpec, shared: Shared) -> str:
     """One tool's section."""
     lines = [f"## `{spec.name}`", "", f"**{spec.title}** ({_hints(spec)}). {spec.description}"]
     if spec.details:
         lines += ["", spec.details]
     if spec.name in NOTES:
         lines += ["", NOTES[spec.name]()]
-    lines += _part("Arguments", spec.input_type, shared, result=False, shared_args=shared_args)
+    lines += _part("Arguments", spec.input_type, shared, result=False)
     lines += _part("Result", spec.output_type, shared, result=True)
     return "\n".join(lines) + "\n"
 
 
 def render_reference() -> str:
     """The whole page."""
-    objects, users = _collect(TOOLS)
-    shared = {name for name, tools in users.items() if len(tools) > 1}
-    shared_args = shared_arguments(TOOLS)
+    shared = Shared.of(TOOLS)
     index = " · ".join(f"[`{spec.name}`](#{spec.name})" for spec in TOOLS)
-    lines = [HEADER, index, "", *(render_tool(spec, shared, shared_args) for spec in TOOLS),
+    lines = [HEADER, index, "", *(render_tool(spec, shared) for spec in TOOLS),
              "## Shared arguments", "", "Arguments several tools take, with the same meaning in each.", "",
-             *shared_args.values(), "", "## Shared objects", "",
+             *shared.arguments.values(), "", "## Shared objects", "",
              "Objects more than one tool takes or returns, each documented once."]
-    for name in sorted(shared):
-        lines += _object_section(name, objects[name], result=True, level="###")
+    for name, definition in shared.objects.items():
+        lines += _object_section(name, definition, result=True, level="###")
     return "\n".join(lines).rstrip("\n") + "\n"
 
 
