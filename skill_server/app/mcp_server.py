@@ -129,8 +129,7 @@ def _tool_listing() -> tuple[Tool, ...]:
             description=spec.description,
             input_schema=manifest[spec.name]["input"],
             output_schema=manifest[spec.name]["output"],
-            annotations=ToolAnnotations(
-                title=spec.title,
+            annotations=ToolAnnotations(  # no title here: the tool's own title says it once
                 read_only_hint=spec.read_only,
                 destructive_hint=spec.destructive,
                 idempotent_hint=spec.idempotent,
@@ -332,8 +331,9 @@ RUN_BLUEPRINT = """Run the AgentJet experiment described by the blueprint {bluep
 3. launch_experiment(blueprint=...) returns at once with an id, the log path and the attach command.
 4. wait_experiment(id, until="first_step"): the first step (the first step:N line) must appear within
    the blueprint's first-step deadline (20 min by default). Then wait_experiment(id) repeatedly, sleeping as
-   long as each result's next_wait_s says (30 s, 1, 2, 4, 8, 16 min); never poll in a tight loop. For the log
-   lines since a result, experiment_status(id, since=<its cursor>); wait takes since only with until="pattern".
+   long as each result's next_wait_s says (its back-off: references/tools.md); never poll in a tight loop.
+   For the log lines since a result, experiment_status(id, since=<its cursor>); wait takes since only with
+   until="pattern".
 5. On an error signature, read its hint, fix the cause, record the attempt in the result directory, relaunch.
 6. When the run ends (or plateaus late in training), collect_results(id): it writes results.md, a metrics plot
    and finish.flag. compare_experiments(ids=[...]) puts it next to earlier attempts.

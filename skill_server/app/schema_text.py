@@ -24,7 +24,7 @@ def tool_help(spec: ToolSpec, *, prog: str) -> str:
         if isinstance(model, dict) and "properties" in model:
             lines += ["", f"{title} (an object):", *_argument_lines(model)]
     lines += ["", "Values of key=value are parsed as JSON unless the argument takes only text; "
-                  "null means not given."]
+                  "null means not given.", "Every argument and result field in full: references/tools.md."]
     return "\n".join(lines) + "\n"
 
 

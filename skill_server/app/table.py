@@ -49,12 +49,17 @@ def _resolve(ref: Ref) -> Any:
 
 
 def model_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The JSON schema the tool table publishes for a model.
+    """The JSON schema the tool table publishes for a model: an input's lean schema, an output's outline
+    (``app.published`` says what each keeps; ``references/tools.md`` documents every field).
 
     Free-form values are typed by ``models.JsonValue`` in the models themselves (a bare ``Any`` would
     publish an untyped ``{}``, which ``tests/test_tool_table.py`` refuses).
     """
-    return model.model_json_schema()
+    from skill_server.app import published
+    from skill_server.core.models import ToolOutput
+
+    schema = model.model_json_schema()
+    return published.output_schema(schema) if issubclass(model, ToolOutput) else published.input_schema(schema)
 
 
 @dataclass(frozen=True)
@@ -70,6 +75,8 @@ class ToolSpec:
     idempotent: bool = True
     open_world: bool = False
     reports_progress: bool = False
+    #: what the published description leaves out, for references/tools.md (``app.tool_docs``) only
+    details: str = ""
 
     @property
     def input_type(self) -> type[BaseModel]:
@@ -168,30 +175,38 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="episode_cap",
         title="AgentJet swarm episode cap",
         description=(
-            "Exact ceiling of overwatch's 'Running Episodes' gauge for an AgentJet swarm engine: "
-            "min(max_env_worker, num_repeat * min(train_batch_size, ceil(max_env_worker/num_repeat))) (floor in "
-            "older engines; thread_rule=auto takes the selected AgentJet's rule), further bounded by what the clients "
-            "together run (one total or a per-client list). Says which inputs bind and which knob lifts the cap, and "
-            "which AgentJet version it describes. Adding clients never raises it."
+            "Exact ceiling of overwatch's 'Running Episodes' gauge for an AgentJet swarm engine, from the engine's "
+            "max_env_worker, num_repeat and train_batch_size, bounded by what the clients run together. Says which "
+            "inputs bind and which knob lifts the cap; adding clients never raises it."
         ),
         input_model="skill_server.tools.episode_cap.models:EpisodeCapInput",
         output_model="skill_server.tools.episode_cap.models:EpisodeCapResult",
         run="skill_server.tools.episode_cap.tool:compute_episode_cap",
+        details=(
+            "The cap is min(max_env_worker, num_repeat * min(train_batch_size, ceil(max_env_worker / num_repeat))), "
+            "with floor instead of ceil in older engines; thread_rule=auto takes the selected AgentJet's rule. What "
+            "the clients together run (client_parallelism: one total or a per-client list) bounds it further. The "
+            "answer names the AgentJet version it describes."
+        ),
         read_only=True,
     ),
     ToolSpec(
         name="build_config",
         title="Build the config AgentJetJob hands to the engine",
         description=(
-            "The YAML AgentJetJob(**kwargs) plus post-construction writes ('set') dumps, byte for byte, for a "
-            "bundled AgentJet release (agentjet_version, default the newest) or an install read statically "
-            "(agentjet_root); AgentJet is never imported. Inputs real AgentJet refuses are refused with the cause "
-            "and AgentJet's exception. Returns the YAML, which AgentJet it describes, provenance for every value and "
-            "warnings. Read-only unless output_path is given: then it also creates that NEW file (never replaces one)."
+            "The YAML AgentJetJob(**kwargs) plus post-construction writes ('set') dumps, byte for byte, for a bundled "
+            "AgentJet release or an install read statically (never imported); refuses what AgentJet refuses, with its "
+            "exception. Returns the YAML and every value's provenance. Writes only a NEW output_path."
         ),
         input_model="skill_server.tools.build_config.models:BuildConfigInput",
         output_model="skill_server.tools.build_config.models:BuildConfigResult",
         run="skill_server.tools.build_config.tool:build_config",
+        details=(
+            "The release is agentjet_version (default the newest bundled) or the install at agentjet_root. Inputs "
+            "real AgentJet refuses are refused with the cause and AgentJet's exception. The answer names the AgentJet "
+            "it describes and carries warnings. Read-only unless output_path is given: that file is created, never "
+            "replaced."
+        ),
         read_only=False,
         destructive=False,
         idempotent=True,
@@ -200,24 +215,26 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="check_config",
         title="Lint an AgentJet swarm client script and its YAML",
         description=(
-            "Static linter (ast only; the script is never imported or run) for AgentJet swarm clients: finds every "
-            "AgentJetJob construction, its kwargs, base_yaml_config (located where AgentJetJob opens it; pass cwd, "
-            "the launch directory, for a relative one), post-construction writes and dump/sync calls, compares them "
-            "with the YAML and AgentJet's defaults and reports findings with stable rule ids: "
+            "Static linter (the script is never run) for AgentJet swarm clients: every AgentJetJob, its kwargs, base "
+            "YAML, later writes and dumps, checked against the YAML and AgentJet's defaults. Findings carry a stable "
+            "rule id, locations and a fix; effective values carry their source or why they are unknown. Rules: "
             "split-configuration, kwarg-overrides-yaml, redundant-kwarg, unsupported-kwarg, kwarg-group-incomplete, "
             "escape-hatch-has-kwarg, unknown-key, write-after-dump, length-budget, lora-rules, "
             "batch-not-divisible-by-gpus, samples-below-world-size, base-yaml-missing, base-not-swarm, "
-            "interchange-not-tcp, cap-not-divisible, cap-limited-by-batch, tracker-threads-below-cap, "
-            "agentjet-refusal. Each has key, locations (file, line), values and a fix. Everything AgentJet would "
-            "refuse (the causes build_config refuses with) is a finding with AgentJet's exception, all at once. "
-            "Findings describe one AgentJet release (agentjet_version, agentjet_root; default the newest bundled), "
-            "named in agentjet and in every version-dependent message. Effective values carry their source; a value "
-            "that depends on the environment, the command line or a missing or refused base YAML is null with the "
-            "reason, and checks that could not run are listed in skipped."
+            "interchange-not-tcp, cap-not-divisible, cap-limited-by-batch, tracker-threads-below-cap, agentjet-refusal."
         ),
         input_model="skill_server.tools.check_config.models:CheckConfigInput",
         output_model="skill_server.tools.check_config.models:CheckConfigResult",
         run="skill_server.tools.check_config.tool:check_config",
+        details=(
+            "The script is read with ast only. base_yaml_config is located where AgentJetJob opens it (pass cwd, the "
+            "launch directory, for a relative one). Everything AgentJet would refuse (the causes build_config refuses "
+            "with) is a finding with AgentJet's exception, all at once. Findings describe one AgentJet release "
+            "(agentjet_version or agentjet_root; default the newest bundled), named in agentjet and in every "
+            "version-dependent message. A value that depends on the environment, the command line or a missing or "
+            "refused base YAML is null with the reason; checks that could not run are listed in skipped. The rules "
+            "are documented in [split-configuration.md](split-configuration.md)."
+        ),
         read_only=True,
         idempotent=True,
     ),
@@ -225,18 +242,19 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="swarm_status",
         title="Live AgentJet swarm server status",
         description=(
-            "Read one or more live AgentJet swarm servers (GET /get_engine_status and "
-            "/get_current_batch_rollout_pool_information), or the one an experiment of this skill launched (id), "
-            "and explain overwatch's 'Running Episodes' gauge: engine state, step, claimed episodes (what the gauge "
-            "counts), completed episodes/tasks against their targets, the stalest episodes against their discard "
-            "timeout, the episode cap (from cap arguments, a dumped config yaml, or the yaml_backup.yaml the engine "
-            "wrote) and plain-sentence diagnosis. An unreachable server is reachable=false with the reason and what "
-            "to check next. watch_s samples the gauge; every call ends within watch_s + timeout_s. Unknown values "
-            "are omitted, never null."
+            "Read live AgentJet swarm servers (url, urls, or an experiment id) and explain overwatch's 'Running "
+            "Episodes' gauge: engine state, step, claimed and completed episodes against targets, stale episodes, the "
+            "episode cap and a plain diagnosis. watch_s samples the gauge. Unknown values are omitted."
         ),
         input_model="skill_server.tools.swarm_status.models:SwarmStatusInput",
         output_model="skill_server.tools.swarm_status.models:SwarmStatusResult",
         run="skill_server.tools.swarm_status.tool:swarm_status",
+        details=(
+            "It reads GET /get_engine_status and /get_current_batch_rollout_pool_information. Claimed episodes are "
+            "what the gauge counts; the stalest episodes are set against their discard timeout; the cap comes from "
+            "cap arguments, a dumped config yaml, or the yaml_backup.yaml the engine wrote. An unreachable server is "
+            "reachable=false with the reason and what to check next. Every call ends within watch_s + timeout_s."
+        ),
         read_only=True,
         idempotent=True,
         open_world=True,
@@ -247,16 +265,18 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="blueprint",
         title="Experiment blueprint: template or validate",
         description=(
-            "action='template' renders a complete blueprint markdown ([exp_purpose], [exp_codebase_dir], "
-            "[exp_venv_exe], [exp_yaml_path], [exp_launch_command], [exp_result_dir], [exp_max_time]; defaults 24 h, "
-            "first step within 20 min, ./auto_agent/exp_results/) and, when path is given, writes it to that new "
-            "file (an existing file is never replaced). action='validate' parses one (path or text) and returns its "
-            "fields plus problems: missing sections, relative or missing paths, unreadable or over-long max time. "
-            "Never runs anything."
+            "action='template' renders an experiment blueprint (and writes it to a new path); action='validate' "
+            "parses one and lists its problems. Never runs anything."
         ),
         input_model="skill_server.tools.blueprint.models:BlueprintInput",
         output_model="skill_server.tools.blueprint.models:BlueprintOutput",
         run="skill_server.tools.blueprint.tool:blueprint_tool",
+        details=(
+            "The sections are [exp_purpose], [exp_codebase_dir], [exp_venv_exe], [exp_yaml_path], "
+            "[exp_launch_command], [exp_result_dir] and [exp_max_time]; defaults: 24 h, first step within 20 min, "
+            "./auto_agent/exp_results/. An existing file is never replaced. validate reports missing sections, "
+            "relative or missing paths, and an unreadable or over-long max time."
+        ),
         read_only=False,
         destructive=False,
         idempotent=False,
@@ -265,18 +285,21 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="launch_experiment",
         title="Launch an experiment in tmux, here or on ssh hosts",
         description=(
-            "Start a run (from a blueprint, or name+command+workdir, or several processes such as the swarm server "
-            "and its clients) in a detached session of a dedicated tmux server, on this machine or on any ssh host "
-            "('host', and per process 'processes[i].host': one experiment may span hosts), and return at once with "
-            "id, session, log_path and the attach command. Output goes to a log file on the process's host, the exit "
-            "code to a file; env is set explicitly; a process with wait_for_url starts once that URL answers; the "
-            "max time is enforced on the host (state timed_out). Runs survive the ssh connection dropping. A running "
-            "name is refused; with require_free_gpus (e.g. 0.95) a GPU on the host with less memory free refuses "
-            "the start, naming the pids that hold it. Follow with wait_experiment / experiment_status."
+            "Start a run (a blueprint, or name+command+workdir, or several processes such as a swarm server and its "
+            "clients) in tmux here or on ssh hosts, and return at once with id, log path and attach command. The max "
+            "time is enforced on the host; runs survive ssh dropping. Follow with wait_experiment."
         ),
         input_model="skill_server.tools.launch_experiment.models:LaunchInput",
         output_model="skill_server.tools.launch_experiment.models:LaunchOutput",
         run="skill_server.tools.launch_experiment.tool:launch_experiment",
+        details=(
+            "Each run gets a detached session of a dedicated tmux server, on this machine or an ssh host ('host', and "
+            "per process 'processes[i].host': one experiment may span hosts). Output goes to a log file on the "
+            "process's host and the exit code to a file; env is set explicitly; a process with wait_for_url starts "
+            "once that URL answers; past the max time the run is timed_out. A running name is refused; with "
+            "require_free_gpus (e.g. 0.95) a GPU on the host with less memory free refuses the start, naming the pids "
+            "that hold it."
+        ),
         read_only=False,
         idempotent=False,
         open_world=True,
@@ -285,15 +308,17 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="wait_experiment",
         title="Wait (bounded) for an experiment",
         description=(
-            "Read-only: block up to timeout_s (default 30, clamped to 50) until the run exits, its first training "
-            "step shows (until='first_step'), a regex appears (until='pattern') or an error signature appears; "
-            "reports progress while waiting. Returns the status plus reason and next_wait_s (back-off 30 s, 1, 2, "
-            "4, 8, 16 min). Never acts on the run (the max time is enforced on the run's host); an unreachable host "
-            "gives reason 'unreachable'."
+            "Read-only: block up to timeout_s (at most 50) until the run exits, shows its first step, matches a "
+            "pattern or hits an error signature. Returns the status, reason and next_wait_s, the pause before the "
+            "next wait. Never acts on the run."
         ),
         input_model="skill_server.tools.wait_experiment.models:WaitInput",
         output_model="skill_server.tools.wait_experiment.models:WaitOutput",
         run="skill_server.tools.wait_experiment.tool:wait_experiment",
+        details=(
+            "timeout_s defaults to 30 and is clamped to 50; progress is reported while waiting. The max time is "
+            "enforced on the run's host, never by this call; an unreachable host gives reason 'unreachable'."
+        ),
         read_only=True,
         idempotent=True,
         open_world=True,
@@ -303,17 +328,21 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="experiment_status",
         title="Experiment status, new log lines, errors and metrics",
         description=(
-            "Read-only. State (running/succeeded/failed/stopped/timed_out/lost, or unreachable when a host cannot "
-            "be asked) of one experiment or all, with elapsed and remaining time, first-step check (the first "
-            "step:N line), last `step:N - key:value` metrics, progress (global and total steps, seconds per step, "
-            "steps per hour, ETA, each with its source or why it is unknown), checkpoints (global_step_N folders: "
-            "step, size, time), error signatures with fixes, and only the log lines new since the cursor (at most "
-            "200 lines / 16 KB). metrics_history returns chosen metrics (globs) over steps, downsampled to "
-            "history_points. Reads only appended bytes; one round trip per host, hosts in parallel."
+            "Read-only: state, time left, first-step check, last metrics, progress and ETA, checkpoints, error "
+            "signatures with fixes, and the log lines new since a cursor, for one experiment or all; metrics_history "
+            "returns chosen metrics over steps."
         ),
         input_model="skill_server.tools.experiment_status.models:StatusInput",
         output_model="skill_server.tools.experiment_status.models:StatusOutput",
         run="skill_server.tools.experiment_status.tool:experiment_status",
+        details=(
+            "States: running, succeeded, failed, stopped, timed_out, lost, or unreachable when a host cannot be "
+            "asked. The first-step check looks for the first step:N line; metrics are the last `step:N - key:value` "
+            "line's; progress gives global and total steps, seconds per step, steps per hour and ETA, each with its "
+            "source or why it is unknown; checkpoints are global_step_N folders (step, size, time). At most 200 new "
+            "lines / 16 KB per call. metrics_history takes names or globs and is downsampled to history_points. It "
+            "reads only appended bytes, one round trip per host, hosts in parallel."
+        ),
         read_only=True,
         idempotent=True,
         open_world=True,
@@ -322,17 +351,19 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="compare_experiments",
         title="Compare experiments: metrics, speed, leader, config differences",
         description=(
-            "Read-only. Two to eight runs side by side: per run its state, steps per hour and, for each chosen metric "
-            "(names or globs; default reward, validation, loss and entropy metrics every run has), the final value, "
-            "the best value and its step, and the mean of the last k values, from every step:N line scanned; which "
-            "run leads on the primary metric by its last-k mean and by how much (higher is better unless the metric "
-            "is loss-like or higher_is_better says otherwise; the answer says which was assumed); and the keys "
-            "whose values differ between the runs' YAMLs (their blueprint or --conf YAML, or yaml_paths such as a "
-            "dumped config; bounded). plot=true overlays the runs in one PNG, returned as an image."
+            "Read-only: two to eight runs side by side: per metric the final, best and last-k mean, which run leads "
+            "and by how much, steps per hour, and the config keys that differ. plot=true overlays them in one PNG."
         ),
         input_model="skill_server.tools.compare_experiments.models:CompareInput",
         output_model="skill_server.tools.compare_experiments.models:CompareOutput",
         run="skill_server.tools.compare_experiments.tool:compare_experiments",
+        details=(
+            "Metrics default to the reward, validation, loss and entropy metrics every run has, from every step:N "
+            "line scanned. The leader is decided on the primary metric by its last-k mean (higher is better unless "
+            "the metric is loss-like or higher_is_better says otherwise; the answer says which was assumed). Config "
+            "differences come from each run's blueprint or --conf YAML, or yaml_paths such as a dumped config, "
+            "bounded."
+        ),
         read_only=True,
         idempotent=True,
         open_world=True,
@@ -341,15 +372,18 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="stop_experiment",
         title="Stop an experiment",
         description=(
-            "Stop every process of an experiment this server launched, on every host: Ctrl-C (SIGINT to each "
-            "process group), wait grace_s (default 10), then SIGTERM and SIGKILL to whatever still runs, including "
-            "processes that left the group (setsid, double fork), then verify. Lists what had to be killed and what "
-            "survived; the run is never reported stopped while a process of it lives. Removes its tmux sessions. "
-            "Sessions not in the registry are never touched."
+            "Stop every process of an experiment this server launched, on every host: Ctrl-C, grace_s, then SIGTERM "
+            "and SIGKILL, then verify. Lists what was killed and what survived; never touches sessions it did not "
+            "launch."
         ),
         input_model="skill_server.tools.stop_experiment.models:StopInput",
         output_model="skill_server.tools.stop_experiment.models:StopOutput",
         run="skill_server.tools.stop_experiment.tool:stop_experiment",
+        details=(
+            "Ctrl-C is SIGINT to each process group; grace_s defaults to 10; SIGTERM and SIGKILL also reach processes "
+            "that left the group (setsid, double fork). The run is never reported stopped while a process of it "
+            "lives. Its tmux sessions are removed; sessions not in the registry are never touched."
+        ),
         read_only=False,
         destructive=True,
         idempotent=True,
@@ -359,15 +393,18 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="gpu_status",
         title="GPU memory, utilisation and processes of hosts",
         description=(
-            "Read-only. For each host ('local' or ssh destinations, asked in parallel, one round trip each): every "
-            "GPU's index, uuid, name, memory used/total (MiB), utilisation and free_fraction ((total-used)/total, "
-            "what AgentJet's launcher checks against 0.95), with the compute processes holding memory (pid, MiB, "
-            "name), from nvidia-smi's CSV queries. A host without nvidia-smi, a failing driver or an unreachable "
-            "host is reported per host with the reason (gpus null), never as an error of the whole call."
+            "Read-only: per host ('local' or ssh destinations), every GPU's memory, utilisation, free_fraction and "
+            "the processes holding memory, from nvidia-smi. A host that cannot answer is reported with the reason."
         ),
         input_model="skill_server.tools.gpu_status.models:GpuStatusInput",
         output_model="skill_server.tools.gpu_status.models:GpuStatusOutput",
         run="skill_server.tools.gpu_status.tool:gpu_status",
+        details=(
+            "Hosts are asked in parallel, one round trip each. Memory is in MiB; free_fraction is (total-used)/total, "
+            "what AgentJet's launcher checks against 0.95; processes are the compute processes (pid, MiB, name) from "
+            "nvidia-smi's CSV queries. A host without nvidia-smi, a failing driver or an unreachable host has gpus "
+            "null and the reason, never an error of the whole call."
+        ),
         read_only=True,
         idempotent=True,
         open_world=True,
@@ -376,17 +413,20 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="ray_cluster",
         title="Start, check or stop a Ray cluster across nodes",
         description=(
-            "For multi-node training. action='start': ray start --head on head and --address on every worker (ssh "
-            "hosts), each in tmux as processes of one run of this server (logs, max time, stop guarantees), after "
-            "checking ray on every node (same version; require_free_gpus checks GPUs); then waits up to timeout_s "
-            "(<= 50, progress reported) until ray status lists every node; call again to keep waiting. "
-            "action='status': alive nodes and their resources from ray status on the head (bounded). "
-            "action='stop': stops the run, runs ray stop --force on every node, reports what still holds GPUs; "
-            "kill_gpu_processes=true also ends those owned by the ssh user."
+            "Multi-node Ray: action='start' runs ray start on head and workers in tmux (as one run of this server) "
+            "and waits until every node shows; 'status' lists alive nodes and resources; 'stop' stops the run, runs "
+            "ray stop on every node and reports what still holds GPUs."
         ),
         input_model="skill_server.tools.ray_cluster.models:RayClusterInput",
         output_model="skill_server.tools.ray_cluster.models:RayClusterOutput",
         run="skill_server.tools.ray_cluster.tool:ray_cluster",
+        details=(
+            "start checks ray on every node first (same version; require_free_gpus checks GPUs), starts ray start "
+            "--head on head and --address on every worker with this server's logs, max time and stop guarantees, then "
+            "waits up to timeout_s (at most 50, progress reported) until ray status lists every node; call it again "
+            "to keep waiting. status reads ray status on the head (bounded). stop runs ray stop --force on every "
+            "node; kill_gpu_processes=true also ends the GPU holders owned by the ssh user."
+        ),
         read_only=False,
         destructive=True,
         idempotent=False,
@@ -397,18 +437,21 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="collect_results",
         title="Collect results into results.md and finish.flag",
         description=(
-            "Summarise the validation and training markdown files (dict-like metric lines; paths from the run's "
-            "YAML or given), or when they are absent the log's step:N lines (metrics_source says which), and the "
-            "log: first/best/last per metric, trend, plateau check for mean_reward and task_pass_rate, final state "
-            "and error summary. Draws metrics over steps (optionally with other runs overlaid) into metrics.png, "
-            "returned as an image and embedded in results.md (needs matplotlib; without it the series are returned "
-            "in plot_data). Writes <result_dir>/results.md and metrics.png (replacing the previous ones) and, once "
-            "the run has ended, an empty finish.flag, atomically, on the host where the run's result directory is "
-            "(the answer says which). Reads only regular files, bounded."
+            "Summarise a run's metrics (validation/training markdown or the log's step lines) and log: "
+            "first/best/last per metric, trend, plateau, final state, errors. Writes results.md and metrics.png and, "
+            "once the run ended, finish.flag, into the result directory."
         ),
         input_model="skill_server.tools.collect_results.models:CollectInput",
         output_model="skill_server.tools.collect_results.models:CollectOutput",
         run="skill_server.tools.collect_results.tool:collect_results",
+        details=(
+            "Metrics come from the validation and training markdown files (dict-like metric lines; paths from the "
+            "run's YAML or given), or when they are absent the log's step:N lines (metrics_source says which). The "
+            "plateau check covers mean_reward and task_pass_rate. metrics.png (optionally with other runs overlaid) "
+            "is embedded in results.md; without matplotlib the series are returned in plot_data. results.md and "
+            "metrics.png replace the previous ones; finish.flag is empty; all are written atomically on the host "
+            "holding the result directory (the answer says which). Only regular files are read, bounded."
+        ),
         read_only=False,
         destructive=True,  # it replaces results.md and metrics.png in the result directory, whoever wrote them
         idempotent=True,
