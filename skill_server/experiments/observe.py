@@ -185,7 +185,6 @@ def _proc_view(p: RunProcess, reply: Reply | None, index: int) -> ProcView:
 
 def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, now: float) -> View:
     state, exit_code, note = run_state([p.state for p in procs], [p.exit_code for p in procs])
-    unreachable = sorted({f"{p.proc.host}: {p.reason}" for p in procs if p.state == "unreachable"})
     if row.final_state is None and state in TERMINAL:
         if not reg.finish(row.id, state, exit_code, now, note):
             fresh = reg.get(row.id)  # another caller recorded a final state first: that one stands
@@ -202,20 +201,25 @@ def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, 
             for p in procs:
                 if p.state in ("running", "waiting", "lost"):
                     p.state = state
-    if unreachable:
-        what = "cannot be asked" if state == "unreachable" else "cannot be asked for new output"
-        note = "; ".join(([note] if note else []) + [f"host {u} ({what}; the next call retries)" for u in unreachable])
     clock = run_clock(row, procs, now)
-    if state == "running":
-        max_time = float(row.spec.max_time_s or bp.DEFAULT_MAX_TIME_S)
-        if clock - row.created > max_time + 60:
-            note = (note + "; " if note else "") + ("past its max time but still running: the run's monitor on its "
-                                                    "host did not end it; stop_experiment does")
-    if state == "running":
-        note = "; ".join(([note] if note else []) + _monitor_notes(procs))
+    notes = ([note] if note else []) + _host_notes(row, procs, state, clock)
     _fold_scan(reg, row, procs, scan, clock)
     end = row.ended if row.ended else clock
-    return View(row, state, exit_code, procs, scan, max(0.0, end - row.created), note or None)
+    return View(row, state, exit_code, procs, scan, max(0.0, end - row.created), "; ".join(notes) or None)
+
+
+def _host_notes(row: Row, procs: list[ProcView], state: str, clock: float) -> list[str]:
+    """What the hosts say about a run beyond its state: hosts that could not be asked, a run past its max time
+    that its monitor did not end, monitors that are not running or met errors."""
+    unreachable = sorted({f"{p.proc.host}: {p.reason}" for p in procs if p.state == "unreachable"})
+    what = "cannot be asked" if state == "unreachable" else "cannot be asked for new output"
+    notes = [f"host {u} ({what}; the next call retries)" for u in unreachable]
+    if state != "running":
+        return notes
+    if clock - row.created > float(row.spec.max_time_s or bp.DEFAULT_MAX_TIME_S) + 60:
+        notes.append("past its max time but still running: the run's monitor on its host did not end it; "
+                     "stop_experiment does")
+    return notes + _monitor_notes(procs)
 
 
 def _monitor_notes(procs: list[ProcView]) -> list[str]:
