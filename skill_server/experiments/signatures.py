@@ -54,8 +54,9 @@ SIGNATURES: tuple[Signature, ...] = (
         title="CUDA out of memory",
         pattern=r"CUDA out of memory|torch\.(?:cuda\.)?OutOfMemoryError",
         severity="error",
-        hint="Training ran out of GPU memory: lower ajet.rollout.ppo_max_token_len_per_gpu or the response "
-        "lengths, raise ulysses/tensor parallelism, or lower gpu_memory_utilization to leave the actor room.",
+        hint="Training ran out of GPU memory: lower actor_rollout_ref.actor.ppo_max_token_len_per_gpu (tokens per "
+        "GPU in one actor micro-batch) or the response lengths, raise ulysses/tensor parallelism, or lower "
+        "ajet.rollout.gpu_memory_utilization to leave the actor room.",
         example="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0; 79.3 GiB total)",
         source="PyTorch",
         needles=("out of memory", "Error"),
@@ -319,6 +320,17 @@ SIGNATURES: tuple[Signature, ...] = (
         example="OSError: [Errno 24] Too many open files: '/tmp/ajet/3f2a-interchange.sock'",
         source="operating system (EMFILE)",
         needles=("Too many open files",),
+    ),
+    Signature(
+        name="command_not_found",
+        title="Command not found (shell)",
+        pattern=r"^(?:\S{0,200}/)?(?:bash|sh|zsh|dash)(?:: line \d{1,9})?: \S{1,400}: (?:command )?not found\s*$",
+        severity="error",
+        hint="The shell could not find the program on that host's PATH (python vs python3, a venv or conda env "
+        "not activated there): launch with `python` set to the interpreter to use, or give the full path.",
+        example="bash: line 1: python: command not found",
+        source="the process's shell (exit code 127)",
+        needles=("not found",),
     ),
     Signature(
         name="wait_for_url_gave_up",

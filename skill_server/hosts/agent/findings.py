@@ -63,10 +63,11 @@ MAX_EXACT_INT = 2**53 - 1
 #: Most metrics kept from one step line (verl prints about 60-100).
 MAX_METRICS_PER_LINE = 500
 
-#: The trainer's tqdm bar: ``Training Progress:  12%|█▏   | 3/25 [00:41<05:01, 13.70s/it]``.
+#: The trainer's tqdm bar: ``Training Progress:  12%|█▏   | 3/25 [00:41<05:01, 13.70s/it]`` (the bracket with
+#: the times and the rate is left out by a custom ``bar_format``; the count alone still gives the total).
 #: Every repetition is bounded, so a hostile line costs linear time.
 TQDM_RE = re.compile(r"Training Progress:[^\n\r|]{0,40}\|[^\n\r|]{0,200}\|\s{0,5}(\d{1,12})/(\d{1,12})\s{0,5}"
-                     r"\[[^\]\n\r,]{0,60}(?:,\s{0,5}(\d{1,12}(?:\.\d{1,12})?)(s/it|it/s))?[^\]\n\r]{0,200}\]")
+                     r"(?:\[[^\]\n\r,]{0,60}(?:,\s{0,5}(\d{1,12}(?:\.\d{1,12})?)(s/it|it/s))?[^\]\n\r]{0,200}\])?")
 STEP_TIME_KEY = "timing_s/step"
 #: Largest step number or count believed (verl counts steps in int64; anything larger is a parse accident).
 MAX_STEPS = 10**12
