@@ -124,3 +124,24 @@ def test_the_best_value_comes_with_its_step(tmux_socket: str, workdir: Path):
     assert (stats["best"], stats["best_step"], stats["final_step"]) == (1.0, 8, 8)
     assert alone["leader"]["leader"] == out["id"] and alone["leader"]["runner_up"] is None
     assert alone["config_differences"] == []
+
+
+@needs_tmux
+def test_metric_files_that_several_runs_append_to_are_not_read_as_one_run(tmux_socket: str, workdir: Path):
+    """AgentJet appends to the YAML's markdown paths, so runs started from one YAML share the files: a run's
+    results come from its own log then, and the answer says why."""
+    val_md, train_md = workdir / "val.md", workdir / "train.md"
+    files = ("--val-md", str(val_md), "--train-md", str(train_md))
+    first = call("launch_experiment", name="one", workdir=str(workdir), command=trainer("--steps", "5", "--delay", "0",
+                                                                                          *files))
+    wait_exit(first["id"])
+    second = call("launch_experiment", name="two", workdir=str(workdir), command=trainer("--steps", "3", "--delay", "0",
+                                                                                           *files))
+    wait_exit(second["id"])
+    res = call("collect_results", id=second["id"], val_markdown=str(val_md), train_markdown=str(train_md))
+    assert any(f"the training file {train_md} holds lines of more than one run" in n for n in res["notes"])
+    assert any(f"the validation file {val_md} holds lines of more than one run" in n for n in res["notes"])
+    score = {m["key"]: m for m in res["train_metrics"]}["critic/score/mean"]
+    assert score["n"] == 3 and score["best_step"] <= 3  # this run's own three steps, from its log
+    alone = call("collect_results", id=first["id"], val_markdown=str(val_md), train_markdown=str(train_md))
+    assert any("holds lines of more than one run" in n for n in alone["notes"])  # 8 lines, 5 steps reached

@@ -252,11 +252,32 @@ def _metric_tables(host: Host, val_md: str | None, train_md: str | None, run: _R
     answers = dict(zip(wanted, host.call(_read_ops(wanted, MAX_MARKDOWN_BYTES)))) if wanted else {}
     tables: dict[str, list[MetricSummary]] = {}
     metrics_source: dict[str, str] = {}
-    for label, arg, path in sources:
+    shared: str | None = None
+    for label, arg, path in reversed(sources):  # training first: its lines say whether the files are shared
         rows = _markdown_rows(label, arg, path, answers, notes)
+        why = _holds_other_runs(label, rows, run)
+        if why is None and shared is not None and path is not None and posixpath.dirname(path) == shared:
+            why = "it lies beside the training file that does"
+        if why is not None and path is not None:
+            notes.append(f"the {label} file {path} holds lines of more than one run ({why}; several runs use that "
+                         "YAML's path): this run's own log is used instead")
+            rows = []
+            shared = posixpath.dirname(path) if label == "training" else shared
         fallback = run.val_series if label == "validation" else run.train_series
         tables[label], metrics_source[label] = _summaries(label, path, rows, fallback.values, notes, fallback.steps)
-    return tables, metrics_source
+    return {k: tables[k] for k in ("validation", "training")}, metrics_source
+
+
+def _holds_other_runs(label: str, rows: list[dict[str, float]], run: _Run) -> str | None:
+    """Why a metric file seems to hold other runs' lines as well (AgentJet appends to one path per YAML, so
+    runs started from one YAML share it), or None when nothing says so."""
+    steps = [r["training/global_step"] for r in rows if isinstance(r.get("training/global_step"), (int, float))]
+    if any(b <= a for a, b in zip(steps, steps[1:])):
+        return "its training/global_step starts again"
+    reached = run.status.get("global_step") if run.status is not None else None
+    if label == "training" and isinstance(reached, int) and len(rows) > reached:
+        return f"{len(rows)} step lines, and this run reached step {reached}"
+    return None
 
 
 def _finish_flag_wanted(inp: CollectInput, state: str | None, notes: list[str]) -> bool:
