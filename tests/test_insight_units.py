@@ -261,7 +261,7 @@ def test_checkpoint_walk_is_bounded_and_never_follows_links(tmp_path: Path):
     (base / "global_step_x").mkdir()
 
     def walk(path: Path, **kw: object) -> dict:
-        return agent.handle({"v": 1, "ops": [{"op": "checkpoints", "path": str(path), **kw}]})["results"][0]
+        return agent.handle({"v": agent.PROTOCOL_VERSION, "ops": [{"op": "checkpoints", "path": str(path), **kw}]})["results"][0]
 
     found = walk(base)
     assert [c["step"] for c in found["checkpoints"]] == [5, 10, 15] and not found["truncated"]

@@ -47,7 +47,11 @@ def analyse(aj: AgentJet, script: Path | None, yaml: Path | None, cwd: Path | No
         runs.append(replay(session, None, base))
         if yaml is None:
             session.note("nothing to compare: no construction and no yaml; AgentJet's defaults were checked")
-    if any(run.base.engine_copy for run in runs):
+    if any(run.base.engine_copy and run.construction is not None for run in runs):
+        session.note(f"the script builds its job on {yaml.name if yaml else 'the base'}, the copy the swarm engine "
+                     "writes at start (a full dump of the synced job, rewritten at every start): each start makes "
+                     "the last synced job the next base; keep the base in a YAML of your own")
+    elif any(run.base.engine_copy for run in runs):
         session.note(f"{yaml.name if yaml else 'the base'} is the copy the swarm engine writes at start (a full dump "
                      "of the synced job, rewritten at every start): its values are what the engine ran, but a change "
                      "belongs in the job the client builds (its AgentJetJob kwargs or its base YAML); pass script= "

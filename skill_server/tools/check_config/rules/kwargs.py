@@ -28,8 +28,16 @@ def kwarg_overrides_yaml(ctx: LintContext, run: Run) -> Iterator[Report]:
             yield Report(key, f"kwarg {kwarg}={show(kw.value.value)} silently replaces {key}: {show(yaml_value)} "
                          f"written in {run.base.name}", _both(ctx, run, kw.line, key),
                          {"kwarg": kwarg, "kwarg_value": kw.value.value, "yaml_value": yaml_value},
-                         f"keep one: set {key}: {yaml_scalar(kw.value.value)} in {run.base.name} and drop the "
-                         f"kwarg, or remove {key} from the YAML")
+                         _override_fix(run, kwarg, key, kw.value.value))
+
+
+def _override_fix(run: Run, kwarg: str, key: str, value: object) -> str:
+    """One place for the value; never the engine's own copy, which the next start rewrites."""
+    if run.base.engine_copy:
+        return (f"keep one: {run.base.name} is the engine's copy (rewritten at every start), so keep "
+                f"{kwarg}={show(value)} in the script, or move the base to a YAML of your own and set {key} there")
+    return (f"keep one: set {key}: {yaml_scalar(value)} in {run.base.name} and drop the kwarg, or remove {key} "
+            "from the YAML")
 
 
 @rule("redundant-kwarg", "info", "A kwarg repeats the value the user's YAML writes.", """

@@ -18,6 +18,10 @@ RULE = "split-configuration"
 RUN_IDENTITY = ("experiment_name", "project_name", "experiment_dir")
 
 
+#: YAML keys named in the finding (a dumped config writes hundreds; ``yaml_key_count`` counts them all).
+YAML_KEYS_SHOWN = 20
+
+
 @rule(RULE, "warning", "The YAML and the script both configure the job.", """
     The user's base YAML writes settings and the script also sets keys through kwargs or writes, so a reader
     of either place sees half the job (run-identity kwargs such as experiment_name do not count).
@@ -51,7 +55,8 @@ def split_configuration(ctx: LintContext, run: Run) -> Iterator[Report]:
                  f"configuration is split: {run.base.name} writes {len(yaml_keys)} key(s) and the script sets "
                  f"{len(script_keys)} through kwargs or writes{overlap}; a reader of either place sees half the job",
                  _locations(ctx, run, kwarg_keys, write_keys),
-                 {"yaml_keys": sorted(yaml_keys), "kwarg_keys": sorted(kwarg_keys), "write_keys": sorted(write_keys),
+                 {"yaml_key_count": len(yaml_keys), "yaml_keys": sorted(yaml_keys)[:YAML_KEYS_SHOWN],
+                  "kwarg_keys": sorted(kwarg_keys), "write_keys": sorted(write_keys),
                   "in_both": both, "one_place": "yaml" if yaml_first else "script", **consolidation},
                  _fix(run, yaml_first, script_keys, consolidation["build_config_arguments"] is not None))
 
@@ -71,15 +76,17 @@ def _locations(ctx: LintContext, run: Run, kwarg_keys: dict[str, Kwarg], write_k
     script = ctx.script_file
     locations = [Location(file=script, line=kw.line, key=key, source="kwarg") for key, kw in kwarg_keys.items()]
     locations += [Location(file=script, line=w.line, key=w.key, source="write") for w in write_keys.values()]
-    locations += [ctx.yaml_location(run.base, k) for k in sorted(run.base.explicit)[:20]]
+    locations += [ctx.yaml_location(run.base, k) for k in sorted(run.base.explicit)[:YAML_KEYS_SHOWN]]
     return unique_locations(locations)
 
 
 def _fix(run: Run, yaml_first: bool, script_keys: set[str], consolidated: bool) -> str:
     """Move everything to the side that holds most of the job; build_config writes the result when it can."""
+    into = (f"a base YAML of your own (a copy of {run.base.name}: that file is the engine's, rewritten at every "
+            "start)" if run.base.engine_copy else run.base.name)
     if yaml_first:
         fix = (f"the YAML holds most of this job ({len(run.base.explicit)} keys): move "
-               + ", ".join(sorted(script_keys)) + f" into {run.base.name} and construct AgentJetJob with only "
+               + ", ".join(sorted(script_keys)) + f" into {into} and construct AgentJetJob with only "
                "base_yaml_config (and run-identity kwargs such as experiment_name if you must)")
     else:
         fix = ("the script holds most of this job: move the YAML's keys into AgentJetJob kwargs (for keys with a "
