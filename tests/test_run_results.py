@@ -145,3 +145,25 @@ def test_metric_files_that_several_runs_append_to_are_not_read_as_one_run(tmux_s
     assert score["n"] == 3 and score["best_step"] <= 3  # this run's own three steps, from its log
     alone = call("collect_results", id=first["id"], val_markdown=str(val_md), train_markdown=str(train_md))
     assert any("holds lines of more than one run" in n for n in alone["notes"])  # 8 lines, 5 steps reached
+
+
+@needs_tmux
+def test_a_wait_ends_when_the_run_goes_quiet(tmux_socket: str, workdir: Path):
+    """A run that stops printing steps while its processes live: status says for how long, and a wait with
+    stall_s ends on it (the run's monitor saw the last step; nothing is guessed from wall clocks here)."""
+    out = call("launch_experiment", name="quiet", workdir=str(workdir),
+               command=trainer("--steps", "2", "--delay", "0") + "; sleep 120")
+    done = call("wait_experiment", id=out["id"], until="first_step", timeout_s=30)
+    assert done["reason"] == "first_step"
+    stalled = call("wait_experiment", id=out["id"], stall_s=6, timeout_s=40)
+    assert stalled["reason"] == "stalled" and stalled["state"] == "running"
+    assert stalled["quiet_since"] == "step" and stalled["quiet_s"] >= 6 and stalled["global_step"] == 2
+    assert stalled["next_wait_s"] == 30 and stalled["waited_s"] < 30
+    busy = call("launch_experiment", name="busy", workdir=str(workdir),
+                command=trainer("--steps", "40", "--delay", "0.5"))
+    steady = call("wait_experiment", id=busy["id"], stall_s=8, timeout_s=10)
+    assert steady["reason"] == "timeout" and steady["quiet_s"] is not None and steady["quiet_s"] < 8
+    for run in (out, busy):
+        call("stop_experiment", id=run["id"], grace_s=1)
+    ended = call("experiment_status", id=out["id"], max_lines=0)
+    assert ended.get("quiet_s") is None and ended.get("quiet_since") is None  # only a running run is quiet

@@ -207,6 +207,9 @@ class ExperimentStatus(ToolOutput):
     first_step_seen: bool
     first_step_overdue: bool
     global_step: int | None
+    quiet_s: float | None = Field(default=None, description="Running: seconds since the newest step line (or, "
+                                  "before the first one, since the log last grew), as the run's monitor saw it.")
+    quiet_since: Literal["step", "output"] | None = Field(default=None, description="What quiet_s counts from.")
     last_metrics: dict[str, float | int | None]
     errors: list[ErrorHit]
     lines: list[str]

@@ -14,6 +14,7 @@ The metric history (``history``) is read from the local registry.
 
 from __future__ import annotations
 
+import math
 import sqlite3
 import time
 from dataclasses import dataclass
@@ -115,6 +116,20 @@ def progress_info(view: View, config: dict[str, Any] | None, now: float | None =
                         eta_s=est.eta_s, eta_at=eta_at, restarts=restarts, unknown=est.unknown)
 
 
+def quiet(view: View) -> tuple[float | None, str | None]:
+    """How long a running run has been quiet, by its monitors' findings (their times on the run clock, the
+    clock ``elapsed_s`` reads): since the newest step line, else since its logs last grew; (None, None) when
+    it is not running or has no monitor."""
+    found = list(view.scan.monitor.values())
+    if view.state != "running" or not found:
+        return None, None
+    for key, since in (("stepped_at", "step"), ("grew_at", "output")):
+        times = [float(t) for f in found if isinstance(t := f.get(key), (int, float)) and math.isfinite(t)]
+        if times:
+            return round(max(0.0, view.elapsed_s - max(times)), 1), since
+    return round(view.elapsed_s, 1), "output"  # nothing printed since the start
+
+
 def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int, *,
                   config: dict[str, Any] | None = None, checkpoints: CheckpointList | None = None,
                   metrics_history: MetricsHistory | None = None) -> dict[str, Any]:
@@ -136,12 +151,14 @@ def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int,
     if scan.first_step_seen:  # late only if a look at the log after the deadline had not seen it yet
         late_from = scan.first_step_not_before if scan.first_step_not_before is not None else scan.first_step_at
         overdue = late_from is not None and late_from - row.created > first_step_s
+    quiet_s, quiet_since = quiet(view)
     return dict(
         id=row.id, session=row.session, socket=row.socket, host=row.host, attach=row.spec.attach,
         state=view.state, exit_code=view.exit_code, started_at=row.started_at, elapsed_s=round(view.elapsed_s, 1),
         time_left_s=round(max(0.0, max_time - view.elapsed_s), 1) if view.state == "running" else None,
         max_time_s=max_time, first_step_seen=scan.first_step_seen, first_step_overdue=overdue,
-        global_step=scan.global_step, last_metrics=scan.last_metrics, errors=errors, lines=lines,
+        global_step=scan.global_step, quiet_s=quiet_s, quiet_since=quiet_since, last_metrics=scan.last_metrics,
+        errors=errors, lines=lines,
         cursor=",".join(str(c) for c in cursor), skipped_bytes=skipped, unscanned_bytes=scan.unscanned_bytes,
         processes=[ProcessInfo(role=p.role, host=p.proc.host, state=p.state, exit_code=p.exit_code,  # type: ignore[arg-type]
                                log_path=p.log_path, pid=p.proc.pid,

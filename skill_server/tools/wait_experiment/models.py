@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, StrictStr
 
-from skill_server.core.models import NonNegativeInt, ToolInput
+from skill_server.core.models import NonNegativeInt, PositiveInt, ToolInput
 from skill_server.experiments.models import ExperimentStatus
 
 
@@ -16,13 +16,15 @@ class WaitInput(ToolInput):
                                              description="Default 30; values above 50 are clamped to 50.")
     until: Literal["exit", "first_step", "pattern"] | None = Field(default=None, description="Default 'exit'.")
     pattern: StrictStr | None = Field(default=None, max_length=500, description="Regex, for until='pattern'.")
+    stall_s: PositiveInt | None = Field(default=None, ge=5, le=7 * 86400,
+                                        description="Also end ('stalled') once the run is quiet this long (quiet_s).")
     since: StrictStr | None = Field(default=None, max_length=400,
                                     description="For until='pattern': also search output after this cursor (default: "
                                     "only output appended while waiting).")
 
 
 #: Why a wait ended.
-WaitReason = Literal["exited", "first_step", "pattern", "error", "timeout", "unreachable"]
+WaitReason = Literal["exited", "first_step", "pattern", "error", "stalled", "timeout", "unreachable"]
 
 
 class WaitOutput(ExperimentStatus):

@@ -22,7 +22,7 @@ from skill_server.experiments import logs
 from skill_server.experiments.checks import compile_pattern
 from skill_server.experiments.models import TERMINAL, WAIT_DEFAULT_S, WAIT_MAX_S
 from skill_server.experiments.observe import View, observe
-from skill_server.experiments.queries import find, observe_with_lines, parse_cursor
+from skill_server.experiments.queries import find, observe_with_lines, parse_cursor, quiet
 from skill_server.experiments.signatures import SIGNATURES_BY_NAME
 from skill_server.experiments.store import Registry, Row, open_registry
 from skill_server.tools.wait_experiment.models import WaitInput, WaitOutput, WaitReason
@@ -86,6 +86,8 @@ class _Wait:
     #: output appended while waiting counts, so the start is the logs' size at the first reachable look).
     offsets: list[int] | None = None
     matched: str | None = None
+    #: End once the run has been quiet this long (``queries.quiet``), when given.
+    stall_s: int | None = None
 
     def look(self, reg: Registry, row: Row) -> View:
         """Observe the run again by the polling deadline (a first look gets at least ``FIRST_LOOK_S``), with
@@ -111,6 +113,8 @@ class _Wait:
             return "first_step"
         if any(c > self.baseline.get(name, 0) for name, c in _error_counts(view.scan).items()):
             return "error"
+        if self.stall_s is not None and (quiet_s := quiet(view)[0]) is not None and quiet_s >= self.stall_s:
+            return "stalled"
         return None
 
 
@@ -144,7 +148,7 @@ def _settle(reg: Registry, exp_id: str, state: str, reason: WaitReason) -> tuple
     if reason in ("timeout", "unreachable"):
         done = reg.bump_timeouts(exp_id)
         return reason, WAIT_SCHEDULE_S[min(done - 1, len(WAIT_SCHEDULE_S) - 1)]
-    if reason == "error":
+    if reason in ("error", "stalled"):
         return reason, WAIT_SCHEDULE_S[0]
     row = reg.get(exp_id)
     done = row.timeouts if row else 0
@@ -159,7 +163,7 @@ def wait_experiment(inp: WaitInput, progress: Progress | None = None) -> WaitOut
     answer = Deadline(timeout + WAIT_MARGIN_S - ANSWER_MARGIN_S)
     with open_registry(create=False) as reg:
         row = find(reg, inp.id)
-        wait = _Wait(until, pattern, {}, Deadline(float(timeout)), answer)
+        wait = _Wait(until, pattern, {}, Deadline(float(timeout)), answer, stall_s=inp.stall_s)
         if pattern is not None and inp.since is not None:
             wait.offsets = parse_cursor(inp.since, len(row.processes), "since")
         view = wait.look(reg, row)
