@@ -19,7 +19,7 @@ import yaml as pyyaml
 
 from skill_server.app.table import TOOLS_BY_NAME, model_schema
 from skill_server.core.errors import ToolInputError
-from skill_server.tools.swarm_status.links import DEFAULT_SWARM_PORT, server_address
+from skill_server.swarm.links import DEFAULT_SWARM_PORT, server_address
 from tests.conftest import REPO, call_cli
 from tests.swarm_standin import SwarmStandin, SwarmState, free_port_with_nothing_listening
 

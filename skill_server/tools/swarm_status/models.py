@@ -10,7 +10,7 @@ from pydantic import Field, StrictStr, field_validator, model_validator
 from skill_server.agentjet.cap import EpisodeCapResult
 from skill_server.agentjet.identity import AgentJetRootArg, AgentJetVersionArg
 from skill_server.core.models import NonNegativeInt, PositiveInt, SparseOutput, ToolInput
-from skill_server.tools.swarm_status.links import ExperimentLink
+from skill_server.swarm.links import ExperimentLink
 
 ENV_URL = "AJET_SWARM_URL"
 DEFAULT_URL = "http://localhost:10086"

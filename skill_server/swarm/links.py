@@ -1,4 +1,4 @@
-"""Which experiment launched a swarm server, and on which port (for ``swarm_status``).
+"""Which experiment launched a swarm server, and on which port (for ``swarm_status`` and ``episode_cap``).
 
 The experiment registry records each run's processes (role, command, workdir, wait_for_url, and on
 remote runs a host). The swarm server's address is derived from them in one place,
