@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from skill_server.analysis.agentjet import AgentJet
-from skill_server.analysis.analyse import analyse
+from skill_server.analysis.analyse import analyse_arguments
 from skill_server.analysis.values import jsonable
-from skill_server.core.fsutil import resolve_directory, resolve_path
-from skill_server.core.safe_yaml import load_yaml_file
 from skill_server.tools.check_config import rules as _rules  # noqa: F401  (registers every rule)
 from skill_server.tools.check_config.context import LintContext
 from skill_server.tools.check_config.models import CheckConfigInput, CheckConfigResult, Finding, Skipped, Summary
@@ -21,15 +17,8 @@ SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 def check_config(inp: CheckConfigInput) -> CheckConfigResult:
     """Lint a swarm client script and/or YAML statically; never imports or runs the script."""
-    cwd = resolve_directory(inp.cwd, field="cwd") if inp.cwd is not None else None
-    aj = AgentJet.select(inp.agentjet_version, inp.agentjet_root, cwd)
-    explicit: Path | None = None
-    if inp.yaml:
-        explicit = resolve_path(inp.yaml, field="yaml", base=cwd)
-        load_yaml_file(explicit, field="yaml", dialect="pyyaml")  # clear errors first: missing, no mapping, too large
-        explicit = explicit.resolve()
-    script = resolve_path(inp.script, field="script", base=cwd) if inp.script else None
-    ctx = LintContext(analyse(aj, script, explicit, cwd))
+    aj, analysis = analyse_arguments(inp.script, inp.yaml, inp.cwd, inp.agentjet_version, inp.agentjet_root)
+    ctx = LintContext(analysis)
     findings = _run_rules(ctx)
     infos = [construction_info(ctx, run) for run in ctx.runs if run.construction is not None]
     skipped = [Skipped(rule=r, reason=why) for r, why in ctx.skipped]
