@@ -172,10 +172,11 @@ TOOLS: tuple[ToolSpec, ...] = (
             "min(max_env_worker, num_repeat * min(train_batch_size, ceil(max_env_worker/num_repeat))) (floor in "
             "older engines; thread_rule=auto takes the selected AgentJet's rule), further bounded by what the clients "
             "together run (one total or a per-client list). Says which inputs bind and which knob lifts the cap, and "
-            "which AgentJet version it describes. Adding clients never raises it."
+            "which AgentJet version it describes. Adding clients never raises it. Takes the numbers, or reads them "
+            "from an engine YAML, a client script or a live server (url/id)."
         ),
-        input_model="skill_server.tools.episode_cap.models:EpisodeCapInput",
-        output_model="skill_server.tools.episode_cap.models:EpisodeCapResult",
+        input_model="skill_server.tools.episode_cap.models:EpisodeCapQuery",
+        output_model="skill_server.tools.episode_cap.models:EpisodeCapAnswer",
         run="skill_server.tools.episode_cap.tool:compute_episode_cap",
         read_only=True,
     ),

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from typing import Literal
-from urllib.parse import urlsplit
 
 from pydantic import Field, StrictStr, field_validator, model_validator
 
 from skill_server.agentjet.cap import EpisodeCapResult
 from skill_server.agentjet.identity import AgentJetRootArg, AgentJetVersionArg
 from skill_server.core.models import NonNegativeInt, PositiveInt, SparseOutput, ToolInput
-from skill_server.swarm.links import ExperimentLink
+from skill_server.swarm.links import ExperimentLink, normalize_url
 
 ENV_URL = "AJET_SWARM_URL"
 DEFAULT_URL = "http://localhost:10086"
@@ -107,29 +106,6 @@ class SwarmStatusInput(ToolInput):
             raise ValueError(f"watch_s + timeout_s is {self.watch_s + self.timeout_s:g} s; keep it within "
                              f"{MAX_CALL_S:g} s (MCP clients give up after about a minute)")
         return self
-
-
-def normalize_url(value: str) -> str:
-    """``host:port`` or ``http(s)://host:port[/prefix]`` → canonical base URL without a trailing slash."""
-    if not isinstance(value, str):
-        raise ValueError("must be a string")
-    text = value.strip()
-    if not text or any(ch.isspace() for ch in text):
-        raise ValueError(f"not a URL: {value!r}")
-    if "://" not in text:
-        text = "http://" + text
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https"):
-        raise ValueError(f"only http:// and https:// swarm servers are supported, got {value!r}")
-    try:
-        port = parts.port
-    except ValueError:
-        raise ValueError(f"invalid port in {value!r}") from None
-    if not parts.hostname or (port is not None and not 0 < port < 65536):
-        raise ValueError(f"no host in {value!r}")
-    if parts.query or parts.fragment:
-        raise ValueError(f"a server base URL takes no query or fragment: {value!r}")
-    return text.rstrip("/")
 
 
 class CapConfig(SparseOutput):

@@ -33,7 +33,7 @@ from skill_server.core.errors import ToolInputError, internal_error_message
 from skill_server.core.http_json import FetchError
 from skill_server.core.models import Progress
 from skill_server.swarm.config import EngineSettings, locate_dump, read_dumped, read_settings
-from skill_server.swarm.links import ExperimentLink, experiment_server, experiments_on_port, is_local
+from skill_server.swarm.links import ExperimentLink, experiment_server, experiments_on_port, is_local, normalize_url
 from skill_server.swarm.read import RawAnswers, int_or_none, not_an_integer, opt_str, read_servers
 from skill_server.tools.swarm_status.diagnosis import busy_answered, diagnose, unreachable_advice, watch_sentences
 from skill_server.tools.swarm_status.models import (
@@ -45,7 +45,6 @@ from skill_server.tools.swarm_status.models import (
     SwarmStatusResult,
     WatchSample,
     WatchStats,
-    normalize_url,
 )
 from skill_server.tools.swarm_status.parse import parse_pool
 
