@@ -171,6 +171,7 @@ class WatchStats(SparseOutput):
 class ServerStatus(SparseOutput):
     """One server. Every optional field is left out when the server did not say (no nulls)."""
 
+    summary: str | None = Field(default=None, description="One line for this server (in servers).")
     url: str
     reachable: bool = Field(description="True when at least one route answered like an AgentJet swarm server.")
     reason: str | None = Field(default=None, description="Why the server could not be read (reachable false).")
@@ -225,5 +226,5 @@ class SwarmStatusResult(ServerStatus):
     reachable: bool | None = Field(default=None, description="Single-server form only.")  # type: ignore[assignment]
     servers: list[ServerStatus] | None = Field(
         default=None, description="One status per URL when urls was given.")
-    summary: str = Field(description="One line over all servers.")
+    summary: str = Field(description="One line over all servers.")  # required here, optional per server
     checked_at: str = Field(description="UTC time of the (last) read, ISO 8601.")

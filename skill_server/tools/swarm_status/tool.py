@@ -371,9 +371,11 @@ def swarm_status(inp: SwarmStatusInput, progress: Progress | None = None) -> Swa
     checked = datetime.now(timezone.utc).isoformat(timespec="seconds")
     summary = _summary(statuses)
     if many:
+        for status in statuses:
+            status.summary = _summary([status])
         return SwarmStatusResult(servers=statuses, summary=summary, checked_at=checked)
     first = statuses[0]
-    fields = {name: getattr(first, name) for name in ServerStatus.model_fields}
+    fields = {name: getattr(first, name) for name in ServerStatus.model_fields if name != "summary"}
     return SwarmStatusResult(**fields, summary=summary, checked_at=checked)
 
 
