@@ -19,9 +19,6 @@ from tests.experiment_helpers import tmux_socket, trainer, workdir  # noqa: F401
 from tests.gpu_helpers import A100, install_fake_smi
 from tests.swarm_standin import SwarmStandin, SwarmState, episode
 
-#: check_config's ``summary`` is its counts object (published before this field); it keeps that shape.
-COUNTS_SUMMARY = {"check_config"}
-
 
 def one_line(text: str) -> bool:
     return isinstance(text, str) and text.strip() != "" and "\n" not in text
@@ -29,8 +26,6 @@ def one_line(text: str) -> bool:
 
 def test_every_answer_schema_starts_with_a_required_summary_string():
     for spec in TOOLS:
-        if spec.name in COUNTS_SUMMARY:
-            continue
         schema = model_schema(spec.output_type)
         assert next(iter(schema["properties"])) == "summary", spec.name
         assert "summary" in schema["required"], spec.name
@@ -146,3 +141,16 @@ def test_a_crashed_run_and_a_running_one_say_so_with_the_error_and_the_next_call
     finally:
         stopped = ecall("stop_experiment", id=running["id"], grace_s=2)
     assert stopped["summary"].startswith(f"Run {running['id']} was stopped after ")
+
+
+def test_check_config_summary_counts_the_findings_and_names_the_worst(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("from ajet import AgentJetJob\njob = AgentJetJob(grpo_n=4, num_repeat=6, max_env_worker=128)\n")
+    code, out, _ = call_cli("check_config", {"script": str(script)})
+    assert code == 0 and next(iter(out)) == "summary" and one_line(out["summary"])
+    counts, worst = out["counts"], out["findings"][0]
+    assert worst["severity"] == "error" and out["summary"].startswith(f"{counts['errors']} error")
+    assert f"worst: error {worst['rule']}: " in out["summary"] and "AgentJet 0.1.0 (c68c154f)" in out["summary"]
+    (tmp_path / "clean.py").write_text("x = 1\n")
+    code, out, _ = call_cli("check_config", {"script": str(tmp_path / "clean.py")})
+    assert out["summary"].startswith("No findings against AgentJet 0.1.0 (c68c154f)") or out["findings"]

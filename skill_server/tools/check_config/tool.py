@@ -22,11 +22,13 @@ def check_config(inp: CheckConfigInput) -> CheckConfigResult:
     findings = _run_rules(ctx)
     infos = [construction_info(ctx, run) for run in ctx.runs if run.construction is not None]
     skipped = [Skipped(rule=r, reason=why) for r, why in ctx.skipped]
+    counts = Summary(errors=sum(f.severity == "error" for f in findings),
+                     warnings=sum(f.severity == "warning" for f in findings),
+                     infos=sum(f.severity == "info" for f in findings), skipped=len(skipped))
     return CheckConfigResult(
+        summary=_summary(findings, counts, aj.label),
         findings=findings,
-        summary=Summary(errors=sum(f.severity == "error" for f in findings),
-                        warnings=sum(f.severity == "warning" for f in findings),
-                        infos=sum(f.severity == "info" for f in findings), skipped=len(skipped)),
+        counts=counts,
         skipped=skipped,
         effective=infos[0].effective if infos else effective(ctx, ctx.runs[0]),  # runs[0] is infos[0]'s run
         constructions=infos,
@@ -34,6 +36,21 @@ def check_config(inp: CheckConfigInput) -> CheckConfigResult:
         agentjet=aj.ref,
         notes=list(ctx.notes),
     )
+
+
+def _summary(findings: list[Finding], counts: Summary, label: str) -> str:
+    """One line: the counts, then the worst finding (findings come sorted, errors first)."""
+    parts = [f"{n} {kind}{'s' if n != 1 else ''}" for n, kind in
+             ((counts.errors, "error"), (counts.warnings, "warning"), (counts.infos, "info")) if n]
+    skipped = f"; {counts.skipped} check{'s' if counts.skipped != 1 else ''} could not run (see skipped)" \
+        if counts.skipped else ""
+    if not findings:
+        return f"No findings against {label}{skipped}."
+    worst = findings[0]
+    line = f"{', '.join(parts)} against {label}; worst: {worst.severity} {worst.rule}: {worst.message}"
+    line = " ".join(line.split())
+    line = line if len(line) <= 500 else line[:497] + "..."
+    return line + skipped + "."
 
 
 def _run_rules(ctx: LintContext) -> list[Finding]:
