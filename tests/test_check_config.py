@@ -46,7 +46,7 @@ def test_werewolves_yaml_first_with_one_kwarg_override():
     assert (e.max_env_worker.source, e.num_repeat.source, e.num_repeat.location.line) == ("kwarg", "yaml", 13)
     base = r.constructions[0].base_yaml
     assert base.anchor == "script_dir" and base.path.endswith("werewolves.yaml") and base.exists
-    assert r.summary.errors == 0 and r.summary.warnings == 4 and r.skipped == []
+    assert r.counts.errors == 0 and r.counts.warnings == 4 and r.skipped == []
     # the newest bundled release (never null: a bundled answer names the release folder it read)
     assert (r.agentjet.source, r.agentjet.version, r.agentjet.commit[:8]) == ("bundled", "0.1.0", "c68c154f")
     assert r.agentjet.path.endswith("c68c154f")
@@ -74,7 +74,7 @@ def test_dataclass_config_feeding_kwargs_from_a_sibling_module():
 
 def test_all_kwargs_multi_node_is_clean_and_switches_to_tcp():
     r = lint(CLIENTS / "geo3k_multinode.py")
-    assert r.findings == [] and r.summary.errors == r.summary.warnings == r.summary.infos == 0
+    assert r.findings == [] and r.counts.errors == r.counts.warnings == r.counts.infos == 0
     e = r.effective
     assert (e.nnodes.value, e.interchange_method.value, e.interchange_method.source) == (2, "tcp", "tcp-switch")
     assert (e.max_env_worker.value, e.max_model_len.value) == (64, 18000)
@@ -128,7 +128,7 @@ def test_typos_and_broken_groups():
                                                                                   "default"]
     budget = only(r, "length-budget")
     assert "20000" in budget.fix and budget.values["max_model_len"] == 18000
-    assert r.summary.errors == 8 and r.findings[0].severity == "error"
+    assert r.counts.errors == 8 and r.findings[0].severity == "error"
 
 
 def test_whole_dict_writes_through_aliases_and_setattr():
@@ -147,7 +147,7 @@ def test_whole_dict_writes_through_aliases_and_setattr():
 
 def test_clean_script_has_no_errors_or_warnings():
     r = lint(CLIENTS / "clean_client.py")
-    assert r.summary.errors == 0 and r.summary.warnings == 0 and r.findings == [] and r.skipped == []
+    assert r.counts.errors == 0 and r.counts.warnings == 0 and r.findings == [] and r.skipped == []
     assert r.effective.episode_cap.value == 128 and r.effective.max_env_worker.source == "kwarg"
     assert r.constructions[0].variable == "job" and len(r.constructions[0].writes) == 3
 
@@ -299,7 +299,7 @@ def test_unresolved_nnodes_skips_what_depends_on_it():
     skips = skipped(r)
     for rule in ("batch-not-divisible-by-gpus", "samples-below-world-size", "interchange-not-tcp"):
         assert any("nnodes is unknown" in reason and "SLURM_NNODES" in reason for reason in skips[rule]), rule
-    assert r.findings == [] and r.summary.skipped == len(r.skipped)
+    assert r.findings == [] and r.counts.skipped == len(r.skipped)
 
 
 def test_small_batch_on_two_nodes():
@@ -454,7 +454,7 @@ def test_unsupported_kwarg_for_an_older_install(tmp_path):
 def test_cli_call():
     code, out, err = call_cli("check_config", {"script": str(CLIENTS / "werewolves" / "agent_roll.py")})
     assert code == 0, err
-    assert out["summary"] == {"errors": 0, "warnings": 4, "infos": 0, "skipped": 0}
+    assert out["counts"] == {"errors": 0, "warnings": 4, "infos": 0, "skipped": 0}
     code, out, err = call_cli("check_config", {"script": str(CLIENTS / "nope.py")})
     assert code == 1 and out is None and "script: file not found" in err and err.count("\n") == 1
     code, out, err = call_cli("check_config", {"script": str(CLIENTS / "clean_client.py"), "cwd": "/nonexistent/x"})

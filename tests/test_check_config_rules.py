@@ -133,7 +133,7 @@ def test_rule_is_skipped_with_the_reason_when_an_input_is_unknown(tmp_path, rule
     reasons = skipped(r).get(rule_id)
     assert reasons, (rule_id, skipped(r))
     assert all(reason for reason in reasons)
-    assert r.summary.skipped == len(r.skipped)
+    assert r.counts.skipped == len(r.skipped)
 
 
 def test_registry_entries_are_complete():

@@ -261,7 +261,8 @@ def test_checkpoint_walk_is_bounded_and_never_follows_links(tmp_path: Path):
     (base / "global_step_x").mkdir()
 
     def walk(path: Path, **kw: object) -> dict:
-        return agent.handle({"v": agent.PROTOCOL_VERSION, "ops": [{"op": "checkpoints", "path": str(path), **kw}]})["results"][0]
+        request = {"v": agent.PROTOCOL_VERSION, "ops": [{"op": "checkpoints", "path": str(path), **kw}]}
+        return agent.handle(request)["results"][0]
 
     found = walk(base)
     assert [c["step"] for c in found["checkpoints"]] == [5, 10, 15] and not found["truncated"]

@@ -2,9 +2,10 @@
 
 Layers, top to bottom: the front ends (``app``), the tools (``tools.<name>``, one package per tool, none
 importing another), the services (``experiments``: runs; ``analysis``: what a client script configures;
-``gpus``), the foundations (``agentjet``: the one place that knows AgentJet; ``hosts``: where things run),
-and ``core``. A package imports only from the layers below it (and from itself). Only the MCP front end
-imports the MCP SDK. Imports under ``if TYPE_CHECKING:`` count too: a type is a dependency.
+``swarm``: live swarm servers, which reads the runs' registry; ``gpus``), the foundations (``agentjet``: the
+one place that knows AgentJet; ``hosts``: where things run), and ``core``. A package imports only from the
+layers below it (and from itself). Only the MCP front end imports the MCP SDK. Imports under
+``if TYPE_CHECKING:`` count too: a type is a dependency.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ ROOT = Path(__file__).resolve().parents[1] / "skill_server"
 
 #: Package -> the packages it may import from (besides itself). ``tools`` stands for each tool package.
 ALLOWED: dict[str, set[str]] = {
-    "app": {"tools", "experiments", "analysis", "gpus", "agentjet", "hosts", "core"},
-    "tools": {"experiments", "analysis", "gpus", "agentjet", "hosts", "core"},
+    "app": {"tools", "experiments", "analysis", "swarm", "gpus", "agentjet", "hosts", "core"},
+    "tools": {"experiments", "analysis", "swarm", "gpus", "agentjet", "hosts", "core"},
+    "swarm": {"experiments", "agentjet", "hosts", "core"},
     "experiments": {"gpus", "agentjet", "hosts", "core"},
     "analysis": {"agentjet", "core"},
     "gpus": {"hosts", "core"},

@@ -19,7 +19,7 @@ import yaml as pyyaml
 
 from skill_server.app.table import TOOLS_BY_NAME, model_schema
 from skill_server.core.errors import ToolInputError
-from skill_server.tools.swarm_status.links import DEFAULT_SWARM_PORT, server_address
+from skill_server.swarm.links import DEFAULT_SWARM_PORT, server_address
 from tests.conftest import REPO, call_cli
 from tests.swarm_standin import SwarmStandin, SwarmState, free_port_with_nothing_listening
 
@@ -92,6 +92,26 @@ def test_status_by_experiment_id_then_diagnosis_once_it_is_stopped(private_tmux,
     r = call("swarm_status", url=f"127.0.0.1:{port}", timeout_s=1)
     assert r.experiment is not None and r.experiment.id == exp_id
     assert any(f"Experiment {exp_id}" in d for d in r.diagnosis)
+
+
+def test_episode_cap_by_experiment_id_reads_the_config_its_engine_dumped(private_tmux, fake_ajet_swarm, tmp_path):
+    port = free_port_with_nothing_listening()
+    dumped = dump_config(tmp_path / "saved_experiments" / "run1", max_env_worker=64, num_repeat=6, batch=16)
+    launched = call("launch_experiment", name="cap_link", workdir=str(tmp_path), env=fake_ajet_swarm,
+                    processes=[{"role": "server", "command": f"ajet-swarm start --swarm-port {port} "
+                                                            f"--experiment-dir saved_experiments/run1"}])
+    try:
+        wait_reachable(launched.id)
+        r = call("episode_cap", id=launched.id)
+        assert (r.episode_cap, r.queued_loops) == (64, 2)
+        places = {i.name: i.place for i in r.inputs}
+        assert places["max_env_worker"].startswith(f"{dumped}:") and {i.source for i in r.inputs} == {"server"}
+        assert r.summary.startswith("Episode cap 64 ") and str(dumped) in r.summary
+    finally:
+        call("stop_experiment", id=launched.id, grace_s=5)
+    with pytest.raises(ToolInputError) as err:
+        call("episode_cap", id="no-such-run")
+    assert err.value.field == "id"
 
 
 def test_a_port_nobody_was_given_says_so():

@@ -17,7 +17,7 @@ import yaml as pyyaml
 from skill_server.app.table import TOOLS_BY_NAME
 from skill_server.core.errors import ToolInputError
 from skill_server.core.http_json import FetchError, http_get
-from skill_server.tools.swarm_status.read import parse_seconds
+from skill_server.swarm.read import parse_seconds
 from skill_server.tools.swarm_status.tool import ROUTE_ENGINE, ROUTE_POOL, SwarmStatusResult, normalize_url
 from tests.conftest import call_cli, cli_env
 from tests.swarm_standin import SwarmStandin, SwarmState, episode, free_port_with_nothing_listening

@@ -175,7 +175,7 @@ def test_call_tool_help_lists_every_argument_with_type_default_and_description()
             if prop.get("description"):
                 assert prop["description"].split()[0] in text
     cap = run_cli("call", "episode_cap", "-h").stdout
-    assert "  max_env_worker: integer >= 1, <= 9007199254740991 (required)" in cap
+    assert "  max_env_worker: integer >= 1, <= 9007199254740991 (optional)" in cap  # an artifact may hold it
     assert '  thread_rule: one of "ceil", "floor", "auto" (default "auto")' in cap
 
 

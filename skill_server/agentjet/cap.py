@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from skill_server.agentjet.identity import AgentJetRef, AgentJetRootArg, AgentJetVersionArg
+from skill_server.agentjet.identity import AgentJetRef, AgentJetRootArg, AgentJetVersionArg, agentjet_label
 from skill_server.core.errors import ToolInputError
 from skill_server.core.models import MAX_JSON_INT, NonNegativeInt, PositiveInt, ToolInput, ToolOutput
 
@@ -110,6 +110,7 @@ class CapBounds(ToolOutput):
 
 
 class EpisodeCapResult(ToolOutput):
+    summary: str = Field(description="One line to quote: the cap, what binds, the knob.")
     episode_cap: int = Field(description="Most episodes that can run at once: the ceiling of overwatch's gauge.")
     engine_cap: int = Field(description="The cap the engine alone imposes: min(max_env_worker, worker_loops).")
     worker_loops: int = Field(description="Worker loops submitted per step: n_task * num_repeat.")
@@ -153,6 +154,7 @@ def episode_cap_for(inp: EpisodeCapInput, release: Release) -> EpisodeCapResult:
     if clients is not None and clients == cap:
         binding.append("clients")
     result = EpisodeCapResult(
+        summary="",
         episode_cap=cap,
         engine_cap=engine_cap,
         worker_loops=worker_loops,
@@ -172,7 +174,26 @@ def episode_cap_for(inp: EpisodeCapInput, release: Release) -> EpisodeCapResult:
     )
     result.suggestions = _suggestions(inp, result)
     result.explanation = _explanation(inp, result)
+    result.summary = cap_summary(result)
     return result
+
+
+_KNOBS = {"max_env_worker": "raise max_env_worker", "train_batch_size": "raise train_batch_size",
+          "clients": "raise what the clients run at once"}
+
+
+def cap_summary(r: EpisodeCapResult) -> str:
+    """One line an assistant can quote: the cap, what binds it, the knob that lifts it, and which AgentJet."""
+    binds = " and ".join("the clients' concurrency" if b == "clients" else b for b in r.binding) or "nothing"
+    knobs = " or ".join(_KNOBS[b] for b in r.binding) or "raise max_env_worker"
+    line = (f"Episode cap {r.episode_cap} ({agentjet_label(r.agentjet)}, {r.thread_rule} rule): {binds} "
+            f"bind{'s' if len(r.binding) == 1 else ''}; to lift it, {knobs}.")
+    if r.queued_loops:
+        line += (f" {r.queued_loops} of {r.worker_loops} worker loops queue (max_env_worker is no multiple of "
+                 f"{r.num_repeat}).")
+    elif r.idle_threads and r.n_task:
+        line += f" {r.idle_threads} of {r.pool_width} threads stay idle."
+    return line
 
 
 def _groups(mew: int, n: int, rule: str) -> int:

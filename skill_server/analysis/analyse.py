@@ -16,6 +16,8 @@ from skill_server.analysis.bases import base_for, defaults_base, file_base
 from skill_server.analysis.replay import Run, replay
 from skill_server.analysis.script import scan_script
 from skill_server.analysis.session import Session
+from skill_server.core.fsutil import resolve_directory, resolve_path
+from skill_server.core.safe_yaml import load_yaml_file
 
 
 @dataclass
@@ -57,3 +59,19 @@ def analyse(aj: AgentJet, script: Path | None, yaml: Path | None, cwd: Path | No
                      "belongs in the job the client builds (its AgentJetJob kwargs or its base YAML); pass script= "
                      "to have fixes located there")
     return Analysis(session, runs)
+
+
+def analyse_arguments(script: str | None, yaml: str | None, cwd: str | None, agentjet_version: str | None,
+                      agentjet_root: str | None) -> tuple[AgentJet, Analysis]:
+    """``analyse`` on the tools' arguments as check_config takes them (relative paths against ``cwd``), so every
+    tool that reads a script resolves it the same way; input errors name ``script``, ``yaml``, ``cwd`` and the
+    AgentJet selection."""
+    directory = resolve_directory(cwd, field="cwd") if cwd is not None else None
+    aj = AgentJet.select(agentjet_version, agentjet_root, directory)
+    explicit: Path | None = None
+    if yaml:
+        explicit = resolve_path(yaml, field="yaml", base=directory)
+        load_yaml_file(explicit, field="yaml", dialect="pyyaml")  # clear errors first: missing, no mapping, too large
+        explicit = explicit.resolve()
+    path = resolve_path(script, field="script", base=directory) if script else None
+    return aj, analyse(aj, path, explicit, directory)

@@ -21,6 +21,7 @@ class JobInputs:
     kwargs: dict[str, Any] = field(default_factory=dict)  # AgentJetJob kwargs (base_yaml_config excluded)
     sets: dict[str, Any] = field(default_factory=dict)  # dotted key -> value written before any dump
     missing: list[str] = field(default_factory=list)  # what is known only at run time, with its line
+    unknown_keys: dict[str, str] = field(default_factory=dict)  # config key (or **splat) -> why its value is unknown
     left_out: list[str] = field(default_factory=list)  # what AgentJet would not take, with why
     assumes: list[str] = field(default_factory=list)  # the assumptions the values rest on, described
 
@@ -36,6 +37,7 @@ def job_inputs(aj: AgentJet, run: Run) -> JobInputs:
     _kwargs(aj, c, out)
     for splat in c.dynamic:
         out.missing.append(f"{splat} (line {c.line}): the kwargs it passes are known only at run time")
+        out.unknown_keys[splat] = f"line {c.line}: the kwargs it passes, so the keys they set, are known at run time"
     _writes(aj, run, out)
     return out
 
@@ -51,7 +53,9 @@ def _kwargs(aj: AgentJet, c: Construction, out: JobInputs) -> None:
         elif not aj.accepts(name):
             out.left_out.append(f"kwarg {name} (line {kw.line}): not a kwarg of {aj.label}")
         elif not kw.value.resolved:
-            out.missing.append(f"kwarg {name} (line {kw.line}): {kw.value.describe_unresolved()}")
+            why = f"kwarg {name} (line {kw.line}): {kw.value.describe_unresolved()}"
+            out.missing.append(why)
+            out.unknown_keys[aj.key_for(name) or name] = why
         elif kw.value.value is not None:  # None keeps the YAML value: nothing to pass
             out.kwargs[name] = kw.value.value
             out.assume(kw.value)
@@ -64,10 +68,12 @@ def _writes(aj: AgentJet, run: Run, out: JobInputs) -> None:
             continue
         if w.kind == "method":
             out.missing.append(f"{w.value.text} (line {w.line}): sets {w.key} at run time")
+            out.unknown_keys[w.key] = f"{w.value.text} (line {w.line}) sets it at run time"
         elif not aj.known(w.key):
             out.left_out.append(f"write {w.key} (line {w.line}): not a key of AgentJet's config ({aj.label})")
         elif not w.value.resolved:
             out.missing.append(f"write {w.key} (line {w.line}): {w.value.describe_unresolved()}")
+            out.unknown_keys[w.key] = f"write (line {w.line}): {w.value.describe_unresolved()}"
         else:
             out.sets[w.key] = w.value.value
             out.assume(w.value)

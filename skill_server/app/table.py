@@ -177,10 +177,11 @@ TOOLS: tuple[ToolSpec, ...] = (
         description=(
             "Exact ceiling of overwatch's 'Running Episodes' gauge for an AgentJet swarm engine, from the engine's "
             "max_env_worker, num_repeat and train_batch_size, bounded by what the clients run together. Says which "
-            "inputs bind and which knob lifts the cap; adding clients never raises it."
+            "inputs bind and which knob lifts the cap; adding clients never raises it. Takes the numbers, or reads "
+            "them from an engine YAML, a client script or a live server (url/id)."
         ),
-        input_model="skill_server.tools.episode_cap.models:EpisodeCapInput",
-        output_model="skill_server.tools.episode_cap.models:EpisodeCapResult",
+        input_model="skill_server.tools.episode_cap.models:EpisodeCapQuery",
+        output_model="skill_server.tools.episode_cap.models:EpisodeCapAnswer",
         run="skill_server.tools.episode_cap.tool:compute_episode_cap",
         details=(
             "The cap is min(max_env_worker, num_repeat * min(train_batch_size, ceil(max_env_worker / num_repeat))), "

@@ -194,3 +194,47 @@ def load_yaml_file(path: str | Path, *, field: str, require_mapping: bool = True
     if require_mapping and not isinstance(data, dict):
         raise ToolInputError(f"{p} must hold a YAML mapping at top level, not a {type(data).__name__}", field=field)
     return data
+
+
+def key_lines_of_text(text: str) -> dict[str, int]:
+    """Dotted key -> 1-based line of that key in YAML text (mappings only, the first occurrence wins); {} for
+    text that is not YAML. Bounded like every other read: the size, aliases (each node walked once) and a
+    budget of keys."""
+    if len(text.encode("utf-8", errors="replace")) > MAX_YAML_BYTES:
+        return {}
+    try:
+        loader = PyYAMLLoader(text)
+        try:
+            node = loader.get_single_node()
+        finally:
+            loader.dispose()
+    except (yaml.YAMLError, RecursionError, ValueError):
+        return {}
+    out: dict[str, int] = {}
+    budget = 200_000
+    seen: set[int] = set()
+    stack: list[tuple[Any, str]] = [(node, "")]
+    while stack and budget > 0:
+        n, prefix = stack.pop()
+        if not isinstance(n, yaml.MappingNode) or id(n) in seen:
+            continue
+        seen.add(id(n))
+        for k, v in n.value:
+            budget -= 1
+            if isinstance(k, yaml.ScalarNode):
+                dotted = f"{prefix}{k.value}"
+                out.setdefault(dotted, k.start_mark.line + 1)
+                stack.append((v, dotted + "."))
+    return out
+
+
+def key_lines(path: str | Path) -> dict[str, int]:
+    """:func:`key_lines_of_text` of a file ({} for a file that is missing, not regular, too large or unreadable)."""
+    p = Path(path)
+    try:
+        if not p.is_file() or p.stat().st_size > MAX_YAML_BYTES:
+            return {}
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return {}
+    return key_lines_of_text(text)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from skill_server.core.deadline import Deadline, shutdown_requested
 from skill_server.core.errors import ToolFailure, ToolInputError
 from skill_server.experiments import blueprint as bp
+from skill_server.experiments import sentences
 from skill_server.experiments.checks import (
     check_env,
     compile_pattern,
@@ -292,13 +293,16 @@ def launch(inp: LaunchInput, deadline: Deadline | None = None) -> LaunchOutput:
             _roll_back(reg, d, places)
             raise
     log.info("launched %s (session %s) on %s", d.exp_id, d.session, ", ".join(d.starting))
-    return LaunchOutput(
+    out = LaunchOutput(
+        summary="",
         id=d.exp_id, session=d.session, socket=d.socket, host=d.main_host, log_path=spec.processes[0].log_path,
         result_dir=spec.result_dir, attach=spec.attach, started_at=iso(d.created),
         processes=[ProcessInfo(role=p.role, host=p.host, state="running", exit_code=None, log_path=p.log_path,
                                pid=p.pid, attach=spec.attach_on(p.host)) for p in spec.processes],
         max_time_s=d.max_time_s, first_step_timeout_s=d.first_step_s,
     )
+    out.summary = sentences.launched(out)
+    return out
 
 
 def _dry_run(d: _Launch, ops: dict[str, client.Launch], deadline: Deadline) -> dict[str, LaunchPlan]:

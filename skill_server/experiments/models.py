@@ -104,6 +104,7 @@ class ProcessInfo(ToolOutput):
 
 
 class LaunchOutput(ToolOutput):
+    summary: str = Field(description="One line to quote: what started where, and the next call.")
     id: str
     session: str
     socket: str
@@ -193,6 +194,7 @@ class MetricsHistory(ToolOutput):
 
 
 class ExperimentStatus(ToolOutput):
+    summary: str = Field(description="One line to quote: the run's state and what to do next.")
     id: str
     session: str
     socket: str

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolFailure
+from skill_server.experiments import sentences
 from skill_server.experiments.models import ProcessRef, StopOutput
 from skill_server.experiments.queries import observe_with_lines
 from skill_server.experiments.store import Row, open_registry
@@ -90,5 +91,7 @@ def stop_run(key: str, grace_s: float | None = None, deadline: Deadline | None =
     if unreachable:
         notes.append("could not stop on " + "; ".join(unreachable) + " (nothing recorded; call stop again)")
     status["note"] = "; ".join(dict.fromkeys(notes)) or None
-    return StopOutput(**status, interrupted=sorted(set(interrupted)), killed=sorted(set(killed_roles)),
-                      killed_processes=killed, still_alive=alive, session_removed=removed)
+    out = StopOutput(summary="", **status, interrupted=sorted(set(interrupted)), killed=sorted(set(killed_roles)),
+                     killed_processes=killed, still_alive=alive, session_removed=removed)
+    out.summary = sentences.stopped(out)
+    return out

@@ -44,6 +44,7 @@ class BlueprintProblem(ToolOutput):
 
 
 class BlueprintOutput(ToolOutput):
+    summary: str = Field(description="One line to quote: valid or not, and the first problem.")
     action: str
     ok: bool
     fields: dict[str, str]

@@ -57,8 +57,23 @@ def blueprint_tool(inp: BlueprintInput) -> BlueprintOutput:
     return _output("template", bp.validate_text(text, base), text, written)
 
 
+def _summary(action: str, v: bp.Validated, path: str | None) -> str:
+    """One line: the blueprint's validity, its problem counts and the first (errors first)."""
+    what = "The blueprint" + (f" {path}" if path else "") + (" (written)" if action == "template" and path else "")
+    errors = [p for p in v.problems if p.severity == "error"]
+    warnings = [p for p in v.problems if p.severity == "warning"]
+    if not v.problems:
+        return f"{what} is valid."
+    counts = ", ".join(f"{n} {kind}{'s' if n != 1 else ''}" for n, kind in ((len(errors), "error"),
+                                                                             (len(warnings), "warning")) if n)
+    first = (errors or warnings)[0]
+    state = "is valid" if v.ok else "is not valid"
+    return f"{what} {state}: {counts}; first: {first.field}: {first.message}"[:600]
+
+
 def _output(action: str, v: bp.Validated, text: str | None, path: str | None) -> BlueprintOutput:
     return BlueprintOutput(
+        summary=_summary(action, v, path),
         action=action, ok=v.ok, fields=v.values, resolved=v.resolved, max_time_s=v.max_time_s,
         first_step_timeout_s=v.first_step_timeout_s, notes=v.notes,
         problems=[BlueprintProblem(field=p.field, severity=p.severity, message=p.message) for p in v.problems],

@@ -12,6 +12,9 @@ from skill_server.core.models import JsonValue, ToolInput, ToolOutput
 Path4096 = Annotated[StrictStr, Field(max_length=4096)]
 
 class BuildConfigInput(ToolInput):
+    script: Path4096 | None = Field(
+        default=None, description="A swarm client script: build from its AgentJetJob as check_config resolves it "
+        "(kwargs and set given here are applied over the script's; base_yaml replaces its base).")
     kwargs: dict[StrictStr, JsonValue] = Field(
         default_factory=dict, max_length=200,
         description="AgentJetJob constructor kwargs, e.g. {\"num_repeat\": 6, \"max_env_worker\": 126}. null keeps "
@@ -58,7 +61,13 @@ class ProvenanceEntry(ToolOutput):
     note: str | None = None
 
 
+class UnknownInput(ToolOutput):
+    key: str = Field(description="The config key (or **splat) whose value the script sets only at run time.")
+    reason: str
+
+
 class BuildConfigResult(ToolOutput):
+    summary: str = Field(description="One line to quote: what was built, for which AgentJet, and what is unknown.")
     yaml: str = Field(description="Exactly what AgentJetJob(...).dump_job_as_yaml() writes for these inputs.")
     agentjet: AgentJetRef
     base: BaseInfo
@@ -66,3 +75,6 @@ class BuildConfigResult(ToolOutput):
     provenance: list[ProvenanceEntry]
     warnings: list[str]
     written: str | None = Field(description="The file created from output_path, else null.")
+    unknown: list[UnknownInput] = Field(
+        default_factory=list, description="With script: inputs known only at run time; the YAML holds the base "
+        "value at these keys, not the script's.")

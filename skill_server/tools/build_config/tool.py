@@ -10,17 +10,29 @@ it to create a new file.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from skill_server.agentjet import yamltypes
 from skill_server.agentjet.compose import Base, default_base, load_base
 from skill_server.agentjet.job import Construction, construct, dump, to_plain
-from skill_server.agentjet.release import select_agentjet
+from skill_server.agentjet.release import OverridesTable, select_agentjet
 from skill_server.core.errors import ToolFailure, ToolInputError
 from skill_server.core.fsutil import describe_kind, resolve_directory, resolve_path, write_text_atomic
 from skill_server.core.jsonsafe import json_safe
 from skill_server.core.trees import flatten
-from skill_server.tools.build_config.models import BaseInfo, BuildConfigInput, BuildConfigResult, ProvenanceEntry
+from skill_server.tools.build_config.models import (
+    BaseInfo,
+    BuildConfigInput,
+    BuildConfigResult,
+    ProvenanceEntry,
+    UnknownInput,
+)
+
+if TYPE_CHECKING:
+    from skill_server.analysis.agentjet import AgentJet
+    from skill_server.analysis.replay import Run
 
 # --- inputs ----------------------------------------------------------------------------------------
 
@@ -60,6 +72,90 @@ def _output_path(inp: BuildConfigInput, cwd: Path | None) -> Path | None:
     return path
 
 
+@dataclass
+class ScriptJob:
+    """The one AgentJetJob of a client script, as the static analysis resolves it (``analysis.inputs``)."""
+
+    line: int
+    base: Path | None  # the base YAML it composes (None: AgentJet's default)
+    kwargs: dict[str, object] = field(default_factory=dict)
+    sets: dict[str, object] = field(default_factory=dict)
+    unknown: dict[str, str] = field(default_factory=dict)  # key -> why the script's value is unknown
+    warnings: list[str] = field(default_factory=list)
+
+
+def _script_job(inp: BuildConfigInput) -> ScriptJob:
+    """Read the script's construction; refuse (naming ``script``) what static analysis cannot build from."""
+    from skill_server.analysis.analyse import analyse_arguments
+    from skill_server.analysis.inputs import job_inputs
+
+    assert inp.script is not None
+    try:
+        aj, analysis = analyse_arguments(inp.script, inp.base_yaml, inp.cwd, inp.agentjet_version, inp.agentjet_root)
+    except ToolInputError as exc:
+        if exc.field == "yaml":  # the analysis's name for the base given instead of the script's own
+            raise ToolInputError(exc.message, field="base_yaml") from None
+        raise
+    runs = [run for run in analysis.runs if run.construction is not None]
+    if not runs:
+        raise ToolInputError("has no AgentJetJob(...) construction to build from; give kwargs instead", field="script")
+    if len(runs) > 1:
+        lines = ", ".join(str(run.construction.line) for run in runs if run.construction)
+        raise ToolInputError(f"builds {len(runs)} AgentJetJobs (lines {lines}); give the kwargs of the one the "
+                             "engine runs", field="script")
+    run = runs[0]
+    assert run.construction is not None
+    base = run.base
+    if base.state in ("missing", "unresolved"):
+        raise ToolInputError(f"the base YAML of the AgentJetJob at line {run.construction.line} cannot be read "
+                             f"({base.reason or base.state}); give base_yaml", field="script")
+    found = job_inputs(aj, run)
+    job = ScriptJob(run.construction.line, base.path if base.state in ("file", "refused") else None,
+                    dict(found.kwargs), dict(found.sets), dict(found.unknown_keys))
+    _pass_on_what_agentjet_judges(aj, run, job)
+    job.warnings += [f"left out: {what}" for what in found.left_out if what.startswith("ensure_new_experiment")]
+    job.warnings += [f"assumes {what}" for what in found.assumes]
+    return job
+
+
+def _pass_on_what_agentjet_judges(aj: AgentJet, run: Run, job: ScriptJob) -> None:
+    """What the consolidation leaves out (a kwarg this AgentJet lacks, a write to a key its config lacks) goes
+    to the build, so it refuses or warns exactly as AgentJetJob does; only ensure_new_experiment stays out (it
+    would stamp today's time into the name)."""
+    assert run.construction is not None
+    for name, kw in run.construction.kwargs.items():
+        if name not in ("base_yaml_config", "ensure_new_experiment") and not aj.accepts(name) and kw.value.resolved:
+            job.kwargs[name] = kw.value.value
+    late = {id(w) for w, _ in run.late_writes}
+    for w in run.writes:
+        if w.kind not in ("mirror", "method") and id(w) not in late and not aj.known(w.key) and w.value.resolved:
+            job.sets[w.key] = w.value.value
+
+
+def _still_unknown(job: ScriptJob, inp: BuildConfigInput, table: OverridesTable) -> list[UnknownInput]:
+    """The script's unknown inputs that no kwarg or write given here replaces."""
+    given = set(inp.set or {}) | {table.key_for(n) for n in inp.kwargs if table.accepts(n)} | set(inp.kwargs)
+    return [UnknownInput(key=key, reason=why) for key, why in job.unknown.items() if key not in given]
+
+
+def _summary(result: BuildConfigResult, job: ScriptJob | None, inp: BuildConfigInput, n_kwargs: int,
+             n_sets: int) -> str:
+    """One line: what was built, from what, for which AgentJet, and what stays unknown."""
+    from skill_server.agentjet.identity import agentjet_label
+
+    source = f"{inp.script}'s AgentJetJob (line {job.line})" if job is not None else "the kwargs given"
+    line = (f"Built the YAML AgentJetJob dumps for {agentjet_label(result.agentjet)} from {source}: {n_kwargs} "
+            f"kwarg{'s' if n_kwargs != 1 else ''} and {n_sets} write{'s' if n_sets != 1 else ''} over "
+            f"{result.base.path}.")
+    if result.unknown:
+        keys = ", ".join(u.key for u in result.unknown[:5]) + (", ..." if len(result.unknown) > 5 else "")
+        line += (f" {len(result.unknown)} value{'s' if len(result.unknown) != 1 else ''} known only at run time "
+                 f"({keys}): the YAML shows the base value there.")
+    if result.written:
+        line += f" Written to {result.written}."
+    return line
+
+
 # --- the tool ----------------------------------------------------------------------------------------------
 
 
@@ -67,14 +163,20 @@ def build_config(inp: BuildConfigInput) -> BuildConfigResult:
     """Reproduce ``AgentJetJob(**kwargs)`` + writes + ``dump_job_as_yaml()``; optionally create a file with it."""
     cwd = resolve_directory(inp.cwd, field="cwd") if inp.cwd is not None else None
     _check_values(inp)
+    job = _script_job(inp) if inp.script is not None else None
     release = select_agentjet(inp.agentjet_version, inp.agentjet_root, cwd=cwd)
     output = _output_path(inp, cwd)
+    kwargs = {**(job.kwargs if job else {}), **inp.kwargs}
+    sets = {**(job.sets if job else {}), **(inp.set or {})}
+
+    from_script = job is not None and job.base is not None and _base_path(inp, cwd)[0] is None
+    base_field = "script" if from_script else _base_field(inp)
 
     def open_base() -> Base:  # where AgentJetJob opens base_yaml_config: after refusing unknown kwargs
-        path, field = _base_path(inp, cwd)
+        path, field = (job.base, "script") if from_script and job is not None else _base_path(inp, cwd)
         return load_base(path, field=field, release=release) if path is not None else default_base(release)
 
-    built = construct(release, open_base, dict(inp.kwargs), dict(inp.set or {}), base_field=_base_field(inp), cwd=cwd)
+    built = construct(release, open_base, kwargs, sets, base_field=base_field, cwd=cwd)
     base = built.composition.base
     text = dump(built.config)
     written = None
@@ -86,8 +188,10 @@ def build_config(inp: BuildConfigInput) -> BuildConfigResult:
                 raise ToolFailure(f"{output} appeared while writing; build_config only creates new files",
                                   field="output_path") from None
             raise exc
-    warnings = built.warnings
-    return BuildConfigResult(
+    warnings = [*(job.warnings if job else []), *built.warnings]
+    unknown = _still_unknown(job, inp, release.overrides) if job else []
+    result = BuildConfigResult(
+        summary="",
         yaml=text,
         agentjet=release.ref,
         base=BaseInfo(kind="file" if base.kind == "file" else "default", path=base.origin),
@@ -95,7 +199,10 @@ def build_config(inp: BuildConfigInput) -> BuildConfigResult:
         provenance=_provenance(built, inp.provenance),
         warnings=warnings,
         written=written,
+        unknown=unknown,
     )
+    result.summary = _summary(result, job, inp, len(kwargs), len(sets))
+    return result
 
 
 def _check_values(inp: BuildConfigInput) -> None:

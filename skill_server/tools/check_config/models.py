@@ -164,8 +164,9 @@ class ConstructionInfo(ToolOutput):
 
 
 class CheckConfigResult(ToolOutput):
+    summary: str = Field(description="One line to quote: how many findings, and the worst.")
     findings: list[Finding]
-    summary: Summary
+    counts: Summary
     skipped: list[Skipped] = Field(description="Checks that could not run, with the reason.")
     effective: Effective | None = Field(description="Resolved values of the first construction (or the YAML alone).")
     constructions: list[ConstructionInfo]

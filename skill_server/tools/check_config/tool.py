@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
-from skill_server.analysis.agentjet import AgentJet
-from skill_server.analysis.analyse import analyse
+from skill_server.analysis.analyse import analyse_arguments
 from skill_server.analysis.values import jsonable
-from skill_server.core.fsutil import resolve_directory, resolve_path
-from skill_server.core.safe_yaml import load_yaml_file
 from skill_server.tools.check_config import rules as _rules  # noqa: F401  (registers every rule)
 from skill_server.tools.check_config.context import LintContext
 from skill_server.tools.check_config.models import CheckConfigInput, CheckConfigResult, Finding, Skipped, Summary
@@ -21,23 +17,18 @@ SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 def check_config(inp: CheckConfigInput) -> CheckConfigResult:
     """Lint a swarm client script and/or YAML statically; never imports or runs the script."""
-    cwd = resolve_directory(inp.cwd, field="cwd") if inp.cwd is not None else None
-    aj = AgentJet.select(inp.agentjet_version, inp.agentjet_root, cwd)
-    explicit: Path | None = None
-    if inp.yaml:
-        explicit = resolve_path(inp.yaml, field="yaml", base=cwd)
-        load_yaml_file(explicit, field="yaml", dialect="pyyaml")  # clear errors first: missing, no mapping, too large
-        explicit = explicit.resolve()
-    script = resolve_path(inp.script, field="script", base=cwd) if inp.script else None
-    ctx = LintContext(analyse(aj, script, explicit, cwd))
+    aj, analysis = analyse_arguments(inp.script, inp.yaml, inp.cwd, inp.agentjet_version, inp.agentjet_root)
+    ctx = LintContext(analysis)
     findings = _run_rules(ctx)
     infos = [construction_info(ctx, run) for run in ctx.runs if run.construction is not None]
     skipped = [Skipped(rule=r, reason=why) for r, why in ctx.skipped]
+    counts = Summary(errors=sum(f.severity == "error" for f in findings),
+                     warnings=sum(f.severity == "warning" for f in findings),
+                     infos=sum(f.severity == "info" for f in findings), skipped=len(skipped))
     return CheckConfigResult(
+        summary=_summary(findings, counts, aj.label),
         findings=findings,
-        summary=Summary(errors=sum(f.severity == "error" for f in findings),
-                        warnings=sum(f.severity == "warning" for f in findings),
-                        infos=sum(f.severity == "info" for f in findings), skipped=len(skipped)),
+        counts=counts,
         skipped=skipped,
         effective=infos[0].effective if infos else effective(ctx, ctx.runs[0]),  # runs[0] is infos[0]'s run
         constructions=infos,
@@ -45,6 +36,21 @@ def check_config(inp: CheckConfigInput) -> CheckConfigResult:
         agentjet=aj.ref,
         notes=list(ctx.notes),
     )
+
+
+def _summary(findings: list[Finding], counts: Summary, label: str) -> str:
+    """One line: the counts, then the worst finding (findings come sorted, errors first)."""
+    parts = [f"{n} {kind}{'s' if n != 1 else ''}" for n, kind in
+             ((counts.errors, "error"), (counts.warnings, "warning"), (counts.infos, "info")) if n]
+    skipped = f"; {counts.skipped} check{'s' if counts.skipped != 1 else ''} could not run (see skipped)" \
+        if counts.skipped else ""
+    if not findings:
+        return f"No findings against {label}{skipped}."
+    worst = findings[0]
+    line = f"{', '.join(parts)} against {label}; worst: {worst.severity} {worst.rule}: {worst.message}"
+    line = " ".join(line.split())
+    line = line if len(line) <= 500 else line[:497] + "..."
+    return line + skipped + "."
 
 
 def _run_rules(ctx: LintContext) -> list[Finding]:

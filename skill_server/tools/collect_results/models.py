@@ -40,6 +40,7 @@ class CollectInput(ToolInput):
 
 
 class CollectOutput(ToolOutput):
+    summary: str = Field(description="One line to quote: what was written, and what it holds.")
     host: str = Field(description="Where results.md and finish.flag were written ('local' or the ssh destination).")
     results_path: str
     finish_flag_path: str | None

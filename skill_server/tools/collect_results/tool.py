@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from skill_server.core.errors import ToolInputError
 from skill_server.core.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
-from skill_server.experiments import history, plots, runconfig
+from skill_server.experiments import history, plots, runconfig, sentences
 from skill_server.experiments.checks import host_path
 from skill_server.experiments.models import ErrorHit, MetricsHistory
 from skill_server.experiments.observe import observe
@@ -358,7 +358,10 @@ def collect_results(inp: CollectInput) -> CollectOutput:
         assert run.row is not None  # a picture is drawn only for an experiment id
         image = picture.attachment(title, bool(inp.image_data), path=written.pop(0), host=host_name,
                                    keep_as=plots.kept_name("metrics", [run.row.id]), notes=notes)
+    summary = sentences.collected(written[0], run.state, len(val_metrics), len(train_metrics), len(errors),
+                                  image.path if image is not None else None)
     return CollectOutput(
+        summary=summary,
         host=host_name, results_path=written[0], finish_flag_path=written[1] if flag_wanted else None,
         state=run.state, exit_code=run.exit_code,
         val_markdown=val_md, train_markdown=train_md, val_metrics=val_metrics, train_metrics=train_metrics,

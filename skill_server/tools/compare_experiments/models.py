@@ -83,6 +83,7 @@ class ConfigDifference(ToolOutput):
 
 
 class CompareOutput(ToolOutput):
+    summary: str = Field(description="One line to quote: who leads, and how the configs differ.")
     runs: list[RunSummary]
     metrics: list[str] = Field(description="The metric names compared.")
     leader: Leader | None = Field(description="Null when no run has a value of the primary metric (see notes).")

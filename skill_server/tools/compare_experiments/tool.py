@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from skill_server.core.errors import ToolInputError
 from skill_server.core.models import ImageAttachment
-from skill_server.experiments import history, plots, runconfig
+from skill_server.experiments import history, plots, runconfig, sentences
 from skill_server.experiments.checks import host_path
 from skill_server.experiments.models import MetricsHistory
 from skill_server.experiments.queries import find, observe_with_lines
@@ -243,5 +243,8 @@ def compare_experiments(inp: CompareInput) -> CompareOutput:
     runs = [_run_summary(r, f, config_file, [table[r.id][m] for m in metrics])
             for r, f, (config_file, _) in zip(rows, fields, configs)]
     image = _image(rows, curves, bool(inp.image_data), notes) if inp.plot else None
-    return CompareOutput(runs=runs, metrics=metrics, leader=leader, config_differences=differences,
+    summary = sentences.compared(leader.leader if leader else None, leader.metric if leader else None,
+                                 leader.value if leader else None, leader.runner_up if leader else None,
+                                 len(runs), differing)
+    return CompareOutput(summary=summary, runs=runs, metrics=metrics, leader=leader, config_differences=differences,
                          config_keys_differing=differing, plot=image, plot_data=plot_data, notes=notes)

@@ -38,6 +38,7 @@ class StatusInput(ToolInput):
 
 
 class StatusOutput(ToolOutput):
+    summary: str = Field(description="One line to quote: the runs' states.")
     experiments: list[ExperimentStatus]
     problems: list[RegistryProblem] = Field(default_factory=list,
                                             description="Registry rows that could not be read (each names its id).")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolInputError
-from skill_server.experiments import logs
+from skill_server.experiments import logs, sentences
 from skill_server.experiments.models import DEFAULT_HISTORY_POINTS, ExperimentStatus, RegistryProblem
 from skill_server.experiments.queries import HistoryRequest, find, observe_with_lines
 from skill_server.experiments.store import open_registry
@@ -62,5 +62,8 @@ def experiment_status(inp: StatusInput) -> StatusOutput:
         listing = inp.checkpoints if inp.checkpoints is not None else inp.id is not None
         fields = observe_with_lines(reg, rows, inp.since, max_lines, checkpoints=listing, history_request=wanted,
                                     deadline=deadline)
-    return StatusOutput(experiments=[ExperimentStatus(**f) for f in fields], problems=problems, total=total,
+    runs = [ExperimentStatus(summary="", **f) for f in fields]
+    for run in runs:
+        run.summary = sentences.run_state(run)
+    return StatusOutput(summary=sentences.listed(runs, len(problems)), experiments=runs, problems=problems, total=total,
                         more=more, next_offset=next_offset)

@@ -18,4 +18,5 @@ class GpuStatusInput(ToolInput):
 
 
 class GpuStatusOutput(ToolOutput):
+    summary: str = Field(description="One line to quote: per host, how many GPUs are free.")
     hosts: list[GpuHost]

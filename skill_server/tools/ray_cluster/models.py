@@ -101,6 +101,7 @@ class GpuProcessOutcome(ToolOutput):
 
 
 class RayClusterOutput(ToolOutput):
+    summary: str = Field(description="One line to quote: the cluster's state and what to do next.")
     action: str
     id: str | None = Field(description="The cluster's run id (experiment_status/stop_experiment accept it too); "
                            "null for a cluster this server did not start.")

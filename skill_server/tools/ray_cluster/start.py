@@ -232,6 +232,7 @@ def _wait(exp_id: str, head: str, workers: list[str], port: int, ray: str, versi
     if progress is not None:
         progress(float(timeout), float(timeout), "ready" if ready else (reason or "waiting"))
     return RayClusterOutput(
+        summary="",  # ray_cluster() writes it
         action="start", **run_fields(fields), head=head, workers=workers, port=port, address=address,
         ray_version=version, expected_nodes=expected, ready=ready, **node_fields(ray_view), reason=reason,
         waited_s=waited, timeout_s=timeout, next_wait_s=0 if ready or ended else NEXT_WAIT_S,

@@ -131,6 +131,7 @@ def stop_cluster(inp: RayClusterInput, head: str) -> RayClusterOutput:
     if left:
         notes.append(f"{len(left)} process(es) still hold GPU memory: see gpu_processes_left")
     return RayClusterOutput(
+        summary="",  # ray_cluster() writes it
         action="stop", id=row.id, session=row.session, state=stopped.state, head=head, workers=workers, port=port,
         address=meta.address, ray_version=None, expected_nodes=len(nodes), alive_nodes=None, ready=False,
         nodes=None, resources=None, reason=None, processes=stopped.processes, lines=stopped.lines,

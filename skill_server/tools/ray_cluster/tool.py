@@ -39,10 +39,30 @@ def ray_cluster(inp: RayClusterInput, progress: Progress | None = None) -> RayCl
     _check_fields(inp)
     head = normalise(inp.head, field="head")
     if inp.action == "start":
-        return start_cluster(inp, head, progress)
-    if inp.action == "stop":
-        return stop_cluster(inp, head)
-    return cluster_status(inp, head)
+        out = start_cluster(inp, head, progress)
+    elif inp.action == "stop":
+        out = stop_cluster(inp, head)
+    else:
+        out = cluster_status(inp, head)
+    out.summary = cluster_summary(out)
+    return out
+
+
+def cluster_summary(out: RayClusterOutput) -> str:
+    """One line: the cluster's state and what to do next."""
+    nodes = f"{out.alive_nodes if out.alive_nodes is not None else '?'}/{out.expected_nodes} nodes alive"
+    where = f"Ray cluster on {out.head}" + (f" (run {out.id}, {out.state})" if out.id else "")
+    if out.action == "stop":
+        left = len(out.still_alive) + len(out.gpu_processes_left)
+        tail = f"; {left} process(es) still alive or holding GPU memory (see still_alive, gpu_processes_left)" \
+            if left else ""
+        return f"{where}: stopped{tail}."
+    if out.ready:
+        return f"{where}: ready, {nodes}."
+    if out.action == "start" and out.next_wait_s:
+        return f"{where}: not ready yet, {nodes}; call ray_cluster start again in {out.next_wait_s} s to keep waiting."
+    why = f" ({out.reason})" if out.reason else ""
+    return f"{where}: not ready, {nodes}{why}."[:600]
 
 
 def cluster_status(inp: RayClusterInput, head: str) -> RayClusterOutput:
@@ -74,6 +94,6 @@ def cluster_status(inp: RayClusterInput, head: str) -> RayClusterOutput:
     alive = nodes["alive_nodes"]
     ready = alive is not None and alive >= expected
     reason = view.reason if alive is None else (None if ready else f"{alive}/{expected} nodes alive")
-    return RayClusterOutput(action="status", **run_fields(fields), head=head, workers=workers, port=port,
+    return RayClusterOutput(summary="", action="status", **run_fields(fields), head=head, workers=workers, port=port,
                             address=address, ray_version=view.version, expected_nodes=expected, ready=ready, **nodes,
                             reason=reason, note=note)

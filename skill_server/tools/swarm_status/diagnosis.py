@@ -15,7 +15,7 @@ from skill_server.tools.swarm_status.models import FAR_BELOW_FRACTION, NEAR_TARG
 
 if TYPE_CHECKING:
     from skill_server.agentjet.cap import EpisodeCapResult
-    from skill_server.tools.swarm_status.links import ExperimentLink
+    from skill_server.swarm.links import ExperimentLink
     from skill_server.tools.swarm_status.models import CapConfig, ServerStatus, StepProgress, WatchStats
 
 _NOT_ROLLING_WHY = {

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from typing import Literal
-from urllib.parse import urlsplit
 
 from pydantic import Field, StrictStr, field_validator, model_validator
 
 from skill_server.agentjet.cap import EpisodeCapResult
 from skill_server.agentjet.identity import AgentJetRootArg, AgentJetVersionArg
 from skill_server.core.models import NonNegativeInt, PositiveInt, SparseOutput, ToolInput
-from skill_server.tools.swarm_status.links import ExperimentLink
+from skill_server.swarm.links import ExperimentLink, normalize_url
 
 ENV_URL = "AJET_SWARM_URL"
 DEFAULT_URL = "http://localhost:10086"
@@ -109,29 +108,6 @@ class SwarmStatusInput(ToolInput):
         return self
 
 
-def normalize_url(value: str) -> str:
-    """``host:port`` or ``http(s)://host:port[/prefix]`` → canonical base URL without a trailing slash."""
-    if not isinstance(value, str):
-        raise ValueError("must be a string")
-    text = value.strip()
-    if not text or any(ch.isspace() for ch in text):
-        raise ValueError(f"not a URL: {value!r}")
-    if "://" not in text:
-        text = "http://" + text
-    parts = urlsplit(text)
-    if parts.scheme not in ("http", "https"):
-        raise ValueError(f"only http:// and https:// swarm servers are supported, got {value!r}")
-    try:
-        port = parts.port
-    except ValueError:
-        raise ValueError(f"invalid port in {value!r}") from None
-    if not parts.hostname or (port is not None and not 0 < port < 65536):
-        raise ValueError(f"no host in {value!r}")
-    if parts.query or parts.fragment:
-        raise ValueError(f"a server base URL takes no query or fragment: {value!r}")
-    return text.rstrip("/")
-
-
 class CapConfig(SparseOutput):
     """The engine settings the diagnosis used, and where each came from."""
 
@@ -195,6 +171,7 @@ class WatchStats(SparseOutput):
 class ServerStatus(SparseOutput):
     """One server. Every optional field is left out when the server did not say (no nulls)."""
 
+    summary: str | None = Field(default=None, description="One line for this server (in servers).")
     url: str
     reachable: bool = Field(description="True when at least one route answered like an AgentJet swarm server.")
     reason: str | None = Field(default=None, description="Why the server could not be read (reachable false).")
@@ -249,5 +226,5 @@ class SwarmStatusResult(ServerStatus):
     reachable: bool | None = Field(default=None, description="Single-server form only.")  # type: ignore[assignment]
     servers: list[ServerStatus] | None = Field(
         default=None, description="One status per URL when urls was given.")
-    summary: str = Field(description="One line over all servers.")
+    summary: str = Field(description="One line over all servers.")  # required here, optional per server
     checked_at: str = Field(description="UTC time of the (last) read, ISO 8601.")

@@ -5,8 +5,8 @@ Reads two read-only routes of each server, ``GET /get_engine_status`` and
 settings were given, to read the config the engine dumped there), and explains the number overwatch
 shows as "Running Episodes": it counts *claimed* episodes only (the entries of
 ``running_episode_details``), so it sits between zero and the engine's episode cap. The models are in
-``swarm_models``, reading and parsing the routes in ``swarm_read``, the sentences of ``diagnosis`` in
-``swarm_diagnosis``.
+``models``, parsing the pool answer in ``parse``, the sentences of ``diagnosis`` in ``diagnosis``; reading
+the routes, the experiment links and the engine's dumped config are the ``skill_server.swarm`` service's.
 
 Servers are read concurrently with one hard deadline (``timeout_s``); a server that is down, slow,
 not AgentJet, broken or hostile yields ``reachable: false`` (or a per-field error) with the reason,
@@ -27,16 +27,15 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from skill_server.agentjet.cap import EpisodeCapInput, EpisodeCapResult, episode_cap_for
-from skill_server.agentjet.keys import KEYS
 from skill_server.agentjet.release import Release, select_agentjet
-from skill_server.agentjet.swarm_api import ROUTE_ENGINE, ROUTE_EXPERIMENT_DIR, ROUTE_POOL
-from skill_server.core.errors import SkillError, ToolInputError, internal_error_message
+from skill_server.agentjet.swarm_api import ROUTE_ENGINE, ROUTE_POOL
+from skill_server.core.errors import ToolInputError, internal_error_message
 from skill_server.core.http_json import FetchError
-from skill_server.core.models import MAX_JSON_INT, Progress
-from skill_server.core.safe_yaml import load_yaml_file
-from skill_server.core.trees import get_path
+from skill_server.core.models import Progress
+from skill_server.swarm.config import EngineSettings, locate_dump, read_dumped, read_settings
+from skill_server.swarm.links import ExperimentLink, experiment_server, experiments_on_port, is_local, normalize_url
+from skill_server.swarm.read import RawAnswers, int_or_none, not_an_integer, opt_str, read_servers
 from skill_server.tools.swarm_status.diagnosis import busy_answered, diagnose, unreachable_advice, watch_sentences
-from skill_server.tools.swarm_status.links import ExperimentLink, experiment_server, experiments_on_port, is_local
 from skill_server.tools.swarm_status.models import (
     DEFAULT_URL,
     ENV_URL,
@@ -46,23 +45,14 @@ from skill_server.tools.swarm_status.models import (
     SwarmStatusResult,
     WatchSample,
     WatchStats,
-    normalize_url,
 )
-from skill_server.tools.swarm_status.read import (
-    RawAnswers,
-    int_or_none,
-    not_an_integer,
-    opt_str,
-    parse_pool,
-    read_servers,
-)
+from skill_server.tools.swarm_status.parse import parse_pool
 
 log = logging.getLogger("skill_server.tools.swarm_status.tool")
 
 __all__ = ["ROUTE_ENGINE", "ROUTE_POOL", "SwarmStatusInput", "SwarmStatusResult", "ServerStatus", "swarm_status",
            "normalize_url"]
 
-DUMPED_CONFIG = "yaml_backup.yaml"
 #: With the default timeout_s, a server that accepted the connection but had not answered gets this much more.
 BUSY_GRACE_S = 8.0
 _CAP_FIELDS = ("max_env_worker", "num_repeat", "train_batch_size", "client_parallelism")
@@ -70,39 +60,17 @@ _CAP_FIELDS = ("max_env_worker", "num_repeat", "train_batch_size", "client_paral
 
 # ----------------------------------------------------------------------------------------------- inputs
 
-def _yaml_int(data: dict[str, Any], path: str, field: str) -> int | None:
-    node = get_path(data, path, None)
-    if node is None:
-        return None
-    if isinstance(node, bool) or not isinstance(node, int) or not 1 <= node <= MAX_JSON_INT:
-        raise ToolInputError(f"{path} in the file must be a positive integer, got {node!r}"[:300], field=field)
-    return node
-
-
-def _yaml_str(data: dict[str, Any], path: str, field: str) -> str | None:
-    node = get_path(data, path, None)
-    if node is None:
-        return None
-    if not isinstance(node, str):
-        raise ToolInputError(f"{path} in the file must be a string, got {node!r}"[:300], field=field)
-    return node
+def _cap_config(settings: EngineSettings, source: Literal["yaml", "server"]) -> CapConfig:
+    cfg = CapConfig(yaml=str(settings.path))
+    for name, value in settings.values.items():
+        setattr(cfg, name, value)
+        cfg.sources[name] = source
+    return cfg
 
 
 def config_from_yaml(path: str | Path, *, field: str, source: Literal["yaml", "server"]) -> CapConfig:
     """The cap settings of a dumped AgentJet config."""
-    data = load_yaml_file(path, field=field)
-    if not isinstance(data.get("ajet"), dict):
-        raise ToolInputError(f"{path} has no 'ajet' mapping; give a config dumped by AgentJetJob "
-                             "(for example saved_experiments/<name>/yaml_backup.yaml)", field=field)
-    cfg = CapConfig(yaml=str(path))
-    found: dict[str, int | str | None] = {name: _yaml_int(data, KEYS[name], field)
-             for name in ("max_env_worker", "num_repeat", "train_batch_size", "max_inference_tracker_threads")}
-    found["sample_collection_method"] = _yaml_str(data, KEYS["swarm_mode_sample_collection_method"], field)
-    for name, value in found.items():
-        if value is not None:
-            setattr(cfg, name, value)
-            cfg.sources[name] = source
-    return cfg
+    return _cap_config(read_settings(path, field=field), source)
 
 
 def resolve_config(inp: SwarmStatusInput) -> CapConfig | None:
@@ -142,12 +110,7 @@ def _target_urls(inp: SwarmStatusInput) -> tuple[list[str], bool, ExperimentLink
 
 def _read_dumped_config(dumped: Path) -> CapConfig | str:
     """The cap settings of the config an engine dumped on this machine, or why they cannot be read."""
-    if not dumped.is_file():
-        return f"{dumped} is not on this machine; give yaml"
-    try:
-        return config_from_yaml(dumped, field="config", source="server")
-    except SkillError as exc:
-        return exc.message
+    return read_dumped(dumped, lambda path: config_from_yaml(path, field="config", source="server"))
 
 
 def build_status(url: str, raw: RawAnswers, cfg: CapConfig | None, *, release: Callable[[], Release],
@@ -260,26 +223,15 @@ def _experiments_for(url: str) -> list[ExperimentLink]:
 def _config_from_experiment_dir(url: str, answer: Any, status: ServerStatus, link: ExperimentLink | None,
                                 dumped_config: Callable[[Path], CapConfig | str]) -> CapConfig | None:
     """The cap settings of the config the running engine dumped, when its directory is on this machine."""
-    if isinstance(answer, FetchError):
-        if answer.status != 404:  # 404: an AgentJet without the route; nothing to report
-            status.field_errors[ROUTE_EXPERIMENT_DIR] = str(answer)
+    where = locate_dump(url, answer, link)
+    if where.experiment_dir is not None:
+        status.experiment_dir = where.experiment_dir
+    if where.problem is not None:
+        status.field_errors[where.problem[0]] = where.problem[1]
         return None
-    directory = answer.get("server_experiment_dir") if isinstance(answer, dict) else None
-    if not isinstance(directory, str) or not directory.strip():
-        return None  # the engine has not started an experiment yet
-    status.experiment_dir = opt_str(directory, 1000)
-    where = Path(directory)
-    if not where.is_absolute():
-        if link is None or not link.workdir:
-            status.field_errors["config"] = (f"the experiment directory {directory!r} is relative to the server's "
-                                             "working directory, which is unknown; give yaml")
-            return None
-        where = Path(link.workdir) / where
-    if not is_local(url) and (link is None or link.host is not None):
-        status.field_errors["config"] = (f"the server runs on another machine; its config is {where / DUMPED_CONFIG} "
-                                         "there (copy it here and give yaml)")
+    if where.path is None:
         return None
-    found = dumped_config(where / DUMPED_CONFIG)
+    found = dumped_config(where.path)
     if isinstance(found, str):
         status.field_errors["config"] = found
         return None
@@ -419,9 +371,11 @@ def swarm_status(inp: SwarmStatusInput, progress: Progress | None = None) -> Swa
     checked = datetime.now(timezone.utc).isoformat(timespec="seconds")
     summary = _summary(statuses)
     if many:
+        for status in statuses:
+            status.summary = _summary([status])
         return SwarmStatusResult(servers=statuses, summary=summary, checked_at=checked)
     first = statuses[0]
-    fields = {name: getattr(first, name) for name in ServerStatus.model_fields}
+    fields = {name: getattr(first, name) for name in ServerStatus.model_fields if name != "summary"}
     return SwarmStatusResult(**fields, summary=summary, checked_at=checked)
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from skill_server.core.deadline import ANSWER_MARGIN_S, WAIT_MARGIN_S, Deadline, shutdown_requested
 from skill_server.core.errors import ToolInputError
 from skill_server.core.models import Progress
-from skill_server.experiments import logs
+from skill_server.experiments import logs, sentences
 from skill_server.experiments.checks import compile_pattern
 from skill_server.experiments.models import TERMINAL, WAIT_DEFAULT_S, WAIT_MAX_S
 from skill_server.experiments.observe import View, observe
@@ -176,5 +176,7 @@ def wait_experiment(inp: WaitInput, progress: Progress | None = None) -> WaitOut
         reason, next_wait = _settle(reg, row.id, status["state"], reason)
     if progress is not None:
         progress(float(timeout), float(timeout), f"{view.row.session}: {reason}")
-    return WaitOutput(**status, reason=reason, next_wait_s=next_wait,
-                      waited_s=round(time.monotonic() - started, 2), timeout_s=timeout, matched_line=wait.matched)
+    out = WaitOutput(summary="", **status, reason=reason, next_wait_s=next_wait,
+                     waited_s=round(time.monotonic() - started, 2), timeout_s=timeout, matched_line=wait.matched)
+    out.summary = sentences.waited(out, reason, next_wait)
+    return out

@@ -1,4 +1,4 @@
-"""Which experiment launched a swarm server, and on which port (for ``swarm_status``).
+"""Which experiment launched a swarm server, and on which port (for ``swarm_status`` and ``episode_cap``).
 
 The experiment registry records each run's processes (role, command, workdir, wait_for_url, and on
 remote runs a host). The swarm server's address is derived from them in one place,
@@ -148,3 +148,25 @@ def is_local(url: str) -> bool:
         return False
     return host in LOOPBACK_HOSTS or host.startswith("127.")
 
+
+def normalize_url(value: str) -> str:
+    """``host:port`` or ``http(s)://host:port[/prefix]`` → canonical base URL without a trailing slash."""
+    if not isinstance(value, str):
+        raise ValueError("must be a string")
+    text = value.strip()
+    if not text or any(ch.isspace() for ch in text):
+        raise ValueError(f"not a URL: {value!r}")
+    if "://" not in text:
+        text = "http://" + text
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https"):
+        raise ValueError(f"only http:// and https:// swarm servers are supported, got {value!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"invalid port in {value!r}") from None
+    if not parts.hostname or (port is not None and not 0 < port < 65536):
+        raise ValueError(f"no host in {value!r}")
+    if parts.query or parts.fragment:
+        raise ValueError(f"a server base URL takes no query or fragment: {value!r}")
+    return text.rstrip("/")
