@@ -44,8 +44,19 @@ def test_the_tool_reference_is_generated_from_the_table():
     assert page == tool_docs.render_reference(), "run `python -m skill_server.app.tool_docs --write`"
     for spec in TOOLS:
         assert f"## `{spec.name}`" in page
-        for name in spec.input_type.model_fields:  # every argument, shared or not
-            assert f"- `{name}`" in page.split(f"## `{spec.name}`", 1)[1].split("\n## ", 1)[0], (spec.name, name)
+        section = page.split(f"## `{spec.name}`", 1)[1].split("\n## ", 1)[0]
+        arguments = section.split("Result:", 1)[0]
+        base = re.search(r"Every field of \[`(\w+)`\]\(#(\w+)\)", arguments)
+        inherited = _object_section(page, base.group(1)) if base else ""
+        for name in spec.input_type.model_fields:  # every argument, shared or not: here or in the linked base
+            assert f"- `{name}`" in arguments or f"- `{name}`" in inherited, (spec.name, name)
+
+
+def _object_section(page: str, name: str) -> str:
+    """The lines the reference gives a shared object (its fields), from its heading to the next one."""
+    head = f"### `{name}`"
+    assert head in page, name
+    return re.split(r"\n#{2,3} ", page.split(head, 1)[1], maxsplit=1)[0]
 
 
 def test_docs_command_prints_and_refuses_unknown_options(capsys):

@@ -103,8 +103,9 @@ def _own(schema: dict[str, Any], model: type[BaseModel]) -> tuple[dict[str, Any]
     bases = _bases(model)[:1]
     if not bases:
         return schema, []
-    inherited = set(bases[0].model_fields)
-    props = {k: v for k, v in schema.get("properties", {}).items() if k not in inherited}
+    base_props = bases[0].model_json_schema().get("properties", {})
+    # a field the model redefines (an optional one made of a required one, say) is its own again
+    props = {k: v for k, v in schema.get("properties", {}).items() if base_props.get(k) != v}
     return {**schema, "properties": props}, [bases[0].__name__]
 
 
@@ -176,6 +177,8 @@ def _part(title: str, model: type[BaseModel], shared: Shared, *, result: bool) -
     """The arguments or the result: own fields, the shared objects it uses (linked), its own objects."""
     schema = model.model_json_schema()
     own, bases = _own(schema, model)
+    if bases and bases[0] not in shared.objects and bases[0] not in shared.results:
+        own, bases = schema, []  # a base only this tool uses has no section of its own: list its fields here
     lines = ["", f"{title}:", ""]
     if bases:
         lines += [f"Every field of [`{bases[0]}`](#{bases[0].lower()}), and:", ""]
