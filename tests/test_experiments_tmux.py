@@ -96,17 +96,17 @@ def test_wait_first_step_pattern_timeout_and_backoff(tmux_socket: str, workdir: 
 
 def test_max_time_stops_run_as_timed_out_and_flags_first_step(tmux_socket: str, workdir: Path):
     out = call("launch_experiment", name="hang", command=trainer("--mode", "hang"), workdir=str(workdir),
-               max_time_s=2, first_step_timeout_s=1)
+               max_time_s=8, first_step_timeout_s=1)  # room for slow status calls on a loaded machine
     early = status(out["id"])
     assert early["state"] == "running" and not early["first_step_overdue"] and early["time_left_s"] > 0
     time.sleep(1.3)
     mid = status(out["id"])
     assert mid["state"] == "running" and mid["first_step_overdue"] and not mid["first_step_seen"]
-    late = call("wait_experiment", id=out["id"], timeout_s=20)  # the watchdog on the host ends it, not status
+    late = call("wait_experiment", id=out["id"], timeout_s=30)  # the monitor on the host ends it, not status
     assert late["state"] == "timed_out" and late["first_step_overdue"] and late["time_left_s"] is None
-    assert late["waited_s"] < 15 and late["exit_code"] == 130
+    assert late["waited_s"] < 25 and late["exit_code"] == 130
     assert all(p["state"] == "timed_out" for p in late["processes"])
-    assert any("max time of 2 s reached" in line for line in late["lines"])
+    assert any("max time of 8 s reached" in line for line in late["lines"])
     run_dir = Path(os.environ["SKILL_SERVER_STATE_DIR"]) / "runs" / out["id"] / host_identity()
     pid = int((run_dir / "main.pid").read_text())
     wait_until(lambda: not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2])

@@ -8,7 +8,6 @@ import json
 import os
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import time
@@ -215,27 +214,21 @@ def _finished_rows(n: int, created: float) -> None:
             reg.finish(f"old_{i}-x", "succeeded", 0, created)
 
 
-def test_a_thousand_finished_runs_do_not_slow_an_observation(tmux_socket: str, workdir: Path):
+def test_a_thousand_finished_runs_are_not_in_an_observation(tmux_socket: str, workdir: Path):
+    """What makes an observation's cost independent of history (its time is measured in bench/status.py,
+    not here): it asks tmux nothing about a run whose pids are recorded, and it names only that run's own
+    processes, however many finished runs and lingering sessions there are."""
     out = call("launch_experiment", name="one", command="sleep 120", workdir=str(workdir))
     socket = out["attach"].split(" -S ", 1)[1].split(" ")[0]
-
-    def median_status_s() -> float:
-        times = []
-        for _ in range(25):
-            t0 = time.perf_counter()
-            status(out["id"], max_lines=0, checkpoints=False)
-            times.append(time.perf_counter() - t0)
-        return statistics.median(times)
-
-    with open_registry() as reg:  # an observation asks tmux nothing about a run whose pids are recorded
-        requests, _ = observe._requests([reg.get(out["id"])], [observe.logs.ScanState(offsets=[0])], [[[]]])
-    assert requests["local"][0].request["sockets"] == []  # type: ignore[typeddict-item]
-    few = median_status_s()
     _lingering_sessions(socket, 1000)
     _finished_rows(1000, time.time())
     assert len(libtmux.Server(socket_path=socket).sessions) == 1001
-    many = median_status_s()
-    assert many < few * 1.5 + 0.005, (few, many)  # bench/status.py measures it (target 1.2x)
+    with open_registry() as reg:
+        requests, _ = observe._requests([reg.get(out["id"])], [observe.logs.ScanState(offsets=[0])], [[[]]])
+    (request,) = requests["local"]
+    assert request.request["sockets"] == []  # type: ignore[typeddict-item]
+    assert len(request.request["procs"]) == 1  # type: ignore[typeddict-item]  # its one process, no other run's
+    assert status(out["id"], max_lines=0, checkpoints=False)["state"] == "running"
     call("stop_experiment", id=out["id"], grace_s=1)
 
 
