@@ -393,10 +393,29 @@ class Registry:
         return rows, problems
 
 
+#: Tests only: a controller identity other than this machine's, so two processes on one machine stand in
+#: for controllers on two login nodes that share one registry.
+CONTROLLER_ENV = "SKILL_SERVER_TEST_CONTROLLER"
+
+
 @functools.cache
 def controller_identity() -> str:
     """This machine's identity (``protocol.host_identity``), recorded in every row it writes."""
-    return host_identity()
+    return os.environ.get(CONTROLLER_ENV) or host_identity()
+
+
+def launched_elsewhere(row: Row) -> str | None:
+    """The machine that launched ``row`` when that is not this one (its processes on host ``local`` are that
+    machine's: this one can neither see nor signal them); None for a row of this machine (or one written
+    before rows recorded their controller)."""
+    if row.controller is None or row.controller == controller_identity():
+        return None
+    return row.controller
+
+
+def elsewhere_reason(controller: str) -> str:
+    """Why a process on host ``local`` of another machine's run is not judged here."""
+    return f"launched on {controller}: ask there"
 
 
 def launcher_identity() -> dict[str, Any]:
