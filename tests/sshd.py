@@ -204,6 +204,7 @@ class LoopbackSshd:
             "PermitUserRC no",
             "PermitUserEnvironment no",
             "AcceptEnv SKILL_SERVER_STATE_DIR TMUX_TMPDIR",
+            "Subsystem sftp internal-sftp",  # sshfs mounts a node's folder (a FUSE network filesystem)
             "MaxSessions 64",
             "MaxStartups 64",
             "LogLevel ERROR",
