@@ -202,8 +202,6 @@ def _proc_view(p: RunProcess, reply: Reply | None, index: int) -> ProcView:
 
 def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, now: float) -> View:
     state, exit_code, note = run_state([p.state for p in procs], [p.exit_code for p in procs])
-    unreachable = sorted({f"{p.proc.host}: {p.reason}" for p in procs if p.state == "unreachable" and not p.elsewhere})
-    elsewhere = sorted({f"{p.proc.host}: {p.reason}" for p in procs if p.elsewhere})
     if row.final_state is None and state in TERMINAL:
         if not reg.finish(row.id, state, exit_code, now, note):
             fresh = reg.get(row.id)  # another caller recorded a final state first: that one stands
@@ -220,12 +218,7 @@ def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, 
             for p in procs:
                 if p.state in ("running", "waiting", "lost"):
                     p.state = state
-    if unreachable:
-        what = "cannot be asked" if state == "unreachable" else "cannot be asked for new output"
-        note = "; ".join(([note] if note else []) + [f"host {u} ({what}; the next call retries)" for u in unreachable])
-    if elsewhere:
-        note = "; ".join(([note] if note else []) + [f"host {e} (this machine cannot see that machine's processes)"
-                                                     for e in elsewhere])
+    note = "; ".join(([note] if note else []) + _unreachable_notes(procs, state)) or None
     clock = run_clock(row, procs, now)
     if state == "running":
         max_time = float(row.spec.max_time_s or bp.DEFAULT_MAX_TIME_S)
@@ -237,6 +230,15 @@ def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, 
     _fold_scan(reg, row, procs, scan, clock)
     end = row.ended if row.ended else clock
     return View(row, state, exit_code, procs, scan, max(0.0, end - row.created), note or None)
+
+
+def _unreachable_notes(procs: list[ProcView], state: str) -> list[str]:
+    """Which hosts could not be asked (the next call retries), and which processes are another machine's."""
+    unreachable = sorted({f"{p.proc.host}: {p.reason}" for p in procs if p.state == "unreachable" and not p.elsewhere})
+    elsewhere = sorted({f"{p.proc.host}: {p.reason}" for p in procs if p.elsewhere})
+    what = "cannot be asked" if state == "unreachable" else "cannot be asked for new output"
+    return ([f"host {u} ({what}; the next call retries)" for u in unreachable]
+            + [f"host {e} (this machine cannot see that machine's processes)" for e in elsewhere])
 
 
 def _monitor_notes(procs: list[ProcView]) -> list[str]:
