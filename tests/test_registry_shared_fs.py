@@ -203,6 +203,16 @@ def test_a_stop_of_another_controllers_local_run_refuses_and_its_own_controller_
     assert code == 0
     code, _, stderr = call_cli("stop_experiment", {"id": run["id"], "grace_s": 1}, env=_controller("ctla"))
     assert code != 0 and "launched on ctlb: ask there" in stderr and "nothing was signalled" in stderr
+    code, _, stderr = call_cli("collect_results", {"id": run["id"]}, env=_controller("ctla"))
+    assert code != 0 and "are on another machine: launched on ctlb: ask there" in stderr
+    # b is in the middle of undoing it (an interrupted launch): a's calls leave that to b, the row stays
+    path = store.registry_dir() / store.DB_NAME
+    with sqlite3.connect(str(path)) as conn:
+        conn.execute("UPDATE experiments SET phase = 'discarding' WHERE id = ?", (run["id"],))
+    code, _, _ = call_cli("experiment_status", {"max_lines": 0}, env=_controller("ctla"))
+    with sqlite3.connect(str(path)) as conn:
+        assert conn.execute("SELECT phase FROM experiments WHERE id = ?", (run["id"],)).fetchone() == ("discarding",)
+        conn.execute("UPDATE experiments SET phase = 'running' WHERE id = ?", (run["id"],))
     code, seen, _ = call_cli("experiment_status", {"id": run["id"], "max_lines": 0}, env=_controller("ctlb"))
     assert seen["experiments"][0]["state"] == "running"
     code, stopped, _ = call_cli("stop_experiment", {"id": run["id"], "grace_s": 1}, env=_controller("ctlb"))

@@ -15,8 +15,8 @@ from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolFailure
 from skill_server.experiments.models import ProcessRef, StopOutput
 from skill_server.experiments.queries import observe_with_lines
-from skill_server.experiments.store import Row, elsewhere_reason, launched_elsewhere, open_registry
-from skill_server.hosts import LOCAL, HostUnreachable, call_hosts, client
+from skill_server.experiments.store import Row, elsewhere_reason, local_elsewhere, open_registry
+from skill_server.hosts import HostUnreachable, call_hosts, client
 
 if TYPE_CHECKING:
     from skill_server.hosts.agent.protocol import StopProc, StopReply
@@ -52,8 +52,8 @@ def stop_run(key: str, grace_s: float | None = None, deadline: Deadline | None =
         if row is None:
             raise ToolFailure(f"no experiment {key!r} in this server's registry: stop_experiment only stops "
                               "sessions it launched", field="id")
-        controller = launched_elsewhere(row)
-        if controller and any(p.host == LOCAL for p in row.processes):
+        controller = local_elsewhere(row)
+        if controller:
             raise ToolFailure(f"cannot stop {row.id!r} from this machine: {elsewhere_reason(controller)} (its "
                               "processes on host local are that machine's; nothing was signalled)", field="id")
         stops = _requests(row, grace)

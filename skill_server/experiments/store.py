@@ -32,7 +32,7 @@ from typing import Any
 from skill_server.core import mounts
 from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolFailure
-from skill_server.experiments.spec import HostRecord, RunProcess, RunSpec
+from skill_server.experiments.spec import LOCAL, HostRecord, RunProcess, RunSpec
 from skill_server.hosts import call_hosts, client, result_of
 from skill_server.hosts.agent import procs
 from skill_server.hosts.agent.protocol import host_identity
@@ -434,6 +434,14 @@ def _launcher_gone(row: Row) -> bool:
     return not procs.alive(pid, start if isinstance(start, str) else None)
 
 
+def local_elsewhere(row: Row) -> str | None:
+    """The machine that launched ``row`` when that is another one and the row has processes on its host
+    ``local``: only that machine can see, stop or undo those (a discard here would find nothing, "confirm",
+    and forget a run that still lives there); None otherwise."""
+    controller = launched_elsewhere(row)
+    return controller if controller and any(p.host == LOCAL for p in row.processes) else None
+
+
 def discard_everywhere(exp_id: str, session: str, places: Mapping[str, HostRecord], hosts: Sequence[str],
                        deadline: Deadline) -> bool:
     """Undo run ``exp_id`` on ``hosts`` by its identity (sessions carrying its marker, its marked processes;
@@ -459,8 +467,10 @@ _TRIED: dict[str, float] = {}
 def reconcile(reg: Registry) -> None:
     """Finish the launches that were interrupted: a row still ``launching`` whose launching process is gone
     (on this machine), or one being undone (``discarding``), is rolled back on every host and deleted once
-    every host confirms; until then each later call tries again (at most every ``RECONCILE_RETRY_S``)."""
-    pending = [row for row in reg.pending() if row.phase == DISCARDING or _launcher_gone(row)]
+    every host confirms; until then each later call tries again (at most every ``RECONCILE_RETRY_S``). A row
+    with processes on another machine's own host is left to that machine."""
+    pending = [row for row in reg.pending() if (row.phase == DISCARDING or _launcher_gone(row))
+               and not local_elsewhere(row)]
     now = time.monotonic()
     deadline = Deadline(RECONCILE_BUDGET_S)
     for row in pending:
