@@ -1,4 +1,5 @@
-"""The experiment registry: one SQLite database (WAL mode) under the state directory of this machine.
+"""The experiment registry: one SQLite database (WAL mode) under the state directory of this machine, or
+node-local when that directory is on a filesystem shared between machines (``registry_place``).
 
 Shared by every CLI call and MCP server of the same user at the same time, and it survives restarts.
 Each call opens its own short-lived connection (autocommit, busy timeout), so concurrent processes and
