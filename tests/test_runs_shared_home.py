@@ -170,3 +170,31 @@ def test_a_controller_killed_mid_launch_on_one_home_leaves_the_run_registered_or
     else:  # rolled back by that call: every node confirmed nothing of it is left
         assert all(e["id"] != exp_id for e in call("experiment_status", max_lines=0)["experiments"])
     assert node_pids(shared, "node1", exp_id) == [] and node_pids(shared, "node2", exp_id) == []
+
+
+def test_another_controller_observes_and_stops_a_run_on_an_ssh_node(shared: LoopbackSshd,
+                                                                      monkeypatch: pytest.MonkeyPatch):
+    """Any controller may ask a remote host: a run that login node 1 launched on node1 is running (not
+    unreachable) for login node 2 sharing the registry, and login node 2 can stop it."""
+    from skill_server.experiments import store
+
+    def as_controller(name: str) -> None:
+        monkeypatch.setenv(store.CONTROLLER_ENV, name)
+        store.controller_identity.cache_clear()
+
+    try:
+        as_controller("login1")
+        run = call("launch_experiment", host="node1", name="remote", workdir=str(common_workdir(shared)),
+                   command="sleep 300")
+        wait_until(lambda: node_pids(shared, "node1", run["id"]), timeout=30)
+        with store.open_registry() as reg:
+            row = reg.get(run["id"])
+            assert row is not None and row.controller == "login1"
+        as_controller("login2")
+        seen = status(run["id"], max_lines=0)
+        assert seen["state"] == "running" and seen["processes"][0]["reason"] is None, seen
+        assert call("stop_experiment", id=run["id"], grace_s=1)["state"] == "stopped"
+        assert node_pids(shared, "node1", run["id"]) == []
+    finally:
+        monkeypatch.delenv(store.CONTROLLER_ENV)
+        store.controller_identity.cache_clear()
