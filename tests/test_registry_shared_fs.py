@@ -100,7 +100,13 @@ def sshfs_mount():
         wait_until(lambda: mounts.filesystem_of(str(point)) == "fuse.sshfs", timeout=20)
         yield point
     finally:
-        subprocess.run(["fusermount", "-u", str(point)], capture_output=True, timeout=60, check=False)
+        for _ in range(50):  # a run's monitor may still be closing its files there
+            if subprocess.run(["fusermount", "-u", str(point)], capture_output=True, timeout=60,
+                              check=False).returncode == 0:
+                break
+            time.sleep(0.2)
+        else:
+            subprocess.run(["fusermount", "-u", "-z", str(point)], capture_output=True, timeout=60, check=False)
         shutil.rmtree(point, ignore_errors=True)
         server.stop()
 
