@@ -22,7 +22,10 @@ that acts on every process it can see (``ray stop``) acts on one node only. Opti
 ``network.argv``), ``node_paths`` puts directories first on a node's PATH (sshd's own ``SetEnv``, for
 example a bin directory holding a stand-in ``nvidia-smi``), and ``private_tmp`` gives each node its own
 /tmp and /dev/shm, as separate machines have (the fixture's directory, the tests' Python and HOME stay
-visible at their paths: ``kept_in_tmp``).
+visible at their paths: ``kept_in_tmp``), and ``shared_home`` gives the nodes one state directory in their
+common home (``shared_state``: one home directory on a network filesystem, as on a cluster) while each
+node keeps its own identity (its own host name in a UTS namespace and its own /etc/machine-id) and its
+own tmux socket directory (node-local /tmp).
 """
 
 from __future__ import annotations
@@ -112,7 +115,7 @@ def _keygen(path: Path) -> str:
 class LoopbackSshd:
     def __init__(self, nodes: tuple[str, ...] = NODES, *, one_per_node: bool = False,
                  network: PrivateNetwork | None = None, node_paths: dict[str, list[str]] | None = None,
-                 private_tmp: bool = False, shell: str = "/bin/sh") -> None:
+                 private_tmp: bool = False, shell: str = "/bin/sh", shared_home: bool = False) -> None:
         if not Path(SSHD).exists():
             raise RuntimeError(f"{SSHD} is missing: apt-get install -y openssh-server (.ci/run does it)")
         self.nodes = tuple(nodes)
@@ -120,6 +123,7 @@ class LoopbackSshd:
         self.network = network
         self.node_paths = dict(node_paths or {})
         self.private_tmp = private_tmp
+        self.shared_home = shared_home
         self.shell = shell
         # Short root: control sockets and tmux sockets under it must fit in ~100 bytes.
         self.root = Path(short_tmp_dir("ajss"))
@@ -128,9 +132,10 @@ class LoopbackSshd:
         self.down_port = free_port()
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.namespaced = os.getuid() == 0 and shutil.which("unshare") is not None
-        if (one_per_node or network or node_paths or private_tmp) and not (self.namespaced and one_per_node):
-            raise RuntimeError("network, node_paths and private_tmp need one_per_node=True, which needs root "
-                               "and unshare")
+        if (one_per_node or network or node_paths or private_tmp or shared_home) and not (
+                self.namespaced and one_per_node):
+            raise RuntimeError("network, node_paths, private_tmp and shared_home need one_per_node=True, which "
+                               "needs root and unshare")
 
     # ---- files
     def node_dir(self, node: str) -> Path:
@@ -148,6 +153,9 @@ class LoopbackSshd:
         for node in self.nodes:
             (r / node / "state").mkdir(parents=True)
             (r / node / "tmux").mkdir(parents=True)
+            (r / node / "machine-id").write_text(os.urandom(16).hex() + "\n")
+        if self.shared_home:
+            self.shared_state.mkdir(parents=True)
         if self.one_per_node:
             for i, node in enumerate(self.nodes):
                 ports = [self.ports[node]] + ([self.ports["fail"]] if i == 0 else [])
@@ -196,6 +204,7 @@ class LoopbackSshd:
             "PermitUserRC no",
             "PermitUserEnvironment no",
             "AcceptEnv SKILL_SERVER_STATE_DIR TMUX_TMPDIR",
+            "Subsystem sftp internal-sftp",  # sshfs mounts a node's folder (a FUSE network filesystem)
             "MaxSessions 64",
             "MaxStartups 64",
             "LogLevel ERROR",
@@ -216,9 +225,18 @@ class LoopbackSshd:
             f"  GlobalKnownHostsFile {r / 'empty'}",
             "  StrictHostKeyChecking yes",
             "  PasswordAuthentication no",
-            f"  SetEnv SKILL_SERVER_STATE_DIR={r / node / 'state'} TMUX_TMPDIR={r / node / 'tmux'}",
+            f"  SetEnv SKILL_SERVER_STATE_DIR={self.state_dir(node)} TMUX_TMPDIR={r / node / 'tmux'}",
             "",
         ])
+
+    def state_dir(self, node: str) -> Path:
+        """The node's state directory: its own, or the one in the common home (``shared_home``)."""
+        return self.shared_state if self.shared_home else self.root / node / "state"
+
+    @property
+    def shared_state(self) -> Path:
+        """The state directory every node uses with ``shared_home`` (in their common home)."""
+        return self.home / ".local" / "state" / "agentjet-swarm-skill"
 
     @property
     def config(self) -> Path:
@@ -230,10 +248,12 @@ class LoopbackSshd:
         return self.root / "home"
 
     # ---- lifecycle
-    def _namespace_script(self, config: str) -> str:
+    def _namespace_script(self, config: str, node: str | None) -> str:
         r = self.root
         steps = [f"mount --bind {r / 'passwd'} /etc/passwd", "mount -t tmpfs -o mode=755 tmpfs /run",
                  "mkdir -p /run/sshd"]
+        if self.shared_home and node is not None:  # a machine of its own: host name and machine id
+            steps += [f"hostname {node}", f"mount --bind {r / node / 'machine-id'} /etc/machine-id"]
         if self.private_tmp:  # the node's own /tmp and /dev/shm; what it must still see stays where it is
             kept = self.kept_in_tmp()
             steps += [f"mkdir -p /run/ajs-keep/{i} && mount --bind {shlex.quote(path)} /run/ajs-keep/{i}"
@@ -258,7 +278,8 @@ class LoopbackSshd:
         log = open(self.root / f"sshd_{key}.log", "wb")  # noqa: SIM115  (sshd writes it while it runs)
         if self.namespaced:
             argv = ["unshare", "--pid", "--fork", "--kill-child", "--mount", "--propagation", "private",
-                    "--mount-proc", "sh", "-c", self._namespace_script(config)]
+                    *(["--uts"] if self.shared_home else []), "--mount-proc", "sh", "-c",
+                    self._namespace_script(config, key if key in self.nodes else None)]
         else:
             argv = [SSHD, "-D", "-e", "-f", str(self.root / config)]
         if self.network is not None:
@@ -324,7 +345,8 @@ class LoopbackSshd:
         them, with no ssh in between (for checks that must not depend on the tool under test)."""
         proc = self.procs[node]  # unshare (nsenter execs it): its child is sshd, pid 1 of the node
         target = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[0])
-        return subprocess.run(["nsenter", f"--target={target}", "--pid", "--mount", "--net", "--", *argv],
+        uts = ["--uts"] if self.shared_home else []
+        return subprocess.run(["nsenter", f"--target={target}", "--pid", "--mount", *uts, "--net", "--", *argv],
                               capture_output=True, text=True, timeout=timeout, check=False)
 
     def trust_port(self, alias: str, port: int) -> None:

@@ -52,14 +52,16 @@ RAY_OPTIONS = {"ray": RAY, "num_gpus": 2, "num_cpus": 1, "ray_args": ["--object-
 
 
 @contextmanager
-def ray_nodes() -> Iterator[LoopbackSshd]:
+def ray_nodes(shared_home: bool = False) -> Iterator[LoopbackSshd]:
     """node1 and node2 in a private network, the stand-in nvidia-smi first on their PATH; ``server.env`` is
     the environment the CLI runs with (its own state, home and tmux socket; no ssh agent). At the end the
-    CLI's ssh masters, the nodes and the network end. Shared with bench/ray_cluster.py."""
+    CLI's ssh masters, the nodes and the network end. Shared with bench/ray_cluster.py. ``shared_home``:
+    the nodes share one home and state directory, each with its own host name and machine id."""
     network = PrivateNetwork()
     server = None
     try:
-        server = LoopbackSshd(("node1", "node2"), one_per_node=True, network=network, private_tmp=True)
+        server = LoopbackSshd(("node1", "node2"), one_per_node=True, network=network, private_tmp=True,
+                              shared_home=shared_home)
         for node in server.nodes:
             install_fake_smi(server.root / node / "bin", NODE_STATE)
         server.node_paths = {node: [str(server.root / node / "bin")] for node in server.nodes}
@@ -329,3 +331,32 @@ def test_ray_status_text_is_read_without_guessing():
     assert parse_version("ray, version 2.60.0\n") == "2.60.0" and parse_version("nothing") is None
     assert last_message("2026-11-30 10:44:32,575\tINFO scripts.py:1493 -- Did not find any active Ray processes.\n") \
         == "Did not find any active Ray processes."
+
+
+def test_a_head_and_a_worker_that_share_a_home_start_report_and_stop():
+    """Issue 20: the nodes share one home (and state directory); each keeps its run folder under its own
+    identity, and start, status and stop work as on separate homes."""
+    if os.getuid() != 0:
+        pytest.skip("private network and PID namespaces need root; CI runs as root")
+    with ray_nodes(shared_home=True) as server:
+        work = tempfile.mkdtemp(prefix="w", dir=server.home)
+        os.chmod(work, 0o755)
+        start = {"action": "start", "head": "node1", "workers": ["node2"], "port": PORT, "workdir": work,
+                 **RAY_OPTIONS}
+        rc, out, err = cli(server, "ray_cluster", {**start, "timeout_s": 50})
+        assert rc == 0, err
+        deadline = time.monotonic() + 300
+        while not out["ready"]:
+            assert out["state"] == "running" and time.monotonic() < deadline, out
+            rc, out, err = cli(server, "ray_cluster", {**start, "timeout_s": 50})
+            assert rc == 0, err
+        assert out["alive_nodes"] == 2
+        folders = sorted(p.name for p in (server.shared_state / "runs" / out["id"]).iterdir() if p.is_dir())
+        assert len(folders) == 2 and folders[0].startswith("node1-") and folders[1].startswith("node2-"), folders
+        rc, status, err = cli(server, "ray_cluster", {"action": "status", "head": "node1", "port": PORT})
+        assert rc == 0 and status["id"] == out["id"] and status["ready"] and status["alive_nodes"] == 2, err
+        rc, stopped, err = cli(server, "ray_cluster", {"action": "stop", "head": "node1", "port": PORT,
+                                                       "grace_s": 5})
+        assert rc == 0 and stopped["state"] == "stopped" and stopped["still_alive"] == [], err
+        for node in ("node1", "node2"):
+            assert ray_processes(server, node) == []

@@ -34,8 +34,8 @@ from skill_server.experiments.models import TERMINAL
 from skill_server.experiments.progress import StepLine
 from skill_server.experiments.spec import RunProcess
 from skill_server.experiments.states import ProcFacts, process_state, run_state
-from skill_server.experiments.store import Registry, Row
-from skill_server.hosts import HostUnreachable, Reply, call_hosts, client, result_of
+from skill_server.experiments.store import Registry, Row, elsewhere_reason, launched_elsewhere
+from skill_server.hosts import LOCAL, HostUnreachable, Reply, call_hosts, client, result_of
 
 if TYPE_CHECKING:
     from skill_server.hosts.agent.protocol import Appended, ObserveProc, ReadSpan
@@ -72,6 +72,8 @@ class ProcView:
     #: The monitor's metric points after the registry's cursor, and the cursor after them.
     points: list[dict[str, Any]] = field(default_factory=list)
     points_cursor: list[int] = field(default_factory=list)
+    #: Not asked: a process on host ``local`` of a run another machine launched (``reason`` names it).
+    elsewhere: bool = False
 
     @property
     def role(self) -> str:
@@ -113,6 +115,8 @@ def _requests(rows: list[Row], scans: list[logs.ScanState], extra: list[list[lis
     where: dict[tuple[int, int], tuple[str, int]] = {}
     for r, row in enumerate(rows):
         for i, p in enumerate(row.processes):
+            if _not_here(row, p) is not None:
+                continue  # another machine's own process: not asked (``observe`` says where to ask)
             on_host, watched = procs.setdefault(p.host, []), sockets.setdefault(p.host, [])
             if p.socket_path and p.pid is None and p.socket_path not in watched:  # panes tell only those apart
                 watched.append(p.socket_path)
@@ -124,6 +128,13 @@ def _requests(rows: list[Row], scans: list[logs.ScanState], extra: list[list[lis
                             "scan": {"offset": scans[r].offsets[i], "budget": budgets[p.host]},
                             "points": scans[r].mirrored.get(p.role, [])})
     return {h: [client.observe(sockets[h], procs[h])] for h in procs}, where
+
+
+def _not_here(row: Row, p: RunProcess) -> str | None:
+    """Why ``p`` is not observed from this machine: it runs on host ``local`` of the machine that launched
+    ``row``, which is another one (a controller judges only what it can see); None when it is observed."""
+    controller = launched_elsewhere(row) if p.host == LOCAL else None
+    return elsewhere_reason(controller) if controller else None
 
 
 def _chunk(raw: Appended) -> logs.Chunk:
@@ -142,6 +153,9 @@ def observe(reg: Registry, rows: list[Row], *, extra_reads: ExtraReads | None = 
     for row in rows:
         placed = []
         for host, op in (extra_ops(row) if extra_ops else []):
+            if host == LOCAL and launched_elsewhere(row):
+                placed.append((host, -1))  # that machine's file: answered "no answer"
+                continue
             ops = requests.setdefault(host, [client.observe([], [])])
             ops.append(op)
             placed.append((host, len(ops) - 1))
@@ -152,11 +166,14 @@ def observe(reg: Registry, rows: list[Row], *, extra_reads: ExtraReads | None = 
     for r, row in enumerate(rows):
         procs = []
         for i, p in enumerate(row.processes):
+            elsewhere = _not_here(row, p)
+            if elsewhere is not None:
+                procs.append(ProcView(p, "unreachable", None, None, False, None, reason=elsewhere, elsewhere=True))
+                continue
             host, index = where[(r, i)]
-            reply = replies.get(host)
-            procs.append(_proc_view(p, reply, index))
+            procs.append(_proc_view(p, replies.get(host), index))
         view = _view(reg, row, procs, scans[r], now)
-        view.extra = [result_of(replies.get(host), index) for host, index in added[r]]
+        view.extra = [result_of(replies.get(host) if index >= 0 else None, max(index, 0)) for host, index in added[r]]
         views.append(view)
     return views
 
@@ -211,15 +228,22 @@ def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, 
 def _host_notes(row: Row, procs: list[ProcView], state: str, clock: float) -> list[str]:
     """What the hosts say about a run beyond its state: hosts that could not be asked, a run past its max time
     that its monitor did not end, monitors that are not running or met errors."""
-    unreachable = sorted({f"{p.proc.host}: {p.reason}" for p in procs if p.state == "unreachable"})
-    what = "cannot be asked" if state == "unreachable" else "cannot be asked for new output"
-    notes = [f"host {u} ({what}; the next call retries)" for u in unreachable]
+    notes = _unreachable_notes(procs, state)
     if state != "running":
         return notes
     if clock - row.created > float(row.spec.max_time_s or bp.DEFAULT_MAX_TIME_S) + 60:
         notes.append("past its max time but still running: the run's monitor on its host did not end it; "
                      "stop_experiment does")
     return notes + _monitor_notes(procs)
+
+
+def _unreachable_notes(procs: list[ProcView], state: str) -> list[str]:
+    """Which hosts could not be asked (the next call retries), and which processes are another machine's."""
+    unreachable = sorted({f"{p.proc.host}: {p.reason}" for p in procs if p.state == "unreachable" and not p.elsewhere})
+    elsewhere = sorted({f"{p.proc.host}: {p.reason}" for p in procs if p.elsewhere})
+    what = "cannot be asked" if state == "unreachable" else "cannot be asked for new output"
+    return ([f"host {u} ({what}; the next call retries)" for u in unreachable]
+            + [f"host {e} (this machine cannot see that machine's processes)" for e in elsewhere])
 
 
 def _monitor_notes(procs: list[ProcView]) -> list[str]:

@@ -16,7 +16,7 @@ from skill_server.core.errors import ToolFailure
 from skill_server.experiments import sentences
 from skill_server.experiments.models import ProcessRef, StopOutput
 from skill_server.experiments.queries import observe_with_lines
-from skill_server.experiments.store import Row, open_registry
+from skill_server.experiments.store import Row, elsewhere_reason, local_elsewhere, open_registry
 from skill_server.hosts import HostUnreachable, call_hosts, client
 
 if TYPE_CHECKING:
@@ -53,6 +53,10 @@ def stop_run(key: str, grace_s: float | None = None, deadline: Deadline | None =
         if row is None:
             raise ToolFailure(f"no experiment {key!r} in this server's registry: stop_experiment only stops "
                               "sessions it launched", field="id")
+        controller = local_elsewhere(row)
+        if controller:
+            raise ToolFailure(f"cannot stop {row.id!r} from this machine: {elsewhere_reason(controller)} (its "
+                              "processes on host local are that machine's; nothing was signalled)", field="id")
         stops = _requests(row, grace)
         replies = call_hosts({host: [op] for host, op in stops.items()}, timeout_s=grace + STOP_EXTRA_S,
                              deadline=bound.share(STATUS_RESERVE_S))

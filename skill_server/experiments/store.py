@@ -1,4 +1,5 @@
-"""The experiment registry: one SQLite database (WAL mode) under the state directory of this machine.
+"""The experiment registry: one SQLite database (WAL mode) under the state directory of this machine, or
+node-local when that directory is on a filesystem shared between machines (``registry_place``).
 
 Shared by every CLI call and MCP server of the same user at the same time, and it survives restarts.
 Each call opens its own short-lived connection (autocommit, busy timeout), so concurrent processes and
@@ -29,9 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from skill_server.core import mounts
 from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolFailure
-from skill_server.experiments.spec import HostRecord, RunProcess, RunSpec
+from skill_server.experiments.spec import LOCAL, HostRecord, RunProcess, RunSpec
 from skill_server.hosts import call_hosts, client, result_of
 from skill_server.hosts.agent import procs
 from skill_server.hosts.agent.protocol import host_identity
@@ -241,9 +243,12 @@ def unwritable(directory: Path, exc: BaseException | None = None) -> str | None:
 
 
 class Registry:
-    def __init__(self, conn: sqlite3.Connection, directory: Path | None = None, problem: str | None = None) -> None:
+    def __init__(self, conn: sqlite3.Connection, directory: Path | None = None, problem: str | None = None,
+                 place: RegistryPlace | None = None) -> None:
         self.conn = conn
         self.directory = directory
+        #: Where this registry lives and in which mode (None for one made by hand, as tests do).
+        self.place = place
         #: Why this call could not record something (the registry is read-only or its disk is full); the
         #: answer says so. None while every write went through.
         self.problem = problem
@@ -389,10 +394,29 @@ class Registry:
         return rows, problems
 
 
+#: Tests only: a controller identity other than this machine's, so two processes on one machine stand in
+#: for controllers on two login nodes that share one registry.
+CONTROLLER_ENV = "SKILL_SERVER_TEST_CONTROLLER"
+
+
 @functools.cache
 def controller_identity() -> str:
     """This machine's identity (``protocol.host_identity``), recorded in every row it writes."""
-    return host_identity()
+    return os.environ.get(CONTROLLER_ENV) or host_identity()
+
+
+def launched_elsewhere(row: Row) -> str | None:
+    """The machine that launched ``row`` when that is not this one (its processes on host ``local`` are that
+    machine's: this one can neither see nor signal them); None for a row of this machine (or one written
+    before rows recorded their controller)."""
+    if row.controller is None or row.controller == controller_identity():
+        return None
+    return row.controller
+
+
+def elsewhere_reason(controller: str) -> str:
+    """Why a process on host ``local`` of another machine's run is not judged here."""
+    return f"launched on {controller}: ask there"
 
 
 def launcher_identity() -> dict[str, Any]:
@@ -409,6 +433,14 @@ def _launcher_gone(row: Row) -> bool:
     if not isinstance(pid, int):
         return True
     return not procs.alive(pid, start if isinstance(start, str) else None)
+
+
+def local_elsewhere(row: Row) -> str | None:
+    """The machine that launched ``row`` when that is another one and the row has processes on its host
+    ``local``: only that machine can see, stop or undo those (a discard here would find nothing, "confirm",
+    and forget a run that still lives there); None otherwise."""
+    controller = launched_elsewhere(row)
+    return controller if controller and any(p.host == LOCAL for p in row.processes) else None
 
 
 def discard_everywhere(exp_id: str, session: str, places: Mapping[str, HostRecord], hosts: Sequence[str],
@@ -436,8 +468,10 @@ _TRIED: dict[str, float] = {}
 def reconcile(reg: Registry) -> None:
     """Finish the launches that were interrupted: a row still ``launching`` whose launching process is gone
     (on this machine), or one being undone (``discarding``), is rolled back on every host and deleted once
-    every host confirms; until then each later call tries again (at most every ``RECONCILE_RETRY_S``)."""
-    pending = [row for row in reg.pending() if row.phase == DISCARDING or _launcher_gone(row)]
+    every host confirms; until then each later call tries again (at most every ``RECONCILE_RETRY_S``). A row
+    with processes on another machine's own host is left to that machine."""
+    pending = [row for row in reg.pending() if (row.phase == DISCARDING or _launcher_gone(row))
+               and not local_elsewhere(row)]
     now = time.monotonic()
     deadline = Deadline(RECONCILE_BUDGET_S)
     for row in pending:
@@ -453,21 +487,113 @@ def reconcile(reg: Registry) -> None:
             log.info("rolled back the interrupted launch %s", row.id)
 
 
-#: Where the registry lives when it must not be in the state directory (see ``registry_dir``).
+#: Where the registry lives when it must not be in the state directory (see ``registry_place``).
 REGISTRY_DIR_ENV = "SKILL_SERVER_REGISTRY_DIR"
+#: Tests only: the folder that stands in for ``/var/tmp`` as the base of node-local registries.
+NODE_LOCAL_BASE_ENV = "SKILL_SERVER_NODE_LOCAL_BASE"
+NODE_LOCAL_BASE = "/var/tmp"
+LOCAL_WAL = "local-wal"
+
+
+@dataclass(frozen=True)
+class RegistryPlace:
+    """Where the registry lives and why: ``mode`` is ``local-wal`` (SQLite in WAL mode on a filesystem of
+    this machine), ``node-local (the state dir is on <fs>)`` (the state directory is shared between
+    machines, so the registry stays on this one), or ``wal on <fs> (set by SKILL_SERVER_REGISTRY_DIR)``;
+    ``warning`` says what a caller should know about it (a shared filesystem chosen explicitly, an earlier
+    registry left in the state directory)."""
+
+    directory: Path
+    mode: str
+    filesystem: str | None
+    warning: str | None = None
+    node_local: bool = False
+
+
+def _node_local_dir(state: Path) -> Path:
+    """``/var/tmp/agentjet-swarm-skill-<uid>/<digest of the state directory>/``: one per configured state
+    directory, so two configurations on one machine keep two registries."""
+    import hashlib
+
+    base = Path(os.environ.get(NODE_LOCAL_BASE_ENV) or NODE_LOCAL_BASE)
+    digest = hashlib.sha256(str(state).encode("utf-8", "surrogateescape")).hexdigest()[:16]
+    return base / f"agentjet-swarm-skill-{os.getuid()}" / digest
+
+
+def registry_place() -> RegistryPlace:
+    """The registry's directory and mode: ``$SKILL_SERVER_REGISTRY_DIR`` as given when set (with a warning
+    when it is on a filesystem shared between machines); else the state directory, unless that is on such a
+    filesystem (NFS, Lustre, GPFS, BeeGFS, SMB, Ceph, FUSE...): SQLite is not safe there when two machines
+    use one database, so the registry then lives node-local (``_node_local_dir``)."""
+    explicit = os.environ.get(REGISTRY_DIR_ENV)
+    if explicit:
+        directory = Path(os.path.abspath(os.path.expanduser(explicit)))
+        fs = mounts.filesystem_of(str(directory))
+        if not mounts.shared(fs):
+            return RegistryPlace(directory, LOCAL_WAL, fs)
+        return RegistryPlace(directory, f"wal on {fs} (set by {REGISTRY_DIR_ENV})", fs,
+                             warning=f"the registry {directory} ({REGISTRY_DIR_ENV}) is on a {fs} filesystem: "
+                             "SQLite there is safe only while one machine at a time uses it; a folder on a "
+                             "local disk of this machine is safe")
+    state = state_dir()
+    fs = mounts.filesystem_of(str(state))
+    if not mounts.shared(fs):
+        return RegistryPlace(state, LOCAL_WAL, fs)
+    earlier = None
+    if (state / DB_NAME).is_file():
+        earlier = (f"an earlier registry is in {state / DB_NAME}: the runs registered there are not listed here "
+                   f"({REGISTRY_DIR_ENV}={state} lists them, from one machine at a time)")
+    return RegistryPlace(_node_local_dir(state), f"node-local (the state dir is on {fs})", fs, earlier,
+                         node_local=True)
 
 
 def registry_dir() -> Path:
-    """The registry's directory: ``$SKILL_SERVER_REGISTRY_DIR`` when set, else the state directory."""
-    explicit = os.environ.get(REGISTRY_DIR_ENV)
-    if explicit:
-        return Path(os.path.abspath(os.path.expanduser(explicit)))
-    return state_dir()
+    """The registry's directory (``registry_place``)."""
+    return registry_place().directory
 
 
-def registry_exists() -> bool:
+def _own_private_dir(path: Path, create: bool) -> None:
+    """Make sure ``path`` (a folder in a world-writable base such as /var/tmp) is a real directory of ours
+    that no one else can enter: created 0700 when missing, never a symlink or another user's."""
+    import stat
+
+    if create:
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+        except OSError as exc:
+            raise ToolFailure(f"cannot create the node-local registry folder {path}: {exc.strerror or exc}") from None
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        raise ToolFailure(f"the node-local registry folder {path} is not a directory (a symlink or a file): "
+                          "remove it, or set " + REGISTRY_DIR_ENV)
+    if info.st_uid != os.getuid():
+        raise ToolFailure(f"the node-local registry folder {path} belongs to uid {info.st_uid}, not to this "
+                          f"user: remove it, or set {REGISTRY_DIR_ENV}")
+    if info.st_mode & 0o077:
+        os.chmod(path, 0o700)
+
+
+def _prepare_place(place: RegistryPlace, create: bool) -> None:
+    """Create (``create``) or check the registry's folder; a node-local one with its checks."""
+    if not place.node_local:
+        if create:
+            place.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        return
+    mine = place.directory.parent
+    if create:
+        mine.parent.mkdir(parents=True, exist_ok=True)
+    _own_private_dir(mine, create)
+    _own_private_dir(place.directory, create)
+
+
+def registry_exists(place: RegistryPlace | None = None) -> bool:
     """Whether any experiment was ever registered here (the database file exists)."""
-    return (registry_dir() / DB_NAME).is_file()
+    return ((place or registry_place()).directory / DB_NAME).is_file()
 
 
 def _connect(path: Path | None, *, read_only: bool = False) -> sqlite3.Connection:
@@ -499,13 +625,13 @@ def open_registry(*, create: bool = True) -> Iterator[Registry]:
     empty one in memory answers instead, so they never create a state directory and database on disk.
     A registry that cannot be written (read-only, or its disk is full) is opened read-only: lookups and
     observations work, writes are skipped and ``Registry.problem`` says why (a launch refuses)."""
-    directory = registry_dir()
-    on_disk = create or registry_exists()
+    place = registry_place()
+    directory = place.directory
+    on_disk = create or registry_exists(place)
     path = directory / DB_NAME if on_disk else None
     problem: str | None = None
     try:
-        if on_disk:
-            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        _prepare_place(place, on_disk)
         conn = _connect(path)
         _prepare(conn, on_disk)
     except (OSError, sqlite3.Error) as exc:
@@ -517,7 +643,7 @@ def open_registry(*, create: bool = True) -> Iterator[Registry]:
         except sqlite3.Error:
             raise ToolFailure(f"cannot open the experiment registry in {directory}: {problem}") from None
     try:
-        reg = Registry(conn, directory if on_disk else None, problem)
+        reg = Registry(conn, directory if on_disk else None, problem, place)
         if on_disk and problem is None:
             try:
                 reconcile(reg)

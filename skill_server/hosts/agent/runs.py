@@ -177,8 +177,11 @@ def _make_run_dir(rdir: str) -> None:
         os.makedirs(os.path.dirname(rdir), mode=0o700, exist_ok=True)
         os.mkdir(rdir, 0o700)
     except FileExistsError:
-        raise AgentError("the run directory %s exists already (this experiment id was started or rolled back on "
-                         "this host before)" % rdir) from None
+        raise AgentError("the run directory %s exists already: this experiment id was started or rolled back on "
+                         "this host before, or another machine that shares this home directory has the same host "
+                         "identity %r (host name plus a digest of /etc/machine-id: compare 'hostname' and "
+                         "/etc/machine-id on the hosts, cloned machines may share one)"
+                         % (rdir, os.path.basename(rdir))) from None
     except OSError as exc:
         raise AgentError("cannot create the run directory %s: %s" % (rdir, exc.strerror or exc)) from None
 

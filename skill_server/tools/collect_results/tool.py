@@ -21,7 +21,7 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from skill_server.core.errors import ToolInputError
+from skill_server.core.errors import ToolFailure, ToolInputError
 from skill_server.core.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
 from skill_server.experiments import history, plots, runconfig, sentences
 from skill_server.experiments.checks import host_path
@@ -29,7 +29,7 @@ from skill_server.experiments.models import ErrorHit, MetricsHistory
 from skill_server.experiments.observe import observe
 from skill_server.experiments.queries import find, status_fields
 from skill_server.experiments.spec import RunSpec
-from skill_server.experiments.store import Registry, Row, open_registry
+from skill_server.experiments.store import Registry, Row, elsewhere_reason, launched_elsewhere, open_registry
 from skill_server.experiments.summaries import MetricSummary, metric_rows, summarise, summarise_series
 from skill_server.hosts import LOCAL, Host, client, expect, get_host, normalise
 from skill_server.tools.collect_results.models import CollectInput, CollectOutput
@@ -336,6 +336,10 @@ def collect_results(inp: CollectInput) -> CollectOutput:
     if inp.id is not None:
         run = _read_run(inp, inp.id, want_plot, notes)
         assert run.row is not None and run.status is not None
+        elsewhere = launched_elsewhere(run.row) if run.row.host == LOCAL else None
+        if elsewhere:  # its result folder is on that machine: nothing is written here
+            raise ToolFailure(f"the results of {run.row.id!r} are on another machine: {elsewhere_reason(elsewhere)}",
+                              field="id")
         spec = run.row.spec
         host_name = run.row.host
     host = get_host(host_name)

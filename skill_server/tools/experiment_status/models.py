@@ -37,6 +37,14 @@ class StatusInput(ToolInput):
                                            "(default: true with id, false for all runs).")
 
 
+class RegistryInfo(ToolOutput):
+    path: str = Field(description="The registry database of this machine.")
+    mode: str = Field(description="'local-wal', or 'node-local (the state dir is on nfs4)' when the state directory "
+                      "is shared between machines (runs registered on another login node are seen there).")
+    filesystem: str | None = Field(default=None, description="The filesystem type under the registry.")
+    warning: str | None = Field(default=None, description="What to know about this place, if anything.")
+
+
 class StatusOutput(ToolOutput):
     summary: str = Field(description="One line to quote: the runs' states.")
     experiments: list[ExperimentStatus]
@@ -45,3 +53,4 @@ class StatusOutput(ToolOutput):
     total: int = Field(default=0, description="Experiments in the registry (when listing all; 1 with id).")
     more: int = Field(default=0, description="Experiments after this page (listing all).")
     next_offset: int | None = Field(default=None, description="offset for the next page; null when none is left.")
+    registry: RegistryInfo | None = Field(default=None, description="Where the registry lives, and in which mode.")

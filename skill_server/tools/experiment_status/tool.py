@@ -13,8 +13,8 @@ from skill_server.core.errors import ToolInputError
 from skill_server.experiments import logs, sentences
 from skill_server.experiments.models import DEFAULT_HISTORY_POINTS, ExperimentStatus, RegistryProblem
 from skill_server.experiments.queries import HistoryRequest, find, observe_with_lines
-from skill_server.experiments.store import open_registry
-from skill_server.tools.experiment_status.models import StatusInput, StatusOutput
+from skill_server.experiments.store import DB_NAME, open_registry
+from skill_server.tools.experiment_status.models import RegistryInfo, StatusInput, StatusOutput
 
 #: Experiments in one answer without ``id`` (``limit``): a page, with ``more`` and ``next_offset``, keeps
 #: the answer within what MCP clients accept however many runs the registry holds.
@@ -62,8 +62,11 @@ def experiment_status(inp: StatusInput) -> StatusOutput:
         listing = inp.checkpoints if inp.checkpoints is not None else inp.id is not None
         fields = observe_with_lines(reg, rows, inp.since, max_lines, checkpoints=listing, history_request=wanted,
                                     deadline=deadline)
+        place = reg.place
+    registry = None if place is None else RegistryInfo(
+        path=str(place.directory / DB_NAME), mode=place.mode, filesystem=place.filesystem, warning=place.warning)
     runs = [ExperimentStatus(summary="", **f) for f in fields]
     for run in runs:
         run.summary = sentences.run_state(run)
     return StatusOutput(summary=sentences.listed(runs, len(problems)), experiments=runs, problems=problems, total=total,
-                        more=more, next_offset=next_offset)
+                        more=more, next_offset=next_offset, registry=registry)

@@ -15,7 +15,7 @@ from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolInputError
 from skill_server.experiments.checks import session_name, socket_name
 from skill_server.experiments.spec import RayCluster
-from skill_server.experiments.store import Registry, Row
+from skill_server.experiments.store import Registry, Row, elsewhere_reason, local_elsewhere
 from skill_server.hosts import HostUnreachable, call_hosts, client
 from skill_server.tools.ray_cluster import commands
 from skill_server.tools.ray_cluster.models import DEFAULT_PORT, RayClusterInput, RayNode, RayResource
@@ -35,17 +35,21 @@ def default_session(inp: RayClusterInput) -> str:
 
 def find_cluster(reg: Registry, inp: RayClusterInput, head: str) -> tuple[Row, RayCluster] | None:
     """The cluster run ``id`` names, else the newest of this session name whose head is ``head``; with its
-    cluster record."""
+    cluster record. A cluster another machine started on its own host ``local`` is not this machine's."""
     if inp.id is not None:
         row = reg.find(inp.id)
         if row is None or row.spec.ray_cluster is None:
             raise ToolInputError(f"no Ray cluster {inp.id!r} started by this server", field="id")
+        controller = local_elsewhere(row)
+        if controller:
+            raise ToolInputError(f"the Ray cluster {inp.id!r} runs on another machine's own host: "
+                                 f"{elsewhere_reason(controller)}", field="id")
         return row, row.spec.ray_cluster
     port = inp.port or DEFAULT_PORT
     for row in reg.session_runs(socket_name(), default_session(inp)):
         meta = row.spec.ray_cluster
-        if meta is not None and meta.head == head and meta.port == port:
-            return row, meta
+        if meta is not None and meta.head == head and meta.port == port and not local_elsewhere(row):
+            return row, meta  # a cluster on another machine's "local" is that machine's (not this one's head)
     return None
 
 
