@@ -418,6 +418,29 @@ def test_watch_exit_codes_json_lines_interrupts_and_errors(tmux_socket: str, wor
     assert usage.finish()[0] == 2
 
 
+def test_watch_until_ends_at_the_events_an_assistant_acts_on(tmux_socket: str, workdir: Path):
+    """Launch, then one watch that returns when something happens: first step (20), an error (21), a stall (22)."""
+    quiet = call("launch_experiment", name="wquiet", workdir=str(workdir),
+                 command=trainer("--steps", "2", "--delay", "0") + "; sleep 120")
+    first = Watch(quiet["id"], "--json", "--interval", "0.2", "--until", "first_step")
+    records = [json.loads(line) for line in first.rest()]
+    assert first.finish()[0] == 20 and "first_step" in [r["event"] for r in records]  # and that look's step line
+    stall = Watch(quiet["id"], "--json", "--interval", "0.3", "--until", "stall,error", "--stall", "4")
+    records = [json.loads(line) for line in stall.rest()]
+    (stalled,) = [r for r in records if r["event"] == "stalled"]
+    assert stall.finish()[0] == 22 and records[-1] == stalled
+    assert stalled["quiet_since"] == "step" and stalled["quiet_s"] >= 4 and stalled["global_step"] == 2
+    crash = call("launch_experiment", name="wcrash2", workdir=str(workdir),
+                 command=trainer("--steps", "3", "--delay", "0.2", "--say", "2:torch.OutOfMemoryError: CUDA out of "
+                                 "memory.") + "; sleep 120")
+    erred = Watch(crash["id"], "--json", "--interval", "0.2", "--until", "error")
+    records = [json.loads(line) for line in erred.rest()]
+    assert erred.finish()[0] == 21 and "cuda_oom" in [r.get("signature") for r in records if r["event"] == "error"]
+    assert Watch(quiet["id"], "--until", "naps").finish()[0] == 2
+    for run in (quiet, crash):
+        call("stop_experiment", id=run["id"], grace_s=1)
+
+
 def test_concurrent_status_calls_store_every_step_once(tmux_socket: str, workdir: Path):
     from concurrent.futures import ThreadPoolExecutor
 

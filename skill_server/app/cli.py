@@ -92,6 +92,11 @@ def _build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--json", action="store_true", help="one JSON object per line instead of text")
     watch.add_argument("--max-time", type=_interval, default=None, metavar="SECONDS",
                        help="give up after this long (exit 124)")
+    watch.add_argument("--until", type=_until, default=(), metavar="EVENTS",
+                       help="also end at the first of these (comma-separated): first_step (exit 20), error (21), "
+                            "stall (22); the run's end always ends it")
+    watch.add_argument("--stall", type=_interval, default=None, metavar="SECONDS",
+                       help="say 'stalled' once the run is quiet this long (default 600 with --until stall)")
 
     call = sub.add_parser("call", help="run one tool and print its result as JSON (call TOOL --help: its arguments)")
     call.add_argument("tool")
@@ -118,6 +123,14 @@ def _interval(text: str) -> float:
     return value
 
 
+def _until(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    wrong = [n for n in names if n not in ("first_step", "error", "stall")]
+    if not names or wrong:
+        raise argparse.ArgumentTypeError(f"{text!r}: give first_step, error and/or stall, comma-separated")
+    return names
+
+
 def _watch(args: argparse.Namespace) -> int:
     from skill_server.experiments.watch import watch
 
@@ -126,7 +139,8 @@ def _watch(args: argparse.Namespace) -> int:
         raise _UsageError("--metrics needs comma-separated names or globs of at most 200 characters")
     code = _one_line_errors("watch", lambda: watch(
         args.id, lambda line: _write_stdout(line + "\n"), every=args.every, interval_s=args.interval,
-        metrics=metrics, as_json=args.json, max_time_s=args.max_time))
+        metrics=metrics, as_json=args.json, max_time_s=args.max_time, until=args.until,
+        stall_s=args.stall if args.stall is not None else (600.0 if "stall" in args.until else None)))
     if code == EXIT_PIPE_CLOSED:  # watch ends itself on a closed pipe; its unwritten bytes must stay unwritten
         _discard_stdout()
     return code

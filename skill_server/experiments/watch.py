@@ -8,13 +8,17 @@ once; the command ends by itself when the run does and its exit code says how th
 * ``step``: every K-th global step (``--every``), with key metrics, seconds per step and the ETA;
 * ``error``: each error signature the first time it appears (with its fix);
 * ``restart``: the step counter went back (a resumed or relaunched trainer);
+* ``stalled``: with ``--stall S``, the run has been quiet S seconds (no new step line, or before the first
+  one no new output: ``queries.quiet``); said once per quiet spell;
 * ``state``: the run's state or one of its processes' states changed (``unreachable`` included);
 * ``finished``: the final state and exit code; the last line.
 
 It only observes (one round trip per host per poll, like ``experiment_status`` without lines), so it
 never moves the status cursor and never acts on the run. Exit codes: 0 succeeded, 10 failed, 11
-stopped, 12 timed out, 13 lost; 1 a tool error (an unknown id), 2 a usage error, 124 ``--max-time``
-passed first, 130 interrupted (Ctrl-C or SIGTERM); a closed output pipe ends it quietly with 141.
+stopped, 12 timed out, 13 lost; with ``--until``, watching also ends at the first of the named events:
+20 first step, 21 an error signature of severity error, 22 stalled; 1 a tool error (an unknown id), 2 a usage
+error, 124 ``--max-time`` passed first, 130 interrupted (Ctrl-C or SIGTERM); a closed output pipe ends it
+quietly with 141.
 """
 
 from __future__ import annotations
@@ -30,11 +34,21 @@ from skill_server.experiments import fixes, history, plots
 from skill_server.experiments.models import TERMINAL, ProgressInfo
 from skill_server.experiments.observe import View, observe
 from skill_server.experiments.progress import iso
-from skill_server.experiments.queries import ExtraPlan, absorb_config, extra_ops, find, plan_extras, progress_info
+from skill_server.experiments.queries import (
+    ExtraPlan,
+    absorb_config,
+    extra_ops,
+    find,
+    plan_extras,
+    progress_info,
+    quiet,
+)
 from skill_server.experiments.signatures import SIGNATURES_BY_NAME
 from skill_server.experiments.store import Row, open_registry
 
 EXIT_BY_STATE = {"succeeded": 0, "failed": 10, "stopped": 11, "timed_out": 12, "lost": 13}
+#: ``--until`` names -> the event that ends watching and its exit code (the run's end always does).
+UNTIL = {"first_step": ("first_step", 20), "error": ("error", 21), "stall": ("stalled", 22)}
 EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_MAX_TIME, EXIT_INTERRUPTED, EXIT_PIPE_CLOSED = 1, 2, 124, 130, 141
 DEFAULT_EVERY = 10
 DEFAULT_INTERVAL_S = 5.0
@@ -65,8 +79,11 @@ def _duration(seconds: float) -> str:
 class Watcher:
     """Turns successive views of one run into events (pure: no I/O)."""
 
-    def __init__(self, every: int = DEFAULT_EVERY, metrics: list[str] | None = None) -> None:
+    def __init__(self, every: int = DEFAULT_EVERY, metrics: list[str] | None = None,
+                 stall_s: float | None = None) -> None:
         self.every = max(1, every)
+        self.stall_s = stall_s
+        self.stalled = False
         self.patterns = metrics
         self.started = False
         self.state: str | None = None
@@ -92,6 +109,7 @@ class Watcher:
         out += self._restart_events(progress)
         out += self._step_events(view, progress)
         out += self._error_events(view)
+        out += self._stall_events(view)
         if view.state in TERMINAL:
             out.append(self._finished_event(view))
         return out
@@ -157,6 +175,20 @@ class Watcher:
                               "line": hit.get("line"), "count": hit.get("count"), "hint": hint}))
         return out
 
+    def _stall_events(self, view: View) -> list[Event]:
+        """``stalled`` once the run has been quiet ``stall_s`` seconds; again only after it moved on."""
+        quiet_s, since = quiet(view)
+        if self.stall_s is None or quiet_s is None or quiet_s < self.stall_s:
+            self.stalled = False
+            return []
+        if self.stalled:
+            return []
+        self.stalled = True
+        step = view.scan.global_step
+        what = "step line" if since == "step" else "output"
+        return [Event("stalled", f"no new {what} for {_duration(quiet_s)}" + (f" (at step {step})" if step else ""),
+                      {"quiet_s": quiet_s, "quiet_since": since, "global_step": step})]
+
     def _finished_event(self, view: View) -> Event:
         step = view.scan.global_step
         return Event("finished", f"{view.state} exit_code={_fmt(view.exit_code)} after "
@@ -190,12 +222,13 @@ class _Stop(Exception):
 
 def watch(key: str, write: Callable[[str], None], *, every: int = DEFAULT_EVERY,
           interval_s: float = DEFAULT_INTERVAL_S, metrics: list[str] | None = None, as_json: bool = False,
-          max_time_s: float | None = None) -> int:
+          max_time_s: float | None = None, until: tuple[str, ...] = (), stall_s: float | None = None) -> int:
     """Hand each event line of the run ``key`` (id or session) to ``write`` (which must deliver it at once)
     until the run ends; returns the exit code (see module doc).
 
     ``ToolInputError`` (unknown id) propagates to the caller, which prints it as any tool error."""
-    watcher = Watcher(every, metrics)
+    watcher = Watcher(every, metrics, stall_s)
+    ends = {UNTIL[name][0]: UNTIL[name][1] for name in until}
     started = time.monotonic()
 
     def on_term(signum: int, frame: Any) -> None:
@@ -208,10 +241,15 @@ def watch(key: str, write: Callable[[str], None], *, every: int = DEFAULT_EVERY,
         while True:
             now = time.time()
             row, view, plan = _look(row, now)
-            for event in watcher.events(view, progress_info(view, plan.config, now)):
+            events = watcher.events(view, progress_info(view, plan.config, now))
+            for event in events:
                 write(format_line(event, row.session, as_json, now))
             if view.state in TERMINAL:
                 return EXIT_BY_STATE[view.state]
+            hit = [ends[e.kind] for e in events if e.kind in ends and (e.kind != "error" or e.data.get("severity")
+                                                                         == "error")]
+            if hit:
+                return hit[0]
             if max_time_s is not None and time.monotonic() - started >= max_time_s:
                 return EXIT_MAX_TIME
             time.sleep(interval_s)
