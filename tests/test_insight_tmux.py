@@ -238,6 +238,13 @@ def test_compare_experiments_leader_direction_and_config_differences(tmux_socket
     diffs = {d["key"]: d["values"] for d in out["config_differences"]}
     assert diffs == {"ajet.experiment_name": ["expA", "expB"], "ajet.rollout.num_repeat": [4, 8]}
     assert out["config_keys_differing"] == 2 and out["runs"][0]["config_file"] == str(workdir / "a.yaml")
+    assert any(n.startswith("the runs' commands differ") and "b.yaml" in n for n in out["notes"])
+    assert not any("different steps" in n for n in out["notes"])  # 12 and 8 steps: alike enough
+    short = call("launch_experiment", name="cmpc", workdir=str(workdir),
+                 command=trainer("--steps", "3", "--delay", "0", "--conf", "a.yaml"))
+    wait_exit(short["id"])
+    unlike = call("compare_experiments", ids=[a, short["id"]], metrics=["critic/score/mean"])
+    assert any(f"{short['id']} step 3" in n and "same step" in n for n in unlike["notes"])
     assert out["runs"][0]["state"] == "succeeded" and out["runs"][0]["global_step"] == 12
     pixels = decode_png(base64.b64decode(out["plot"]["data_base64"]))
     assert has_colour(pixels, plots.RUN_COLORS[0]) and has_colour(pixels, plots.RUN_COLORS[1])

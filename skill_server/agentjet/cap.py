@@ -83,7 +83,9 @@ class EpisodeCapInput(ToolInput):
 
     @property
     def group_size(self) -> int:
-        return self.num_repeat if self.num_repeat is not None else self.grpo_n  # type: ignore[return-value]
+        size = self.num_repeat if self.num_repeat is not None else self.grpo_n
+        assert size is not None  # the validator above requires one of them
+        return size
 
     @property
     def clients_total(self) -> int | None:
@@ -161,7 +163,7 @@ def episode_cap_for(inp: EpisodeCapInput, release: Release) -> EpisodeCapResult:
         n_task=n_task,
         pool_width=mew,
         num_repeat=n,
-        thread_rule=rule,  # type: ignore[arg-type]
+        thread_rule=rule,
         thread_rule_source=rule_source,
         agentjet=release.ref,
         divisible=mew % n == 0,
@@ -200,14 +202,14 @@ def _groups(mew: int, n: int, rule: str) -> int:
     return -(-mew // n) if rule == "ceil" else mew // n
 
 
-def _resolve_rule(inp: EpisodeCapInput, release: Release) -> tuple[str, str]:
+def _resolve_rule(inp: EpisodeCapInput, release: Release) -> tuple[Literal["ceil", "floor"], str]:
     if inp.thread_rule != "auto":
         return inp.thread_rule, f"given (thread_rule={inp.thread_rule})"
     found = release.thread_rule
-    if found.rule is None:
+    if found.rule not in ("ceil", "floor"):
         raise ToolInputError(f"thread_rule=auto, but the rule of {found.agentjet} is unknown ({found.evidence}); give "
                              "thread_rule ceil or floor", field="thread_rule")
-    return found.rule, found.source
+    return ("ceil" if found.rule == "ceil" else "floor"), found.source
 
 
 def _multiple_above(value: int, n: int) -> int:

@@ -49,7 +49,7 @@ INTERCHANGE_KEY = KEYS["interchange_method"]
 CHECK_KEYS = {name: KEYS["enable_swarm_mode" if name == "swarm_mode" else name] for name in CHECK_NAMES}
 
 
-class Obj(dict):  # type: ignore[type-arg]
+class Obj(dict):  # type: ignore[type-arg]  # holds any YAML value, as OmegaConf's DictConfig does
     """A dataclass instance: its attributes in ``__dict__`` order, ``cls`` its class name."""
 
     __slots__ = ("cls",)

@@ -368,4 +368,5 @@ def each_value_cause(values: dict[str, Any], unknown: Collection[str] = (), *, a
 
 def switches_to_tcp(values: dict[str, Any]) -> bool:
     """AgentJetJob's ``nnodes > 1 and swarm_mode`` (only call after :func:`value_causes` found nothing)."""
-    return bool(values.get("nnodes") > 1 and values.get("swarm_mode"))  # type: ignore[operator]
+    nnodes = values.get("nnodes")
+    return bool(isinstance(nnodes, int) and nnodes > 1 and values.get("swarm_mode"))

@@ -84,7 +84,7 @@ _PYYAML_RESOLVER = yaml.resolver.Resolver()
 
 def _pyyaml_plain_tag(text: str) -> str:
     # types-PyYAML leaves BaseResolver.resolve unannotated: its result is the tag, a str
-    tag: str = _PYYAML_RESOLVER.resolve(yaml.ScalarNode, text, (True, False))  # type: ignore[no-untyped-call]
+    tag: str = _PYYAML_RESOLVER.resolve(yaml.ScalarNode, text, (True, False))  # type: ignore[no-untyped-call]  # PyYAML ships no annotations
     return tag
 
 

@@ -160,6 +160,7 @@ def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int,
         global_step=scan.global_step, quiet_s=quiet_s, quiet_since=quiet_since, last_metrics=scan.last_metrics,
         errors=errors, lines=lines,
         cursor=",".join(str(c) for c in cursor), skipped_bytes=skipped, unscanned_bytes=scan.unscanned_bytes,
+        # a ProcView's state is a ProcessState string (states.process_state); pydantic checks it again here
         processes=[ProcessInfo(role=p.role, host=p.proc.host, state=p.state, exit_code=p.exit_code,  # type: ignore[arg-type]
                                log_path=p.log_path, pid=p.proc.pid,
                                attach=row.spec.attach_on(p.proc.host), reason=p.reason)

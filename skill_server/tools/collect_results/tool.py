@@ -354,7 +354,7 @@ def collect_results(inp: CollectInput) -> CollectOutput:
     picture, title = _picture(run, notes) if want_plot else (None, "")
     errors, log_paths = run.errors, run.log_paths
     folder = run_folder(result_dir, run.row)
-    text = _render(spec, run.status, host_name, folder, val_md, train_md, val_metrics, train_metrics,
+    text = _render(spec, run.status, host_name, folder, val_metrics, train_metrics,
                    metrics_source, plateau, errors, log_paths, notes, PLOT_NAME if picture else None)
     written = _write(host, result_dir, folder, text, picture, flag_wanted)
     image = None
@@ -401,8 +401,8 @@ def _best_at(m: MetricSummary) -> str:
     return f"point {m.best_point} of {m.n}" if m.best_point is not None else "-"
 
 
-def _render(spec: RunSpec | None, status: dict[str, Any] | None, host: str, result_dir: str, val_md: str | None,
-            train_md: str | None, val_metrics: list[MetricSummary], train_metrics: list[MetricSummary],
+def _render(spec: RunSpec | None, status: dict[str, Any] | None, host: str, result_dir: str,
+            val_metrics: list[MetricSummary], train_metrics: list[MetricSummary],
             sources: dict[str, str], plateau: dict[str, bool], errors: list[ErrorHit], log_paths: list[str],
             notes: list[str], plot_name: str | None) -> str:
     out = ["# Experiment results", ""]
@@ -418,7 +418,7 @@ def _render(spec: RunSpec | None, status: dict[str, Any] | None, host: str, resu
         out += [f"- command: `{c}`" for c in commands]
     out += [f"- result dir: {result_dir}" + ("" if host == LOCAL else f" (on {host})")]
     out += [f"- log: {p}" for p in log_paths]
-    out += [f"- validation file: {val_md or '(none)'}", f"- training file: {train_md or '(none)'}", ""]
+    out += [f"- {label} metrics from: {sources.get(label, 'none')}" for label in ("validation", "training")] + [""]
     if plot_name:
         out += ["## Metrics over steps", "", f"![metrics over steps]({plot_name})", ""]
     if plateau:

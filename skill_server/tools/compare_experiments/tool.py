@@ -12,6 +12,7 @@ the server's state for clients that show no image blocks, ``plots.keep``).
 
 from __future__ import annotations
 
+import json
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -192,6 +193,23 @@ def _stats_table(reg: Registry, rows: list[Row], metrics: list[str], primary: st
     return table
 
 
+def _unlike_runs(rows: list[Row], table: dict[str, dict[str, MetricStats]], primary: str | None) -> list[str]:
+    """What makes the runs' numbers unlike each other beyond their configs: runs that reached very different
+    steps (their last-k means describe different stages of training), and commands that differ."""
+    notes = []
+    reached = {r.id: table[r.id][primary].final_step for r in rows} if primary is not None else {}
+    known = {k: v for k, v in reached.items() if v is not None}
+    if len(known) > 1 and min(known.values()) < 0.5 * max(known.values()):
+        steps = ", ".join(f"{k} step {v}" for k, v in known.items())
+        notes.append(f"the runs reached different steps ({steps}): compare values at the same step "
+                     "(metrics_history) rather than their finals or last-k means")
+    commands = {r.id: [p.command for p in r.spec.processes] for r in rows}
+    if len({json.dumps(c) for c in commands.values()}) > 1:
+        notes.append("the runs' commands differ (config_differences compares their YAML only): "
+                     + "; ".join(f"{k}: {' | '.join(c)[:200]}" for k, c in commands.items()))
+    return notes
+
+
 def _run_summary(row: Row, fields: dict[str, Any], config_file: str | None, metrics: list[MetricStats]) -> RunSummary:
     progress = fields["progress"]
     return RunSummary(id=row.id, session=row.session, host=row.host, state=fields["state"],
@@ -237,6 +255,7 @@ def compare_experiments(inp: CompareInput) -> CompareOutput:
         leader = _leader(rows, primary, {r.id: table[r.id][primary] for r in rows}, inp.higher_is_better, last_k)
         if leader is None:
             notes.append(f"no run has a finite value of {primary} yet: no leader")
+        notes += _unlike_runs(rows, table, primary)
     configs = _config_files(rows, given, notes)
     differences, differing = config_differences([flat for _, flat in configs],
                                                 inp.max_config_keys or DEFAULT_CONFIG_KEYS)

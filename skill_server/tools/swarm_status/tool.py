@@ -282,9 +282,9 @@ def _watch_stats(samples: list[WatchSample], duration: float) -> WatchStats:
     read = [x for x in samples if x.reachable and x.running_episodes is not None]
     stats = WatchStats(duration_s=round(duration, 2), samples=len(samples), samples_read=len(read), series=samples)
     if read:
-        counts = [x.running_episodes for x in read]
-        stats.running_min, stats.running_max = min(counts), max(counts)  # type: ignore[type-var]
-        stats.running_mean = round(sum(counts) / len(counts), 2)  # type: ignore[arg-type]
+        counts = [x.running_episodes for x in read if x.running_episodes is not None]  # all of them (above)
+        stats.running_min, stats.running_max = min(counts), max(counts)
+        stats.running_mean = round(sum(counts) / len(counts), 2)
     done = [x for x in read if x.completed_episodes is not None]
     if len(done) >= 2 and done[-1].t_s > done[0].t_s:
         stats.completions_per_minute = round(completions(done) * 60.0 / (done[-1].t_s - done[0].t_s), 2)
