@@ -468,6 +468,17 @@ _IN_FLIGHT = _Calls()
 SHUTDOWN_WAIT_S = CALL_BOUND_S + 5.0
 
 
+#: The thread that ends the process after a signal (see ``_stop_on_signals``).
+_DRAINERS: list[threading.Thread] = []
+
+
+def _after_signal() -> None:
+    """Once a server loop returns because of a signal, let its drain thread end the process with that signal's
+    exit code: returning normally would race it and could exit 0 after a SIGINT."""
+    for drainer in list(_DRAINERS):
+        drainer.join(SHUTDOWN_WAIT_S + 5.0)
+
+
 def _stop_on_signals() -> None:
     """Ctrl-C (SIGINT) and SIGTERM end the server: exit 130 / 0, one line on stderr, no traceback.
 
@@ -495,7 +506,9 @@ def _stop_on_signals() -> None:
             _IN_FLIGHT.close_and_wait(SHUTDOWN_WAIT_S)
             leave(signum)
 
-        threading.Thread(target=drain, name="skill_server-shutdown", daemon=True).start()
+        drainer = threading.Thread(target=drain, name="skill_server-shutdown", daemon=True)
+        _DRAINERS.append(drainer)
+        drainer.start()
 
     signal.signal(signal.SIGINT, stop)
     signal.signal(signal.SIGTERM, stop)
@@ -527,6 +540,7 @@ def serve(transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
     if transport == "stdio":
         _announce_on_terminal()
         anyio.run(_serve_stdio, server)
+        _after_signal()
         return 0
     import uvicorn
 
@@ -537,4 +551,5 @@ def serve(transport: str = "stdio", host: str = "127.0.0.1", port: int = 8765,
     sys.stderr.flush()
     app = http_app(server, host=host, token=token, allowed_hosts=allowed_hosts)
     uvicorn.run(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+    _after_signal()
     return 0

@@ -197,7 +197,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         description=(
             "The YAML AgentJetJob(**kwargs) plus post-construction writes ('set') dumps, byte for byte, for a bundled "
             "AgentJet release or an install read statically (never imported); refuses what AgentJet refuses, with its "
-            "exception. Returns the YAML and every value's provenance. Writes only a NEW output_path."
+            "exception. Takes kwargs/base_yaml/set, or a client script. Returns the YAML and every value's provenance. "
+            "Read-only unless output_path is given (a NEW file: it never replaces one)."
         ),
         input_model="skill_server.tools.build_config.models:BuildConfigInput",
         output_model="skill_server.tools.build_config.models:BuildConfigResult",

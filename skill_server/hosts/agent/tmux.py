@@ -82,9 +82,16 @@ def new_session(socket: str, session: str, window: str, cwd: str, argv: list[str
         os.makedirs(parent, mode=0o700, exist_ok=True)
     except OSError as exc:
         raise AgentError("cannot create the tmux socket directory %s: %s" % (parent, exc.strerror or exc)) from None
-    result = _tmux(socket, ["start-server", ";", "set-option", "-wg", "remain-on-exit", "on", ";",
-                            "new-session", "-d", "-s", session, "-n", window, "-c", cwd, "-x", str(WIDTH),
-                            "-y", str(HEIGHT), "-P", "-F", _NEW_FORMAT, "--"] + argv)
+    command = ["start-server", ";", "set-option", "-wg", "remain-on-exit", "on", ";",
+               "new-session", "-d", "-s", session, "-n", window, "-c", cwd, "-x", str(WIDTH),
+               "-y", str(HEIGHT), "-P", "-F", _NEW_FORMAT, "--"] + argv
+    result = _tmux(socket, command)
+    for _ in range(3):
+        # The server exits with its last session (a finished run's, removed by its monitor just then): it
+        # created nothing for this call, and the next call starts a new server.
+        if result.returncode == 0 or "server exited unexpectedly" not in _err(result):
+            break
+        result = _tmux(socket, command)
     if result.returncode != 0:
         text = _err(result)
         if "duplicate session" in text:
