@@ -232,6 +232,16 @@ def test_a_thousand_finished_runs_are_not_in_an_observation(tmux_socket: str, wo
     call("stop_experiment", id=out["id"], grace_s=1)
 
 
+def test_the_reconcile_every_call_makes_reads_only_unfinished_launches_by_index():
+    """Each tool call looks for interrupted launches; with thousands of finished runs that must not be a scan."""
+    from skill_server.experiments import store
+
+    with store.open_registry() as reg:
+        plan = reg.conn.execute("EXPLAIN QUERY PLAN " + store.PENDING_SQL, (store.RUNNING, store.RUNNING)).fetchall()
+    steps = " ".join(str(row[-1]) for row in plan)
+    assert "USING INDEX experiments_by_phase" in steps and "SCAN experiments" not in steps, steps
+
+
 def test_the_monitor_runs_on_python_3_8_syntax_and_the_program_lists_it():
     import ast
 

@@ -242,6 +242,12 @@ def unwritable(directory: Path, exc: BaseException | None = None) -> str | None:
     return None
 
 
+#: Rows not (yet, or no longer) ``running``, which every tool call's reconcile reads: two ranges around
+#: 'running' use the phase index (``phase != ?`` reads every row, a cost that grew with each finished run);
+#: the few rows found are ordered by ``seq`` in Python.
+PENDING_SQL = f"SELECT {_COLUMNS} FROM experiments WHERE phase < ? OR phase > ?"
+
+
 class Registry:
     def __init__(self, conn: sqlite3.Connection, directory: Path | None = None, problem: str | None = None,
                  place: RegistryPlace | None = None) -> None:
@@ -364,13 +370,12 @@ class Registry:
     def pending(self) -> list[Row]:
         """Rows of launches that have not finished starting (``launching``) or are being undone."""
         out = []
-        for values in self.conn.execute(f"SELECT {_COLUMNS} FROM experiments WHERE phase != ? ORDER BY seq",
-                                        (RUNNING,)):
+        for values in self.conn.execute(PENDING_SQL, (RUNNING, RUNNING)):
             try:
                 out.append(_row(values))
             except CorruptRow:
                 continue
-        return out
+        return sorted(out, key=lambda row: row.seq)
 
     def all(self, limit: int) -> list[Row]:
         """The newest ``limit`` experiments; rows that cannot be read are left out (``all_with_problems``
