@@ -231,6 +231,7 @@ def _provenance(built: Construction, mode: str) -> list[ProvenanceEntry]:
             layer = f"{built.composition.base.name} (copied back as written)"
         elif layer is None and key in before:
             layer = "schema"
+        # source is one of the provenance literals (computed above as a plain str); pydantic checks it again
         entries.append(ProvenanceEntry(key=key, value=json_safe(value), source=source,  # type: ignore[arg-type]
                                        base_value=json_safe(before.get(key)), layer=layer,
                                        note=built.notes.get(key)))

@@ -100,6 +100,7 @@ def construction_info(ctx: LintContext, run: Run) -> ConstructionInfo:
                           unresolved=k.value.why or None if not k.value.resolved else None, line=k.line)
                 for k in c.kwargs.values()],
         dynamic_kwargs=c.dynamic,
+        # base.state is one of BaseYamlInfo's state literals, kept as a str by the analysis; pydantic checks it
         base_yaml=BaseYamlInfo(expression=base.expression, path=str(base.path) if base.path else None,
                                anchor=base.anchor, state=base.state,  # type: ignore[arg-type]
                                exists=base.state in ("file", "defaults", "refused"), tried=base.tried,
