@@ -33,7 +33,17 @@ from skill_server.analysis.script.model import (
 from skill_server.analysis.script.modules import ModuleInfo, ModuleLoader, bind_arguments, default_argument, dotted
 from skill_server.analysis.script.paths import join, literal_path
 from skill_server.analysis.script.registry import Result, Site, by_type
-from skill_server.analysis.script.static import OPAQUE_ITEM, NoValue, agree, arith, bounded, hashable, is_number, plain
+from skill_server.analysis.script.static import (
+    OPAQUE_ITEM,
+    NoValue,
+    agree,
+    arith,
+    bounded,
+    hashable,
+    is_number,
+    own_nodes,
+    plain,
+)
 
 MAX_DEPTH = 24
 IMPORTED_AS_CONSTANT = ("literal", "constant", "arithmetic", "imported constant")  # a module's own computed constant
@@ -433,7 +443,7 @@ class Evaluator:
         assert isinstance(fnode, (ast.FunctionDef, ast.AsyncFunctionDef))
         if call.args or call.keywords or isinstance(fnode, ast.AsyncFunctionDef):
             raise NoValue(f"the result of {fnode.name}(...) is computed at run time")
-        returns = [n for n in _own_nodes(fnode) if isinstance(n, ast.Return)]
+        returns = [n for n in own_nodes(fnode) if isinstance(n, ast.Return)]
         if len(returns) != 1 or returns[0].value is None:
             raise NoValue(f"the result of {fnode.name}() is computed at run time")
         return self.eval(returns[0].value, fscope, returns[0].lineno, d + 1)
@@ -466,19 +476,6 @@ _COMPARE: dict[type, Callable[[Any, Any], Any]] = {
     ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b, ast.Is: lambda a, b: a is b,
     ast.IsNot: lambda a, b: a is not b,
 }
-
-
-def _own_nodes(fnode: ast.AST) -> list[ast.AST]:
-    """Nodes of a function body, not those of functions, classes or lambdas defined inside it."""
-    out: list[ast.AST] = []
-    stack = list(ast.iter_child_nodes(fnode))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            continue
-        out.append(node)
-        stack.extend(ast.iter_child_nodes(node))
-    return out
 
 
 def _short(node: ast.AST) -> str:

@@ -114,3 +114,16 @@ _NUMERIC: dict[type, Callable[[Any, Any], Any]] = {
     ast.Mod: lambda a, b: a % b,
     ast.Pow: _power,
 }
+
+
+def own_nodes(fnode: ast.AST) -> list[ast.AST]:
+    """Nodes of a function body, not those of functions, classes or lambdas defined inside it."""
+    out: list[ast.AST] = []
+    stack = list(ast.iter_child_nodes(fnode))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        out.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    return out

@@ -26,7 +26,7 @@ from skill_server.analysis.script.registry import (
     kind,
     name,
 )
-from skill_server.analysis.script.static import NoValue, agree
+from skill_server.analysis.script.static import NoValue, agree, own_nodes
 
 if TYPE_CHECKING:
     from skill_server.analysis.script.modules import ModuleInfo
@@ -161,7 +161,7 @@ def _from_initialisers(ev: Evaluation, obj: Object, mro: list[ClassInfo], attr: 
         if fscope is None or bound is None:
             raise NoValue(f"the arguments {cls.name}.__init__() gets are not known statically")
         frames.append((fscope, bound))
-        assigned = [s for s in _own(init) if isinstance(s, (ast.Assign, ast.AnnAssign)) and _self_target(s, attr)]
+        assigned = [s for s in own_nodes(init) if isinstance(s, (ast.Assign, ast.AnnAssign)) and _self_target(s, attr)]
         if len(assigned) > 1:
             raise NoValue(f"self.{attr} is set {len(assigned)} times in {cls.name}.__init__()")
         if assigned and assigned[0].value is not None:
@@ -287,19 +287,6 @@ def _scope_of(cls: ClassInfo, method: ast.AST) -> Scope | None:
     return None
 
 
-def _own(fnode: ast.AST) -> list[ast.AST]:
-    """Statements of a function body, not of functions or classes defined inside it."""
-    out: list[ast.AST] = []
-    stack = list(ast.iter_child_nodes(fnode))
-    while stack:
-        node = stack.pop()
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-            continue
-        out.append(node)
-        stack.extend(ast.iter_child_nodes(node))
-    return out
-
-
 def _targets(stmt: ast.Assign | ast.AnnAssign, attr: str) -> bool:
     """A class-body statement assigns the class attribute ``attr``."""
     targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
@@ -308,7 +295,7 @@ def _targets(stmt: ast.Assign | ast.AnnAssign, attr: str) -> bool:
 
 def _assigns(method: ast.AST, attr: str) -> bool:
     return any(isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and _self_target(s, attr)
-               for s in _own(method))
+               for s in own_nodes(method))
 
 
 def _self_target(stmt: ast.Assign | ast.AnnAssign | ast.AugAssign, attr: str) -> bool:
@@ -319,7 +306,7 @@ def _self_target(stmt: ast.Assign | ast.AnnAssign | ast.AugAssign, attr: str) ->
 
 def _super_init(init: ast.AST) -> ast.Call | None:
     """The ``super().__init__(...)`` call of an ``__init__``, if it makes one."""
-    for node in _own(init):
+    for node in own_nodes(init):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == INIT:
             owner = node.func.value
             if isinstance(owner, ast.Call) and isinstance(owner.func, ast.Name) and owner.func.id == "super":
