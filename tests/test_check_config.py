@@ -54,7 +54,7 @@ def test_werewolves_yaml_first_with_one_kwarg_override():
 
 def test_dataclass_config_feeding_kwargs_from_a_sibling_module():
     r = lint(CLIENTS / "cocktail" / "train_client.py")
-    assert rules(r) == {"cap-limited-by-batch", "escape-hatch-has-kwarg"}
+    assert rules(r) == {"no-total-steps", "cap-limited-by-batch", "escape-hatch-has-kwarg"}
     hatch = only(r, "escape-hatch-has-kwarg")
     assert hatch.key == "ajet.trainer_common.nnodes" and hatch.values["kwarg_passed"] is False
     assert f"pass nnodes=1 to AgentJetJob (a kwarg of {agentjet_label(r.agentjet)})" in hatch.fix
@@ -74,7 +74,7 @@ def test_dataclass_config_feeding_kwargs_from_a_sibling_module():
 
 def test_all_kwargs_multi_node_is_clean_and_switches_to_tcp():
     r = lint(CLIENTS / "geo3k_multinode.py")
-    assert r.findings == [] and r.counts.errors == r.counts.warnings == r.counts.infos == 0
+    assert rules(r) == {"no-total-steps"} and r.counts.errors == r.counts.infos == 0  # the tutorial sets no step count
     e = r.effective
     assert (e.nnodes.value, e.interchange_method.value, e.interchange_method.source) == (2, "tcp", "tcp-switch")
     assert (e.max_env_worker.value, e.max_model_len.value) == (64, 18000)
@@ -88,7 +88,7 @@ def test_all_kwargs_multi_node_is_clean_and_switches_to_tcp():
 def test_writes_after_a_dump():
     r = lint(CLIENTS / "e2b_dump_then_write.py")
     # AgentJet 0.1.0 (c68c154f) has neither ulysses_sequence_parallel_size nor ppo_max_token_len_per_gpu
-    assert rules(r) == {"unknown-key", "write-after-dump", "unsupported-kwarg"}
+    assert rules(r) == {"no-total-steps", "unknown-key", "write-after-dump", "unsupported-kwarg"}
     kwargs = {f.values["kwarg"]: f for f in r.findings if f.rule == "unsupported-kwarg"}
     assert set(kwargs) == {"ulysses_sequence_parallel_size", "ppo_max_token_len_per_gpu"}
     ppo = kwargs["ppo_max_token_len_per_gpu"]
@@ -109,7 +109,7 @@ def test_writes_after_a_dump():
 def test_typos_and_broken_groups():
     r = lint(CLIENTS / "typos_client.py")
     assert rules(r) == {"unsupported-kwarg", "unknown-key", "kwarg-group-incomplete", "length-budget", "lora-rules",
-                        "batch-not-divisible-by-gpus", "cap-limited-by-batch"}
+                        "batch-not-divisible-by-gpus", "cap-limited-by-batch", "no-total-steps"}
     assert only(r, "unsupported-kwarg").values["closest"] == "num_repeat"
     unknown = {f.key: f for f in r.findings if f.rule == "unknown-key"}
     assert set(unknown) == {"ajet.rollout.temprature", "ajet.rolout", "ajet.rollout.multi_turn.max_steps"}
@@ -133,7 +133,7 @@ def test_typos_and_broken_groups():
 
 def test_whole_dict_writes_through_aliases_and_setattr():
     r = lint(CLIENTS / "whole_dict_client.py")
-    assert rules(r) == {"unknown-key", "escape-hatch-has-kwarg"}
+    assert rules(r) == {"no-total-steps", "unknown-key", "escape-hatch-has-kwarg"}
     assert only(r, "unknown-key").key == "ajet.trainer_common.fsdp_config.optimizer_ofload"
     assert only(r, "unknown-key").values["closest"] == "ajet.trainer_common.fsdp_config.optimizer_offload"
     hatch = only(r, "escape-hatch-has-kwarg")
@@ -154,7 +154,7 @@ def test_clean_script_has_no_errors_or_warnings():
 
 def test_yaml_alone_base_not_swarm():
     r = lint(yaml=str(CLIENTS / "not_swarm_base.yaml"))
-    assert rules(r) == {"base-not-swarm"}
+    assert rules(r) == {"no-total-steps", "base-not-swarm"}
     f = only(r, "base-not-swarm")
     assert f.values["composes_swarm_defaults"] is False
     assert "enable_swarm_mode: true" in f.fix and "do not add ajet_swarm_default" in f.fix
@@ -226,7 +226,7 @@ def test_a_classic_mode_config_is_not_linted_as_an_agentjetjob_base(tmp_path):
     """A config for `python -m ajet.launcher --conf`: composed as the launcher composes it (backbone verl), no
     AgentJetJob refusal and no swarm-engine check; the trainer's own checks still run."""
     r = lint(yaml=str(write(tmp_path, "math_agent.yaml", CLASSIC)))
-    assert r.findings == []
+    assert rules(r) == {"no-total-steps"}
     assert (r.effective.num_repeat.value, r.effective.max_env_worker.value) == (6, 64)  # composed, not refused
     reasons = skipped(r)
     for rule_id in ("base-not-swarm", "cap-not-divisible", "tracker-threads-below-cap", "interchange-not-tcp"):
@@ -237,7 +237,7 @@ def test_a_classic_mode_config_is_not_linted_as_an_agentjetjob_base(tmp_path):
     # without defaults and hydra blocks: still no base refusal (AgentJetJob never reads it)
     bare = lint(yaml=str(write(tmp_path, "bare.yaml", "ajet:\n  enable_swarm_mode: false\n  rollout:\n"
                                                       "    max_env_worker: 10\n    num_repeat: 4\n")))
-    assert bare.findings == [] and "cap-not-divisible" in skipped(bare)
+    assert rules(bare) == {"no-total-steps"} and "cap-not-divisible" in skipped(bare)
     # the same file with swarm mode turned on is a swarm base again, and gets the swarm checks
     swarm = lint(yaml=str(write(tmp_path, "swarm.yaml", "ajet:\n  enable_swarm_mode: true\n  rollout:\n"
                                                         "    user_workflow: a.b->C\n    max_env_worker: 10\n"
@@ -248,7 +248,7 @@ def test_a_classic_mode_config_is_not_linted_as_an_agentjetjob_base(tmp_path):
 def test_env_defaults_and_imported_constants():
     """os.getenv defaults and constants of a module next to the script; a str nnodes is refused."""
     r = lint(CLIENTS / "env_defaults" / "math_client.py")
-    assert rules(r) == {"agentjet-refusal", "cap-limited-by-batch"}
+    assert rules(r) == {"no-total-steps", "agentjet-refusal", "cap-limited-by-batch"}
     kwargs = {k.name: k for k in r.constructions[0].kwargs}
     assert (kwargs["batch_size"].value, kwargs["batch_size"].how) == (16, "env-default")
     assert (kwargs["num_repeat"].value, kwargs["num_repeat"].how) == (4, "imported constant")
@@ -286,7 +286,7 @@ def test_argparse_defaults_through_a_parse_function():
     assert e.episode_cap.value == 128 and len(e.episode_cap.assumes) == 3
     assert set(skipped(r)) == {"batch-not-divisible-by-gpus", "samples-below-world-size", "interchange-not-tcp",
                                "agentjet-refusal"}
-    assert r.findings == []
+    assert rules(r) == {"no-total-steps"}
 
 
 def test_unresolved_nnodes_skips_what_depends_on_it():
@@ -299,12 +299,12 @@ def test_unresolved_nnodes_skips_what_depends_on_it():
     skips = skipped(r)
     for rule in ("batch-not-divisible-by-gpus", "samples-below-world-size", "interchange-not-tcp"):
         assert any("nnodes is unknown" in reason and "SLURM_NNODES" in reason for reason in skips[rule]), rule
-    assert r.findings == [] and r.counts.skipped == len(r.skipped)
+    assert rules(r) == {"no-total-steps"} and r.counts.skipped == len(r.skipped)
 
 
 def test_small_batch_on_two_nodes():
     r = lint(CLIENTS / "multinode_small_batch.py")
-    assert rules(r) == {"batch-not-divisible-by-gpus", "samples-below-world-size"}
+    assert rules(r) == {"no-total-steps", "batch-not-divisible-by-gpus", "samples-below-world-size"}
     f = only(r, "samples-below-world-size")
     assert f.severity == "warning"
     assert "2 x 4 = 8 samples per step" in f.message and "8 x 2 = 16 GPUs" in f.message
@@ -316,7 +316,7 @@ def test_small_batch_on_two_nodes():
 
 def test_yaml_first_with_a_run_time_kwarg_cannot_be_consolidated():
     r = lint(CLIENTS / "yaml_first_dynamic" / "roll.py")
-    assert rules(r) == {"split-configuration", "unsupported-kwarg"}
+    assert rules(r) == {"no-total-steps", "split-configuration", "unsupported-kwarg"}
     split = only(r, "split-configuration")
     assert split.values["build_config_arguments"] is None
     assert split.values["build_config_missing"] == [
@@ -373,7 +373,7 @@ def test_missing_base_built_from_file():
 def test_relative_base_found_from_a_candidate_folder_says_so():
     script = CLIENTS / "relative_base" / "tutorial" / "launch_from_root.py"
     r = lint(script)
-    assert r.findings == []  # experiment_name next to a YAML-first job is not a split
+    assert rules(r) == {"no-total-steps"}  # experiment_name next to a YAML-first job is not a split
     assert r.constructions[0].base_yaml.launch_dir_known is False
     assert any("started from" in n and str(CLIENTS / "relative_base") in n for n in r.notes)
     assert r.effective.max_env_worker.value == 128 and r.effective.max_env_worker.source == "yaml"
@@ -471,7 +471,7 @@ async def test_mcp_in_process():
         r = await client.call_tool("check_config", {"script": str(CLIENTS / "e2b_dump_then_write.py")})
         assert not r.is_error
         assert {f["rule"] for f in r.structured_content["findings"]} == {"unknown-key", "write-after-dump",
-                                                                         "unsupported-kwarg"}
+                                                                         "unsupported-kwarg", "no-total-steps"}
         assert r.structured_content["agentjet"]["version"] == "0.1.0"
         r = await client.call_tool("check_config", {"script": str(CLIENTS / "e2b_dump_then_write.py"),
                                                     "agentjet_version": "0.0.1"})

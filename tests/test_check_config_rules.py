@@ -13,7 +13,7 @@ from skill_server.app.table import get_tool
 from skill_server.tools.check_config import RULES
 from skill_server.tools.check_config.docs import BEGIN, END, REFERENCE, render_rules, with_rules
 from skill_server.tools.check_config.registry import claimed_causes
-from tests.lint_helpers import LAYERS_TAIL, SWARM_TAIL, lint, rules, skipped, write
+from tests.lint_helpers import LAYERS_TAIL, SWARM_TAIL, lint, only, rules, skipped, write
 
 HEAD = "from ajet.copilot.job import AgentJetJob\n"
 BASE = 'import os\nBASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "base.yaml")\n'
@@ -75,6 +75,12 @@ CASES: dict[str, tuple[dict[str, str], dict[str, str]]] = {
                              "j.config.ajet.interchange_server.max_inference_tracker_threads = 16\n"},
         {"client.py": HEAD + "j = AgentJetJob(max_env_worker=64)\n"
                              "j.config.ajet.interchange_server.max_inference_tracker_threads = 64\n"}),
+    "no-checkpoints": ({"client.py": HEAD + "j = AgentJetJob(total_training_steps=25)\n"
+                                          "j.config.ajet.trainer_common.save_freq = 1e9\n"},
+                       {"client.py": HEAD + "j = AgentJetJob(total_training_steps=25)\n"
+                                          "j.config.ajet.trainer_common.save_freq = 5\n"}),
+    "no-total-steps": ({"client.py": HEAD + "j = AgentJetJob()\n"},
+                       {"client.py": HEAD + "j = AgentJetJob(total_training_steps=25)\n"}),
     "agentjet-refusal": ({"client.py": HEAD + "j = AgentJetJob(nnodes='2')\n"},
                          {"client.py": HEAD + "j = AgentJetJob(nnodes=2)\n"}),
 }
@@ -96,6 +102,8 @@ SKIPS: dict[str, str] = {
     "base-not-swarm": HEAD + "j = AgentJetJob(base_yaml_config=os.environ['BASE'])\n",
     "split-configuration": HEAD + "j = AgentJetJob(base_yaml_config='missing.yaml', num_repeat=4)\n",
     "agentjet-refusal": ENV + HEAD + "j = AgentJetJob(nnodes=int(os.environ['N']))\n",
+    "no-checkpoints": ENV + HEAD + "j = AgentJetJob()\nj.config.ajet.trainer_common.save_freq = os.environ['F']\n",
+    "no-total-steps": ENV + HEAD + "j = AgentJetJob(total_training_steps=int(os.environ['S']))\n",
 }
 
 
@@ -217,3 +225,26 @@ def test_run_identity_kwargs_never_count_as_overriding_the_yaml(tmp_path):
     r = lint(client)
     over = [f for f in r.findings if f.rule in ("kwarg-overrides-yaml", "redundant-kwarg")]
     assert [(f.rule, f.values["kwarg"]) for f in over] == [("kwarg-overrides-yaml", "num_repeat")]
+
+
+@pytest.mark.parametrize(("freq", "total", "said"), [
+    ("-1", "25", "saves no checkpoint at all"), ("0", None, "saves no checkpoint at all"),
+    ("30", "25", "saves only at the last step, so a failure before step 25")])
+def test_no_checkpoints_says_what_a_resume_would_lose_and_where_to_change_it(tmp_path, freq, total, said):
+    steps = f"total_training_steps={total}" if total else ""
+    write(tmp_path, "client.py", HEAD + f"j = AgentJetJob({steps})\nj.config.ajet.trainer_common.save_freq = {freq}\n")
+    r = lint(tmp_path / "client.py", cwd=str(tmp_path))
+    f = only(r, "no-checkpoints")
+    assert said in f.message and f.key == "ajet.trainer_common.save_freq"
+    assert f.locations[0].line == 3 and f.locations[0].source == "write"
+    assert "change the write at line 3" in f.fix and (total is None or "save_freq 5" in f.fix)
+
+
+def test_a_yaml_that_saves_every_few_steps_and_stops_at_a_count_has_neither_finding(tmp_path):
+    yaml = ("ajet:\n  trainer_common:\n    save_freq: 5\n    total_training_steps: 25\n" + SWARM_TAIL)
+    r = lint(yaml=str(write(tmp_path, "base.yaml", yaml)))
+    assert not {"no-checkpoints", "no-total-steps"} & rules(r)
+    unset = yaml.replace("25", "null").replace("save_freq: 5", "save_freq: -1")
+    r = lint(yaml=str(write(tmp_path, "null.yaml", unset)))
+    assert {"no-checkpoints", "no-total-steps"} <= rules(r)
+    assert only(r, "no-total-steps").values["total_epochs"] == 50  # AgentJet's default, from its layers

@@ -453,7 +453,7 @@ def test_the_cocktail_tutorial_gets_its_cap_through_callers_self_config_and_the_
     r = lint(cocktail_checkout(tmp_path / "AgentJet"))
     e = r.effective
     assert (e.num_repeat.value, e.train_batch_size.value, e.max_env_worker.value) == (8, 32, 512)
-    assert e.episode_cap.value == 256 and rules(r) == {"cap-limited-by-batch"}
+    assert e.episode_cap.value == 256 and rules(r) == {"cap-limited-by-batch", "no-total-steps"}
     # the factory changes result_dir and schedule_type: those follow the environment, the cap inputs do not
     assumption = ("cocktail_v2_config_from_env() changes only result_dir and schedule_type of the object it returns, "
                   "and no other code changes this")

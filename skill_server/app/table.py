@@ -223,7 +223,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "split-configuration, kwarg-overrides-yaml, redundant-kwarg, unsupported-kwarg, kwarg-group-incomplete, "
             "escape-hatch-has-kwarg, unknown-key, write-after-dump, length-budget, lora-rules, "
             "batch-not-divisible-by-gpus, samples-below-world-size, base-yaml-missing, base-not-swarm, "
-            "interchange-not-tcp, cap-not-divisible, cap-limited-by-batch, tracker-threads-below-cap, agentjet-refusal."
+            "interchange-not-tcp, cap-not-divisible, cap-limited-by-batch, tracker-threads-below-cap, no-checkpoints, "
+            "no-total-steps, agentjet-refusal."
         ),
         input_model="skill_server.tools.check_config.models:CheckConfigInput",
         output_model="skill_server.tools.check_config.models:CheckConfigResult",
