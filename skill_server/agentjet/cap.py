@@ -49,8 +49,9 @@ class EpisodeCapInput(ToolInput):
     )
     thread_rule: Literal["ceil", "floor", "auto"] = Field(
         default="auto",
-        description="Rounding of max_env_worker/num_repeat: ceil (current engines), floor (older engines), or auto "
-        "(the selected AgentJet's rule: a bundled release's, or read statically from agentjet_root).",
+        description="Rounding of max_env_worker/num_repeat; auto = the selected AgentJet's. Ceil (current engines), "
+        "floor (older engines), or auto (the selected AgentJet's rule: a bundled release's, or read statically from "
+        "agentjet_root).",
     )
     agentjet_version: AgentJetVersionArg = None
     agentjet_root: AgentJetRootArg = None

@@ -20,14 +20,14 @@ from skill_server.core.models import ToolOutput
 
 AgentJetVersionArg = Annotated[StrictStr | None, Field(
     max_length=200,
-    description="Which bundled AgentJet release to describe: a version such as '0.1.0' or a commit prefix such as "
-    "'c68c154f'. Default: the newest bundled release (or the AgentJet found through AJET_ROOT / the Python path). "
-    "An unknown value is an error that lists the bundled releases.",
+    description="Bundled AgentJet release, e.g. '0.1.0' or 'c68c154f'. A version or a commit prefix. Default: the "
+    "newest bundled release (or the AgentJet found through AJET_ROOT / the Python path). An unknown value is an "
+    "error that lists the bundled releases.",
 )]
 AgentJetRootArg = Annotated[StrictStr | None, Field(
     max_length=4096,
-    description="An AgentJet checkout (a folder containing ajet/) or the installed ajet package folder, read "
-    "statically (never imported) instead of a bundled release. Relative paths resolve against cwd.",
+    description="AgentJet checkout or installed ajet folder, read statically. A folder containing ajet/ or the ajet "
+    "package itself; never imported; used instead of a bundled release. Relative paths resolve against cwd.",
 )]
 
 

@@ -28,8 +28,9 @@ DEFAULT_HISTORY_POINTS = 200
 MAX_ENV_VARS = 200
 MAX_ENV_VALUE = 32 * 1024
 ROLE_RE = r"^[A-Za-z0-9_-]{1,32}$"
-HOST_DESCRIPTION = ("Where it runs: 'local' (default, this machine) or an ssh destination: an alias from your "
-                    "ssh config ('gpu1'), 'user@10.0.0.5' or 'ssh://user@host:2222'.")
+#: Starts with a capital so that a field that puts its own sentence first publishes only that sentence.
+HOST_DESCRIPTION = ("Either 'local' (default) or an ssh destination ('gpu1', 'user@10.0.0.5', 'ssh://user@host:2222'). "
+                    "An ssh destination is an alias from your ssh config or user@host[:port].")
 Duration = Annotated[int, Field(strict=True, ge=1, le=MAX_DURATION_S)]
 #: A metric name or fnmatch glob ('critic/score/*'), as the history, plot and comparison inputs take them.
 MetricPattern = Annotated[StrictStr, Field(min_length=1, max_length=200)]
@@ -87,8 +88,8 @@ class LaunchInput(ToolInput):
                                                 description="Several processes as windows of one session per host, "
                                                 "started in order.")
     require_free_gpus: FreeFraction | None = Field(
-        default=None, description="Refuse to start unless every GPU on the experiment's host has at least this "
-        "fraction of its memory free (AgentJet's launcher wants 0.95); the refusal names the pids holding memory. "
+        default=None, description="Refuse unless every GPU of the host has this fraction of memory free. AgentJet's "
+        "launcher wants 0.95; the refusal names the pids holding memory. "
         "Checked with nvidia-smi in the launch's own check round; a host without nvidia-smi is refused too.")
 
 

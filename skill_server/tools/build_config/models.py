@@ -13,7 +13,7 @@ Path4096 = Annotated[StrictStr, Field(max_length=4096)]
 
 class BuildConfigInput(ToolInput):
     script: Path4096 | None = Field(
-        default=None, description="A swarm client script: build from its AgentJetJob as check_config resolves it "
+        default=None, description="A swarm client script to build from. Its AgentJetJob as check_config resolves it "
         "(kwargs and set given here are applied over the script's; base_yaml replaces its base).")
     kwargs: dict[StrictStr, JsonValue] = Field(
         default_factory=dict, max_length=200,
@@ -26,7 +26,7 @@ class BuildConfigInput(ToolInput):
     )
     set: dict[StrictStr, JsonValue] | None = Field(
         default=None, max_length=500,
-        description="Post-construction writes, dotted key -> value, applied in order, e.g. "
+        description="Writes after construction, dotted key -> value, in order. For example "
         "{\"ajet.rollout.temperature\": 0.7} for job.config.ajet.rollout.temperature = 0.7. Not checked by AgentJet.",
     )
     agentjet_version: AgentJetVersionArg = None
@@ -40,8 +40,8 @@ class BuildConfigInput(ToolInput):
         "never replaced). Without it the tool only reads.",
     )
     provenance: Literal["ajet", "changed", "all"] = Field(
-        default="ajet", description="Which values provenance lists: every ajet.* value (default), only values set "
-        "by kwargs, writes or AgentJet itself, or every value including the verl sections.",
+        default="ajet", description="Which values provenance lists. Every ajet.* value (default), only values set by "
+        "kwargs, writes or AgentJet itself, or every value including the verl sections.",
     )
 
 

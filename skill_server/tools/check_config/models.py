@@ -21,8 +21,8 @@ class CheckConfigInput(ToolInput):
                                      description="Path of a Python swarm client script (read, never run).")
     yaml: StrictStr | None = Field(
         default=None, max_length=MAX_PATH_CHARS,
-        description="Path of a YAML to check: the base the script passes as base_yaml_config (it replaces the "
-        "script's own base_yaml_config for the comparison), or a YAML on its own.")
+        description="A YAML to check: the script's base, or a YAML alone. The base the script passes as "
+        "base_yaml_config (it replaces the script's own base_yaml_config for the comparison), or a YAML on its own.")
     agentjet_version: AgentJetVersionArg = None
     agentjet_root: AgentJetRootArg = None
     cwd: StrictStr | None = Field(

@@ -26,9 +26,9 @@ class CollectInput(ToolInput):
     yaml_path: StrictStr | None = Field(default=None, max_length=4096,
                                         description="Training YAML on the host to read those two paths from.")
     write_finish_flag: StrictBool | None = Field(default=None, description="Default true; only once the run ended.")
-    plot: StrictBool | None = Field(default=None, description="Draw metrics over steps into metrics.png beside "
-                                    "results.md, which embeds it (default true with id; needs matplotlib, else the "
-                                    "data is returned in plot_data).")
+    plot: StrictBool | None = Field(default=None, description="Draw metrics.png beside results.md (default true with "
+                                    "id). The page embeds it; needs matplotlib, else the data is returned in "
+                                    "plot_data.")
     plot_metrics: list[MetricPattern] | None = Field(default=None, min_length=1, max_length=6,
                                                description="Metric names or globs to plot (default: reward, "
                                                "validation, loss and entropy metrics the run has; at most 6 panels).")

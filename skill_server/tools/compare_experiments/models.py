@@ -34,9 +34,9 @@ class CompareInput(ToolInput):
                                           "has no other way to carry it; MCP clients get an image block anyway).")
     yaml_paths: list[Annotated[StrictStr, Field(max_length=4096)] | None] | None = Field(
         default=None, min_length=1, max_length=MAX_RUNS,
-        description="One per id, in the same order: the YAML to compare for that run (absolute, on the run's main "
-        "host; e.g. the config AgentJetJob dumped), or null for the run's own (its blueprint's exp_yaml_path or a "
-        "--conf argument).")
+        description="Per id, in order: the YAML to compare, or null for the run's own. The YAML to compare for that "
+        "run (absolute, on the run's main host; e.g. the config AgentJetJob dumped), or null for the run's own (its "
+        "blueprint's exp_yaml_path or a --conf argument).")
 
 
 class MetricStats(ToolOutput):

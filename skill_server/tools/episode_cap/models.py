@@ -25,7 +25,7 @@ class EpisodeCapQuery(EpisodeCapInput):
         description=f"{EpisodeCapInput.model_fields['max_env_worker'].description} Needed without yaml/script/url/id.")
     yaml: StrictStr | None = Field(
         default=None, max_length=4096,
-        description="An engine YAML (yaml_backup.yaml or any dumped config) to read the settings from; with "
+        description="An engine YAML to read the settings from. E.g. yaml_backup.yaml or any dumped config; with "
                     "script, the base YAML to use instead of the script's own.")
     script: StrictStr | None = Field(
         default=None, max_length=4096, description="A swarm client script, read statically as check_config reads it.")

@@ -25,8 +25,8 @@ class StatusInput(ToolInput):
                                           "previous answer's next_offset) to see the next page.")
     metrics_history: list[MetricPattern] | None = Field(
         default=None, min_length=1, max_length=20,
-        description="With id: metric names or glob patterns (fnmatch: 'critic/score/*', '*loss*') whose history "
-        "over steps to return, from every step line scanned so far.")
+        description="With id: metrics (names or globs) whose history to return. Fnmatch patterns such as "
+        "'critic/score/*', '*loss*', over steps, from every step line scanned so far.")
     history_from_step: NonNegativeInt | None = Field(default=None, le=MAX_STEPS,
                                                      description="First step of the history.")
     history_to_step: NonNegativeInt | None = Field(default=None, le=MAX_STEPS, description="Last step of the history.")

@@ -13,8 +13,8 @@ from skill_server.gpus.models import MAX_HOSTS, GpuHost
 class GpuStatusInput(ToolInput):
     hosts: list[Annotated[StrictStr, Field(max_length=255)]] | None = Field(
         default=None, min_length=1, max_length=MAX_HOSTS,
-        description="Hosts to ask, in parallel: 'local' (this machine) or ssh destinations ('gpu1', "
-        "'user@10.0.0.5', 'ssh://user@host:2222'). Default: ['local'].")
+        description="Hosts to ask in parallel: 'local' or ssh destinations. For example 'gpu1', 'user@10.0.0.5', "
+        "'ssh://user@host:2222'. Default: ['local'].")
 
 
 class GpuStatusOutput(ToolOutput):

@@ -19,9 +19,9 @@ Host = Annotated[StrictStr, Field(max_length=255)]
 
 class RayClusterInput(ToolInput):
     action: Literal["start", "status", "stop"] = Field(
-        description="start: ray start --head on head and --address on every worker (in tmux, as a run of this "
-        "server), then wait (bounded) until every node shows; status: alive nodes and resources; stop: end the "
-        "run, ray stop --force on every node, report what still holds GPUs.")
+        description="start, status or stop the cluster. Start: ray start --head on head and --address on every worker "
+        "(in tmux, as a run of this server), then wait (bounded) until every node shows; status: alive nodes and "
+        "resources; stop: end the run, ray stop --force on every node, report what still holds GPUs.")
     head: Host | None = Field(default=None, description="Head node. " + HOST_DESCRIPTION)
     workers: list[Host] | None = Field(default=None, max_length=MAX_WORKERS,
                                        description="Worker nodes (ssh destinations or 'local'), each a different "
@@ -44,7 +44,7 @@ class RayClusterInput(ToolInput):
     num_cpus: NonNegativeInt | None = Field(default=None, le=65536,
                                             description="start: --num-cpus for every node (default: Ray detects).")
     ray_args: list[RayArg] | None = Field(default=None, max_length=32,
-                                          description="start: more 'ray start' options for every node, each "
+                                          description="start: extra 'ray start' options for every node. Each "
                                           "'--name=value' or '--flag' (e.g. '--object-store-memory=10000000000').")
     head_args: list[RayArg] | None = Field(default=None, max_length=32,
                                            description="start: options for the head only (e.g. "
@@ -59,8 +59,8 @@ class RayClusterInput(ToolInput):
     max_time_s: Duration | None = Field(default=None, description="start: the cluster's lifetime (default 7 days); "
                                         "at the end the run monitor on each node stops it.")
     require_free_gpus: FreeFraction | None = Field(
-        default=None, description="start: refuse unless every GPU on every node has this fraction of its memory "
-        "free (e.g. 0.95); the refusal names the pids holding memory.")
+        default=None, description="start: refuse unless every GPU has this fraction of memory free. For example 0.95; "
+        "the refusal names the pids holding memory.")
     timeout_s: NonNegativeInt | None = Field(default=None, le=3600,
                                              description="start: wait at most this long for every node (default 30, "
                                              "clamped to 50); call start again to keep waiting.")
@@ -68,8 +68,8 @@ class RayClusterInput(ToolInput):
                                                description="start: a worker gives up (exit 124) when the head's port "
                                                "does not answer within this many seconds (default 300).")
     kill_gpu_processes: StrictBool | None = Field(
-        default=None, description="stop: also end the processes still holding GPU memory after ray stop, only those "
-        "owned by the ssh user (SIGTERM, grace_s, SIGKILL). Default false: only report them.")
+        default=None, description="stop: also end the ssh user's processes still holding GPU memory. Only those owned "
+        "by the ssh user, after ray stop (SIGTERM, grace_s, SIGKILL). Default false: only report them.")
     grace_s: NonNegativeInt | None = Field(default=None, le=120,
                                            description="stop: seconds between Ctrl-C/SIGTERM and SIGKILL (default 10).")
 

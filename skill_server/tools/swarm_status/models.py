@@ -40,8 +40,9 @@ class SwarmStatusInput(ToolInput):
     )
     id: StrictStr | None = Field(
         default=None, min_length=1, max_length=200,
-        description="An experiment this skill launched (id or session name): read the swarm server it started, "
-                    "at the port it was given (--swarm-port, AJET_SWARM_URL or a wait_for_url; default 10086).",
+        description="A run this skill launched (id or session): read its swarm server. Read the swarm server "
+                    "it started, at the port it was given (--swarm-port, AJET_SWARM_URL or a wait_for_url; default "
+                    "10086).",
     )
     timeout_s: float = Field(
         default=3.0, gt=0, le=30,
@@ -60,8 +61,9 @@ class SwarmStatusInput(ToolInput):
         default=None, max_length=10_000, description="Each swarm client's own concurrency, one entry per client.")
     yaml: StrictStr | None = Field(
         default=None,
-        description="Path to a dumped AgentJet config (e.g. yaml_backup.yaml) to read max_env_worker, num_repeat, "
-                    "train_batch_size, max_inference_tracker_threads and the sample collection method from. "
+        description="A dumped AgentJet config (e.g. yaml_backup.yaml) to read the cap's inputs from. It gives "
+                    "max_env_worker, num_repeat, train_batch_size, max_inference_tracker_threads and the sample "
+                    "collection method. "
                     "Explicit cap arguments override its values. Without yaml and cap arguments, the config the "
                     "server dumped in its experiment directory is read when that directory is on this machine.",
     )
@@ -69,7 +71,7 @@ class SwarmStatusInput(ToolInput):
     agentjet_root: AgentJetRootArg = None
     watch_s: float | None = Field(
         default=None, gt=0, le=MAX_WATCH_S,
-        description="Watch this many seconds (at most 50): sample the gauge repeatedly, with progress "
+        description="Seconds to watch the gauge (at most 50). Sample the gauge repeatedly, with progress "
                     "notifications, and report min/max/mean running episodes and completions per minute. "
                     f"watch_s + timeout_s must stay within {MAX_CALL_S:g} s, the bound on the whole call.",
     )
