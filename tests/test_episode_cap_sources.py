@@ -176,3 +176,49 @@ async def test_the_mcp_client_gets_the_same_refusal_and_the_answer(tmp_path):
     assert not ok.is_error and ok.structured_content["episode_cap"] == 32
     assert next(iter(ok.structured_content)) == "summary"
     assert json.loads(ok.content[0].text)["inputs"][0]["place"] == f"{dump}:4"
+
+
+POOL_CLIENT = """\
+import os
+from concurrent.futures import ThreadPoolExecutor
+from ajet import AgentJetJob
+from ajet.utils.thread_executors import PeriodicDrainThreadPoolExecutor
+
+GRPO_N = int(os.environ.get("GRPO_N", "4"))
+BATCH = 16
+job = AgentJetJob(num_repeat=GRPO_N, batch_size=32, max_env_worker=256)
+{pool}
+"""
+
+
+@pytest.mark.parametrize(("pool", "threads"), [
+    ("executor = PeriodicDrainThreadPoolExecutor(workers=GRPO_N * BATCH, max_parallel=48)", 48),
+    ("executor = PeriodicDrainThreadPoolExecutor(workers=GRPO_N * BATCH)", 64),
+    ("with ThreadPoolExecutor(max_workers=BATCH) as pool:\n    pass", 16),
+])
+def test_a_client_scripts_own_pool_bounds_the_cap_with_its_line_and_assumptions(tmp_path, pool, threads):
+    script = tmp_path / "client.py"
+    script.write_text(POOL_CLIENT.format(pool=pool))
+    r = call(script=str(script))
+    got = by_name(r)["client_parallelism"]
+    assert (got.value, got.source) == (threads, "script")
+    assert got.place.startswith("client.py:9 (") and "this script is the only client" in got.place
+    if "GRPO_N" in pool and "max_parallel" not in pool:
+        assert "environment variable GRPO_N is unset" in got.place
+    assert r.episode_cap == threads and r.binding == ["clients"]  # the engine alone would allow 128
+    given = call(script=str(script), client_parallelism=[threads, threads])
+    assert given.episode_cap == 2 * threads and by_name(given)["client_parallelism"].overrides.startswith(str(threads))
+
+
+@pytest.mark.parametrize(("pool", "said"), [
+    ("executor = ThreadPoolExecutor()", "Python picks min(32, cpus + 4)"),
+    ("executor = ThreadPoolExecutor(max_workers=int(os.environ['W']))", "has an unknown size"),
+    ("a = ThreadPoolExecutor(4)\nb = ThreadPoolExecutor(8)", "builds 2 thread pools (line 9: 4; line 10: 8)"),
+    ("", "builds no thread pool this tool recognises"),
+])
+def test_a_pool_whose_size_or_role_is_not_known_is_said_and_not_used(tmp_path, pool, said):
+    script = tmp_path / "client.py"
+    script.write_text(POOL_CLIENT.format(pool=pool))
+    r = call(script=str(script))
+    assert "client_parallelism" not in by_name(r) and r.episode_cap == 128
+    assert said in r.explanation

@@ -34,6 +34,7 @@ from skill_server.analysis.script.model import (
     Write,
 )
 from skill_server.analysis.script.modules import MAX_SCRIPT_BYTES, ModuleLoader, parse_module
+from skill_server.analysis.script.pools import find_pools
 
 __all__ = ["scan_script", "ScriptScan", "Construction", "Kwarg", "Write", "Freeze", "Value", "PathRef", "Scope",
            "Assumption", "FREEZE_CALLS", "WRITER_METHODS", "MAX_SCRIPT_BYTES"]
@@ -81,4 +82,5 @@ def scan_script(path: str | Path, *, field: str = "script") -> ScriptScan:
         notes("no AgentJetJob(...) construction found in the script")
     for text in loader.notes:
         notes(text)
-    return ScriptScan(main.path, jobs.constructions, effects.writes, effects.freezes, notes.items)
+    return ScriptScan(main.path, jobs.constructions, effects.writes, effects.freezes, notes.items,
+                      find_pools(main, evaluator))

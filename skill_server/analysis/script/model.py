@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
 
 if TYPE_CHECKING:
     from skill_server.analysis.script.modules import ModuleInfo
+    from skill_server.analysis.script.pools import Pool
 
 #: How a resolved value was obtained. Listed from most to least fragile: the first that applies to
 #: any part of an expression names the whole (an env default times a literal is an env default).
@@ -244,3 +245,4 @@ class ScriptScan:
     writes: list[Write]
     freezes: list[Freeze]
     notes: list[str]
+    pools: list[Pool] = field(default_factory=list)  # the thread pools the script builds (its episode concurrency)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from skill_server.agentjet.cap import episode_cap_for
 from skill_server.agentjet.keys import KEYS
@@ -27,6 +27,9 @@ from skill_server.tools.episode_cap.models import (
     EpisodeCapResult,
     UnknownSetting,
 )
+
+if TYPE_CHECKING:
+    from skill_server.analysis.script.model import ScriptScan
 
 #: The settings the cap reads, in the order the answer lists them.
 NAMES = ("max_env_worker", "num_repeat", "train_batch_size", "max_inference_tracker_threads")
@@ -45,6 +48,7 @@ class Found:
     unknown: dict[str, str] = field(default_factory=dict)  # name -> why
     notes: list[str] = field(default_factory=list)
     refusal: str | None = None  # why AgentJet would stop before the engine ever ran this config
+    parallelism: tuple[int, str] | None = None  # what this client runs at once (its one pool), and where
 
 
 def compute_episode_cap(inp: EpisodeCapInput, progress: Progress | None = None) -> EpisodeCapResult:
@@ -66,7 +70,7 @@ def compute_episode_cap(inp: EpisodeCapInput, progress: Progress | None = None) 
     release = select_agentjet(inp.agentjet_version, inp.agentjet_root, cwd=cwd)
     base = episode_cap_for(EpisodeCapInput(
         max_env_worker=numbers["max_env_worker"], num_repeat=numbers["num_repeat"],
-        train_batch_size=numbers.get("train_batch_size"), client_parallelism=inp.client_parallelism,
+        train_batch_size=numbers.get("train_batch_size"), client_parallelism=_parallelism(inp, found),
         max_inference_tracker_threads=numbers.get("max_inference_tracker_threads"),
         thread_rule=inp.thread_rule), release)
     unknown = [UnknownSetting(name=n, key=KEYS[n], reason=why) for n, why in found.unknown.items() if n not in numbers]
@@ -105,9 +109,21 @@ def _merge(inp: EpisodeCapInput, found: Found | None) -> tuple[dict[str, int], l
             numbers[name] = read[0]
             inputs.append(CapSource(name=name, key=KEYS[name], value=read[0], source=found.kind, place=read[1]))
     if inp.client_parallelism is not None:
+        read_pool = found.parallelism if found is not None else None
         inputs.append(CapSource(name="client_parallelism", key="client_parallelism",
-                                value=inp.client_parallelism, source="argument", place="given"))
+                                value=inp.client_parallelism, source="argument", place="given",
+                                overrides=f"{read_pool[0]} at {read_pool[1]}" if read_pool else None))
+    elif found is not None and found.parallelism is not None:
+        inputs.append(CapSource(name="client_parallelism", key="client_parallelism", value=found.parallelism[0],
+                                source=found.kind, place=found.parallelism[1]))
     return numbers, inputs
+
+
+def _parallelism(inp: EpisodeCapInput, found: Found) -> int | list[int] | None:
+    """What the clients run at once: the argument, else the one pool the script builds."""
+    if inp.client_parallelism is not None:
+        return inp.client_parallelism
+    return found.parallelism[0] if found.parallelism is not None else None
 
 
 def _missing_message(found: Found, missing: list[str]) -> str:
@@ -162,6 +178,7 @@ def _from_script(inp: EpisodeCapQuery) -> Found:
         found.notes.append("The script builds no AgentJetJob: AgentJet's defaults (or the yaml) were read.")
     if runs[0].refusals:
         found.refusal = f"AgentJet refuses this construction: {runs[0].refusals[0]}"[:600]
+    _read_pools(analysis.session.scan, found)
     for name, setting in runs[0].settings.items():
         if setting.unknown is not None:
             found.unknown[name] = setting.unknown
@@ -171,6 +188,30 @@ def _from_script(inp: EpisodeCapQuery) -> Found:
         else:
             found.unknown[name] = f"{setting.value!r} at {setting.place} is not a positive integer"
     return found
+
+
+def _read_pools(scan: ScriptScan | None, found: Found) -> None:
+    """The client's own bound: the one thread pool the script builds, assumed to run one episode per thread
+    and to be the only client; several pools, or one whose size is unknown, are said and not used."""
+    pools = scan.pools if scan is not None else []
+    where = Path(scan.path).name if scan is not None else "the script"
+    if len(pools) > 1:
+        listed = "; ".join(f"line {p.line}: {p.threads if p.threads else 'unknown'}" for p in pools)
+        found.notes.append(f"The script builds {len(pools)} thread pools ({listed}); which runs the episodes is not "
+                           "known statically, so give client_parallelism for the clients' bound.")
+    elif pools and pools[0].threads is None:
+        found.notes.append(f"The client's pool at {where}:{pools[0].line} ({pools[0].callee}) has an unknown size: "
+                           f"{pools[0].why}; give client_parallelism for the clients' bound.")
+    elif pools and pools[0].threads is not None:
+        pool, threads = pools[0], pools[0].threads
+        place = f"{where}:{pool.line} ({pool.callee}: {pool.threads} threads)"
+        assumed = ["each thread runs one episode at a time", "this script is the only client (give "
+                   "client_parallelism for several)", *pool.assumes]
+        found.parallelism = (threads, f"{place}, assuming {'; '.join(assumed)}")
+    else:
+        found.notes.append("The script builds no thread pool this tool recognises (ThreadPoolExecutor, AgentJet's "
+                           "PeriodicDrainThreadPoolExecutor); the clients' own bound is not included: give "
+                           "client_parallelism for it.")
 
 
 def _from_server(inp: EpisodeCapQuery, source: str) -> Found:
