@@ -41,10 +41,10 @@ from skill_server.experiments.checks import (
     session_name,
     socket_name,
 )
-from skill_server.experiments.models import LaunchInput, LaunchOutput, ProcessInfo, ProcessSpec
+from skill_server.experiments.models import LaunchInput, LaunchOutput, ProcessInfo, ProcessSpec, RunPolicy
 from skill_server.experiments.observe import observe
 from skill_server.experiments.progress import iso
-from skill_server.experiments.signatures import monitor_config
+from skill_server.experiments.signatures import monitor_config, policy_errors
 from skill_server.experiments.spec import HostRecord, ProcessRecord, RunSpec
 from skill_server.experiments.store import (
     DISCARDING,
@@ -61,7 +61,7 @@ from skill_server.gpus.query import free_problems, from_reply
 from skill_server.hosts import LOCAL, HostUnreachable, Reply, call_hosts, client, expect, get_host, normalise
 
 if TYPE_CHECKING:
-    from skill_server.hosts.agent.protocol import LaunchPlan, LaunchProc, LaunchStarted, StartedProc
+    from skill_server.hosts.agent.protocol import LaunchPlan, LaunchProc, LaunchStarted, MonitorPolicy, StartedProc
 
 log = logging.getLogger(__name__)
 
@@ -204,6 +204,8 @@ class _Launch:
     yaml_path: str | None
     max_time_s: int
     first_step_s: int
+    #: The run's policies for its monitors (``run_policy``); empty without one.
+    policy: MonitorPolicy
 
     @property
     def hosts(self) -> list[str]:
@@ -221,7 +223,33 @@ class _Launch:
                              workdir=self.workdir, result_dir=self.result_dir, max_time_s=self.max_time_s,
                              deadline_grace_s=DEADLINE_GRACE_S,
                              procs=[p.request() for p in self.procs if p.host == host],
-                             monitor=monitor_config(self.inp.first_step_pattern))
+                             monitor=monitor_config(self.inp.first_step_pattern, self.first_step_s,
+                                                    {**self.policy, "collect": True} if self.policy and host ==
+                                                    self.main_host else self.policy))
+
+
+def run_policy(policy: RunPolicy | None) -> MonitorPolicy:
+    """The launch's ``policy`` as the monitors carry it out: the error ids and severities resolved to signature
+    names (an unknown one refused, naming ``policy.errors``), unset keys left out."""
+    if policy is None:
+        return {}
+    out: MonitorPolicy = {}
+    if policy.on_error is not None:
+        out["on_error"] = policy.on_error
+        out["errors"] = policy_errors(policy.errors)
+    elif policy.errors is not None:
+        raise ToolInputError("only used with on_error", field="policy.errors")
+    if policy.on_stall is not None:
+        out["on_stall"] = policy.on_stall
+    if policy.on_end is not None:
+        out["on_end"] = policy.on_end
+    if policy.notify_command is not None and policy.notify_command.strip():
+        out["notify_command"] = policy.notify_command
+    if policy.stall_k is not None:
+        out["stall_k"] = policy.stall_k
+    if policy.stall_floor_s is not None:
+        out["stall_floor_s"] = policy.stall_floor_s
+    return out
 
 
 def _decide(inp: LaunchInput) -> _Launch:
@@ -238,7 +266,7 @@ def _decide(inp: LaunchInput) -> _Launch:
     if inp.first_step_pattern is not None:  # None: the first step:N line proves the first step
         compile_pattern(inp.first_step_pattern, "first_step_pattern")
     return _Launch(inp, socket, main_host, session, exp_id, created, procs, workdir, python, result_dir,
-                   defaults.get("yaml_path"), max_time_s, first_step_s)
+                   defaults.get("yaml_path"), max_time_s, first_step_s, run_policy(inp.policy))
 
 
 def _check_previous(reg: Registry, socket: str, session: str, hosts: list[str], deadline: Deadline

@@ -4,7 +4,9 @@ States: ``running``; ``succeeded`` (every process exited 0); ``failed`` (a proce
 ``stopped`` (by ``stop_experiment``); ``timed_out`` (stopped at its max time by the run's monitor on its
 host); ``lost`` (a process vanished without an exit code: its tmux server died or it was killed);
 ``unreachable`` (a host of the run could not be asked: nothing is known and nothing is recorded, the
-next call asks again). The first five final states are recorded once and never change.
+next call asks again). The first five final states are recorded once and never change. ``stalled`` is what
+status says of a running run whose processes live but whose progress stopped for longer than the bound its
+monitor derives from the run's pace (``hosts.agent.policy``); the registry keeps calling it running.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from skill_server.core.models import PositiveInt, ToolInput, ToolOutput
 from skill_server.gpus.models import FreeFraction
 
 State = Literal["running", "succeeded", "failed", "stopped", "timed_out", "lost", "unreachable"]
+#: A run's state as status reports it: ``stalled`` is a running run whose progress stopped.
+StatusState = Literal["running", "stalled", "succeeded", "failed", "stopped", "timed_out", "lost", "unreachable"]
 ProcessState = Literal["running", "waiting", "succeeded", "failed", "stopped", "timed_out", "lost", "unreachable"]
 TERMINAL = ("succeeded", "failed", "stopped", "timed_out", "lost")
 
@@ -31,10 +35,25 @@ ROLE_RE = r"^[A-Za-z0-9_-]{1,32}$"
 HOST_DESCRIPTION = ("Where it runs: 'local' (default, this machine) or an ssh destination: an alias from your "
                     "ssh config ('gpu1'), 'user@10.0.0.5' or 'ssh://user@host:2222'.")
 Duration = Annotated[int, Field(strict=True, ge=1, le=MAX_DURATION_S)]
+PolicyAction = Literal["notify", "stop"]
 #: A metric name or fnmatch glob ('critic/score/*'), as the history, plot and comparison inputs take them.
 MetricPattern = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 #: An experiment id or session name naming another run (overlays, comparisons).
 RunKey = Annotated[StrictStr, Field(min_length=1, max_length=200)]
+
+
+class RunPolicy(ToolInput):
+    """What the run's monitor does alone (references/monitoring.md); the same keys as a blueprint's [policy]."""
+
+    on_error: PolicyAction | None = None
+    errors: list[Annotated[StrictStr, Field(max_length=64)]] | None = Field(
+        default=None, max_length=40, description="Signature ids or severities for on_error (default ['error']).")
+    on_stall: PolicyAction | None = None
+    on_end: Literal["notify", "collect"] | None = None
+    notify_command: StrictStr | None = Field(default=None, max_length=4000, description="Shell command; event "
+                                             "JSON on stdin.")
+    stall_k: float | None = Field(default=None, ge=1, le=1000, description="Stalled after k x median step time.")
+    stall_floor_s: Duration | None = Field(default=None, description="Least stall bound (default 900).")
 
 
 class ProcessSpec(ToolInput):
@@ -86,6 +105,7 @@ class LaunchInput(ToolInput):
     processes: list[ProcessSpec] | None = Field(default=None, min_length=1, max_length=MAX_PROCESSES,
                                                 description="Several processes as windows of one session per host, "
                                                 "started in order.")
+    policy: RunPolicy | None = Field(default=None, description="Acted on with nobody watching.")
     require_free_gpus: FreeFraction | None = Field(
         default=None, description="Refuse to start unless every GPU on the experiment's host has at least this "
         "fraction of its memory free (AgentJet's launcher wants 0.95); the refusal names the pids holding memory. "
@@ -193,6 +213,13 @@ class MetricsHistory(ToolOutput):
     note: str | None = None
 
 
+class ActionTaken(ToolOutput):
+    at: str
+    trigger: str
+    action: str
+    result: str
+
+
 class ExperimentStatus(ToolOutput):
     summary: str = Field(description="One line to quote: the run's state and what to do next.")
     id: str
@@ -200,7 +227,7 @@ class ExperimentStatus(ToolOutput):
     socket: str
     host: str
     attach: str
-    state: State
+    state: StatusState
     exit_code: int | None
     started_at: str
     elapsed_s: float
@@ -212,6 +239,8 @@ class ExperimentStatus(ToolOutput):
     quiet_s: float | None = Field(default=None, description="Running: seconds since the newest step line (or, "
                                   "before the first one, since the log last grew), as the run's monitor saw it.")
     quiet_since: Literal["step", "output"] | None = Field(default=None, description="What quiet_s counts from.")
+    stall_bound_s: float | None = Field(default=None, description="Stalled once quiet_s passes it.")
+    actions: list[ActionTaken] = Field(default_factory=list, description="What its policy did.")
     last_metrics: dict[str, float | int | None]
     errors: list[ErrorHit]
     lines: list[str]

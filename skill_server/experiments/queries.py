@@ -28,6 +28,7 @@ from skill_server.experiments import fixes, history, logs, progress, runconfig
 from skill_server.experiments.models import (
     DEFAULT_HISTORY_POINTS,
     TERMINAL,
+    ActionTaken,
     CheckpointList,
     ErrorHit,
     MetricsHistory,
@@ -130,6 +131,43 @@ def quiet(view: View) -> tuple[float | None, str | None]:
     return round(view.elapsed_s, 1), "output"  # nothing printed since the start
 
 
+def stall(view: View) -> dict[str, Any] | None:
+    """The stall verdict of a running run's monitors (the one with the longest bound among those saying
+    stalled, else the longest bound), or None: not running, or no monitor judged it yet."""
+    if view.state != "running":
+        return None
+    verdicts = [v for w in view.scan.watchdog.values() if isinstance(v := w.get("stall"), dict) and v]
+    if not verdicts:
+        return None
+    return max(verdicts, key=lambda v: (v.get("stalled") is True, float(v.get("bound_s") or 0)))
+
+
+def stalled(view: View) -> bool:
+    verdict = stall(view)
+    return verdict is not None and verdict.get("stalled") is True
+
+
+def actions(view: View) -> list[ActionTaken]:
+    """What the run's policies did on any of its hosts, oldest first, and the notify command's last failure."""
+    seen: dict[tuple[Any, ...], ActionTaken] = {}
+    for w in view.scan.watchdog.values():
+        for a in w.get("actions") or []:
+            try:
+                key = (float(a["wall"]), str(a["trigger"]), str(a["action"]))
+                seen[key] = ActionTaken(at=progress.iso(key[0]), trigger=key[1], action=key[2], result=str(a["result"]))
+            except (KeyError, TypeError, ValueError, OverflowError, OSError):
+                continue
+        tally = w.get("notify") or {}
+        failure = tally.get("last_failure")
+        if isinstance(failure, dict) and isinstance(failure.get("at"), (int, float)):
+            when = view.row.created + float(failure["at"])
+            over = f", {int(tally.get('killed') or 0)} killed at the time bound" if tally.get("killed") else ""
+            seen[(when, str(failure.get("event")), "notify")] = ActionTaken(
+                at=progress.iso(when), trigger=str(failure.get("event")), action="notify",
+                result=f"failed ({int(tally.get('failed') or 0)} so far{over}): {failure.get('error')}")
+    return [seen[k] for k in sorted(seen)]
+
+
 def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int, *,
                   config: dict[str, Any] | None = None, checkpoints: CheckpointList | None = None,
                   metrics_history: MetricsHistory | None = None) -> dict[str, Any]:
@@ -152,12 +190,16 @@ def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int,
         late_from = scan.first_step_not_before if scan.first_step_not_before is not None else scan.first_step_at
         overdue = late_from is not None and late_from - row.created > first_step_s
     quiet_s, quiet_since = quiet(view)
+    verdict = stall(view)
     return dict(
         id=row.id, session=row.session, socket=row.socket, host=row.host, attach=row.spec.attach,
-        state=view.state, exit_code=view.exit_code, started_at=row.started_at, elapsed_s=round(view.elapsed_s, 1),
+        state="stalled" if stalled(view) else view.state, exit_code=view.exit_code, started_at=row.started_at,
+        elapsed_s=round(view.elapsed_s, 1),
         time_left_s=round(max(0.0, max_time - view.elapsed_s), 1) if view.state == "running" else None,
         max_time_s=max_time, first_step_seen=scan.first_step_seen, first_step_overdue=overdue,
-        global_step=scan.global_step, quiet_s=quiet_s, quiet_since=quiet_since, last_metrics=scan.last_metrics,
+        global_step=scan.global_step, quiet_s=quiet_s, quiet_since=quiet_since,
+        stall_bound_s=verdict.get("bound_s") if verdict else None, actions=actions(view),
+        last_metrics=scan.last_metrics,
         errors=errors, lines=lines,
         cursor=",".join(str(c) for c in cursor), skipped_bytes=skipped, unscanned_bytes=scan.unscanned_bytes,
         # a ProcView's state is a ProcessState string (states.process_state); pydantic checks it again here

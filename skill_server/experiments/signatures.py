@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from skill_server.hosts.agent.findings import RAY_PREFIX
 
 if TYPE_CHECKING:
-    from skill_server.hosts.agent.protocol import MonitorConfig, SignatureRow
+    from skill_server.hosts.agent.protocol import MonitorConfig, MonitorPolicy, SignatureRow
 
 
 @dataclass(frozen=True)
@@ -353,9 +353,33 @@ def monitor_rows() -> list[SignatureRow]:
              "needles": list(s.needles)} for s in SIGNATURES]
 
 
-def monitor_config(first_step_pattern: str | None) -> MonitorConfig:
-    """What a launch hands each host's run monitor: the table, and the run's own first-step pattern if any."""
-    return {"signatures": monitor_rows(), "first_step_pattern": first_step_pattern}
+def policy_errors(wanted: list[str] | None) -> list[str]:
+    """The signature names an ``on_error`` policy acts on: ids as given, severities expanded (default: every
+    signature of severity error). Raises ``ToolInputError`` naming ``policy.errors`` for an unknown one."""
+    from skill_server.core.errors import ToolInputError
+
+    names: list[str] = []
+    for item in wanted if wanted is not None else ["error"]:
+        if item in ("error", "warning"):
+            names += [s.name for s in SIGNATURES if s.severity == item]
+        elif item in SIGNATURES_BY_NAME:
+            names.append(item)
+        else:
+            raise ToolInputError(f"{item!r} is neither a signature id (references/error-signatures.md) nor a "
+                                 "severity ('error', 'warning')", field="policy.errors")
+    return list(dict.fromkeys(names))
+
+
+def monitor_config(first_step_pattern: str | None, first_step_s: int | None = None,
+                   policy: MonitorPolicy | None = None) -> MonitorConfig:
+    """What a launch hands each host's run monitor: the table, the run's own first-step pattern if any, its
+    first-step deadline and its policies."""
+    out: MonitorConfig = {"signatures": monitor_rows(), "first_step_pattern": first_step_pattern}
+    if first_step_s is not None:
+        out["first_step_s"] = first_step_s
+    if policy:
+        out["policy"] = policy
+    return out
 
 
 def render_table() -> str:

@@ -14,7 +14,7 @@ import json
 import os
 
 from . import files, procs, tmux
-from .protocol import TYPE_CHECKING
+from .protocol import SESSION_REMOVED, TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .protocol import StopReply
@@ -49,8 +49,6 @@ def stop_here(exp_id: str, run_dir: str, roles: list[dict[str, object]], grace_s
             files.write_atomic(path, json.dumps(left).encode("utf-8"), replace=True, mode=0o600)
         elif files.exists(path):
             os.unlink(path)
-    from .monitor import SESSION_REMOVED
-
     codes = {role: files.read_int(os.path.join(run_dir, role + ".exit")) for role in names}
     removed = False
     if kill_session:  # the run's monitor may have removed it as the run ended

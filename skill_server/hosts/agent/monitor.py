@@ -38,7 +38,7 @@ import time
 
 from . import files, findings, points, policy, procs, scanner
 from .files import AgentError
-from .protocol import LOG_MARK, RUN_MARKER, TYPE_CHECKING
+from .protocol import LOG_MARK, RUN_MARKER, SESSION_REMOVED, TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -48,8 +48,6 @@ SPEC = "monitor.spec.json"
 FINDINGS = "monitor.json"
 LOCK = "monitor.lock"
 LOG = "monitor.log"
-#: Left in the run directory once the run's tmux session was removed (a stop reads it too).
-SESSION_REMOVED = "session.removed"
 #: When an observation last started a monitor here (at most one start per ``RESTART_EVERY_S``).
 RESTARTED = "monitor.restarted"
 FORMAT = 1
@@ -207,16 +205,20 @@ class Run:
         #: Where a previous monitor of this run left the run clock (0: this is the first one).
         clock = (previous or {}).get("clock_s")
         self.resumed_at = float(clock) if isinstance(clock, (int, float)) else 0.0
-        #: The stall watcher's verdict (``policy.StallWatch``), the policies' actions, the notify command's tally.
-        self.stall: dict[str, Any] = dict((previous or {}).get("stall") or {})
-        self.actions: list[dict[str, Any]] = list((previous or {}).get("actions") or [])
-        self.notify: dict[str, Any] = dict((previous or {}).get("notify") or {})
-        #: Events are numbered; the policies have handled those up to ``policy_seq``.
-        self.event_seq = int((previous or {}).get("event_seq") or 0)
-        self.policy_seq = int((previous or {}).get("policy_seq") or 0)
-        self.stopped_by_policy = any(a.get("action") == "stop" for a in self.actions)
+        self._take_up_policy(previous or {})
         self.urgent = True
         self.finished = False
+
+    def _take_up_policy(self, previous: Mapping[str, Any]) -> None:
+        """What a previous monitor of this run left of the stall verdict and the policies' work."""
+        #: The stall watcher's verdict (``policy.StallWatch``), the policies' actions, the notify command's tally.
+        self.stall: dict[str, Any] = dict(previous.get("stall") or {})
+        self.actions: list[dict[str, Any]] = list(previous.get("actions") or [])
+        self.notify: dict[str, Any] = dict(previous.get("notify") or {})
+        #: Events are numbered; the policies have handled those up to ``policy_seq``.
+        self.event_seq = int(previous.get("event_seq") or 0)
+        self.policy_seq = int(previous.get("policy_seq") or 0)
+        self.stopped_by_policy = any(a.get("action") == "stop" for a in self.actions)
 
     def _age(self, previous: Mapping[str, Any] | None) -> float:
         """The run clock's reading now: the first wrapper's age, else where a previous monitor left it."""

@@ -5,17 +5,18 @@ Three more watchers of the run monitor (``monitor.run_loop``), reading the findi
 * ``Stall``: a run whose progress stopped while its processes live. The bound comes from the run's own pace:
   ``max(stall_floor_s, stall_k x median step time)`` (``timing_s/step`` of its step lines, else the pace the
   monitor saw the steps arrive at). The clock counts from the newest step line; a run that never printed a
-  step line counts from the last growth of its logs, and only once its first-step deadline has passed
-  (before that the deadline governs). It emits ``stalled`` (the last step, for how long, the bound) once per
-  quiet spell, and ``progressed`` when the run moves again.
+  step line counts from the last growth of its logs, only when its policy has ``on_stall`` and once its
+  first-step deadline has passed (before that the deadline governs; a silent Ray head is no stall).
+  It emits ``stalled`` (the last step, for how long, the bound) once per quiet spell, and ``progressed``
+  when the run moves again.
 * ``Policy``: what the launch asked for (``on_error``, ``on_stall``, ``on_end``), carried out here with no
   tool call, server or ssh link: ``notify`` (tell only), ``stop`` (the complete stop of ``stop_experiment``,
   through ``actions.stop_here``), and at the end ``collect`` (``results.md`` and ``finish.flag``). Each action
   is recorded (``actions`` in ``monitor.json``: what triggered it and when) and is itself an event. A policy
   acts only on the recorded identities of its own run on this host.
 * ``Notifier`` (driven by ``Policy``): the user's ``notify_command``, run by ``/bin/sh -c`` with one event as a
-  JSON object on stdin, in a process group of its own, at most ``NOTIFY_TIMEOUT_S`` (then killed), at most
-  ``NOTIFY_AT_ONCE`` at a time, reaped by later ticks so it never blocks another watcher. Failures are
+  JSON object on stdin, in a process group of its own, at most ``NOTIFY_TIMEOUT_S`` (then killed), one at a time
+  in the events' order, reaped by later ticks so it never blocks another watcher. Failures are
   recorded (``notify``), never retried.
 
 Stdlib only, Python 3.8.
@@ -39,7 +40,8 @@ if TYPE_CHECKING:
 STALL_K = 5.0
 STALL_FLOOR_S = 900.0
 NOTIFY_TIMEOUT_S = 10.0
-NOTIFY_AT_ONCE = 4
+#: One at a time, so the user's channel gets the events in their order.
+NOTIFY_AT_ONCE = 1
 NOTIFY_QUEUE = 50
 #: The events the notify command is told about.
 TOLD = ("first_step", "error", "stalled", "action", "timed_out", "ended")
@@ -93,8 +95,8 @@ def quiet_from(run: Run, now: float) -> tuple[str, float, int | None] | None:
     if stepped:
         return "step", max(stepped), max(steps) if steps else None
     deadline = run.spec.get("first_step_s")
-    if not isinstance(deadline, (int, float)) or now < deadline:
-        return None
+    if not (run.spec.get("policy") or {}).get("on_stall") or not isinstance(deadline, (int, float)) or now < deadline:
+        return None  # a run without step lines (a Ray head, a server) may be silent for hours unless told otherwise
     grew = [r.found.grew_at for r in run.roles if r.found.grew_at is not None]
     return "output", max(grew) if grew else 0.0, None
 
@@ -162,6 +164,7 @@ class Notifier:
                 except OSError:
                     pass
                 child.wait()
+                run.notify["killed"] = int(run.notify.get("killed") or 0) + 1
                 self.failed(run, kind, "killed after %d s" % NOTIFY_TIMEOUT_S)
             elif code is None:
                 still.append((child, started, kind))

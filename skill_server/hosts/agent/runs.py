@@ -348,7 +348,7 @@ def _remove_finished_sessions(asked: list[Mapping[str, object]], cache: dict[str
     """A run whose every process here has its exit code on disk no longer needs its tmux session: its monitor
     removes it when it ends; for a run without a live monitor (launched before monitors, or its monitor
     gone) the observation that finds the codes does, once."""
-    from .monitor import SESSION_REMOVED
+    from .protocol import SESSION_REMOVED
 
     runs: dict[str, tuple[str, str, bool]] = {}
     for p in asked:

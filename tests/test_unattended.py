@@ -1,0 +1,168 @@
+"""When nobody is watching (issue 23): the run monitor on the run's host detects stalls and carries out the
+launch's policies alone, with real processes and a real tmux server, locally and on an ssh node.
+
+Each test launches, then makes no tool call at all until it checks the files the monitor wrote (the notify
+command's log, results.md, finish.flag) and the run's processes; only then does one status call show what
+the policy did. Nothing of this server runs in between: the test process only sleeps and reads files.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from skill_server.core.errors import ToolInputError
+from skill_server.hosts.ssh import close_masters
+from tests.experiment_helpers import PY, call, pid_alive, status, tmux_socket, wait_until, workdir  # noqa: F401  (fixtures are used by name)
+from tests.test_experiments_remote import NODE_PY, node_alive, remote, sshd, workdir_on  # noqa: F401
+
+pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+
+#: A trainer stand-in: three verl-like step lines (0.2 s each), then per mode an NCCL collective timeout line
+#: (its wall time noted in the mark file) or nothing, then it hangs with its processes alive, as a hung rank does.
+HANGS = r'''
+import sys, time
+mode, mark = sys.argv[1], sys.argv[2]
+for step in range(1, 4):
+    print("(TaskRunner pid=7) step:%d - critic/score/mean:%.2f - timing_s/step:0.2 - training/global_step:%d"
+          % (step, 0.1 * step, step), flush=True)
+    time.sleep(0.2)
+if mode == "nccl":
+    open(mark, "w").write(repr(time.time()))
+    print("[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE) ran for "
+          "600000 milliseconds before timing out.", flush=True)
+time.sleep(600)
+'''
+
+
+def told(path: Path) -> list[dict]:
+    """The events the notify command received (it appends each JSON object it reads on stdin)."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def kinds(path: Path) -> list[str]:
+    return [e["event"] for e in told(path)]
+
+
+def test_an_nccl_timeout_that_hangs_is_stopped_by_its_policy_and_the_results_collected(tmux_socket: str,
+                                                                                     workdir: Path):
+    script, mark, events = workdir / "hang.py", workdir / "failed.at", workdir / "events.jsonl"
+    script.write_text(HANGS)
+    out = call("launch_experiment", name="nccl", workdir=str(workdir), command=f"{PY} {script} nccl {mark}",
+               policy={"on_error": "stop", "on_end": "collect", "notify_command": f"cat >> {events}"})
+    wrapper = out["processes"][0]["pid"]
+    # no tool call from here on: only the run's monitor acts
+    wait_until(lambda: mark.exists() and not pid_alive(wrapper), timeout=30, interval=0.05)
+    acted_s = time.time() - float(mark.read_text())
+    assert acted_s < 10, acted_s  # the Ctrl-C and its grace included
+    wait_until(lambda: "ended" in kinds(events) and kinds(events).count("action") == 2, timeout=30)
+    got = told(events)
+    assert [e["event"] for e in got] == ["first_step", "error", "action", "ended", "action"]
+    assert got[1]["signature"] == "nccl_error" and got[1]["exp_id"] == out["id"]
+    assert got[2]["trigger"] == "error:nccl_error" and got[2]["action"] == "stop" and got[2]["result"] == "stopped"
+    assert got[3]["state"] == "stopped" and got[4]["action"] == "collect"
+    results = Path(out["result_dir"]) / out["id"] / "results.md"
+    assert (Path(out["result_dir"]) / "finish.flag").is_file()
+    text = results.read_text()
+    assert "state: stopped" in text and "nccl_error" in text and "error:nccl_error -> stop (stopped)" in text
+    seen = status(out["id"], max_lines=0)  # the first call since the launch
+    assert seen["state"] == "stopped"
+    assert [(a["trigger"], a["action"]) for a in seen["actions"]] == [("error:nccl_error", "stop"),
+                                                                      ("end:stopped", "collect")]
+
+
+def test_a_run_that_goes_silent_is_stalled_after_its_bound_then_stopped(tmux_socket: str, workdir: Path):
+    script, events = workdir / "hang.py", workdir / "events.jsonl"
+    script.write_text(HANGS)
+    out = call("launch_experiment", name="silent", workdir=str(workdir), command=f"{PY} {script} silent -",
+               policy={"on_stall": "stop", "stall_floor_s": 2, "notify_command": f"cat >> {events}"})
+    wrapper = out["processes"][0]["pid"]
+    began = time.monotonic()
+    wait_until(lambda: not pid_alive(wrapper), timeout=30, interval=0.05)
+    assert time.monotonic() - began >= 2.0  # not before its bound: max(2 s, 5 x 0.2 s)
+    wait_until(lambda: "ended" in kinds(events), timeout=30)
+    got = {e["event"]: e for e in told(events)}
+    assert got["stalled"]["last_step"] == 3 and got["stalled"]["since"] == "step"
+    assert got["stalled"]["bound_s"] == 2.0 and got["stalled"]["quiet_s"] >= 2.0
+    assert got["action"]["trigger"] == "stall" and got["action"]["action"] == "stop"
+    assert "error" not in got
+    seen = status(out["id"], max_lines=0)
+    assert seen["state"] == "stopped" and [a["trigger"] for a in seen["actions"]] == ["stall"]
+
+
+def test_a_stalled_run_says_so_and_a_wait_until_stall_returns_on_it(tmux_socket: str, workdir: Path):
+    script = workdir / "hang.py"
+    script.write_text(HANGS)
+    out = call("launch_experiment", name="stall", workdir=str(workdir), command=f"{PY} {script} silent -",
+               policy={"on_stall": "notify", "stall_floor_s": 2})
+    woke = call("wait_experiment", id=out["id"], until="stall", timeout_s=30)
+    assert woke["reason"] == "stalled" and woke["state"] == "stalled"
+    assert woke["global_step"] == 3 and woke["stall_bound_s"] == 2.0 and woke["quiet_s"] >= 2.0
+    assert woke["summary"].startswith(f"Run {out['id']} is stalled at step 3") or "is stalled" in woke["summary"]
+    assert [(a["trigger"], a["action"], a["result"]) for a in woke["actions"]] == [
+        ("stall", "notify", "no notify_command")]
+    assert pid_alive(out["processes"][0]["pid"])  # notify only: the run is left alone
+    stopped = call("stop_experiment", id=out["id"], grace_s=1)
+    assert stopped["state"] == "stopped"
+
+
+def test_the_notify_command_is_bounded_and_its_failures_are_recorded(tmux_socket: str, workdir: Path):
+    script = workdir / "hang.py"
+    script.write_text(HANGS)
+    hangs_on_the_first = 'read -r line; case "$line" in *first_step*) sleep 60;; esac; exit 7'
+    began = time.monotonic()
+    out = call("launch_experiment", name="badnotify", workdir=str(workdir), command=f"{PY} {script} nccl -",
+               policy={"on_error": "notify", "notify_command": hangs_on_the_first})
+
+    def failures() -> list[str]:
+        return [a["result"] for a in status(out["id"], max_lines=0)["actions"] if a["action"] == "notify"
+                and a["result"].startswith("failed")]
+
+    # the hanging notification holds up nothing else: the error's action is recorded at once
+    acted = wait_until(lambda: [a for a in status(out["id"], max_lines=0)["actions"]
+                                if a["trigger"] == "error:nccl_error"], timeout=8, interval=0.3)
+    assert acted[0]["action"] == "notify" and time.monotonic() - began < 9
+    # the first one ended at its bound (10 s), the error's then failed at once; none is retried
+    last = wait_until(lambda: (f := failures()) and "(2 so far" in f[0] and f, timeout=25, interval=0.5)
+    assert last == ["failed (2 so far, 1 killed at the time bound): exit code 7"]
+    assert time.monotonic() - began >= 10
+    seen = status(out["id"], max_lines=0)
+    assert seen["state"] == "running"
+    call("stop_experiment", id=out["id"], grace_s=1)
+
+
+def test_a_policy_names_what_it_acts_on(tmux_socket: str, workdir: Path):
+    with pytest.raises(ToolInputError) as err:
+        call("launch_experiment", name="p", workdir=str(workdir), command="true",
+             policy={"on_error": "stop", "errors": ["nccl_eror"]})
+    assert err.value.field == "policy.errors" and "nccl_eror" in str(err.value)
+    with pytest.raises(ToolInputError) as err:
+        call("launch_experiment", name="p", workdir=str(workdir), command="true", policy={"errors": ["error"]})
+    assert err.value.field == "policy.errors"
+
+
+def test_on_a_node_the_policy_stops_the_hung_run_with_no_connection(remote):
+    work = workdir_on(remote)
+    script, mark, events = work / "hang.py", work / "failed.at", work / "events.jsonl"
+    script.write_text(HANGS)
+    out = call("launch_experiment", host="node1", name="nodehang", workdir=str(work),
+               command=f"{NODE_PY} {script} nccl {mark}",
+               policy={"on_error": "stop", "on_end": "collect", "notify_command": f"cat >> {events}"})
+    close_masters()  # no connection, no tool call: only the node's own monitor acts
+    wait_until(lambda: "ended" in kinds(events) and kinds(events).count("action") == 2, timeout=40, interval=0.1)
+    got = told(events)
+    assert [e["event"] for e in got] == ["first_step", "error", "action", "ended", "action"]
+    stop_event = got[2]
+    assert stop_event["result"] == "stopped" and stop_event["host"] != ""
+    assert float(mark.read_text()) < time.time()
+    assert (Path(out["result_dir"]) / "finish.flag").is_file()
+    assert "nccl_error" in (Path(out["result_dir"]) / out["id"] / "results.md").read_text()
+    seen = status(out["id"], max_lines=0)
+    assert seen["state"] == "stopped" and [a["action"] for a in seen["actions"]] == ["stop", "collect"]
+    assert not node_alive("node1", out["processes"][0]["pid"])
