@@ -39,11 +39,50 @@ time.sleep(600)
 '''
 
 
+#: A trainer stand-in that resumes like verl: each step saves a ``global_step_N`` folder in the checkpoint
+#: directory and prints verl's ``local_global_step_folder: <path>`` line; a start continues after the newest
+#: folder it finds there (verl's ``trainer.resume_mode: auto`` with the same experiment name and directory).
+#: Each of its first three starts logs an NCCL collective timeout two steps in and hangs (a transient failure).
+RESUMES = r'''
+import os, sys, time
+ckpt, starts_file, total = sys.argv[1], sys.argv[2], int(sys.argv[3])
+os.makedirs(ckpt, exist_ok=True)
+done = [int(n.rsplit("_", 1)[1]) for n in os.listdir(ckpt) if n.startswith("global_step_")]
+first = max(done) if done else 0
+starts = int(open(starts_file).read()) if os.path.exists(starts_file) else 0
+open(starts_file, "w").write(str(starts + 1))
+print("resuming after global_step_%d" % first if first else "training from scratch", flush=True)
+for step in range(first + 1, total + 1):
+    print("step:%d - critic/score/mean:%.2f - timing_s/step:0.1 - training/global_step:%d" % (step, step / 10, step),
+          flush=True)
+    folder = os.path.join(ckpt, "global_step_%d" % step)
+    os.makedirs(folder)
+    open(os.path.join(folder, "model.pt"), "w").write("weights")
+    print("local_global_step_folder: %s" % folder, flush=True)
+    time.sleep(0.1)
+    if step == first + 2 and starts < 3:
+        print("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran "
+              "for 600000 milliseconds before timing out.", flush=True)
+        time.sleep(600)
+'''
+
+
 def told(path: Path) -> list[dict]:
     """The events the notify command received (it appends each JSON object it reads on stdin)."""
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def acted(run: dict) -> list[tuple[str, str, str]]:
+    """(trigger, action, result) of each line of a status's ``actions`` ('time trigger -> action: result')."""
+    out = []
+    for line in run["actions"]:
+        _, rest = line.split(" ", 1)
+        trigger, rest = rest.split(" -> ", 1)
+        action, result = rest.split(": ", 1)
+        out.append((trigger, action, result))
+    return out
 
 
 def kinds(path: Path) -> list[str]:
@@ -73,8 +112,7 @@ def test_an_nccl_timeout_that_hangs_is_stopped_by_its_policy_and_the_results_col
     assert "state: stopped" in text and "nccl_error" in text and "error:nccl_error -> stop (stopped)" in text
     seen = status(out["id"], max_lines=0)  # the first call since the launch
     assert seen["state"] == "stopped"
-    assert [(a["trigger"], a["action"]) for a in seen["actions"]] == [("error:nccl_error", "stop"),
-                                                                      ("end:stopped", "collect")]
+    assert [(t, a) for t, a, _ in acted(seen)] == [("error:nccl_error", "stop"), ("end:stopped", "collect")]
 
 
 def test_a_run_that_goes_silent_is_stalled_after_its_bound_then_stopped(tmux_socket: str, workdir: Path):
@@ -93,7 +131,7 @@ def test_a_run_that_goes_silent_is_stalled_after_its_bound_then_stopped(tmux_soc
     assert got["action"]["trigger"] == "stall" and got["action"]["action"] == "stop"
     assert "error" not in got
     seen = status(out["id"], max_lines=0)
-    assert seen["state"] == "stopped" and [a["trigger"] for a in seen["actions"]] == ["stall"]
+    assert seen["state"] == "stopped" and [t for t, _, _ in acted(seen)] == ["stall"]
 
 
 def test_a_stalled_run_says_so_and_a_wait_until_stall_returns_on_it(tmux_socket: str, workdir: Path):
@@ -105,8 +143,7 @@ def test_a_stalled_run_says_so_and_a_wait_until_stall_returns_on_it(tmux_socket:
     assert woke["reason"] == "stalled" and woke["state"] == "stalled"
     assert woke["global_step"] == 3 and woke["stall_bound_s"] == 2.0 and woke["quiet_s"] >= 2.0
     assert woke["summary"].startswith(f"Run {out['id']} is stalled at step 3") or "is stalled" in woke["summary"]
-    assert [(a["trigger"], a["action"], a["result"]) for a in woke["actions"]] == [
-        ("stall", "notify", "no notify_command")]
+    assert acted(woke) == [("stall", "notify", "no notify_command")]
     assert pid_alive(out["processes"][0]["pid"])  # notify only: the run is left alone
     stopped = call("stop_experiment", id=out["id"], grace_s=1)
     assert stopped["state"] == "stopped"
@@ -121,16 +158,16 @@ def test_the_notify_command_is_bounded_and_its_failures_are_recorded(tmux_socket
                policy={"on_error": "notify", "notify_command": hangs_on_the_first})
 
     def failures() -> list[str]:
-        return [a["result"] for a in status(out["id"], max_lines=0)["actions"] if a["action"] == "notify"
-                and a["result"].startswith("failed")]
+        return [r for _, a, r in acted(status(out["id"], max_lines=0)) if a == "notify" and r.startswith("failed")]
 
     # the hanging notification holds up nothing else: the error's action is recorded at once
-    acted = wait_until(lambda: [a for a in status(out["id"], max_lines=0)["actions"]
-                                if a["trigger"] == "error:nccl_error"], timeout=8, interval=0.3)
-    assert acted[0]["action"] == "notify" and time.monotonic() - began < 9
-    # the first one ended at its bound (10 s), the error's then failed at once; none is retried
-    last = wait_until(lambda: (f := failures()) and "(2 so far" in f[0] and f, timeout=25, interval=0.5)
-    assert last == ["failed (2 so far, 1 killed at the time bound): exit code 7"]
+    done = wait_until(lambda: [a for t, a, _ in acted(status(out["id"], max_lines=0)) if t == "error:nccl_error"],
+                      timeout=8, interval=0.3)
+    assert done == ["notify"] and time.monotonic() - began < 9
+    # told in order: the first step's (killed at its 10 s bound), then the error's and the action's (exit 7 each);
+    # none is retried
+    last = wait_until(lambda: (f := failures()) and "(3 so far" in f[0] and f, timeout=25, interval=0.5)
+    assert last == ["failed (3 so far, 1 killed at the time bound): exit code 7"]
     assert time.monotonic() - began >= 10
     seen = status(out["id"], max_lines=0)
     assert seen["state"] == "running"
@@ -164,5 +201,39 @@ def test_on_a_node_the_policy_stops_the_hung_run_with_no_connection(remote):
     assert (Path(out["result_dir"]) / "finish.flag").is_file()
     assert "nccl_error" in (Path(out["result_dir"]) / out["id"] / "results.md").read_text()
     seen = status(out["id"], max_lines=0)
-    assert seen["state"] == "stopped" and [a["action"] for a in seen["actions"]] == ["stop", "collect"]
+    assert seen["state"] == "stopped" and [a for _, a, _ in acted(seen)] == ["stop", "collect"]
     assert not node_alive("node1", out["processes"][0]["pid"])
+
+
+def test_a_transient_failure_is_resumed_twice_from_its_checkpoints_then_given_up(tmux_socket: str, workdir: Path):
+    script, ckpt, starts, events = workdir / "resumes.py", workdir / "ckpt", workdir / "starts", workdir / "ev.jsonl"
+    script.write_text(RESUMES)
+    out = call("launch_experiment", name="resumes", workdir=str(workdir),
+               command=f"{PY} {script} {ckpt} {starts} 50",
+               policy={"on_error": "resume", "max_resumes": 2, "backoff_s": 1, "on_end": "collect",
+                       "notify_command": f"cat >> {events}"})
+    first = out["id"]
+    # no tool call from here on: three attempts fail, two are relaunched by the monitors alone
+    wait_until(lambda: any(e.get("action") == "collect" for e in told(events)), timeout=90, interval=0.2)
+    assert starts.read_text() == "3"
+    acts = [(e["exp_id"], e["action"], e["result"]) for e in told(events) if e["event"] == "action"]
+    assert acts[:3] == [
+        (first, "resume", "stopped; relaunching in 1 s"),
+        (first, "resume", f"relaunching as {first}.r2, continuing from global_step_2 ({ckpt}/global_step_2)"),
+        (first, "resume", f"relaunched as {first}.r2")]
+    assert acts[3:6] == [
+        (f"{first}.r2", "resume", "stopped; relaunching in 1 s"),
+        (f"{first}.r2", "resume", f"relaunching as {first}.r3, continuing from global_step_4 ({ckpt}/global_step_4)"),
+        (f"{first}.r2", "resume", f"relaunched as {first}.r3")]
+    assert acts[6:] == [(f"{first}.r3", "stop", "stopped; not resumed: gave up after 2 resumes"),
+                        (f"{first}.r3", "collect", f"results.md and finish.flag written in {out['result_dir']}")]
+    collected = (Path(out["result_dir"]) / f"{first}.r3" / "results.md").read_text()
+    assert "state: stopped" in collected and "last step 6" in collected and "gave up after 2 resumes" in collected
+    assert (Path(out["result_dir"]) / "finish.flag").is_file()
+    listed = {e["id"]: e for e in call("experiment_status", max_lines=0)["experiments"]}  # the one call
+    assert [listed[i]["state"] for i in (first, f"{first}.r2", f"{first}.r3")] == ["stopped"] * 3
+    assert (listed[first]["previous_attempt"], listed[first]["next_attempt"]) == (None, f"{first}.r2")
+    assert (listed[f"{first}.r2"]["previous_attempt"], listed[f"{first}.r2"]["next_attempt"]) == (first, f"{first}.r3")
+    assert (listed[f"{first}.r3"]["previous_attempt"], listed[f"{first}.r3"]["next_attempt"]) == (f"{first}.r2", None)
+    assert listed[f"{first}.r3"]["global_step"] == 6 and listed[f"{first}.r2"]["global_step"] == 4
+    assert [a for _, a, _ in acted(listed[f"{first}.r3"])] == ["stop", "collect"]

@@ -44,7 +44,7 @@ from skill_server.experiments.checks import (
 from skill_server.experiments.models import LaunchInput, LaunchOutput, ProcessInfo, ProcessSpec, RunPolicy
 from skill_server.experiments.observe import observe
 from skill_server.experiments.progress import iso
-from skill_server.experiments.signatures import monitor_config, policy_errors
+from skill_server.experiments.signatures import monitor_config, policy_errors, transient_names
 from skill_server.experiments.spec import HostRecord, ProcessRecord, RunSpec
 from skill_server.experiments.store import (
     DISCARDING,
@@ -230,25 +230,24 @@ class _Launch:
 
 def run_policy(policy: RunPolicy | None) -> MonitorPolicy:
     """The launch's ``policy`` as the monitors carry it out: the error ids and severities resolved to signature
-    names (an unknown one refused, naming ``policy.errors``), unset keys left out."""
+    names (an unknown one refused, naming ``policy.errors``)."""
     if policy is None:
         return {}
-    out: MonitorPolicy = {}
+    out: MonitorPolicy = {"stall_k": policy.stall_k, "stall_floor_s": policy.stall_floor_s}
     if policy.on_error is not None:
         out["on_error"] = policy.on_error
         out["errors"] = policy_errors(policy.errors)
-    elif policy.errors is not None:
+    elif "errors" in policy.model_fields_set:
         raise ToolInputError("only used with on_error", field="policy.errors")
+    if "resume" in (policy.on_error, policy.on_stall):
+        out.update({"transient": transient_names(), "max_resumes": policy.max_resumes, "backoff_s": policy.backoff_s,
+                    "attempt": 1})
     if policy.on_stall is not None:
         out["on_stall"] = policy.on_stall
     if policy.on_end is not None:
         out["on_end"] = policy.on_end
-    if policy.notify_command is not None and policy.notify_command.strip():
+    if policy.notify_command.strip():
         out["notify_command"] = policy.notify_command
-    if policy.stall_k is not None:
-        out["stall_k"] = policy.stall_k
-    if policy.stall_floor_s is not None:
-        out["stall_floor_s"] = policy.stall_floor_s
     return out
 
 
@@ -265,8 +264,12 @@ def _decide(inp: LaunchInput) -> _Launch:
     first_step_s = _seconds(inp.first_step_timeout_s or defaults.get("first_step_timeout_s"), bp.DEFAULT_FIRST_STEP_S)
     if inp.first_step_pattern is not None:  # None: the first step:N line proves the first step
         compile_pattern(inp.first_step_pattern, "first_step_pattern")
+    policy = run_policy(inp.policy)
+    if "max_resumes" in policy and len({p.host for p in procs}) > 1:
+        raise ToolInputError("resume relaunches a run on one host: give every process the experiment's host, or "
+                             "use stop", field="policy")
     return _Launch(inp, socket, main_host, session, exp_id, created, procs, workdir, python, result_dir,
-                   defaults.get("yaml_path"), max_time_s, first_step_s, run_policy(inp.policy))
+                   defaults.get("yaml_path"), max_time_s, first_step_s, policy)
 
 
 def _check_previous(reg: Registry, socket: str, session: str, hosts: list[str], deadline: Deadline

@@ -35,7 +35,7 @@ ROLE_RE = r"^[A-Za-z0-9_-]{1,32}$"
 HOST_DESCRIPTION = ("Where it runs: 'local' (default, this machine) or an ssh destination: an alias from your "
                     "ssh config ('gpu1'), 'user@10.0.0.5' or 'ssh://user@host:2222'.")
 Duration = Annotated[int, Field(strict=True, ge=1, le=MAX_DURATION_S)]
-PolicyAction = Literal["notify", "stop"]
+PolicyAction = Literal["notify", "stop", "resume"]
 #: A metric name or fnmatch glob ('critic/score/*'), as the history, plot and comparison inputs take them.
 MetricPattern = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 #: An experiment id or session name naming another run (overlays, comparisons).
@@ -43,17 +43,18 @@ RunKey = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 
 
 class RunPolicy(ToolInput):
-    """What the run's monitor does alone (references/monitoring.md); the same keys as a blueprint's [policy]."""
+    """What the run's monitor does alone (references/monitoring.md)."""
 
     on_error: PolicyAction | None = None
-    errors: list[Annotated[StrictStr, Field(max_length=64)]] | None = Field(
-        default=None, max_length=40, description="Signature ids or severities for on_error (default ['error']).")
+    errors: list[Annotated[StrictStr, Field(max_length=64)]] = Field(default=["error"], max_length=40,
+                                                                     description="Ids or severities.")
     on_stall: PolicyAction | None = None
     on_end: Literal["notify", "collect"] | None = None
-    notify_command: StrictStr | None = Field(default=None, max_length=4000, description="Shell command; event "
-                                             "JSON on stdin.")
-    stall_k: float | None = Field(default=None, ge=1, le=1000, description="Stalled after k x median step time.")
-    stall_floor_s: Duration | None = Field(default=None, description="Least stall bound (default 900).")
+    notify_command: StrictStr = Field(default="", max_length=4000, description="Gets events as JSON on stdin.")
+    stall_k: float = Field(default=5, ge=1, le=1000)
+    stall_floor_s: Duration = 900
+    max_resumes: int = Field(default=2, strict=True, ge=0, le=20)
+    backoff_s: int = Field(default=60, strict=True, ge=0, le=3600)
 
 
 class ProcessSpec(ToolInput):
@@ -105,7 +106,7 @@ class LaunchInput(ToolInput):
     processes: list[ProcessSpec] | None = Field(default=None, min_length=1, max_length=MAX_PROCESSES,
                                                 description="Several processes as windows of one session per host, "
                                                 "started in order.")
-    policy: RunPolicy | None = Field(default=None, description="Acted on with nobody watching.")
+    policy: RunPolicy | None = None
     require_free_gpus: FreeFraction | None = Field(
         default=None, description="Refuse to start unless every GPU on the experiment's host has at least this "
         "fraction of its memory free (AgentJet's launcher wants 0.95); the refusal names the pids holding memory. "
@@ -213,13 +214,6 @@ class MetricsHistory(ToolOutput):
     note: str | None = None
 
 
-class ActionTaken(ToolOutput):
-    at: str
-    trigger: str
-    action: str
-    result: str
-
-
 class ExperimentStatus(ToolOutput):
     summary: str = Field(description="One line to quote: the run's state and what to do next.")
     id: str
@@ -239,8 +233,10 @@ class ExperimentStatus(ToolOutput):
     quiet_s: float | None = Field(default=None, description="Running: seconds since the newest step line (or, "
                                   "before the first one, since the log last grew), as the run's monitor saw it.")
     quiet_since: Literal["step", "output"] | None = Field(default=None, description="What quiet_s counts from.")
-    stall_bound_s: float | None = Field(default=None, description="Stalled once quiet_s passes it.")
-    actions: list[ActionTaken] = Field(default_factory=list, description="What its policy did.")
+    stall_bound_s: float | None = None
+    actions: list[str] = Field(default_factory=list, description="By its policy: 'time trigger -> action: result'.")
+    previous_attempt: str | None = None
+    next_attempt: str | None = None
     last_metrics: dict[str, float | int | None]
     errors: list[ErrorHit]
     lines: list[str]

@@ -28,7 +28,6 @@ from skill_server.experiments import fixes, history, logs, progress, runconfig
 from skill_server.experiments.models import (
     DEFAULT_HISTORY_POINTS,
     TERMINAL,
-    ActionTaken,
     CheckpointList,
     ErrorHit,
     MetricsHistory,
@@ -147,6 +146,19 @@ def stalled(view: View) -> bool:
     return verdict is not None and verdict.get("stalled") is True
 
 
+@dataclass(frozen=True)
+class ActionTaken:
+    """One thing a run's policy did on its host (``hosts.agent.policy``), or the notify command's last failure."""
+
+    at: str
+    trigger: str
+    action: str
+    result: str
+
+    def line(self) -> str:
+        return f"{self.at} {self.trigger} -> {self.action}: {self.result}"
+
+
 def actions(view: View) -> list[ActionTaken]:
     """What the run's policies did on any of its hosts, oldest first, and the notify command's last failure."""
     seen: dict[tuple[Any, ...], ActionTaken] = {}
@@ -198,7 +210,8 @@ def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int,
         time_left_s=round(max(0.0, max_time - view.elapsed_s), 1) if view.state == "running" else None,
         max_time_s=max_time, first_step_seen=scan.first_step_seen, first_step_overdue=overdue,
         global_step=scan.global_step, quiet_s=quiet_s, quiet_since=quiet_since,
-        stall_bound_s=verdict.get("bound_s") if verdict else None, actions=actions(view),
+        stall_bound_s=verdict.get("bound_s") if verdict else None, actions=[a.line() for a in actions(view)],
+        previous_attempt=row.spec.previous_attempt, next_attempt=row.spec.next_attempt,
         last_metrics=scan.last_metrics,
         errors=errors, lines=lines,
         cursor=",".join(str(c) for c in cursor), skipped_bytes=skipped, unscanned_bytes=scan.unscanned_bytes,
@@ -285,9 +298,29 @@ def _checkpoints(plan: ExtraPlan, view: View, deadline: Deadline | None) -> Chec
 
 def observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_lines: int, *,
                        checkpoints: bool = False, history_request: HistoryRequest | None = None,
-                       deadline: Deadline | None = None) -> list[dict[str, Any]]:
+                       deadline: Deadline | None = None, follow_attempts: bool = False) -> list[dict[str, Any]]:
     """Observe ``rows`` (one round trip per host, ending by ``deadline``) and build their status fields with
-    new lines, progress and, when asked, checkpoints and metric history."""
+    new lines, progress and, when asked, checkpoints and metric history. ``follow_attempts`` (a listing): the
+    attempts this observation took into the registry (``attempts.take_up``) are observed too and come first,
+    as the newest runs."""
+    out = _observe_with_lines(reg, rows, since, max_lines, checkpoints=checkpoints,
+                              history_request=history_request, deadline=deadline)
+    known = {row.id for row in rows}
+    for _ in range(50):  # a chain is followed link by link (each attempt's observation finds the next)
+        if not follow_attempts:
+            break
+        fresh = [r for f in out if (nxt := f.get("next_attempt")) and nxt not in known and (r := reg.get(nxt))]
+        if not fresh:
+            break
+        known.update(r.id for r in fresh)
+        out = _observe_with_lines(reg, fresh, since, max_lines, checkpoints=checkpoints,
+                                  history_request=history_request, deadline=deadline) + out
+    return out
+
+
+def _observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_lines: int, *,
+                        checkpoints: bool, history_request: HistoryRequest | None,
+                        deadline: Deadline | None) -> list[dict[str, Any]]:
     now = time.time()
     starts: dict[str, list[int]] = {}
     plans: dict[str, ExtraPlan] = {}

@@ -41,6 +41,9 @@ class Signature:
     flags: int = re.MULTILINE
     #: ASCII strings, at least one of which (in any case) is in every line the pattern matches.
     needles: tuple[str, ...] = ()
+    #: A failure that a relaunch from the last checkpoint may get past (a collective timeout, a lost peer):
+    #: the one kind a ``resume`` policy relaunches after.
+    transient: bool = False
 
     @cached_property
     def regex(self) -> re.Pattern[str]:
@@ -99,6 +102,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "for 600000 milliseconds before timing out.",
         source="torch.distributed / NCCL",
         needles=("NCCL", "Watchdog caught collective operation timeout"),
+        transient=True,
     ),
     Signature(
         name="ray_start_failure",
@@ -370,6 +374,11 @@ def policy_errors(wanted: list[str] | None) -> list[str]:
     return list(dict.fromkeys(names))
 
 
+def transient_names() -> list[str]:
+    """The signatures a ``resume`` policy relaunches after (``Signature.transient``)."""
+    return [s.name for s in SIGNATURES if s.transient]
+
+
 def monitor_config(first_step_pattern: str | None, first_step_s: int | None = None,
                    policy: MonitorPolicy | None = None) -> MonitorConfig:
     """What a launch hands each host's run monitor: the table, the run's own first-step pattern if any, its
@@ -390,7 +399,8 @@ def render_table() -> str:
     ]
     for sig in SIGNATURES:
         pattern = sig.pattern.replace("|", "\\|")
-        rows.append(f"| `{sig.name}`: {sig.title} | {sig.severity} | `` {pattern} `` | {sig.hint} |")
+        severity = sig.severity + (", transient" if sig.transient else "")
+        rows.append(f"| `{sig.name}`: {sig.title} | {severity} | `` {pattern} `` | {sig.hint} |")
     return "\n".join(rows) + "\n"
 
 

@@ -23,6 +23,7 @@ quietly with 141.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import time
@@ -189,7 +190,7 @@ class Watcher:
             key = (a.at, a.trigger, a.action)
             if key not in self.actions:
                 self.actions.add(key)
-                out.append(Event("action", f"{a.trigger} -> {a.action}: {a.result}", a.model_dump()))
+                out.append(Event("action", f"{a.trigger} -> {a.action}: {a.result}", dataclasses.asdict(a)))
         return out
 
     def _stall_events(self, view: View) -> list[Event]:

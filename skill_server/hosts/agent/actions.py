@@ -1,11 +1,16 @@
-"""What a run's policies do to the run where it runs: the one place that stops it on this host.
+"""What a run's policies do to the run where it runs: the one place that stops and relaunches it on this host.
 
-The run monitor's policies (``policy``) act only through these primitives, so a place where runs execute
+The run monitor's policies (``policy``) act only through these two primitives, so a place where runs execute
 differently (a Slurm job, where the monitor runs inside the allocation) slots in its own variant here and
-every policy works unchanged. ``stop_here`` is the complete stop ``stop_experiment`` does (``op_stop`` is
-built on it): each role not yet ended is marked ``stopped``, its processes get Ctrl-C, a grace, SIGTERM,
-SIGKILL, and what survives is recorded, then the run's tmux session is removed. It touches only the recorded
-identities of its own run: the wrappers (pid plus start time) and the processes carrying its run marker.
+every policy works unchanged:
+
+* ``stop_here`` is the complete stop ``stop_experiment`` does (``op_stop`` is built on it): each role not yet
+  ended is marked ``stopped``, its processes get Ctrl-C, a grace, SIGTERM, SIGKILL, and what survives is
+  recorded, then the run's tmux session is removed. It touches only the recorded identities of its own run:
+  the wrappers (pid plus start time) and the processes carrying its run marker.
+* ``relaunch_here`` starts the same processes again as a new run (its own id, run directory, session and
+  monitor): the launch request that started the run here (``LAUNCH_REQUEST``, kept by ``op_launch``) goes
+  through the same ``launch`` op a controller sends, in a child agent process, with the new id.
 """
 
 from __future__ import annotations
@@ -14,10 +19,20 @@ import json
 import os
 
 from . import files, procs, tmux
-from .protocol import SESSION_REMOVED, TYPE_CHECKING
+from .files import AgentError
+from .protocol import PROTOCOL_VERSION, SESSION_REMOVED, TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
     from .protocol import StopReply
+
+#: In a run directory: the launch request that started the run on this host.
+LAUNCH_REQUEST = "launch.json"
+RELAUNCH_TIMEOUT_S = 120.0
+#: The child agent a relaunch runs: this version's install, one request on stdin, the reply on stdout.
+_AGENT = "import sys; sys.path.insert(0, sys.argv[1]); from ajs_agent import ops; sys.exit(ops.main(sys.argv[1:]))"
 
 
 def stop_here(exp_id: str, run_dir: str, roles: list[dict[str, object]], grace_s: float, socket_path: str,
@@ -56,3 +71,39 @@ def stop_here(exp_id: str, run_dir: str, roles: list[dict[str, object]], grace_s
             os.path.join(run_dir, SESSION_REMOVED))
     return {"interrupted": report["interrupted"], "terminated": report["terminated"], "killed": report["killed"],
             "survivors": report["survivors"], "exit_codes": codes, "session_removed": removed}
+
+
+def relaunch_here(run_dir: str, new_id: str, policy: Mapping[str, Any]) -> dict[str, Any]:
+    """Start the processes the launch recorded in ``run_dir`` again as run ``new_id`` (same commands, workdirs,
+    environment, logs and session name; ``policy`` replaces the monitor's policy), through the ``launch``
+    op; its reply (``LaunchStarted``). Raises ``AgentError`` with one line when it did not start."""
+    import subprocess
+    import sys
+
+    from . import program
+
+    text = files.read_small(os.path.join(run_dir, LAUNCH_REQUEST), 16 * 1024 * 1024)
+    try:
+        req = json.loads(text or "")
+        if not isinstance(req, dict):
+            raise ValueError("not an object")
+    except ValueError as exc:
+        raise AgentError("cannot read the launch request %s: %s" % (LAUNCH_REQUEST, exc)) from None
+    monitor = dict(req.get("monitor") or {})
+    monitor["policy"] = dict(policy)
+    req.update(exp_id=new_id, dry_run=False, monitor=monitor)
+    base = program.install_dir()
+    if not os.path.isfile(os.path.join(base, program.PACKAGE, "ops.py")):
+        raise AgentError("the host agent is not installed under %s" % base)
+    body = json.dumps({"v": PROTOCOL_VERSION, "ops": [req], "budget_s": RELAUNCH_TIMEOUT_S}).encode("utf-8")
+    try:
+        done = subprocess.run([sys.executable, "-I", "-S", "-c", _AGENT, base], input=body, capture_output=True,
+                              timeout=RELAUNCH_TIMEOUT_S + 10, cwd=run_dir, start_new_session=True, check=False)
+        reply = json.loads(done.stdout.decode("utf-8", "replace") or "{}")
+        result = (reply.get("results") or [{}])[0]
+    except (OSError, ValueError, subprocess.SubprocessError, IndexError, AttributeError) as exc:
+        raise AgentError("the relaunch did not answer: %s" % exc) from None
+    if not isinstance(result, dict) or not result.get("ok"):
+        said = result.get("error") if isinstance(result, dict) else None
+        raise AgentError("the relaunch was refused: %s" % (said or reply.get("error") or "no answer"))
+    return result

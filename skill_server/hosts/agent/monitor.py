@@ -168,6 +168,7 @@ class Role:
         self.pid = spec.get("pid")
         self.start = spec.get("start")
         self.log_path = str(spec["log_path"])
+        self.spec = spec
         self.found = found
         self.ended = False  # the wrapper is gone and nothing it left behind still runs
         self.exit_code: int | None = None
@@ -218,7 +219,9 @@ class Run:
         #: Events are numbered; the policies have handled those up to ``policy_seq``.
         self.event_seq = int(previous.get("event_seq") or 0)
         self.policy_seq = int(previous.get("policy_seq") or 0)
-        self.stopped_by_policy = any(a.get("action") == "stop" for a in self.actions)
+        self.stopped_by_policy = any(a.get("action") in ("stop", "resume") for a in self.actions)
+        #: A resume policy's relaunch, due after the run ended here: {trigger, due (run clock)}.
+        self.pending_resume: dict[str, Any] | None = previous.get("pending_resume") or None
 
     def _age(self, previous: Mapping[str, Any] | None) -> float:
         """The run clock's reading now: the first wrapper's age, else where a previous monitor left it."""
@@ -257,7 +260,8 @@ class Run:
                 "timed_out": self.timed_out, "session_removed": self.session_removed,
                 "internal_errors": self.internal_errors, "roles": {r.name: r.found.to_json() for r in self.roles},
                 "events": self.events, "event_seq": self.event_seq, "policy_seq": self.policy_seq,
-                "stall": self.stall, "actions": self.actions, "notify": self.notify}
+                "stall": self.stall, "actions": self.actions, "notify": self.notify,
+                "pending_resume": self.pending_resume}
 
 
 def _compile(pattern: str) -> Any:
@@ -557,7 +561,8 @@ def spec_for(exp_id: str, socket_path: str, session: str, started: Sequence[Mapp
             "first_step_s": config.get("first_step_s"), "policy": dict(config.get("policy") or {}),
             "result_dir": result_dir, "signatures": list(config.get("signatures") or []),
             "roles": [{"role": p["role"], "log_path": p["log_path"], "start_offset": offsets.get(str(p["role"]), 0),
-                       "pid": p["pid"], "start": p["start"], "pane_id": p["pane_id"]} for p in started]}
+                       "pid": p["pid"], "start": p["start"], "pane_id": p["pane_id"], "workdir": p.get("workdir")}
+                      for p in started]}
 
 
 def log_sizes(logs: Mapping[str, str]) -> dict[str, int]:
@@ -681,6 +686,27 @@ def ensure_running(run_dir: str, doc: Mapping[str, Any] | None) -> bool:
     return True
 
 
+def attempts_after(run_dir: str) -> list[dict[str, Any]]:
+    """The attempts a resume policy started after this run, in order (each one's ``policy.NEXT_ATTEMPT`` record,
+    followed from run directory to run directory)."""
+    chain: list[dict[str, Any]] = []
+    here = run_dir
+    while len(chain) < 50:
+        text = files.read_small(os.path.join(here, policy.NEXT_ATTEMPT), 1024 * 1024)
+        try:
+            record = json.loads(text) if text else None
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):
+            break
+        launch = record.get("launch")
+        if not isinstance(launch, dict) or not isinstance(launch.get("run_dir"), str):
+            break
+        chain.append(record)
+        here = launch["run_dir"]
+    return chain
+
+
 def _role_of(doc: Mapping[str, Any] | None, role: str) -> dict[str, Any] | None:
     found = ((doc or {}).get("roles") or {}).get(role)
     return found if isinstance(found, dict) else None
@@ -726,6 +752,11 @@ def report(run_dir: str, role: str, *, final: bool, cache: dict[str, Any]) -> di
                   "timed_out": bool(doc.get("timed_out")), "internal_errors": doc.get("internal_errors", 0),
                   "stall": doc.get("stall") or {}, "actions": doc.get("actions") or [],
                   "notify": doc.get("notify") or {}}
+    if doc.get("ended") and doc.get("actions"):  # a resume policy may have started attempts after this one
+        if "attempts" not in entry:
+            entry["attempts"] = attempts_after(run_dir)
+        if entry["attempts"]:
+            out["run"]["attempts"] = entry["attempts"]
     return out
 
 

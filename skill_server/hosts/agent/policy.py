@@ -11,7 +11,11 @@ Three more watchers of the run monitor (``monitor.run_loop``), reading the findi
   when the run moves again.
 * ``Policy``: what the launch asked for (``on_error``, ``on_stall``, ``on_end``), carried out here with no
   tool call, server or ssh link: ``notify`` (tell only), ``stop`` (the complete stop of ``stop_experiment``,
-  through ``actions.stop_here``), and at the end ``collect`` (``results.md`` and ``finish.flag``). Each action
+  through ``actions.stop_here``), ``resume`` (stop, wait ``backoff_s``, then relaunch the same processes as
+  the next attempt ``<id>.r2``, ``.r3``... through ``actions.relaunch_here``, at most ``max_resumes`` times and
+  only after a failure classified transient: a signature of ``transient``, or a stall; the newest
+  ``global_step_N`` checkpoint the logs name is said first, the trainer resumes from it by itself), and at
+  the end ``collect`` (``results.md`` and ``finish.flag``). Each action
   is recorded (``actions`` in ``monitor.json``: what triggered it and when) and is itself an event. A policy
   acts only on the recorded identities of its own run on this host.
 * ``Notifier`` (driven by ``Policy``): the user's ``notify_command``, run by ``/bin/sh -c`` with one event as a
@@ -26,6 +30,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import time
 
@@ -249,13 +254,33 @@ class Policy:
             self.act(run, self.spec.get("on_stall"), "stall")
 
     def act(self, run: Run, action: object, trigger: str) -> None:
-        if action not in ("notify", "stop") or run.stopped_by_policy:
+        if action not in ("notify", "stop", "resume") or run.stopped_by_policy:
             return
         result = "told" if self.notifier is not None else "no notify_command"
-        if action == "stop":
+        if action == "resume":
+            refused = self.not_resumable(run, trigger)
+            run.stopped_by_policy = True
+            result = self.stop(run, trigger)
+            if refused:
+                action, result = "stop", "%s; not resumed: %s" % (result, refused)
+            else:
+                backoff = _number(self.spec.get("backoff_s"), 0.0)
+                run.pending_resume = {"trigger": trigger, "due": round(run.clock() + backoff, 3)}
+                result = "%s; relaunching in %d s" % (result, backoff)
+        elif action == "stop":
             run.stopped_by_policy = True
             result = self.stop(run, trigger)
         self.record(run, trigger, str(action), result)
+
+    def not_resumable(self, run: Run, trigger: str) -> str | None:
+        """Why this failure is not resumed (None: it is): not transient, or no resumes left."""
+        if trigger.startswith("error:") and trigger[6:] not in (self.spec.get("transient") or []):
+            return "%s is not classified transient" % trigger[6:]
+        attempt = int(self.spec.get("attempt") or 1)
+        most = int(self.spec.get("max_resumes") or 0)
+        if attempt - 1 >= most:
+            return "gave up after %d resume%s" % (most, "" if most == 1 else "s")
+        return None
 
     def stop(self, run: Run, trigger: str) -> str:
         from . import actions
@@ -281,9 +306,12 @@ class Policy:
         run.emit("action", trigger=trigger, action=action, result=result)
 
     def at_end(self, run: Run) -> None:
-        """The run ended here: its ``on_end`` action, then the notifications still due (bounded in time)."""
+        """The run ended here: the resume it waits for, else its ``on_end`` action; then the notifications still
+        due (bounded in time)."""
         state = end_state(run)
-        if self.spec.get("on_end") == "collect" and self.spec.get("collect"):
+        if run.pending_resume and self.resume(run):
+            pass  # the chain goes on: the last attempt collects
+        elif self.spec.get("on_end") == "collect" and self.spec.get("collect"):
             self.record(run, "end:" + state, "collect", collect(run, state))
         elif self.spec.get("on_end") == "notify":
             self.record(run, "end:" + state, "notify", "told" if self.notifier is not None else "no notify_command")
@@ -292,6 +320,84 @@ class Policy:
         while self.notifier is not None and not self.notifier.idle() and time.monotonic() < end:
             time.sleep(0.05)
             self.notifier.pump(run)
+
+
+    def resume(self, run: Run) -> bool:
+        """After the backoff, relaunch the run as its next attempt (the checkpoint it continues from said first)
+        and leave the record the controller imports (``NEXT_ATTEMPT``); whether it started."""
+        from . import actions
+
+        pending = dict(run.pending_resume or {})
+        trigger = str(pending.get("trigger") or "resume")
+        while run.clock() < float(pending.get("due") or 0):
+            time.sleep(min(0.25, max(0.0, float(pending["due"]) - run.clock())))
+            if self.notifier is not None:
+                self.notifier.pump(run)
+        attempt = int(self.spec.get("attempt") or 1) + 1
+        new_id = "%s.r%d" % (first_attempt(run.exp_id), attempt)
+        found = newest_checkpoint(run)
+        where = ("continuing from global_step_%d (%s)" % (found["step"], found["path"]) if found
+                 else "starting over: no global_step_N checkpoint found")
+        self.record(run, trigger, "resume", "relaunching as %s, %s" % (new_id, where))
+        self.tick(run, run.clock())  # told before it starts
+        policy = dict(self.spec, attempt=attempt, previous=run.exp_id)
+        run.pending_resume = None
+        try:
+            started = actions.relaunch_here(run.dir, new_id, policy)
+        except files.AgentError as exc:
+            self.record(run, trigger, "resume", "relaunch failed: %s" % exc.message)
+            return False
+        record = {"id": new_id, "attempt": attempt, "previous": run.exp_id, "trigger": trigger, "wall": time.time(),
+                  "checkpoint": found, "launch": started}
+        try:
+            files.write_atomic(run.path(NEXT_ATTEMPT), json.dumps(record).encode("utf-8"), replace=False, mode=0o600)
+        except files.AgentError:
+            pass
+        self.record(run, trigger, "resume", "relaunched as %s" % new_id)
+        return True
+
+
+def first_attempt(exp_id: str) -> str:
+    """The id of a chain's first run (``x.r3`` -> ``x``)."""
+    head, _, tail = exp_id.rpartition(".r")
+    return head if head and tail.isdigit() else exp_id
+
+
+#: Where a resumed run's monitor leaves its next attempt's record (``experiments.attempts`` imports it).
+NEXT_ATTEMPT = "next_attempt.json"
+#: A path naming a verl checkpoint folder in a log line (verl prints ``local_global_step_folder: <path>``).
+_CHECKPOINT_RE = re.compile(r"([^\s'\"=,()\[\]]*)global_step_(\d{1,15})\b")
+CHECKPOINT_TAIL_BYTES = 8 * 1024 * 1024
+
+
+def newest_checkpoint(run: Run) -> dict[str, Any] | None:
+    """The newest ``global_step_N`` folder that exists, in the directories the run's logs name (the last
+    ``CHECKPOINT_TAIL_BYTES`` of each), found by the agent's checkpoint listing; None: the run starts over."""
+    from .checkpoints import op_checkpoints
+
+    folders = set()
+    for role in run.roles:
+        size = files.file_size(role.log_path) or 0
+        try:
+            _, data = files.read_range(role.log_path, max(0, size - CHECKPOINT_TAIL_BYTES), CHECKPOINT_TAIL_BYTES)
+        except (OSError, files.AgentError):
+            continue
+        workdir = str(role.spec.get("workdir") or "")
+        for match in _CHECKPOINT_RE.finditer(data.decode("utf-8", "replace")):
+            parent = match.group(1).rstrip("/") or "."
+            folders.add(os.path.normpath(os.path.join(workdir, parent)))
+    best: dict[str, Any] | None = None
+    for folder in sorted(folders):
+        if not os.path.isabs(folder) or not os.path.isdir(folder):
+            continue
+        try:
+            listing = op_checkpoints({"path": folder, "max_depth": 0, "limit": 1})
+        except files.AgentError:
+            continue
+        for c in listing["checkpoints"]:
+            if best is None or c["step"] > best["step"]:
+                best = {"step": c["step"], "path": c["path"]}
+    return best
 
 
 # --------------------------------------------------------------------------------------------------

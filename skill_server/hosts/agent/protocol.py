@@ -200,6 +200,11 @@ if TYPE_CHECKING:
         stall_k: float
         stall_floor_s: int
         collect: bool
+        transient: list[str]  # the signature names a resume relaunches after
+        max_resumes: int
+        backoff_s: int
+        attempt: int  # 1: the launch; 2, 3...: its relaunches (``<id>.r2``...)
+        previous: str  # the attempt this one resumes
 
     class MonitorConfig(_MonitorRequired, total=False):
         """What the run monitor needs from the server: the signature table, the run's first-step pattern, its
