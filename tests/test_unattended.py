@@ -237,3 +237,26 @@ def test_a_transient_failure_is_resumed_twice_from_its_checkpoints_then_given_up
     assert (listed[f"{first}.r3"]["previous_attempt"], listed[f"{first}.r3"]["next_attempt"]) == (f"{first}.r2", None)
     assert listed[f"{first}.r3"]["global_step"] == 6 and listed[f"{first}.r2"]["global_step"] == 4
     assert [a for _, a, _ in acted(listed[f"{first}.r3"])] == ["stop", "collect"]
+
+
+def test_a_blueprint_carries_the_policy_and_a_bad_one_is_named(tmux_socket: str, workdir: Path):
+    from skill_server.experiments import blueprint
+
+    script, events = workdir / "hang.py", workdir / "events.jsonl"
+    script.write_text(HANGS)
+    (workdir / "exp.yaml").write_text("ajet: {}\n")
+    text = blueprint.render({"exp_purpose": "policy from a blueprint", "exp_codebase_dir": str(workdir),
+                             "exp_venv_exe": PY, "exp_yaml_path": "exp.yaml",
+                             "exp_launch_command": f"{PY} {script} nccl -"})
+    policy = json.dumps({"on_error": "stop", "notify_command": f"cat >> {events}"})
+    path = workdir / "blueprint.md"
+    path.write_text(text + f"\n## [exp_policy]\n```json\n{policy}\n```\n")
+    out = call("launch_experiment", blueprint=str(path), name="bppolicy")
+    wait_until(lambda: "ended" in kinds(events), timeout=30)
+    assert [e.get("action") for e in told(events) if e["event"] == "action"] == ["stop"]
+    assert status(out["id"], max_lines=0)["state"] == "stopped"
+    path.write_text(text + '\n## [exp_policy]\n{"on_eror": "stop"}\n')
+    checked = blueprint.validate_text(path.read_text(), workdir)
+    assert [(p.field, p.message) for p in checked.problems if p.severity == "error"] == [
+        ("exp_policy", "not a policy (a JSON object of launch_experiment's policy keys): on_eror: Extra inputs are "
+                       "not permitted")]

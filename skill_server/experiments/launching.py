@@ -112,6 +112,7 @@ def _blueprint_defaults(path: str, main_host: str) -> dict[str, Any]:
         "yaml_path": checked.resolved.get("exp_yaml_path"),
         "max_time_s": checked.max_time_s,
         "first_step_timeout_s": checked.first_step_timeout_s,
+        "policy": checked.policy,
     }
 
 
@@ -264,7 +265,7 @@ def _decide(inp: LaunchInput) -> _Launch:
     first_step_s = _seconds(inp.first_step_timeout_s or defaults.get("first_step_timeout_s"), bp.DEFAULT_FIRST_STEP_S)
     if inp.first_step_pattern is not None:  # None: the first step:N line proves the first step
         compile_pattern(inp.first_step_pattern, "first_step_pattern")
-    policy = run_policy(inp.policy)
+    policy = run_policy(inp.policy or defaults.get("policy"))
     if "max_resumes" in policy and len({p.host for p in procs}) > 1:
         raise ToolInputError("resume relaunches a run on one host: give every process the experiment's host, or "
                              "use stop", field="policy")
