@@ -255,8 +255,22 @@ def test_a_blueprint_carries_the_policy_and_a_bad_one_is_named(tmux_socket: str,
     wait_until(lambda: "ended" in kinds(events), timeout=30)
     assert [e.get("action") for e in told(events) if e["event"] == "action"] == ["stop"]
     assert status(out["id"], max_lines=0)["state"] == "stopped"
+    assert call("wait_experiment", id=out["id"], until="end", timeout_s=10)["reason"] == "exited"
     path.write_text(text + '\n## [exp_policy]\n{"on_eror": "stop"}\n')
     checked = blueprint.validate_text(path.read_text(), workdir)
     assert [(p.field, p.message) for p in checked.problems if p.severity == "error"] == [
         ("exp_policy", "not a policy (a JSON object of launch_experiment's policy keys): on_eror: Extra inputs are "
                        "not permitted")]
+
+
+def test_a_stop_during_the_backoff_cancels_the_resume(tmux_socket: str, workdir: Path):
+    script, ckpt, starts, events = workdir / "resumes.py", workdir / "ckpt", workdir / "starts", workdir / "ev.jsonl"
+    script.write_text(RESUMES)
+    out = call("launch_experiment", name="cancel", workdir=str(workdir), command=f"{PY} {script} {ckpt} {starts} 50",
+               policy={"on_error": "resume", "backoff_s": 5, "notify_command": f"cat >> {events}"})
+    wait_until(lambda: any(e.get("action") == "resume" for e in told(events)), timeout=30)
+    stopped = call("stop_experiment", id=out["id"], grace_s=1)
+    assert stopped["state"] == "stopped"
+    wait_until(lambda: any(e.get("result") == "cancelled: stop_experiment was called" for e in told(events)),
+               timeout=30)
+    assert starts.read_text() == "1" and status(out["id"], max_lines=0)["next_attempt"] is None

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
 
 #: In a run directory: the launch request that started the run on this host.
 LAUNCH_REQUEST = "launch.json"
+#: In a run directory: ``stop_experiment`` was called (``op_stop``); a resume waiting for its backoff is cancelled.
+STOP_REQUESTED = "stop.requested"
 RELAUNCH_TIMEOUT_S = 120.0
 #: The child agent a relaunch runs: this version's install, one request on stdin, the reply on stdout.
 _AGENT = "import sys; sys.path.insert(0, sys.argv[1]); from ajs_agent import ops; sys.exit(ops.main(sys.argv[1:]))"

@@ -309,6 +309,7 @@ class Policy:
         """The run ended here: the resume it waits for, else its ``on_end`` action; then the notifications still
         due (bounded in time)."""
         state = end_state(run)
+        self.tick(run, run.clock())  # what happened up to the end is told first (a resume then waits its backoff)
         if run.pending_resume and self.resume(run):
             pass  # the chain goes on: the last attempt collects
         elif self.spec.get("on_end") == "collect" and self.spec.get("collect"):
@@ -321,7 +322,6 @@ class Policy:
             time.sleep(0.05)
             self.notifier.pump(run)
 
-
     def resume(self, run: Run) -> bool:
         """After the backoff, relaunch the run as its next attempt (the checkpoint it continues from said first)
         and leave the record the controller imports (``NEXT_ATTEMPT``); whether it started."""
@@ -331,8 +331,11 @@ class Policy:
         trigger = str(pending.get("trigger") or "resume")
         while run.clock() < float(pending.get("due") or 0):
             time.sleep(min(0.25, max(0.0, float(pending["due"]) - run.clock())))
-            if self.notifier is not None:
-                self.notifier.pump(run)
+            self.tick(run, run.clock())
+        run.pending_resume = None
+        if files.exists(run.path(actions.STOP_REQUESTED)):
+            self.record(run, trigger, "resume", "cancelled: stop_experiment was called")
+            return False
         attempt = int(self.spec.get("attempt") or 1) + 1
         new_id = "%s.r%d" % (first_attempt(run.exp_id), attempt)
         found = newest_checkpoint(run)
@@ -341,7 +344,6 @@ class Policy:
         self.record(run, trigger, "resume", "relaunching as %s, %s" % (new_id, where))
         self.tick(run, run.clock())  # told before it starts
         policy = dict(self.spec, attempt=attempt, previous=run.exp_id)
-        run.pending_resume = None
         try:
             started = actions.relaunch_here(run.dir, new_id, policy)
         except files.AgentError as exc:

@@ -394,8 +394,13 @@ def op_stop(req: Mapping[str, object]) -> StopReply:
     rest = deadline.remaining()
     if rest is not None:  # SIGTERM and SIGKILL still get their waits inside the caller's deadline
         grace = max(0.0, min(grace, rest - procs.TERM_WAIT_S - KILL_WAIT_S - 1.0))
-    from .actions import stop_here
+    from .actions import STOP_REQUESTED, stop_here
 
+    if os.path.isdir(rdir):
+        try:
+            files.touch(os.path.join(rdir, STOP_REQUESTED))
+        except OSError:
+            pass
     roles: list[dict[str, object]] = [{"role": need(p, "role", str), "pid": need_or(p, "pid", int, None),
                                        "start": need_or(p, "start", str, None),
                                        "pane_id": need_or(p, "pane_id", str, None)} for p in objects(req, "procs")]
