@@ -274,3 +274,24 @@ def test_a_stop_during_the_backoff_cancels_the_resume(tmux_socket: str, workdir:
     wait_until(lambda: any(e.get("result") == "cancelled: stop_experiment was called" for e in told(events)),
                timeout=30)
     assert starts.read_text() == "1" and status(out["id"], max_lines=0)["next_attempt"] is None
+
+
+def test_on_a_node_a_transient_failure_is_resumed_with_no_connection(remote):
+    work = workdir_on(remote)
+    script, ckpt, starts, events = work / "resumes.py", work / "ckpt", work / "starts", work / "ev.jsonl"
+    script.write_text(RESUMES)
+    out = call("launch_experiment", host="node1", name="noderesume", workdir=str(work),
+               command=f"{NODE_PY} {script} {ckpt} {starts} 50",
+               policy={"on_error": "resume", "max_resumes": 1, "backoff_s": 0, "notify_command": f"cat >> {events}"})
+    close_masters()  # no connection, no tool call: the node's monitors stop, relaunch and give up alone
+    first = out["id"]
+    wait_until(lambda: any(e["event"] == "ended" and e["exp_id"] == f"{first}.r2" for e in told(events)), timeout=60)
+    results = [(e["exp_id"], e["result"]) for e in told(events) if e["event"] == "action"]
+    assert results == [(first, "stopped; relaunching in 0 s"),
+                       (first, f"relaunching as {first}.r2, continuing from global_step_2 ({ckpt}/global_step_2)"),
+                       (first, f"relaunched as {first}.r2"),
+                       (f"{first}.r2", "stopped; not resumed: gave up after 1 resume")]
+    listed = {e["id"]: e for e in call("experiment_status", max_lines=0)["experiments"]}
+    assert listed[first]["next_attempt"] == f"{first}.r2" and listed[f"{first}.r2"]["previous_attempt"] == first
+    assert listed[f"{first}.r2"]["state"] == "stopped" and listed[f"{first}.r2"]["global_step"] == 4
+    assert listed[f"{first}.r2"]["host"] == "node1"
