@@ -142,7 +142,8 @@ def test_a_stalled_run_says_so_and_a_wait_until_stall_returns_on_it(tmux_socket:
     woke = call("wait_experiment", id=out["id"], until="stall", timeout_s=30)
     assert woke["reason"] == "stalled" and woke["state"] == "stalled"
     assert woke["global_step"] == 3 and woke["stall_bound_s"] == 2.0 and woke["quiet_s"] >= 2.0
-    assert woke["summary"].startswith(f"Run {out['id']} is stalled at step 3") or "is stalled" in woke["summary"]
+    assert f"Run {out['id']} is stalled at step 3: no progress for " in woke["summary"]
+    assert "(bound 2 s); read its lines, stop_experiment if it hangs." in woke["summary"]
     assert acted(woke) == [("stall", "notify", "no notify_command")]
     assert pid_alive(out["processes"][0]["pid"])  # notify only: the run is left alone
     stopped = call("stop_experiment", id=out["id"], grace_s=1)
@@ -295,3 +296,29 @@ def test_on_a_node_a_transient_failure_is_resumed_with_no_connection(remote):
     assert listed[first]["next_attempt"] == f"{first}.r2" and listed[f"{first}.r2"]["previous_attempt"] == first
     assert listed[f"{first}.r2"]["state"] == "stopped" and listed[f"{first}.r2"]["global_step"] == 4
     assert listed[f"{first}.r2"]["host"] == "node1"
+
+
+def test_watch_shows_the_stall_and_the_action_and_ends_on_them(tmux_socket: str, workdir: Path):
+    from tests.test_insight_tmux import Watch
+
+    script = workdir / "hang.py"
+    script.write_text(HANGS)
+    out = call("launch_experiment", name="wstall", workdir=str(workdir), command=f"{PY} {script} silent -",
+               policy={"on_stall": "stop", "stall_floor_s": 2})
+    watch = Watch(out["id"], "--json", "--interval", "0.3")
+    records = [json.loads(line) for line in watch.rest()]
+    rc, err = watch.finish()
+    assert rc == 11 and err == ""  # the run was stopped (by its policy)
+    events = [r["event"] for r in records]  # the stop follows the stall within a look: the action tells both
+    assert events.index("action") < events.index("finished") == len(events) - 1
+    action = records[events.index("action")]
+    assert (action["trigger"], action["action"], action["result"]) == ("stall", "stop", "stopped")
+    quiet = call("launch_experiment", name="wstall2", workdir=str(workdir), command=f"{PY} {script} silent -",
+                 policy={"on_stall": "notify", "stall_floor_s": 2})
+    watch = Watch(quiet["id"], "--json", "--interval", "0.3", "--until", "stall,end")
+    records = [json.loads(line) for line in watch.rest()]
+    rc, err = watch.finish()
+    (stalled,) = [r for r in records if r["event"] == "stalled"]  # its look's lines are printed, then it ends
+    assert rc == 22 and err == "" and records[-1]["event"] in ("stalled", "action")
+    assert stalled["bound_s"] == 2.0 and stalled["global_step"] == 3 and stalled["quiet_s"] >= 2.0
+    call("stop_experiment", id=quiet["id"], grace_s=1)

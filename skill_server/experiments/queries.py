@@ -142,8 +142,12 @@ def stall(view: View) -> dict[str, Any] | None:
 
 
 def stalled(view: View) -> bool:
+    """Whether its monitor says the run stalled and nothing newer (read ahead of the monitor) says otherwise."""
     verdict = stall(view)
-    return verdict is not None and verdict.get("stalled") is True
+    if verdict is None or verdict.get("stalled") is not True:
+        return False
+    quiet_s = quiet(view)[0]
+    return quiet_s is None or quiet_s >= float(verdict.get("bound_s") or 0)
 
 
 @dataclass(frozen=True)
