@@ -2,7 +2,7 @@
 
 Three more watchers of the run monitor (``monitor.run_loop``), reading the findings the log tails keep:
 
-* ``Stall``: a run whose progress stopped while its processes live. The bound comes from the run's own pace:
+* ``StallWatch``: a run whose progress stopped while its processes live. The bound comes from the run's own pace:
   ``max(stall_floor_s, stall_k x median step time)`` (``timing_s/step`` of its step lines, else the pace the
   monitor saw the steps arrive at). The clock counts from the newest step line; a run that never printed a
   step line counts from the last growth of its logs, only when its policy has ``on_stall`` and once its
@@ -15,12 +15,12 @@ Three more watchers of the run monitor (``monitor.run_loop``), reading the findi
   the next attempt ``<id>.r2``, ``.r3``... through ``actions.relaunch_here``, at most ``max_resumes`` times and
   only after a failure classified transient: a signature of ``transient``, or a stall; the newest
   ``global_step_N`` checkpoint the logs name is said first, the trainer resumes from it by itself), and at
-  the end ``collect`` (``results.md`` and ``finish.flag``). Each action
-  is recorded (``actions`` in ``monitor.json``: what triggered it and when) and is itself an event. A policy
-  acts only on the recorded identities of its own run on this host.
-* ``Notifier`` (driven by ``Policy``): the user's ``notify_command``, run by ``/bin/sh -c`` with one event as a
-  JSON object on stdin, in a process group of its own, at most ``NOTIFY_TIMEOUT_S`` (then killed), one at a time
-  in the events' order, reaped by later ticks so it never blocks another watcher. Failures are
+  the end ``collect`` (``results.md`` and ``finish.flag``). Each action is recorded (``actions`` in
+  ``monitor.json``: what triggered it and when) and is itself an event. A policy acts only on the recorded
+  identities of its own run on this host.
+* ``Notifier`` (driven by ``Policy``): the user's ``notify_command``, run by ``/bin/sh -c`` with one event as
+  a JSON object on stdin, in a process group of its own, at most ``NOTIFY_TIMEOUT_S`` (then killed), one at
+  a time in the events' order, reaped by later ticks so it never blocks another watcher. Failures are
   recorded (``notify``), never retried.
 
 Stdlib only, Python 3.8.

@@ -155,10 +155,11 @@ def op_launch(req: Mapping[str, object]) -> LaunchPlan | LaunchStarted:
         session_id: str | None = None
         try:
             _write_run_dir(exp_id, rdir, plan)
-            from .actions import LAUNCH_REQUEST  # what a resume policy launches again (``actions.relaunch_here``)
+            if "max_resumes" in (need_or(req, "monitor", dict, {}).get("policy") or {}):
+                from .actions import LAUNCH_REQUEST  # what the resume policy launches again (``relaunch_here``)
 
-            files.write_atomic(os.path.join(rdir, LAUNCH_REQUEST), json.dumps(dict(req)).encode("utf-8"),
-                               replace=False, mode=0o600)
+                files.write_atomic(os.path.join(rdir, LAUNCH_REQUEST), json.dumps(dict(req)).encode("utf-8"),
+                                   replace=False, mode=0o600)
             if replace:  # the finished session of an earlier run of ours with this name
                 tmux.kill_session(socket, replace)
             offsets = monitor.log_sizes({p["role"]: p["log_path"] for p in plan["procs"]})
