@@ -186,14 +186,17 @@ STEADY_WRITER = STEP_LINE + (
 )
 
 
-def cpu_bench(call, work: Path, minutes: float) -> None:
-    """The CPU its monitor uses while a run logs 1 MB a minute."""
+def cpu_bench(call, work: Path, minutes: float, policy: dict | None = None) -> None:
+    """The CPU its monitor uses while a run logs 1 MB a minute (with ``policy``: its stall watch and policies
+    on as well)."""
     import json
 
     script = work / "steady.py"
     script.write_text(STEADY_WRITER)
+    extra = {"policy": policy} if policy else {}
     exp_id = call("launch_experiment", name="bench_cpu", workdir=str(work),
-                  command=f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} {1024 * 1024 / 60:.0f}").id
+                  command=f"{shlex.quote(sys.executable)} {shlex.quote(str(script))} {1024 * 1024 / 60:.0f}",
+                  **extra).id
     from skill_server.experiments.store import open_registry
 
     with open_registry() as reg:
@@ -214,7 +217,9 @@ def cpu_bench(call, work: Path, minutes: float) -> None:
         call("experiment_status", id=exp_id, max_lines=0)  # a caller looking now and then, as an assistant does
     used, span = cpu_s() - first, time.monotonic() - t0
     log = Path(call("experiment_status", id=exp_id, max_lines=0).experiments[0].log_path)
-    print(f"the run monitor's CPU for a run logging {log.stat().st_size / 2**20 / (span / 60):.2f} MiB/min: "
+    with_policy = " (with a policy)" if policy else ""
+    rate = log.stat().st_size / 2**20 / (span / 60)
+    print(f"the run monitor's CPU{with_policy} for a run logging {rate:.2f} MiB/min: "
           f"{used:.2f} s in {span / 60:.1f} min -> {used * 3600 / span:.1f} CPU seconds per hour")
     call("stop_experiment", id=exp_id, grace_s=1)
 

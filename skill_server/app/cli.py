@@ -94,7 +94,7 @@ def _build_parser() -> argparse.ArgumentParser:
                        help="give up after this long (exit 124)")
     watch.add_argument("--until", type=_until, default=(), metavar="EVENTS",
                        help="also end at the first of these (comma-separated): first_step (exit 20), error (21), "
-                            "stall (22); the run's end always ends it")
+                            "stall (22), end; the run's end always ends it")
     watch.add_argument("--stall", type=_interval, default=None, metavar="SECONDS",
                        help="say 'stalled' once the run is quiet this long (default 600 with --until stall)")
 
@@ -125,9 +125,9 @@ def _interval(text: str) -> float:
 
 def _until(text: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
-    wrong = [n for n in names if n not in ("first_step", "error", "stall")]
+    wrong = [n for n in names if n not in ("first_step", "error", "stall", "end")]
     if not names or wrong:
-        raise argparse.ArgumentTypeError(f"{text!r}: give first_step, error and/or stall, comma-separated")
+        raise argparse.ArgumentTypeError(f"{text!r}: give first_step, error, stall and/or end, comma-separated")
     return names
 
 

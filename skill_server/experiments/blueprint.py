@@ -18,7 +18,7 @@ from typing import Literal
 
 from skill_server.core.errors import ToolInputError
 from skill_server.core.fsutil import resolve_path
-from skill_server.experiments.models import MAX_DURATION_S
+from skill_server.experiments.models import MAX_DURATION_S, RunPolicy
 from skill_server.hosts import localfiles as host_files
 
 MAX_BLUEPRINT_BYTES = 256 * 1024
@@ -27,6 +27,8 @@ SECTIONS = (
     "exp_purpose", "exp_codebase_dir", "exp_venv_exe", "exp_yaml_path", "exp_launch_command", "exp_result_dir",
     "exp_max_time",
 )
+#: Sections a blueprint may add: ``[exp_policy]``, the launch's ``policy`` as a JSON object (its keys: ``RunPolicy``).
+OPTIONAL_SECTIONS = ("exp_policy",)
 PATH_SECTIONS = ("exp_codebase_dir", "exp_venv_exe", "exp_yaml_path", "exp_result_dir")
 DEFAULT_MAX_TIME = "24 hours"
 DEFAULT_FIRST_STEP = "20 min"
@@ -143,6 +145,8 @@ def _section_value(lines: list[str], name: str) -> str:
         return " ".join(p for p in parts if p)
     if name == "exp_max_time":
         return "; ".join(_strip_inline(x) for x in chosen)
+    if name == "exp_policy":
+        return "\n".join(chosen)
     return _strip_inline(chosen[0])
 
 
@@ -161,7 +165,7 @@ def parse(text: str) -> Parsed:
                 notes.append(line)
             continue
         header = None if in_fence else _HEADER.match(line)
-        if header and header.group(1).lower() in SECTIONS:
+        if header and header.group(1).lower() in SECTIONS + OPTIONAL_SECTIONS:
             current = header.group(1).lower()
             bodies.setdefault(current, [])
             if header.group(2):
@@ -185,6 +189,8 @@ class Validated:
     first_step_timeout_s: float | None
     notes: str
     problems: list[Problem]
+    #: ``[exp_policy]`` checked (None: no such section, or it has an error in ``problems``).
+    policy: RunPolicy | None = None
 
     @property
     def ok(self) -> bool:
@@ -210,7 +216,24 @@ def validate_text(text: str, base_dir: Path, *, check_paths: bool = True) -> Val
     problems = _section_problems(values)
     resolved = _resolve_paths(values, base_dir, check_paths, problems)
     max_time_s, first_step_s = _durations(values, problems)
-    return Validated(values, resolved, max_time_s, first_step_s, parsed.notes, problems)
+    return Validated(values, resolved, max_time_s, first_step_s, parsed.notes, problems, _policy(values, problems))
+
+
+def _policy(values: dict[str, str], problems: list[Problem]) -> RunPolicy | None:
+    """``[exp_policy]`` as the launch's ``policy``: a JSON object of its keys; anything else is an error."""
+    from pydantic import ValidationError
+
+    text = values.get("exp_policy")
+    if not text:
+        return None
+    try:
+        return RunPolicy.model_validate_json(text)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first.get("loc", ()))
+        problems.append(Problem("exp_policy", "error", "not a policy (a JSON object of launch_experiment's policy "
+                                f"keys): {where + ': ' if where else ''}{first.get('msg')}"))
+        return None
 
 
 def _section_problems(values: dict[str, str]) -> list[Problem]:

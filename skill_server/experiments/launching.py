@@ -41,10 +41,10 @@ from skill_server.experiments.checks import (
     session_name,
     socket_name,
 )
-from skill_server.experiments.models import LaunchInput, LaunchOutput, ProcessInfo, ProcessSpec
+from skill_server.experiments.models import LaunchInput, LaunchOutput, ProcessInfo, ProcessSpec, RunPolicy
 from skill_server.experiments.observe import observe
 from skill_server.experiments.progress import iso
-from skill_server.experiments.signatures import monitor_config
+from skill_server.experiments.signatures import monitor_config, policy_errors, transient_names
 from skill_server.experiments.spec import HostRecord, ProcessRecord, RunSpec
 from skill_server.experiments.store import (
     DISCARDING,
@@ -61,7 +61,7 @@ from skill_server.gpus.query import free_problems, from_reply
 from skill_server.hosts import LOCAL, HostUnreachable, Reply, call_hosts, client, expect, get_host, normalise
 
 if TYPE_CHECKING:
-    from skill_server.hosts.agent.protocol import LaunchPlan, LaunchProc, LaunchStarted, StartedProc
+    from skill_server.hosts.agent.protocol import LaunchPlan, LaunchProc, LaunchStarted, MonitorPolicy, StartedProc
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +112,7 @@ def _blueprint_defaults(path: str, main_host: str) -> dict[str, Any]:
         "yaml_path": checked.resolved.get("exp_yaml_path"),
         "max_time_s": checked.max_time_s,
         "first_step_timeout_s": checked.first_step_timeout_s,
+        "policy": checked.policy,
     }
 
 
@@ -204,6 +205,8 @@ class _Launch:
     yaml_path: str | None
     max_time_s: int
     first_step_s: int
+    #: The run's policies for its monitors (``run_policy``); empty without one.
+    policy: MonitorPolicy
 
     @property
     def hosts(self) -> list[str]:
@@ -221,7 +224,32 @@ class _Launch:
                              workdir=self.workdir, result_dir=self.result_dir, max_time_s=self.max_time_s,
                              deadline_grace_s=DEADLINE_GRACE_S,
                              procs=[p.request() for p in self.procs if p.host == host],
-                             monitor=monitor_config(self.inp.first_step_pattern))
+                             monitor=monitor_config(self.inp.first_step_pattern, self.first_step_s,
+                                                    {**self.policy, "collect": True} if self.policy and host ==
+                                                    self.main_host else self.policy))
+
+
+def run_policy(policy: RunPolicy | None) -> MonitorPolicy:
+    """The launch's ``policy`` as the monitors carry it out: the error ids and severities resolved to signature
+    names (an unknown one refused, naming ``policy.errors``)."""
+    if policy is None:
+        return {}
+    out: MonitorPolicy = {"stall_k": policy.stall_k, "stall_floor_s": policy.stall_floor_s}
+    if policy.on_error is not None:
+        out["on_error"] = policy.on_error
+        out["errors"] = policy_errors(policy.errors)
+    elif "errors" in policy.model_fields_set:
+        raise ToolInputError("only used with on_error", field="policy.errors")
+    if "resume" in (policy.on_error, policy.on_stall):
+        out.update({"transient": transient_names(), "max_resumes": policy.max_resumes, "backoff_s": policy.backoff_s,
+                    "attempt": 1})
+    if policy.on_stall is not None:
+        out["on_stall"] = policy.on_stall
+    if policy.on_end is not None:
+        out["on_end"] = policy.on_end
+    if policy.notify_command.strip():
+        out["notify_command"] = policy.notify_command
+    return out
 
 
 def _decide(inp: LaunchInput) -> _Launch:
@@ -237,8 +265,12 @@ def _decide(inp: LaunchInput) -> _Launch:
     first_step_s = _seconds(inp.first_step_timeout_s or defaults.get("first_step_timeout_s"), bp.DEFAULT_FIRST_STEP_S)
     if inp.first_step_pattern is not None:  # None: the first step:N line proves the first step
         compile_pattern(inp.first_step_pattern, "first_step_pattern")
+    policy = run_policy(inp.policy or defaults.get("policy"))
+    if "max_resumes" in policy and len({p.host for p in procs}) > 1:
+        raise ToolInputError("resume relaunches a run on one host: give every process the experiment's host, or "
+                             "use stop", field="policy")
     return _Launch(inp, socket, main_host, session, exp_id, created, procs, workdir, python, result_dir,
-                   defaults.get("yaml_path"), max_time_s, first_step_s)
+                   defaults.get("yaml_path"), max_time_s, first_step_s, policy)
 
 
 def _check_previous(reg: Registry, socket: str, session: str, hosts: list[str], deadline: Deadline

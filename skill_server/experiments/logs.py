@@ -113,6 +113,9 @@ class ScanState:
     monitor: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: Per role, the cursor in the monitor's metric points copied so far (``[seq, offset, generation]``).
     mirrored: dict[str, list[int]] = field(default_factory=dict)
+    #: Per role, what its host's monitor said of the whole run there: its stall verdict, the policies' actions,
+    #: the notify command's tally (``hosts.agent.policy``).
+    watchdog: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -131,6 +134,7 @@ class ScanState:
             "progress": self.progress.to_json(),
             "monitor": self.monitor,
             "mirrored": self.mirrored,
+            "watchdog": self.watchdog,
         }
 
     @classmethod
@@ -157,6 +161,7 @@ class ScanState:
                 monitor={str(k): dict(v) for k, v in dict(data.get("monitor", {})).items() if isinstance(v, dict)},
                 mirrored={str(k): [int(x) for x in v][:3] for k, v in dict(data.get("mirrored", {})).items()
                           if isinstance(v, list) and all(isinstance(x, int) for x in v)},
+                watchdog={str(k): dict(v) for k, v in dict(data.get("watchdog", {})).items() if isinstance(v, dict)},
             )
         except (TypeError, ValueError, AttributeError):
             return cls(offsets=[0] * n_logs)
@@ -215,12 +220,19 @@ def scan_text(text: str, state: ScanState, first_step_re: re.Pattern[str] | None
 # The mirror of the run monitor's findings
 
 
+#: What a monitor says of the whole run on its host that the registry keeps (``ScanState.watchdog``).
+WATCHDOG_KEYS = ("stall", "actions", "notify")
+
+
 def mirror(state: ScanState, reports: dict[str, dict[str, Any]], roles: list[str], created: float) -> None:
     """Take up the monitor's latest findings per role (``reports``; a role whose host was not asked keeps what
     it had) and derive the run's fields from all roles. The monitor's times are on the run clock (seconds
     since the run started); they become this machine's clock as ``created`` plus those seconds."""
     for role, found in reports.items():
         state.monitor[role] = {k: v for k, v in found.items() if k != "run"}
+        run = found.get("run")
+        if isinstance(run, dict):
+            state.watchdog[role] = {k: run[k] for k in WATCHDOG_KEYS if k in run}
     known = [(role, state.monitor[role]) for role in roles if role in state.monitor]
     for i, role in enumerate(roles):
         if role in state.monitor:

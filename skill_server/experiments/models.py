@@ -4,7 +4,9 @@ States: ``running``; ``succeeded`` (every process exited 0); ``failed`` (a proce
 ``stopped`` (by ``stop_experiment``); ``timed_out`` (stopped at its max time by the run's monitor on its
 host); ``lost`` (a process vanished without an exit code: its tmux server died or it was killed);
 ``unreachable`` (a host of the run could not be asked: nothing is known and nothing is recorded, the
-next call asks again). The first five final states are recorded once and never change.
+next call asks again). The first five final states are recorded once and never change. ``stalled`` is what
+status says of a running run whose processes live but whose progress stopped for longer than the bound its
+monitor derives from the run's pace (``hosts.agent.policy``); the registry keeps calling it running.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from skill_server.core.models import PositiveInt, ToolInput, ToolOutput
 from skill_server.gpus.models import FreeFraction
 
 State = Literal["running", "succeeded", "failed", "stopped", "timed_out", "lost", "unreachable"]
+#: A run's state as status reports it: ``stalled`` is a running run whose progress stopped.
+StatusState = Literal["running", "stalled", "succeeded", "failed", "stopped", "timed_out", "lost", "unreachable"]
 ProcessState = Literal["running", "waiting", "succeeded", "failed", "stopped", "timed_out", "lost", "unreachable"]
 TERMINAL = ("succeeded", "failed", "stopped", "timed_out", "lost")
 
@@ -32,10 +36,26 @@ ROLE_RE = r"^[A-Za-z0-9_-]{1,32}$"
 HOST_DESCRIPTION = ("Either 'local' (default) or an ssh destination ('gpu1', 'user@10.0.0.5', 'ssh://user@host:2222'). "
                     "An ssh destination is an alias from your ssh config or user@host[:port].")
 Duration = Annotated[int, Field(strict=True, ge=1, le=MAX_DURATION_S)]
+PolicyAction = Literal["notify", "stop", "resume"]
 #: A metric name or fnmatch glob ('critic/score/*'), as the history, plot and comparison inputs take them.
 MetricPattern = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 #: An experiment id or session name naming another run (overlays, comparisons).
 RunKey = Annotated[StrictStr, Field(min_length=1, max_length=200)]
+
+
+class RunPolicy(ToolInput):
+    """What the run's monitor does alone (references/monitoring.md)."""
+
+    on_error: PolicyAction | None = None
+    errors: list[Annotated[StrictStr, Field(max_length=64)]] = Field(default=["error"], max_length=40,
+                                                                     description="Ids or severities.")
+    on_stall: PolicyAction | None = None
+    on_end: Literal["notify", "collect"] | None = None
+    notify_command: StrictStr = Field(default="", max_length=4000, description="Gets events as JSON on stdin.")
+    stall_k: float = Field(default=5, ge=1, le=1000)
+    stall_floor_s: Duration = 900
+    max_resumes: int = Field(default=2, strict=True, ge=0, le=20)
+    backoff_s: int = Field(default=60, strict=True, ge=0, le=3600)
 
 
 class ProcessSpec(ToolInput):
@@ -87,6 +107,7 @@ class LaunchInput(ToolInput):
     processes: list[ProcessSpec] | None = Field(default=None, min_length=1, max_length=MAX_PROCESSES,
                                                 description="Several processes as windows of one session per host, "
                                                 "started in order.")
+    policy: RunPolicy | None = None
     require_free_gpus: FreeFraction | None = Field(
         default=None, description="Refuse unless every GPU of the host has this fraction of memory free. AgentJet's "
         "launcher wants 0.95; the refusal names the pids holding memory. "
@@ -201,7 +222,7 @@ class ExperimentStatus(ToolOutput):
     socket: str
     host: str
     attach: str
-    state: State
+    state: StatusState
     exit_code: int | None
     started_at: str
     elapsed_s: float
@@ -213,6 +234,10 @@ class ExperimentStatus(ToolOutput):
     quiet_s: float | None = Field(default=None, description="Running: seconds since the newest step line (or, "
                                   "before the first one, since the log last grew), as the run's monitor saw it.")
     quiet_since: Literal["step", "output"] | None = Field(default=None, description="What quiet_s counts from.")
+    stall_bound_s: float | None = None
+    actions: list[str] = Field(default_factory=list, description="By its policy: 'time trigger -> action: result'.")
+    previous_attempt: str | None = None
+    next_attempt: str | None = None
     last_metrics: dict[str, float | int | None]
     errors: list[ErrorHit]
     lines: list[str]

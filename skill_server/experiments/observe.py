@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from skill_server.core.deadline import Deadline
+from skill_server.experiments import attempts, history, logs
 from skill_server.experiments import blueprint as bp
-from skill_server.experiments import history, logs
 from skill_server.experiments.models import TERMINAL
 from skill_server.experiments.progress import StepLine
 from skill_server.experiments.spec import RunProcess
@@ -173,9 +173,21 @@ def observe(reg: Registry, rows: list[Row], *, extra_reads: ExtraReads | None = 
             host, index = where[(r, i)]
             procs.append(_proc_view(p, replies.get(host), index))
         view = _view(reg, row, procs, scans[r], now)
+        chain = _attempts_after(procs)
+        if chain is not None:
+            view.row = attempts.take_up(reg, view.row, *chain)
         view.extra = [result_of(replies.get(host) if index >= 0 else None, max(index, 0)) for host, index in added[r]]
         views.append(view)
     return views
+
+
+def _attempts_after(procs: list[ProcView]) -> tuple[str, list[dict[str, Any]]] | None:
+    """(host, records) of the attempts a resume policy started after this run, as its monitor reported them."""
+    for p in procs:
+        chain = ((p.monitor or {}).get("run") or {}).get("attempts")
+        if isinstance(chain, list) and chain:
+            return p.proc.host, [c for c in chain if isinstance(c, dict)]
+    return None
 
 
 def _proc_view(p: RunProcess, reply: Reply | None, index: int) -> ProcView:

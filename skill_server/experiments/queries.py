@@ -130,6 +130,60 @@ def quiet(view: View) -> tuple[float | None, str | None]:
     return round(view.elapsed_s, 1), "output"  # nothing printed since the start
 
 
+def stall(view: View) -> dict[str, Any] | None:
+    """The stall verdict of a running run's monitors (the one with the longest bound among those saying
+    stalled, else the longest bound), or None: not running, or no monitor judged it yet."""
+    if view.state != "running":
+        return None
+    verdicts = [v for w in view.scan.watchdog.values() if isinstance(v := w.get("stall"), dict) and v]
+    if not verdicts:
+        return None
+    return max(verdicts, key=lambda v: (v.get("stalled") is True, float(v.get("bound_s") or 0)))
+
+
+def stalled(view: View) -> bool:
+    """Whether its monitor says the run stalled and nothing newer (read ahead of the monitor) says otherwise."""
+    verdict = stall(view)
+    if verdict is None or verdict.get("stalled") is not True:
+        return False
+    quiet_s = quiet(view)[0]
+    return quiet_s is None or quiet_s >= float(verdict.get("bound_s") or 0)
+
+
+@dataclass(frozen=True)
+class ActionTaken:
+    """One thing a run's policy did on its host (``hosts.agent.policy``), or the notify command's last failure."""
+
+    at: str
+    trigger: str
+    action: str
+    result: str
+
+    def line(self) -> str:
+        return f"{self.at} {self.trigger} -> {self.action}: {self.result}"
+
+
+def actions(view: View) -> list[ActionTaken]:
+    """What the run's policies did on any of its hosts, oldest first, and the notify command's last failure."""
+    seen: dict[tuple[Any, ...], ActionTaken] = {}
+    for w in view.scan.watchdog.values():
+        for a in w.get("actions") or []:
+            try:
+                key = (float(a["wall"]), str(a["trigger"]), str(a["action"]))
+                seen[key] = ActionTaken(at=progress.iso(key[0]), trigger=key[1], action=key[2], result=str(a["result"]))
+            except (KeyError, TypeError, ValueError, OverflowError, OSError):
+                continue
+        tally = w.get("notify") or {}
+        failure = tally.get("last_failure")
+        if isinstance(failure, dict) and isinstance(failure.get("at"), (int, float)):
+            when = view.row.created + float(failure["at"])
+            over = f", {int(tally.get('killed') or 0)} killed at the time bound" if tally.get("killed") else ""
+            seen[(when, str(failure.get("event")), "notify")] = ActionTaken(
+                at=progress.iso(when), trigger=str(failure.get("event")), action="notify",
+                result=f"failed ({int(tally.get('failed') or 0)} so far{over}): {failure.get('error')}")
+    return [seen[k] for k in sorted(seen)]
+
+
 def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int, *,
                   config: dict[str, Any] | None = None, checkpoints: CheckpointList | None = None,
                   metrics_history: MetricsHistory | None = None) -> dict[str, Any]:
@@ -152,12 +206,17 @@ def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int,
         late_from = scan.first_step_not_before if scan.first_step_not_before is not None else scan.first_step_at
         overdue = late_from is not None and late_from - row.created > first_step_s
     quiet_s, quiet_since = quiet(view)
+    verdict = stall(view)
     return dict(
         id=row.id, session=row.session, socket=row.socket, host=row.host, attach=row.spec.attach,
-        state=view.state, exit_code=view.exit_code, started_at=row.started_at, elapsed_s=round(view.elapsed_s, 1),
+        state="stalled" if stalled(view) else view.state, exit_code=view.exit_code, started_at=row.started_at,
+        elapsed_s=round(view.elapsed_s, 1),
         time_left_s=round(max(0.0, max_time - view.elapsed_s), 1) if view.state == "running" else None,
         max_time_s=max_time, first_step_seen=scan.first_step_seen, first_step_overdue=overdue,
-        global_step=scan.global_step, quiet_s=quiet_s, quiet_since=quiet_since, last_metrics=scan.last_metrics,
+        global_step=scan.global_step, quiet_s=quiet_s, quiet_since=quiet_since,
+        stall_bound_s=verdict.get("bound_s") if verdict else None, actions=[a.line() for a in actions(view)],
+        previous_attempt=row.spec.previous_attempt, next_attempt=row.spec.next_attempt,
+        last_metrics=scan.last_metrics,
         errors=errors, lines=lines,
         cursor=",".join(str(c) for c in cursor), skipped_bytes=skipped, unscanned_bytes=scan.unscanned_bytes,
         # a ProcView's state is a ProcessState string (states.process_state); pydantic checks it again here
@@ -243,9 +302,29 @@ def _checkpoints(plan: ExtraPlan, view: View, deadline: Deadline | None) -> Chec
 
 def observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_lines: int, *,
                        checkpoints: bool = False, history_request: HistoryRequest | None = None,
-                       deadline: Deadline | None = None) -> list[dict[str, Any]]:
+                       deadline: Deadline | None = None, follow_attempts: bool = False) -> list[dict[str, Any]]:
     """Observe ``rows`` (one round trip per host, ending by ``deadline``) and build their status fields with
-    new lines, progress and, when asked, checkpoints and metric history."""
+    new lines, progress and, when asked, checkpoints and metric history. ``follow_attempts`` (a listing): the
+    attempts this observation took into the registry (``attempts.take_up``) are observed too and come first,
+    as the newest runs."""
+    out = _observe_with_lines(reg, rows, since, max_lines, checkpoints=checkpoints,
+                              history_request=history_request, deadline=deadline)
+    known = {row.id for row in rows}
+    for _ in range(50):  # a chain is followed link by link (each attempt's observation finds the next)
+        if not follow_attempts:
+            break
+        fresh = [r for f in out if (nxt := f.get("next_attempt")) and nxt not in known and (r := reg.get(nxt))]
+        if not fresh:
+            break
+        known.update(r.id for r in fresh)
+        out = _observe_with_lines(reg, fresh, since, max_lines, checkpoints=checkpoints,
+                                  history_request=history_request, deadline=deadline) + out
+    return out
+
+
+def _observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_lines: int, *,
+                        checkpoints: bool, history_request: HistoryRequest | None,
+                        deadline: Deadline | None) -> list[dict[str, Any]]:
     now = time.time()
     starts: dict[str, list[int]] = {}
     plans: dict[str, ExtraPlan] = {}

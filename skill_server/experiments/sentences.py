@@ -12,8 +12,9 @@ if TYPE_CHECKING:
 
 MAX_SUMMARY = 600
 #: A run's state as the predicate of "Run X ...".
-_STATE_WORDS = {"running": "is running", "succeeded": "succeeded", "failed": "failed", "stopped": "was stopped",
-                "timed_out": "timed out (max_time)", "lost": "is lost", "unreachable": "is unreachable"}
+_STATE_WORDS = {"running": "is running", "stalled": "is stalled", "succeeded": "succeeded", "failed": "failed",
+                "stopped": "was stopped", "timed_out": "timed out (max_time)", "lost": "is lost",
+                "unreachable": "is unreachable"}
 
 
 def _clip(text: str) -> str:
@@ -43,6 +44,9 @@ def run_state(s: ExperimentStatus) -> str:
         nxt = ("; first step overdue: read its lines and errors, stop_experiment if it hangs" if s.first_step_overdue
                else f"; next: wait_experiment id={s.id}" + (" until=first_step" if not s.first_step_seen else ""))
         return _clip(f"{head} at {_step(s)}{_worst_error(s)}{nxt}.")
+    if s.state == "stalled":
+        quiet = f": no progress for {int(s.quiet_s or 0)} s (bound {int(s.stall_bound_s or 0)} s)"
+        return _clip(f"{head} at {_step(s)}{quiet}{_worst_error(s)}; read its lines, stop_experiment if it hangs.")
     code = f" (exit code {s.exit_code})" if s.exit_code is not None else ""
     if s.state in ("unreachable",):
         return _clip(f"{head}{code}: its host did not answer; check again later{_worst_error(s)}.")

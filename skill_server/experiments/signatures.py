@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from skill_server.hosts.agent.findings import RAY_PREFIX
 
 if TYPE_CHECKING:
-    from skill_server.hosts.agent.protocol import MonitorConfig, SignatureRow
+    from skill_server.hosts.agent.protocol import MonitorConfig, MonitorPolicy, SignatureRow
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,9 @@ class Signature:
     flags: int = re.MULTILINE
     #: ASCII strings, at least one of which (in any case) is in every line the pattern matches.
     needles: tuple[str, ...] = ()
+    #: A failure that a relaunch from the last checkpoint may get past (a collective timeout, a lost peer):
+    #: the one kind a ``resume`` policy relaunches after.
+    transient: bool = False
 
     @cached_property
     def regex(self) -> re.Pattern[str]:
@@ -99,6 +102,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "for 600000 milliseconds before timing out.",
         source="torch.distributed / NCCL",
         needles=("NCCL", "Watchdog caught collective operation timeout"),
+        transient=True,
     ),
     Signature(
         name="ray_start_failure",
@@ -353,9 +357,38 @@ def monitor_rows() -> list[SignatureRow]:
              "needles": list(s.needles)} for s in SIGNATURES]
 
 
-def monitor_config(first_step_pattern: str | None) -> MonitorConfig:
-    """What a launch hands each host's run monitor: the table, and the run's own first-step pattern if any."""
-    return {"signatures": monitor_rows(), "first_step_pattern": first_step_pattern}
+def policy_errors(wanted: list[str] | None) -> list[str]:
+    """The signature names an ``on_error`` policy acts on: ids as given, severities expanded (default: every
+    signature of severity error). Raises ``ToolInputError`` naming ``policy.errors`` for an unknown one."""
+    from skill_server.core.errors import ToolInputError
+
+    names: list[str] = []
+    for item in wanted if wanted is not None else ["error"]:
+        if item in ("error", "warning"):
+            names += [s.name for s in SIGNATURES if s.severity == item]
+        elif item in SIGNATURES_BY_NAME:
+            names.append(item)
+        else:
+            raise ToolInputError(f"{item!r} is neither a signature id (references/error-signatures.md) nor a "
+                                 "severity ('error', 'warning')", field="policy.errors")
+    return list(dict.fromkeys(names))
+
+
+def transient_names() -> list[str]:
+    """The signatures a ``resume`` policy relaunches after (``Signature.transient``)."""
+    return [s.name for s in SIGNATURES if s.transient]
+
+
+def monitor_config(first_step_pattern: str | None, first_step_s: int | None = None,
+                   policy: MonitorPolicy | None = None) -> MonitorConfig:
+    """What a launch hands each host's run monitor: the table, the run's own first-step pattern if any, its
+    first-step deadline and its policies."""
+    out: MonitorConfig = {"signatures": monitor_rows(), "first_step_pattern": first_step_pattern}
+    if first_step_s is not None:
+        out["first_step_s"] = first_step_s
+    if policy:
+        out["policy"] = policy
+    return out
 
 
 def render_table() -> str:
@@ -366,7 +399,8 @@ def render_table() -> str:
     ]
     for sig in SIGNATURES:
         pattern = sig.pattern.replace("|", "\\|")
-        rows.append(f"| `{sig.name}`: {sig.title} | {sig.severity} | `` {pattern} `` | {sig.hint} |")
+        severity = sig.severity + (", transient" if sig.transient else "")
+        rows.append(f"| `{sig.name}`: {sig.title} | {severity} | `` {pattern} `` | {sig.hint} |")
     return "\n".join(rows) + "\n"
 
 

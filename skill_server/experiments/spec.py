@@ -97,6 +97,9 @@ class RunSpec:
     format: int | None = FORMAT
     legacy_run_dir: str | None = None  # format 1
     legacy_socket_path: str | None = None  # format 1
+    #: The attempt this run resumes, and the one that resumed it (a resume policy's chain: ``experiments.attempts``).
+    previous_attempt: str | None = None
+    next_attempt: str | None = None
     #: The processes with their run directory and socket resolved (computed once).
     resolved: tuple[RunProcess, ...] = field(init=False, repr=False, compare=False)
 
@@ -137,7 +140,8 @@ class RunSpec:
             processes=tuple(_process(_object(p, f"processes.{i}")) for i, p in enumerate(processes)),
             attach=_text(spec, "attach"), ray_cluster=None if ray is None else _ray(_object(ray, "ray_cluster")),
             format=_maybe_int(spec, "format"), legacy_run_dir=_maybe_text(spec, "run_dir"),
-            legacy_socket_path=_maybe_text(spec, "socket_path"))
+            legacy_socket_path=_maybe_text(spec, "socket_path"), previous_attempt=_maybe_text(spec, "previous_attempt"),
+            next_attempt=_maybe_text(spec, "next_attempt"))
 
     def to_json(self) -> dict[str, Any]:
         """The JSON a launch writes for this spec (format 1 rows keep their top-level paths)."""
@@ -155,6 +159,9 @@ class RunSpec:
             out["run_dir"] = self.legacy_run_dir
         if self.legacy_socket_path is not None:
             out["socket_path"] = self.legacy_socket_path
+        for key in ("previous_attempt", "next_attempt"):  # only in a resume chain's rows
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
         if self.ray_cluster is not None:
             r = self.ray_cluster
             out["ray_cluster"] = {"head": r.head, "workers": list(r.workers), "port": r.port, "address": r.address,

@@ -94,6 +94,8 @@ def stop_run(key: str, grace_s: float | None = None, deadline: Deadline | None =
                      + ", ".join(f"{a.host} pid {a.pid}" for a in alive))
     if unreachable:
         notes.append("could not stop on " + "; ".join(unreachable) + " (nothing recorded; call stop again)")
+    if status.get("next_attempt"):  # a relaunch waiting for its backoff is cancelled by this stop; one done is not
+        notes.append(f"its policy resumed it as {status['next_attempt']}: stop that one too")
     status["note"] = "; ".join(dict.fromkeys(notes)) or None
     out = StopOutput(summary="", **status, interrupted=sorted(set(interrupted)), killed=sorted(set(killed_roles)),
                      killed_processes=killed, still_alive=alive, session_removed=removed)

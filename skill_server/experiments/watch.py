@@ -23,6 +23,7 @@ quietly with 141.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import time
@@ -37,18 +38,23 @@ from skill_server.experiments.progress import iso
 from skill_server.experiments.queries import (
     ExtraPlan,
     absorb_config,
+    actions,
     extra_ops,
     find,
     plan_extras,
     progress_info,
     quiet,
+    stall,
+    stalled,
 )
 from skill_server.experiments.signatures import SIGNATURES_BY_NAME
 from skill_server.experiments.store import Row, open_registry
 
 EXIT_BY_STATE = {"succeeded": 0, "failed": 10, "stopped": 11, "timed_out": 12, "lost": 13}
 #: ``--until`` names -> the event that ends watching and its exit code (the run's end always does).
-UNTIL = {"first_step": ("first_step", 20), "error": ("error", 21), "stall": ("stalled", 22)}
+#: ``end`` is accepted for symmetry with wait_experiment: the run's end ends watching anyway (its exit code).
+UNTIL: dict[str, tuple[str, int | None]] = {"first_step": ("first_step", 20), "error": ("error", 21),
+                                            "stall": ("stalled", 22), "end": ("finished", None)}
 EXIT_TOOL_ERROR, EXIT_USAGE, EXIT_MAX_TIME, EXIT_INTERRUPTED, EXIT_PIPE_CLOSED = 1, 2, 124, 130, 141
 DEFAULT_EVERY = 10
 DEFAULT_INTERVAL_S = 5.0
@@ -91,6 +97,7 @@ class Watcher:
         self.first_step = False
         self.reported_step: int | None = None
         self.errors: set[str] = set()
+        self.actions: set[tuple[str, str, str]] = set()
         self.restarts = 0
 
     def _metrics(self, last: dict[str, Any]) -> dict[str, Any]:
@@ -110,6 +117,7 @@ class Watcher:
         out += self._step_events(view, progress)
         out += self._error_events(view)
         out += self._stall_events(view)
+        out += self._action_events(view)
         if view.state in TERMINAL:
             out.append(self._finished_event(view))
         return out
@@ -175,9 +183,29 @@ class Watcher:
                               "line": hit.get("line"), "count": hit.get("count"), "hint": hint}))
         return out
 
+    def _action_events(self, view: View) -> list[Event]:
+        """``action``: each thing the run's policies did (on its hosts, with nobody calling), once."""
+        out = []
+        for a in actions(view):
+            key = (a.at, a.trigger, a.action)
+            if key not in self.actions:
+                self.actions.add(key)
+                out.append(Event("action", f"{a.trigger} -> {a.action}: {a.result}", dataclasses.asdict(a)))
+        return out
+
     def _stall_events(self, view: View) -> list[Event]:
-        """``stalled`` once the run has been quiet ``stall_s`` seconds; again only after it moved on."""
+        """``stalled`` once the run has been quiet ``stall_s`` seconds or its monitor says it stalled (its bound
+        from the run's pace); again only after it moved on."""
         quiet_s, since = quiet(view)
+        verdict = stall(view)
+        if stalled(view) and verdict is not None:
+            if self.stalled:
+                return []
+            self.stalled = True
+            step, bound = verdict.get("last_step"), verdict.get("bound_s")
+            return [Event("stalled", f"no progress for {_duration(quiet_s or 0)}, over its bound of "
+                          f"{_duration(float(bound or 0))}" + (f" (at step {step})" if step else ""),
+                          {"quiet_s": quiet_s, "quiet_since": since, "global_step": step, "bound_s": bound})]
         if self.stall_s is None or quiet_s is None or quiet_s < self.stall_s:
             self.stalled = False
             return []
@@ -228,7 +256,7 @@ def watch(key: str, write: Callable[[str], None], *, every: int = DEFAULT_EVERY,
 
     ``ToolInputError`` (unknown id) propagates to the caller, which prints it as any tool error."""
     watcher = Watcher(every, metrics, stall_s)
-    ends = {UNTIL[name][0]: UNTIL[name][1] for name in until}
+    ends = {kind: code for kind, code in (UNTIL[name] for name in until) if code is not None}
     started = time.monotonic()
 
     def on_term(signum: int, frame: Any) -> None:

@@ -36,9 +36,9 @@ import signal
 import sys
 import time
 
-from . import files, findings, points, procs, scanner
+from . import files, findings, points, policy, procs, scanner
 from .files import AgentError
-from .protocol import LOG_MARK, RUN_MARKER, TYPE_CHECKING
+from .protocol import LOG_MARK, RUN_MARKER, SESSION_REMOVED, TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -48,8 +48,6 @@ SPEC = "monitor.spec.json"
 FINDINGS = "monitor.json"
 LOCK = "monitor.lock"
 LOG = "monitor.log"
-#: Left in the run directory once the run's tmux session was removed (a stop reads it too).
-SESSION_REMOVED = "session.removed"
 #: When an observation last started a monitor here (at most one start per ``RESTART_EVERY_S``).
 RESTARTED = "monitor.restarted"
 FORMAT = 1
@@ -170,6 +168,7 @@ class Role:
         self.pid = spec.get("pid")
         self.start = spec.get("start")
         self.log_path = str(spec["log_path"])
+        self.spec = spec
         self.found = found
         self.ended = False  # the wrapper is gone and nothing it left behind still runs
         self.exit_code: int | None = None
@@ -207,8 +206,22 @@ class Run:
         #: Where a previous monitor of this run left the run clock (0: this is the first one).
         clock = (previous or {}).get("clock_s")
         self.resumed_at = float(clock) if isinstance(clock, (int, float)) else 0.0
+        self._take_up_policy(previous or {})
         self.urgent = True
         self.finished = False
+
+    def _take_up_policy(self, previous: Mapping[str, Any]) -> None:
+        """What a previous monitor of this run left of the stall verdict and the policies' work."""
+        #: The stall watcher's verdict (``policy.StallWatch``), the policies' actions, the notify command's tally.
+        self.stall: dict[str, Any] = dict(previous.get("stall") or {})
+        self.actions: list[dict[str, Any]] = list(previous.get("actions") or [])
+        self.notify: dict[str, Any] = dict(previous.get("notify") or {})
+        #: Events are numbered; the policies have handled those up to ``policy_seq``.
+        self.event_seq = int(previous.get("event_seq") or 0)
+        self.policy_seq = int(previous.get("policy_seq") or 0)
+        self.stopped_by_policy = any(a.get("action") in ("stop", "resume") for a in self.actions)
+        #: A resume policy's relaunch, due after the run ended here: {trigger, due (run clock)}.
+        self.pending_resume: dict[str, Any] | None = previous.get("pending_resume") or None
 
     def _age(self, previous: Mapping[str, Any] | None) -> float:
         """The run clock's reading now: the first wrapper's age, else where a previous monitor left it."""
@@ -227,7 +240,8 @@ class Run:
 
     def emit(self, kind: str, **fields: Any) -> None:
         """Record an event (first step, a new error, a process's end, the max time, the run's end)."""
-        event = {"at": round(self.clock(), 3), "kind": kind}
+        self.event_seq += 1
+        event = {"at": round(self.clock(), 3), "kind": kind, "seq": self.event_seq}
         event.update(fields)
         self.events = (self.events + [event])[-KEEP_EVENTS:]
         self.urgent = True
@@ -245,7 +259,9 @@ class Run:
                 "clock_s": round(self.clock(), 3), "written_at": time.time(), "ended": ended,
                 "timed_out": self.timed_out, "session_removed": self.session_removed,
                 "internal_errors": self.internal_errors, "roles": {r.name: r.found.to_json() for r in self.roles},
-                "events": self.events}
+                "events": self.events, "event_seq": self.event_seq, "policy_seq": self.policy_seq,
+                "stall": self.stall, "actions": self.actions, "notify": self.notify,
+                "pending_resume": self.pending_resume}
 
 
 def _compile(pattern: str) -> Any:
@@ -470,7 +486,7 @@ def save(run: Run, ended: bool, last: Persist | None = None) -> None:
 # the scheduler
 
 
-def _tick(run: Run, watcher: Watcher, now: float) -> float | None:
+def _tick(run: Run, watcher: Scheduled, now: float) -> float | None:
     """One watcher's tick; a bug in one never ends the monitor (it enforces the max time)."""
     try:
         return watcher.tick(run, now)
@@ -483,11 +499,19 @@ def _tick(run: Run, watcher: Watcher, now: float) -> float | None:
         return 5.0
 
 
-def run_loop(run: Run) -> None:
-    """Run the watchers until the run has ended on this host, then finish it."""
+if TYPE_CHECKING:
+    #: What the scheduler runs: the watchers here and those of ``policy`` (the same members: due, pace_s, tick).
+    Scheduled = Watcher | policy.StallWatch | policy.Policy
+
+
+def run_loop(run: Run, rules: policy.Policy | None = None) -> None:
+    """Run the watchers until the run has ended on this host (``finish`` then ends it)."""
     tails = {role.name: LogTail(run, role) for role in run.roles}
     persist = Persist()
-    watchers: list[Watcher] = [Processes(tails), *tails.values(), MaxTime(), persist]
+    watchers: list[Scheduled] = [Processes(tails), *tails.values(), MaxTime(), policy.StallWatch()]
+    if rules is not None:
+        watchers.append(rules)
+    watchers.append(persist)
     while not run.finished:
         for watcher in watchers:
             now = run.clock()
@@ -500,8 +524,9 @@ def run_loop(run: Run) -> None:
             time.sleep(max(0.0, min(TICK_S, min(w.due for w in watchers) - run.clock())))
 
 
-def finish(run: Run) -> None:
-    """The run has ended here: remove its session once every exit code is on disk, write the last findings."""
+def finish(run: Run, rules: policy.Policy | None = None) -> None:
+    """The run has ended here: remove its session once every exit code is on disk, carry out the end's policy,
+    write the last findings."""
     if not os.path.isfile(run.path(SPEC)):
         return
     from . import tmux
@@ -515,7 +540,10 @@ def finish(run: Run) -> None:
                 files.touch(run.path(SESSION_REMOVED))
             except OSError:
                 pass
-    run.emit("ended", exit_codes={r.name: c for r, c in zip(run.roles, codes)})
+    run.stall = {}
+    run.emit("ended", state=policy.end_state(run), exit_codes={r.name: c for r, c in zip(run.roles, codes)})
+    if rules is not None:
+        rules.at_end(run)
     save(run, ended=True)
 
 
@@ -524,15 +552,17 @@ def finish(run: Run) -> None:
 
 
 def spec_for(exp_id: str, socket_path: str, session: str, started: Sequence[Mapping[str, Any]],
-             offsets: Mapping[str, int], max_time_s: int, grace_s: int, config: Mapping[str, Any] | None
-             ) -> dict[str, Any]:
+             offsets: Mapping[str, int], max_time_s: int, grace_s: int, config: Mapping[str, Any] | None,
+             result_dir: str = "") -> dict[str, Any]:
     """The monitor's spec file: what a launch decided that the monitor needs."""
     config = config or {}
     return {"format": FORMAT, "exp_id": exp_id, "socket_path": socket_path, "session": session,
             "max_time_s": max_time_s, "grace_s": grace_s, "first_step_pattern": config.get("first_step_pattern"),
-            "signatures": list(config.get("signatures") or []),
+            "first_step_s": config.get("first_step_s"), "policy": dict(config.get("policy") or {}),
+            "result_dir": result_dir, "signatures": list(config.get("signatures") or []),
             "roles": [{"role": p["role"], "log_path": p["log_path"], "start_offset": offsets.get(str(p["role"]), 0),
-                       "pid": p["pid"], "start": p["start"], "pane_id": p["pane_id"]} for p in started]}
+                       "pid": p["pid"], "start": p["start"], "pane_id": p["pane_id"], "workdir": p.get("workdir")}
+                      for p in started]}
 
 
 def log_sizes(logs: Mapping[str, str]) -> dict[str, int]:
@@ -656,6 +686,27 @@ def ensure_running(run_dir: str, doc: Mapping[str, Any] | None) -> bool:
     return True
 
 
+def attempts_after(run_dir: str) -> list[dict[str, Any]]:
+    """The attempts a resume policy started after this run, in order (each one's ``policy.NEXT_ATTEMPT`` record,
+    followed from run directory to run directory)."""
+    chain: list[dict[str, Any]] = []
+    here = run_dir
+    while len(chain) < 50:
+        text = files.read_small(os.path.join(here, policy.NEXT_ATTEMPT), 1024 * 1024)
+        try:
+            record = json.loads(text) if text else None
+        except ValueError:
+            record = None
+        if not isinstance(record, dict):
+            break
+        launch = record.get("launch")
+        if not isinstance(launch, dict) or not isinstance(launch.get("run_dir"), str):
+            break
+        chain.append(record)
+        here = launch["run_dir"]
+    return chain
+
+
 def _role_of(doc: Mapping[str, Any] | None, role: str) -> dict[str, Any] | None:
     found = ((doc or {}).get("roles") or {}).get(role)
     return found if isinstance(found, dict) else None
@@ -698,7 +749,14 @@ def report(run_dir: str, role: str, *, final: bool, cache: dict[str, Any]) -> di
     if found is not None and not found.get("drained") and not doc.get("ended"):
         out = catch_up(run_dir, doc, role, final) or out
     out["run"] = {"alive": entry["alive"], "ended": bool(doc.get("ended")), "clock_s": doc.get("clock_s"),
-                  "timed_out": bool(doc.get("timed_out")), "internal_errors": doc.get("internal_errors", 0)}
+                  "timed_out": bool(doc.get("timed_out")), "internal_errors": doc.get("internal_errors", 0),
+                  "stall": doc.get("stall") or {}, "actions": doc.get("actions") or [],
+                  "notify": doc.get("notify") or {}}
+    if doc.get("ended") and doc.get("actions"):  # a resume policy may have started attempts after this one
+        if "attempts" not in entry:
+            entry["attempts"] = attempts_after(run_dir)
+        if entry["attempts"]:
+            out["run"]["attempts"] = entry["attempts"]
     return out
 
 
@@ -791,13 +849,14 @@ def main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    rules = policy.Policy(run)
     try:
         save(run, ended=False)
-        run_loop(run)
+        run_loop(run, rules)
         if stop:  # stopped from outside before the run ended: keep what was found; an observation resumes it
             save(run, ended=False)
         else:
-            finish(run)
+            finish(run, rules)
     finally:
         os.close(lock)
     return 0

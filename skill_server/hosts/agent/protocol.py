@@ -25,6 +25,8 @@ PROTOCOL_VERSION = 2
 
 #: The environment variable every process of a run carries: ``<experiment id>/<role>``.
 RUN_MARKER = "AGENTJET_SKILL_RUN"
+#: Left in a run directory once the run's tmux session was removed (by its monitor, an observation or a stop).
+SESSION_REMOVED = "session.removed"
 #: What starts every line the wrapper and the run monitor write into a run's log.
 LOG_MARK = "[agentjet-swarm-skill]"
 #: How long a stop waits after SIGKILL before it reports what survived (callers add it to their bounds).
@@ -182,11 +184,34 @@ if TYPE_CHECKING:
         flags: str  # "i": ignore case
         needles: list[str]
 
-    class MonitorConfig(TypedDict):
-        """What the run monitor needs from the server: the signature table, the run's first-step pattern."""
-
+    class _MonitorRequired(TypedDict):
         signatures: list[SignatureRow]
         first_step_pattern: str | None
+
+    class MonitorPolicy(TypedDict, total=False):
+        """The run's policies as its monitor carries them out (``hosts.agent.policy``); ``errors``: the signature
+        names ``on_error`` acts on; ``collect``: this host holds the results (``on_end: collect``)."""
+
+        on_error: str
+        errors: list[str]
+        on_stall: str
+        on_end: str
+        notify_command: str
+        stall_k: float
+        stall_floor_s: int
+        collect: bool
+        transient: list[str]  # the signature names a resume relaunches after
+        max_resumes: int
+        backoff_s: int
+        attempt: int  # 1: the launch; 2, 3...: its relaunches (``<id>.r2``...)
+        previous: str  # the attempt this one resumes
+
+    class MonitorConfig(_MonitorRequired, total=False):
+        """What the run monitor needs from the server: the signature table, the run's first-step pattern, its
+        first-step deadline and its policies."""
+
+        first_step_s: int
+        policy: MonitorPolicy
 
     class _LaunchRequired(TypedDict):
         op: Literal["launch"]

@@ -155,6 +155,11 @@ def op_launch(req: Mapping[str, object]) -> LaunchPlan | LaunchStarted:
         session_id: str | None = None
         try:
             _write_run_dir(exp_id, rdir, plan)
+            if "max_resumes" in (need_or(req, "monitor", dict, {}).get("policy") or {}):
+                from .actions import LAUNCH_REQUEST  # what the resume policy launches again (``relaunch_here``)
+
+                files.write_atomic(os.path.join(rdir, LAUNCH_REQUEST), json.dumps(dict(req)).encode("utf-8"),
+                                   replace=False, mode=0o600)
             if replace:  # the finished session of an earlier run of ours with this name
                 tmux.kill_session(socket, replace)
             offsets = monitor.log_sizes({p["role"]: p["log_path"] for p in plan["procs"]})
@@ -163,7 +168,7 @@ def op_launch(req: Mapping[str, object]) -> LaunchPlan | LaunchStarted:
                 session_id = session_id or sid
                 started.append(proc)
             monitor.start(rdir, monitor.spec_for(exp_id, socket, session, started, offsets, max_time_s, grace_s,
-                                                 need_or(req, "monitor", dict, None)))
+                                                 need_or(req, "monitor", dict, None), plan["result_dir"]))
         except BaseException:
             _discard_locked(exp_id, socket, session_id, rdir)
             raise
@@ -348,7 +353,7 @@ def _remove_finished_sessions(asked: list[Mapping[str, object]], cache: dict[str
     """A run whose every process here has its exit code on disk no longer needs its tmux session: its monitor
     removes it when it ends; for a run without a live monitor (launched before monitors, or its monitor
     gone) the observation that finds the codes does, once."""
-    from .monitor import SESSION_REMOVED
+    from .protocol import SESSION_REMOVED
 
     runs: dict[str, tuple[str, str, bool]] = {}
     for p in asked:
@@ -390,36 +395,16 @@ def op_stop(req: Mapping[str, object]) -> StopReply:
     rest = deadline.remaining()
     if rest is not None:  # SIGTERM and SIGKILL still get their waits inside the caller's deadline
         grace = max(0.0, min(grace, rest - procs.TERM_WAIT_S - KILL_WAIT_S - 1.0))
-    roles = []
-    wrappers: list[procs.Wrapper] = []
-    recorded: list[tmux.RecordedPane] = []
-    for p in objects(req, "procs"):
-        role = need(p, "role", str)
-        roles.append(role)
-        recorded.append({"pane_id": need_or(p, "pane_id", str, None), "pid": need_or(p, "pid", int, None),
-                         "start": need_or(p, "start", str, None)})
-        if files.read_int(os.path.join(rdir, role + ".exit")) is None:
-            try:
-                files.touch(os.path.join(rdir, role + ".stopped"))
-            except OSError:
-                pass
-        pid, start = need_or(p, "pid", int, None), need_or(p, "start", str, None)
-        if pid:
-            wrappers.append({"role": role, "pid": pid, "start": start})
-    report = procs.terminate(wrappers, exp_id + "/", grace)
-    for role in roles:  # what survived SIGKILL keeps its role "running" in every later observation
-        left = [{"pid": x["pid"], "start": x["start"]} for x in report["survivors"] if x["role"] == role]
-        path = os.path.join(rdir, role + ".survivors")
-        if left:
-            files.write_atomic(path, json.dumps(left).encode("utf-8"), replace=True, mode=0o600)
-        elif files.exists(path):
-            os.unlink(path)
-    from .monitor import SESSION_REMOVED
+    from .actions import STOP_REQUESTED, stop_here
 
-    codes = {role: files.read_int(os.path.join(rdir, role + ".exit")) for role in roles}
-    removed = False
-    if need_or(req, "kill_session", bool, True):  # the run's monitor may have removed it as the run ended
-        removed = tmux.kill_run_sessions(need(req, "socket_path", str), exp_id, need_or(req, "session_id", str, None),
-                                         recorded)[0] or files.exists(os.path.join(rdir, SESSION_REMOVED))
-    return {"interrupted": report["interrupted"], "terminated": report["terminated"], "killed": report["killed"],
-            "survivors": report["survivors"], "exit_codes": codes, "session_removed": removed}
+    if os.path.isdir(rdir):
+        try:
+            files.touch(os.path.join(rdir, STOP_REQUESTED))
+        except OSError:
+            pass
+    roles: list[dict[str, object]] = [{"role": need(p, "role", str), "pid": need_or(p, "pid", int, None),
+                                       "start": need_or(p, "start", str, None),
+                                       "pane_id": need_or(p, "pane_id", str, None)} for p in objects(req, "procs")]
+    kill = need_or(req, "kill_session", bool, True)
+    socket = need(req, "socket_path", str) if kill else ""
+    return stop_here(exp_id, rdir, roles, grace, socket, need_or(req, "session_id", str, None), kill_session=kill)

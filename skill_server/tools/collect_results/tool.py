@@ -282,11 +282,11 @@ def _holds_other_runs(label: str, rows: list[dict[str, float]], run: _Run) -> st
 
 def _finish_flag_wanted(inp: CollectInput, state: str | None, notes: list[str]) -> bool:
     """finish.flag is written once the run has ended, unless the caller says not to; a note says why not."""
-    running = state in ("running", "unreachable")
+    running = state in ("running", "stalled", "unreachable")
     if inp.write_finish_flag is False:
         notes.append("finish.flag not written (write_finish_flag=false)")
     elif running:
-        why = "is still running" if state == "running" else "cannot be asked about (host unreachable)"
+        why = "is still running" if state != "unreachable" else "cannot be asked about (host unreachable)"
         notes.append(f"the experiment {why}: results.md is interim and finish.flag was not written")
     return inp.write_finish_flag is not False and not running
 

@@ -61,7 +61,7 @@ def experiment_status(inp: StatusInput) -> StatusOutput:
             next_offset = offset + limit if more else None
         listing = inp.checkpoints if inp.checkpoints is not None else inp.id is not None
         fields = observe_with_lines(reg, rows, inp.since, max_lines, checkpoints=listing, history_request=wanted,
-                                    deadline=deadline)
+                                    deadline=deadline, follow_attempts=inp.id is None)
         place = reg.place
     registry = None if place is None else RegistryInfo(
         path=str(place.directory / DB_NAME), mode=place.mode, filesystem=place.filesystem, warning=place.warning)

@@ -130,9 +130,10 @@ def stop_cluster(inp: RayClusterInput, head: str) -> RayClusterOutput:
     notes = [stopped.note] if stopped.note else []
     if left:
         notes.append(f"{len(left)} process(es) still hold GPU memory: see gpu_processes_left")
+    state = "running" if stopped.state == "stalled" else stopped.state  # a stop's answer is never "stalled"
     return RayClusterOutput(
         summary="",  # ray_cluster() writes it
-        action="stop", id=row.id, session=row.session, state=stopped.state, head=head, workers=workers, port=port,
+        action="stop", id=row.id, session=row.session, state=state, head=head, workers=workers, port=port,
         address=meta.address, ray_version=None, expected_nodes=len(nodes), alive_nodes=None, ready=False,
         nodes=None, resources=None, reason=None, processes=stopped.processes, lines=stopped.lines,
         ray_stop=reports, killed_processes=stopped.killed_processes, still_alive=stopped.still_alive, gpus=gpus,

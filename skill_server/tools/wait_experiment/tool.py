@@ -22,7 +22,7 @@ from skill_server.experiments import logs, sentences
 from skill_server.experiments.checks import compile_pattern
 from skill_server.experiments.models import TERMINAL, WAIT_DEFAULT_S, WAIT_MAX_S
 from skill_server.experiments.observe import View, observe
-from skill_server.experiments.queries import find, observe_with_lines, parse_cursor, quiet
+from skill_server.experiments.queries import find, observe_with_lines, parse_cursor, quiet, stalled
 from skill_server.experiments.signatures import SIGNATURES_BY_NAME
 from skill_server.experiments.store import Registry, Row, open_registry
 from skill_server.tools.wait_experiment.models import WaitInput, WaitOutput, WaitReason
@@ -114,6 +114,8 @@ class _Wait:
         if any(c > self.baseline.get(name, 0) for name, c in _error_counts(view.scan).items()):
             return "error"
         if self.stall_s is not None and (quiet_s := quiet(view)[0]) is not None and quiet_s >= self.stall_s:
+            return "stalled"
+        if self.until == "stall" and stalled(view):
             return "stalled"
         return None
 
