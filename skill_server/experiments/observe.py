@@ -28,8 +28,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from skill_server.core.deadline import Deadline
+from skill_server.experiments import backends, history, logs
 from skill_server.experiments import blueprint as bp
-from skill_server.experiments import history, logs
 from skill_server.experiments.models import TERMINAL
 from skill_server.experiments.progress import StepLine
 from skill_server.experiments.spec import RunProcess
@@ -74,6 +74,8 @@ class ProcView:
     points_cursor: list[int] = field(default_factory=list)
     #: Not asked: a process on host ``local`` of a run another machine launched (``reason`` names it).
     elsewhere: bool = False
+    #: A Slurm run's job as its login node saw it (``SchedulerFacts``); None under tmux.
+    scheduler: dict[str, Any] | None = None
 
     @property
     def role(self) -> str:
@@ -122,11 +124,11 @@ def _requests(rows: list[Row], scans: list[logs.ScanState], extra: list[list[lis
                 watched.append(p.socket_path)
             reads: list[ReadSpan] = [{"offset": o, "budget": b} for o, b in extra[r][i]]
             where[(r, i)] = (p.host, len(on_host))
-            on_host.append({"run_dir": p.run_dir, "role": p.role, "pid": p.pid, "start": p.start,
-                            "log_path": p.log_path, "reads": reads, "exp_id": row.id, "socket_path": p.socket_path,
-                            "session_id": p.session_id, "pane_id": p.pane_id,
-                            "scan": {"offset": scans[r].offsets[i], "budget": budgets[p.host]},
-                            "points": scans[r].mirrored.get(p.role, [])})
+            on_host.append(backends.of(row.spec.hosts.get(p.host)).observe(p, {
+                "run_dir": p.run_dir, "role": p.role, "pid": p.pid, "start": p.start, "log_path": p.log_path,
+                "reads": reads, "exp_id": row.id, "socket_path": p.socket_path, "session_id": p.session_id,
+                "pane_id": p.pane_id, "scan": {"offset": scans[r].offsets[i], "budget": budgets[p.host]},
+                "points": scans[r].mirrored.get(p.role, [])}))
     return {h: [client.observe(sockets[h], procs[h])] for h in procs}, where
 
 
@@ -190,6 +192,10 @@ def _proc_view(p: RunProcess, reply: Reply | None, index: int) -> ProcView:
     facts = ProcFacts(alive=facts_raw["alive"], exit_code=facts_raw["exit_code"],
                       markers=frozenset(facts_raw["markers"]), final=bool(facts_raw["final"]), size=facts_raw["size"])
     pane_alive = any(x["pane_id"] == p.pane_id and not x["dead"] for x in panes) if p.pane_id else None
+    scheduler = facts_raw.get("scheduler")
+    if scheduler is not None and scheduler["error"] and facts.alive is None and facts.exit_code is None:
+        return ProcView(p, "unreachable", None, None, False, facts.size, reason=f"Slurm: {scheduler['error']}",
+                        scheduler=dict(scheduler))
     state = process_state(facts, pane_alive)
     final = facts.final or state not in ("running", "waiting")
     chunks = [_chunk(x) for x in facts_raw["reads"]]
@@ -197,7 +203,8 @@ def _proc_view(p: RunProcess, reply: Reply | None, index: int) -> ProcView:
     return ProcView(p, state, facts.exit_code, facts.alive, final, facts.size, chunks,
                     exit_source=facts_raw.get("exit_source"), elapsed_s=facts_raw.get("elapsed_s"),
                     scan=_chunk(scan) if scan is not None else None, monitor=facts_raw.get("monitor"),
-                    points=facts_raw.get("points", []), points_cursor=facts_raw.get("points_cursor", []))
+                    points=facts_raw.get("points", []), points_cursor=facts_raw.get("points_cursor", []),
+                    scheduler=dict(scheduler) if scheduler is not None else None)
 
 
 def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, now: float) -> View:

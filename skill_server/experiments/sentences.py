@@ -63,6 +63,7 @@ _WAIT_ENDS = {
     "exited": "the run ended",
     "first_step": "the first training step appeared",
     "pattern": "the pattern matched",
+    "started": "its Slurm job left the queue",
     "error": "a new error signature appeared",
     "timeout": "nothing to act on yet",
     "unreachable": "its host did not answer",
