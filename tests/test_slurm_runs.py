@@ -1,0 +1,214 @@
+"""Runs submitted to a real Slurm through the tools, as a user calls them (the CLI), with this machine as the
+login node: queued (with Slurm's reason), running (on which node), completed, failed (exit code), cancelled,
+timed out, a job that ignores SIGTERM, a launch whose controller is killed after sbatch, and the final
+states still known once Slurm has forgotten the jobs (MinJobAge; no accounting). The cluster is
+tests/slurm_cluster.py's; the server's state directory and the runs' workdir are on its shared folder, as a
+home directory on NFS would be. The two runs past their time limit are launched when the module starts, so
+that their minute passes while the other tests run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO, cli_env
+from tests.slurm_cluster import SlurmCluster, slurm  # noqa: F401  (fixtures are used by name)
+
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
+#: A process that ignores SIGTERM (Slurm sends it to every process of the job; SIGKILL follows after KillWait).
+STUBBORN = (f"{sys.executable} -c \"import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('stubborn', flush=True); time.sleep(600)\"")
+
+
+class Lab:
+    """The cluster plus the environment of a tool call on its login node (this machine, in its network)."""
+
+    def __init__(self, cluster: SlurmCluster) -> None:
+        self.cluster = cluster
+        self.state = cluster.shared / "state"
+        self.work = cluster.shared / "work"
+        self.work.mkdir(exist_ok=True)
+        self.env = cluster.client_env(cli_env(SKILL_SERVER_STATE_DIR=str(self.state)))
+
+    def argv(self, tool: str, arguments: dict[str, Any]) -> list[str]:
+        return self.cluster.argv([sys.executable, "-m", "skill_server", "call", tool, "--json",
+                                  json.dumps(arguments)])
+
+    def call(self, tool: str, **arguments: Any) -> dict[str, Any]:
+        proc = self.try_call(tool, **arguments)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)
+
+    def try_call(self, tool: str, **arguments: Any) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(self.argv(tool, arguments), env=self.env, capture_output=True, text=True, cwd=REPO,
+                              timeout=180, check=False, stdin=subprocess.DEVNULL)
+
+    def launch(self, name: str, command: str, **slurm_options: Any) -> dict[str, Any]:
+        max_time = slurm_options.pop("max_time_s", 3600)
+        return self.call("launch_experiment", name=name, command=command, workdir=str(self.work),
+                         max_time_s=max_time, slurm=slurm_options)
+
+    def status(self, run_id: str, **arguments: Any) -> dict[str, Any]:
+        return self.call("experiment_status", id=run_id, **arguments)["experiments"][0]
+
+    def wait_for(self, run_id: str, predicate: Any, timeout: float = 120) -> dict[str, Any]:
+        end = time.monotonic() + timeout
+        while True:
+            status = self.status(run_id, since="0")  # every line from the start
+            if predicate(status):
+                return status
+            assert time.monotonic() < end, status
+            time.sleep(0.5)
+
+
+@pytest.fixture(scope="module")
+def lab(slurm: SlurmCluster) -> Iterator[Lab]:  # noqa: F811
+    yield Lab(slurm)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def past_the_limit(lab: Lab) -> dict[str, str]:
+    """Two runs whose max time is one minute (sbatch --time=1): one dies of SIGTERM, one ignores it."""
+    return {"sleeps": lab.launch("limit_sleeps", "echo started; sleep 600", max_time_s=60)["id"],
+            "stubborn": lab.launch("limit_stubborn", STUBBORN, max_time_s=60)["id"]}
+
+
+def job_of(status: dict[str, Any]) -> int:
+    return int(status["scheduler"]["job_id"])
+
+
+def forgotten(lab: Lab, job: int, timeout: float = 90) -> None:
+    """Wait until Slurm has forgotten the job (MinJobAge after its end)."""
+    end = time.monotonic() + timeout
+    while lab.cluster.job(job) is not None:
+        assert time.monotonic() < end
+        time.sleep(0.5)
+
+
+def test_a_run_completes_and_one_fails_with_its_exit_code_known_after_slurm_forgets_them(lab: Lab):
+    ok = lab.launch("completes", "echo hello from $(hostname); echo 'step:1 - loss:0.5'")
+    # the nodes declare no RealMemory (1 MB): mem="1M" is what fits
+    bad = lab.launch("fails", "echo going down; exit 7", nodes=1, cpus_per_task=1, mem="1M")
+    assert ok["attach"].startswith("tail -F ")
+    done = lab.call("wait_experiment", id=ok["id"], timeout_s=50)
+    assert (done["state"], done["exit_code"]) == ("succeeded", 0)
+    assert done["scheduler"]["state"] == "COMPLETED" and done["scheduler"]["exit_code"] == "0:0"
+    assert done["scheduler"]["nodes"] in lab.cluster.nodes
+    failed = lab.call("wait_experiment", id=bad["id"], timeout_s=50)
+    assert (failed["state"], failed["exit_code"]) == ("failed", 7)
+    assert (failed["scheduler"]["state"], failed["scheduler"]["exit_code"]) == ("FAILED", "7:0")
+    status = lab.status(ok["id"], since="0")
+    assert f"hello from {done['scheduler']['nodes']}" in status["lines"]  # the job's node wrote the log
+    assert status["global_step"] == 1 and status["last_metrics"] == {"loss": 0.5}
+    for run in (ok, bad):
+        forgotten(lab, job_of(lab.status(run["id"])))
+    # Slurm has forgotten both (no accounting): the job's own record and the registry still say how they ended
+    again = {r["id"]: lab.status(r["id"]) for r in (ok, bad)}
+    assert (again[ok["id"]]["state"], again[ok["id"]]["exit_code"]) == ("succeeded", 0)
+    assert (again[bad["id"]]["state"], again[bad["id"]]["exit_code"]) == ("failed", 7)
+    assert again[bad["id"]]["scheduler"]["state"] == "FAILED"
+
+
+def test_a_queued_run_shows_slurm_s_reason_and_is_cancelled_by_stop(lab: Lab):
+    later = lab.launch("queued", "echo never", extra_args=["--begin=now+1hour"])
+    status = lab.wait_for(later["id"], lambda s: s["scheduler"]["reason"] == "BeginTime", timeout=30)
+    assert status["state"] == "running" and status["processes"][0]["state"] == "waiting"
+    assert status["scheduler"]["state"] == "PENDING" and "nodes" not in status["scheduler"]
+    waited = lab.call("wait_experiment", id=later["id"], until="started", timeout_s=2)
+    assert waited["reason"] == "timeout"
+    stopped = lab.call("stop_experiment", id=later["id"])
+    assert stopped["state"] == "stopped"
+    assert stopped["scheduler"]["state"] == "CANCELLED"
+    fields = lab.cluster.job(job_of(status))
+    assert fields is None or fields["JobState"] == "CANCELLED"
+
+
+def test_a_running_run_is_on_a_node_with_its_gpu_and_stop_cancels_it(lab: Lab):
+    run = lab.launch("runs", "echo gpus=$CUDA_VISIBLE_DEVICES on $(hostname); sleep 300", gpus_per_node=1)
+    started = lab.call("wait_experiment", id=run["id"], until="started", timeout_s=50)
+    assert started["reason"] == "started" and started["state"] == "running"
+    status = lab.wait_for(run["id"], lambda s: any("gpus=" in x for x in s["lines"]), timeout=30)
+    node = status["scheduler"]["nodes"]
+    assert node in lab.cluster.nodes and status["scheduler"]["state"] == "RUNNING"
+    assert any(x.startswith("gpus=") and x.endswith(f"on {node}") and x != "gpus= on " + node
+               for x in status["lines"])
+    stopped = lab.call("stop_experiment", id=run["id"], grace_s=10)
+    assert stopped["state"] == "stopped" and stopped["interrupted"] == ["main"]
+    fields = lab.cluster.job(job_of(status))
+    assert fields is None or fields["JobState"] == "CANCELLED"
+    assert lab.status(run["id"])["state"] == "stopped"
+
+
+def test_a_run_that_ignores_sigterm_is_stopped_only_once_slurm_has_killed_it(lab: Lab):
+    run = lab.launch("stubborn", STUBBORN)
+    lab.wait_for(run["id"], lambda s: "stubborn" in s["lines"], timeout=60)
+    began = time.monotonic()
+    stopped = lab.call("stop_experiment", id=run["id"], grace_s=1)
+    assert stopped["state"] == "stopped"
+    assert time.monotonic() - began >= lab.cluster.kill_wait  # SIGKILL came after KillWait, and stop waited
+    job = job_of(stopped)
+    fields = lab.cluster.job(job)
+    assert fields is None or (fields["JobState"], fields["ExitCode"]) == ("CANCELLED", "0:9")
+    for node in lab.cluster.nodes:  # nothing of it is left on any node
+        left = lab.cluster.node_exec(node, ["pgrep", "-f", "print('stubborn'"])
+        assert left.stdout.strip() == "", node
+
+
+def test_a_controller_killed_after_sbatch_leaves_no_orphan_job(lab: Lab, tmp_path: Path):
+    """sbatch (the real one) answers, then the launching CLI is killed before it records the job: the next
+    call of any tool rolls the launch back, cancelling the job by its name (the run's id)."""
+    slow = tmp_path / "bin"
+    slow.mkdir()
+    real = shutil.which("sbatch")
+    (slow / "sbatch").write_text(f"#!/bin/sh\n{real} \"$@\"; code=$?; touch {tmp_path}/submitted; sleep 60; "
+                                 "exit $code\n")
+    (slow / "sbatch").chmod(0o755)
+    env = {**lab.env, "PATH": f"{slow}:{lab.env['PATH']}"}
+    args = {"name": "orphan", "command": "sleep 300", "workdir": str(lab.work), "slurm": {}}
+    proc = subprocess.Popen(lab.argv("launch_experiment", args), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, cwd=REPO)
+    end = time.monotonic() + 60
+    while not (tmp_path / "submitted").exists():
+        assert time.monotonic() < end and proc.poll() is None
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.communicate()
+    names = lab.cluster.run("squeue", "-h", "-o", "%j|%T").stdout.split()
+    assert any(n.startswith("ajet_orphan-") for n in names), names
+    listed = lab.call("experiment_status")  # any call finishes the interrupted launch
+    assert all(not e["session"].endswith("orphan") for e in listed["experiments"])
+    end = time.monotonic() + 30
+    while any(n.startswith("ajet_orphan-") for n in lab.cluster.run("squeue", "-h", "-o", "%j").stdout.split()):
+        assert time.monotonic() < end, "the orphan job is still queued or running"
+        time.sleep(0.5)
+
+
+def test_sbatch_s_refusal_is_one_line_naming_slurm_and_nothing_is_registered(lab: Lab):
+    proc = lab.try_call("launch_experiment", name="too_many_gpus", command="true", workdir=str(lab.work),
+                        slurm={"gpus_per_node": 3})
+    assert proc.returncode != 0
+    assert "sbatch refused the job: sbatch: error: Batch job submission failed: Requested node configuration is " \
+           "not available" in proc.stderr
+    assert "slurm" in proc.stderr
+    assert all("too_many_gpus" not in e["session"] for e in lab.call("experiment_status")["experiments"])
+
+
+def test_runs_past_their_time_limit_end_timed_out(lab: Lab, past_the_limit: dict[str, str]):
+    for key in ("sleeps", "stubborn"):
+        status = lab.wait_for(past_the_limit[key], lambda s: s["state"] != "running", timeout=200)
+        assert status["state"] == "timed_out", status
+        assert status["scheduler"]["state"] == "TIMEOUT"
+    stubborn = lab.status(past_the_limit["stubborn"])
+    forgotten(lab, job_of(stubborn))
+    assert lab.status(past_the_limit["stubborn"])["state"] == "timed_out"
