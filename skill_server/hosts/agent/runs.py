@@ -431,8 +431,10 @@ def _scheduled(job_id: str, rdir: str, role: str, markers: list[str], cache: dic
         markers.append("stopped")
     if state == "TIMEOUT" and "timedout" not in markers:
         markers.append("timedout")
-    if code is None:
+    if code is None:  # killed with its job: Slurm's code, unless it says 0 for a job that did not complete
         code = slurm.exit_status(facts["exit_code"])
+        if code == 0 and state != "COMPLETED":
+            code = None
         source = "slurm" if code is not None else None
     return facts, False, code, source
 
