@@ -24,6 +24,7 @@ import pytest
 
 from tests.conftest import REPO, cli_env
 from tests.slurm_cluster import SlurmCluster, slurm  # noqa: F401  (fixtures are used by name)
+from tests.sshd import LoopbackSshd
 
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
 #: A process that ignores SIGTERM (Slurm sends it to every process of the job; SIGKILL follows after KillWait).
@@ -54,9 +55,9 @@ class Lab:
         return subprocess.run(self.argv(tool, arguments), env=self.env, capture_output=True, text=True, cwd=REPO,
                               timeout=180, check=False, stdin=subprocess.DEVNULL)
 
-    def launch(self, name: str, command: str, **slurm_options: Any) -> dict[str, Any]:
+    def launch(self, name: str, command: str, host: str = "local", **slurm_options: Any) -> dict[str, Any]:
         max_time = slurm_options.pop("max_time_s", 3600)
-        return self.call("launch_experiment", name=name, command=command, workdir=str(self.work),
+        return self.call("launch_experiment", name=name, command=command, workdir=str(self.work), host=host,
                          max_time_s=max_time, slurm=slurm_options)
 
     def status(self, run_id: str, **arguments: Any) -> dict[str, Any]:
@@ -212,3 +213,28 @@ def test_runs_past_their_time_limit_end_timed_out(lab: Lab, past_the_limit: dict
     stubborn = lab.status(past_the_limit["stubborn"])
     forgotten(lab, job_of(stubborn))
     assert lab.status(past_the_limit["stubborn"])["state"] == "timed_out"
+
+
+def test_the_login_node_over_ssh_submits_observes_and_stops(lab: Lab):
+    """The login node is an ssh destination (an sshd in the cluster's network whose sessions have the
+    cluster's SLURM_CONF, as a login node's /etc/slurm would give them): the same calls by id."""
+    login = LoopbackSshd(("login",), one_per_node=True, network=lab.cluster.network,
+                         node_env={"login": {"SLURM_CONF": str(lab.cluster.conf)}}).start()
+    before = lab.env.get("SKILL_SERVER_SSH_CONFIG")
+    lab.env["SKILL_SERVER_SSH_CONFIG"] = str(login.config)
+    try:
+        done = lab.launch("over_ssh", "echo hi from $(hostname)", host="login")
+        waited = lab.call("wait_experiment", id=done["id"], timeout_s=50)
+        assert (waited["state"], waited["host"], waited["scheduler"]["state"]) == ("succeeded", "login", "COMPLETED")
+        assert f"hi from {waited['scheduler']['nodes']}" in lab.status(done["id"], since="0")["lines"]
+        running = lab.launch("over_ssh_stop", "sleep 300", host="login")
+        lab.call("wait_experiment", id=running["id"], until="started", timeout_s=50)
+        stopped = lab.call("stop_experiment", id=running["id"])
+        assert stopped["state"] == "stopped" and stopped["scheduler"]["state"] == "CANCELLED"
+        assert lab.cluster.run("squeue", "-h", "-n", running["id"]).stdout == ""
+    finally:
+        if before is None:
+            lab.env.pop("SKILL_SERVER_SSH_CONFIG", None)
+        else:
+            lab.env["SKILL_SERVER_SSH_CONFIG"] = before
+        login.stop()
