@@ -119,6 +119,12 @@ def test_a_run_completes_and_one_fails_with_its_exit_code_known_after_slurm_forg
     assert (again[ok["id"]]["state"], again[ok["id"]]["exit_code"]) == ("succeeded", 0)
     assert (again[bad["id"]]["state"], again[bad["id"]]["exit_code"]) == ("failed", 7)
     assert again[bad["id"]]["scheduler"]["state"] == "FAILED"
+    # results and comparisons by id, as for tmux runs
+    collected = lab.call("collect_results", id=ok["id"], plot=False)
+    assert (collected["state"], collected["exit_code"]) == ("succeeded", 0)
+    assert collected["finish_flag_path"] and Path(collected["finish_flag_path"]).exists()
+    compared = lab.call("compare_experiments", ids=[ok["id"], bad["id"]], plot=False)
+    assert {r["id"]: r["state"] for r in compared["runs"]} == {ok["id"]: "succeeded", bad["id"]: "failed"}
 
 
 def test_a_queued_run_shows_slurm_s_reason_and_is_cancelled_by_stop(lab: Lab):
@@ -238,3 +244,20 @@ def test_the_login_node_over_ssh_submits_observes_and_stops(lab: Lab):
         else:
             lab.env["SKILL_SERVER_SSH_CONFIG"] = before
         login.stop()
+
+
+def test_one_status_call_over_many_jobs_asks_squeue_once_and_says_each_job_s_state(lab: Lab):
+    runs = [lab.launch(f"many{i}", "sleep 300") for i in range(3)]
+    ids = {r["id"] for r in runs}
+    end = time.monotonic() + 60
+    while True:  # the listing observes every run in one call: one squeue for the jobs, not one per job
+        listed = {e["id"]: e for e in lab.call("experiment_status")["experiments"] if e["id"] in ids}
+        if all(e["scheduler"]["state"] == "RUNNING" for e in listed.values()) and len(listed) == 3:
+            break
+        assert time.monotonic() < end, listed
+        time.sleep(0.5)
+    assert all(e["state"] == "running" and e["scheduler"]["nodes"] in lab.cluster.nodes for e in listed.values())
+    for run in runs:
+        assert lab.call("stop_experiment", id=run["id"], grace_s=5)["state"] == "stopped"
+    listed = {e["id"]: e for e in lab.call("experiment_status")["experiments"] if e["id"] in ids}
+    assert {e["scheduler"]["state"] for e in listed.values()} == {"CANCELLED"}

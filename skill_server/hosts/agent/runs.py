@@ -335,9 +335,15 @@ def op_observe(req: Mapping[str, object]) -> ObserveReply:
     panes: dict[str, list[Pane] | None] = {}
     for socket in strings(req, "sockets"):
         panes[socket] = tmux.list_panes(socket)
-    cache: dict[str, Any] = {}  # per run directory: its monitor's findings, read once
-    observed = [_observe_proc(p, cache) for p in objects(req, "procs")]
-    _remove_finished_sessions(objects(req, "procs"), cache)
+    cache: dict[str, Any] = {}  # per run directory: its monitor's findings, read once; per Slurm job: its facts
+    asked = objects(req, "procs")
+    jobs = {need(p, "job_id", str): need(p, "run_dir", str) for p in asked if need_or(p, "job_id", str, None)}
+    if jobs:
+        from . import slurm
+
+        cache.update({"slurm:" + job: facts for job, facts in slurm.query_all(jobs).items()})
+    observed = [_observe_proc(p, cache) for p in asked]
+    _remove_finished_sessions(asked, cache)
     return {"panes": panes, "procs": observed, "host_identity": host_identity()}
 
 

@@ -210,6 +210,51 @@ def query(job_id: str, rdir: str) -> SchedulerFacts:
             "error": shown}
 
 
+def query_all(jobs: Mapping[str, str]) -> dict[str, SchedulerFacts]:
+    """``query`` for many jobs (job id -> run directory) at the cost of one ``squeue`` of the user's jobs, plus
+    one ``scontrol`` per job seen final for the first time (squeue has no exit code); a job whose final word
+    is recorded already costs nothing. A single job is asked directly."""
+    out: dict[str, SchedulerFacts] = {}
+    ask = {}
+    for job_id, rdir in jobs.items():
+        mine = record(rdir)
+        if mine is not None and mine.get("source") == "slurm":
+            out[job_id] = _facts(job_id, mine, "record")
+        else:
+            ask[job_id] = rdir
+    if len(ask) <= 1:
+        out.update({job_id: query(job_id, rdir) for job_id, rdir in ask.items()})
+        return out
+    code, listing, err = _client(["squeue", "-h", "-t", "all", "--me", "-o", "%i|%T|%r|%N"])
+    seen: dict[str, list[str]] = {}
+    for line in listing.splitlines():
+        row = line.split("|")
+        if len(row) == 4 and row[0] in ask:
+            seen[row[0]] = row
+    for job_id, rdir in ask.items():
+        cells = seen.get(job_id)
+        if code != 0 or (cells is not None and cells[1] in FINAL) or cells is None:
+            # squeue failed, the job is final (its exit code), or forgotten (its record): as for one job
+            out[job_id] = query(job_id, rdir) if code == 0 else _unasked(job_id, rdir, err)
+            continue
+        out[job_id] = {"job_id": job_id, "state": cells[1], "reason": cells[2], "exit_code": "",
+                       "nodes": _nodes(cells[3]), "source": "slurm", "error": None}
+    return out
+
+
+def _unasked(job_id: str, rdir: str, err: str) -> SchedulerFacts:
+    """What the job's record says when squeue failed (``error`` says why, unless the record is final)."""
+    why = (err.strip().splitlines() or ["squeue failed"])[-1]
+    mine = record(rdir)
+    if mine is not None:
+        facts = _facts(job_id, mine, "record")
+        if facts["state"] not in FINAL:
+            facts["error"] = why
+        return facts
+    return {"job_id": job_id, "state": "UNKNOWN", "reason": "None", "exit_code": "", "nodes": "", "source": "none",
+            "error": why}
+
+
 def _nodes(value: str) -> str:
     return "" if value in ("(null)", "None") else value
 
