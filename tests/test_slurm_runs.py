@@ -261,3 +261,20 @@ def test_one_status_call_over_many_jobs_asks_squeue_once_and_says_each_job_s_sta
         assert lab.call("stop_experiment", id=run["id"], grace_s=5)["state"] == "stopped"
     listed = {e["id"]: e for e in lab.call("experiment_status")["experiments"] if e["id"] in ids}
     assert {e["scheduler"]["state"] for e in listed.values()} == {"CANCELLED"}
+
+
+def test_a_run_on_two_nodes_starts_ray_across_the_allocation_before_its_processes(lab: Lab):
+    ray = Path(sys.executable).parent / "ray"
+    assert ray.is_file(), f"{ray} is missing: pip install ray (a test dependency)"
+    command = f"{ray} status --address=$RAY_ADDRESS | grep -c ' node_' | sed 's/^/ray nodes: /'"
+    run = lab.call("launch_experiment", name="two_nodes", command=command, workdir=str(lab.work),
+                   python=sys.executable, env={"RAY_USAGE_STATS_ENABLED": "0"}, slurm={"nodes": 2})
+    end = time.monotonic() + 240
+    while (status := lab.status(run["id"], since="0"))["state"] == "running":
+        assert time.monotonic() < end, status
+        time.sleep(1)
+    assert status["state"] == "succeeded", status
+    # the processes ended; Slurm may still be releasing the nodes (COMPLETING on the last one), then COMPLETED
+    done = lab.wait_for(run["id"], lambda s: s["scheduler"]["state"] == "COMPLETED", timeout=60)
+    assert done["scheduler"]["nodes"] == "node[1-2]"
+    assert "ray nodes: 2" in status["lines"]

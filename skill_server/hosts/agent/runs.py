@@ -151,6 +151,7 @@ def op_launch(req: Mapping[str, object]) -> LaunchPlan | LaunchStarted:
             from . import slurm
 
             slurm.options(scheduled, exp_id, rdir, need(req, "max_time_s", int))  # extra_args refused here
+            slurm.ray_for(scheduled, plan["path_prepend"])
         return {"run_dir": rdir, "socket_path": socket, "result_dir": plan["result_dir"], "python": sys.executable,
                 "host_identity": host_identity(),
                 "procs": [{"role": p["role"], "workdir": p["workdir"], "log_path": p["log_path"]}
@@ -197,7 +198,8 @@ def _submit(exp_id: str, rdir: str, plan: _Plan, options: Mapping[str, object], 
             raise AgentError("the launch of %s was rolled back before it reached this host" % exp_id)
         try:
             _write_run_dir(exp_id, rdir, plan)
-            job_id = slurm.submit(options, exp_id, rdir, [p["role"] for p in plan["procs"]], max_time_s)
+            job_id = slurm.submit(options, exp_id, rdir, [p["role"] for p in plan["procs"]], max_time_s,
+                                  ray=slurm.ray_for(options, plan["path_prepend"]))
         except BaseException:
             _discard_slurm(exp_id, rdir)
             raise

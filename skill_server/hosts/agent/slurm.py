@@ -86,9 +86,49 @@ def options(slurm: Mapping[str, Any], exp_id: str, rdir: str, max_time_s: int) -
     return out
 
 
-def render(exp_id: str, rdir: str, roles: list[str]) -> str:
-    """The batch script: refuse to start a run that was rolled back, record RUNNING and the nodes, start each
-    process's wrapper (with the run's marker), wait for all, and record the end in ``job.json``."""
+#: Of a multi-node run: how long the batch script waits for every node to join Ray before it starts the processes.
+RAY_JOIN_S = 300
+#: A node's address for Ray: Slurm's NodeAddr of the node the command runs on, resolved to an IP.
+_NODE_IP = ("$(%(py)s -c 'import socket, sys; print(socket.gethostbyname(sys.argv[1]))' "
+            "\"$(scontrol show node \"$SLURMD_NODENAME\" -o | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2)\")")
+
+
+def _ray_lines(ray: str, python: str, rdir: str) -> list[str]:
+    """A run on several nodes: Ray's head on this (the first) node, a worker on each other node (one
+    ``srun --overlap`` step), then wait (bounded) until ``ray status`` counts every node; RAY_ADDRESS for the
+    processes. Each node joins with its own NodeAddr (Ray's own guess of an address can be one others cannot
+    reach). Slurm ends Ray with the job."""
+    q = shlex.quote
+    ip = _NODE_IP % {"py": q(python)}
+    head_log, workers_log = q(os.path.join(rdir, "ray-head.log")), q(os.path.join(rdir, "ray-workers.log"))
+    port = "$(%s -c 'import socket; s = socket.socket(); s.bind((\"\", 0)); print(s.getsockname()[1])')" % q(python)
+    worker = "exec %s start --address=\"$0\" --node-ip-address=%s --block" % (q(ray), ip)
+    return [
+        "__ajs_ip=" + ip,
+        "__ajs_port=" + port,
+        "export RAY_ADDRESS=\"$__ajs_ip:$__ajs_port\"",
+        "echo \"starting Ray on $SLURM_JOB_NUM_NODES nodes, head at $RAY_ADDRESS\"",
+        "%s start --head --node-ip-address=\"$__ajs_ip\" --port=\"$__ajs_port\" --block > %s 2>&1 &"
+        % (q(ray), head_log),
+        "__ajs_until=$((SECONDS + %d))" % RAY_JOIN_S,
+        "until %s status --address=\"$RAY_ADDRESS\" >/dev/null 2>&1 || [ \"$SECONDS\" -ge \"$__ajs_until\" ]; "
+        "do sleep 1; done" % q(ray),
+        "srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks-per-node=1 --overlap --exclude=\"$SLURMD_NODENAME\" "
+        "bash -c %s \"$RAY_ADDRESS\" > %s 2>&1 &" % (q(worker), workers_log),
+        "until [ \"$(%s status --address=\"$RAY_ADDRESS\" 2>/dev/null | grep -c ' node_')\" -ge "
+        "\"$SLURM_JOB_NUM_NODES\" ]; do" % q(ray),
+        "  if [ \"$SECONDS\" -ge \"$__ajs_until\" ]; then echo 'not every node joined Ray within %d s (see "
+        "ray-workers.log)'; __ajs_record FAILED 1:0 RayJoin; exit 1; fi" % RAY_JOIN_S,
+        "  sleep 1",
+        "done",
+        "echo \"Ray has $SLURM_JOB_NUM_NODES nodes\"",
+    ]
+
+
+def render(exp_id: str, rdir: str, roles: list[str], ray: str | None = None, python: str = "python3") -> str:
+    """The batch script: refuse to start a run that was rolled back, record RUNNING and the nodes, start Ray
+    across the nodes (``ray``: a run on several nodes), start each process's wrapper (with the run's marker),
+    wait for all, and record the end in ``job.json``."""
     q = shlex.quote
     lines = [
         "#!/bin/bash",
@@ -112,6 +152,7 @@ def render(exp_id: str, rdir: str, roles: list[str]) -> str:
         "if [ -e \"$__ajs_run/discarded\" ]; then echo 'this launch was rolled back before the job started'; "
         "__ajs_record CANCELLED 0:0 RolledBack; exit 0; fi",
         "__ajs_record RUNNING 0:0 None",
+        *(_ray_lines(ray, python, rdir) if ray else []),
         "__ajs_pids=()",
     ]
     for role in roles:
@@ -138,11 +179,30 @@ def render(exp_id: str, rdir: str, roles: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def submit(slurm: Mapping[str, Any], exp_id: str, rdir: str, roles: list[str], max_time_s: int) -> str:
+def ray_for(slurm: Mapping[str, Any], path_prepend: str | None) -> str | None:
+    """The ``ray`` a run on several nodes starts (beside the run's interpreter, else on PATH); None for one
+    node; refused when there is none."""
+    import shutil
+
+    if int(slurm.get("nodes") or 1) <= 1:
+        return None
+    beside = os.path.join(path_prepend, "ray") if path_prepend else None
+    found = beside if beside and os.access(beside, os.X_OK) else shutil.which("ray")
+    if found is None:
+        raise AgentError("a run on several nodes starts Ray across them: no ray beside python or on PATH here",
+                         "slurm.nodes")
+    return found
+
+
+def submit(slurm: Mapping[str, Any], exp_id: str, rdir: str, roles: list[str], max_time_s: int,
+           ray: str | None = None) -> str:
     """Write the batch script and submit it; the job id (also written to ``job.id``)."""
+    import sys
+
     argv = ["sbatch"] + options(slurm, exp_id, rdir, max_time_s)
     script = os.path.join(rdir, SCRIPT)
-    files.write_atomic(script, render(exp_id, rdir, roles).encode("utf-8"), replace=False, mode=0o700)
+    text = render(exp_id, rdir, roles, ray=ray, python=sys.executable)
+    files.write_atomic(script, text.encode("utf-8"), replace=False, mode=0o700)
     code, out, err = _client(argv + [script], 60.0)
     if code != 0:
         raise AgentError("sbatch refused the job: %s" % (err.strip().splitlines() or ["exit %d" % code])[-1],
