@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO, cli_env
+from tests.gpu_helpers import A100, install_fake_smi
 from tests.slurm_cluster import SlurmCluster, slurm  # noqa: F401  (fixtures are used by name)
 from tests.sshd import LoopbackSshd
 
@@ -278,3 +279,27 @@ def test_a_run_on_two_nodes_starts_ray_across_the_allocation_before_its_processe
     done = lab.wait_for(run["id"], lambda s: s["scheduler"]["state"] == "COMPLETED", timeout=60)
     assert done["scheduler"]["nodes"] == "node[1-2]"
     assert "ray nodes: 2" in status["lines"]
+
+
+def test_gpu_status_looks_at_the_nodes_of_a_run_s_job(lab: Lab):
+    """nvidia-smi (the stand-in, on the shared folder) in an ``srun --overlap`` step on each node of the job."""
+    state = {"gpus": [{"uuid": f"GPU-{i}", "name": A100, "memory_total": 81920, "memory_used": 4, "utilization": 0}
+                      for i in range(2)]}
+    smi = lab.cluster.shared / "smi" / "bin"
+    install_fake_smi(smi, state)
+    path = lab.env["PATH"]
+    lab.env["PATH"] = f"{smi}:{path}"  # srun carries the caller's PATH into the step
+    try:
+        run = lab.launch("gpus", "sleep 300", gpus_per_node=1)
+        lab.call("wait_experiment", id=run["id"], until="started", timeout_s=50)
+        seen = lab.call("gpu_status", experiment=run["id"])
+        node = lab.status(run["id"])["scheduler"]["nodes"]
+        assert [(h["host"], h["reachable"], len(h["gpus"] or [])) for h in seen["hosts"]] == [(node, True, 2)], seen
+        assert seen["hosts"][0]["gpus"][0]["name"] == A100
+        lab.call("stop_experiment", id=run["id"])
+        ended = lab.call("gpu_status", experiment=run["id"])
+        assert ended["hosts"][0]["gpus"] is None and "not running" in ended["hosts"][0]["reason"]
+        refused = lab.try_call("gpu_status", experiment=run["id"], hosts=["local"])
+        assert refused.returncode != 0 and "hosts" in refused.stderr
+    finally:
+        lab.env["PATH"] = path

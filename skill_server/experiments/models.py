@@ -63,11 +63,11 @@ class SlurmSpec(ToolInput):
     nodes: PositiveInt | None = Field(default=None, le=1024)
     gpus_per_node: Annotated[int, Field(strict=True, ge=0, le=64)] | None = None
     cpus_per_task: PositiveInt | None = Field(default=None, le=4096)
-    mem: StrictStr | None = Field(default=None, pattern=r"^[0-9]+[KMGT]?$", description="Per node.")
+    mem: StrictStr | None = Field(default=None, pattern=r"^[0-9]+[KMGT]?$")  # per node
     account: StrictStr | None = Field(default=None, max_length=200)
     qos: StrictStr | None = Field(default=None, max_length=200)
     extra_args: list[Annotated[StrictStr, Field(pattern=r"^-", max_length=500)]] | None = Field(
-        default=None, max_length=20, description="More sbatch options.")
+        default=None, max_length=20)  # more sbatch options
 
 
 class LaunchInput(ToolInput):
@@ -104,8 +104,7 @@ class LaunchInput(ToolInput):
         default=None, description="Refuse to start unless every GPU on the experiment's host has at least this "
         "fraction of its memory free (AgentJet's launcher wants 0.95); the refusal names the pids holding memory. "
         "Checked with nvidia-smi in the launch's own check round; a host without nvidia-smi is refused too.")
-    slurm: SlurmSpec | None = Field(default=None, description="Submit as a Slurm job from host (the login node); "
-                                    "time limit: max_time_s.")
+    slurm: SlurmSpec | None = Field(default=None, description="Submit as a Slurm job from host (login node).")
 
 
 class ProcessInfo(ToolOutput):
@@ -243,8 +242,7 @@ class ExperimentStatus(ToolOutput):
     checkpoints: CheckpointList | None = Field(default=None, description="global_step_N folders of the run "
                                                "(with id; checkpoints=false leaves them out).")
     metrics_history: MetricsHistory | None = Field(default=None, description="When asked for (metrics_history).")
-    scheduler: dict[str, str] | None = Field(default=None, description="Slurm's job_id, state, reason, nodes, "
-                                             "exit_code.")
+    scheduler: dict[str, str] | None = Field(default=None, description="Slurm's words on the job.")
 
 
 class RegistryProblem(ToolOutput):
