@@ -24,7 +24,7 @@ import pytest
 
 from tests.conftest import REPO, cli_env
 from tests.gpu_helpers import A100, install_fake_smi
-from tests.slurm_cluster import SlurmCluster, slurm  # noqa: F401  (fixtures are used by name)
+from tests.slurm_cluster import SlurmCluster, _in_namespace, slurm  # noqa: F401  (fixtures are used by name)
 from tests.sshd import LoopbackSshd
 
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
@@ -303,3 +303,25 @@ def test_gpu_status_looks_at_the_nodes_of_a_run_s_job(lab: Lab):
         assert refused.returncode != 0 and "hosts" in refused.stderr
     finally:
         lab.env["PATH"] = path
+
+
+def test_a_controller_that_does_not_answer_leaves_the_job_s_record_and_says_so(lab: Lab):
+    """slurmctld stopped (SIGSTOP: a hung controller): status says what the job's own record says, and why
+    Slurm was not heard; once it answers again, Slurm's word is back."""
+    run = lab.launch("hung_controller", "sleep 300")
+    lab.call("wait_experiment", id=run["id"], until="started", timeout_s=50)
+    daemon = lab.cluster.daemons["slurmctld"]
+    pids = [p for p in _in_namespace(daemon.namespace) if Path(f"/proc/{p}/comm").read_text().strip() == "slurmctld"]
+    assert pids
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        status = lab.status(run["id"])
+    finally:
+        for pid in pids:
+            os.kill(pid, signal.SIGCONT)
+    assert status["state"] == "running" and status["scheduler"]["state"] == "RUNNING"
+    assert "Slurm cannot be asked on local (" in status["note"] and "job's own record" in status["note"]
+    back = lab.status(run["id"])
+    assert back["note"] is None and back["scheduler"]["state"] == "RUNNING"
+    assert lab.call("stop_experiment", id=run["id"])["state"] == "stopped"

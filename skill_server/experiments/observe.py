@@ -235,13 +235,22 @@ def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, 
 def _host_notes(row: Row, procs: list[ProcView], state: str, clock: float) -> list[str]:
     """What the hosts say about a run beyond its state: hosts that could not be asked, a run past its max time
     that its monitor did not end, monitors that are not running or met errors."""
-    notes = _unreachable_notes(procs, state)
+    notes = _unreachable_notes(procs, state) + _scheduler_notes(procs)
     if state != "running":
         return notes
     if clock - row.created > float(row.spec.max_time_s or bp.DEFAULT_MAX_TIME_S) + 60:
         notes.append("past its max time but still running: the run's monitor on its host did not end it; "
                      "stop_experiment does")
     return notes + _monitor_notes(procs)
+
+
+def _scheduler_notes(procs: list[ProcView]) -> list[str]:
+    """A Slurm run whose login node could not ask Slurm but found the job's own record: what it says stands,
+    and why Slurm was not heard (the next call asks again)."""
+    errors = {p.proc.host: p.scheduler["error"] for p in procs
+              if p.scheduler is not None and p.scheduler.get("error") and p.state != "unreachable"}
+    return [f"Slurm cannot be asked on {host} ({error}): the state is the job's own record (job.json); the next "
+            "call asks again" for host, error in sorted(errors.items())]
 
 
 def _unreachable_notes(procs: list[ProcView], state: str) -> list[str]:
