@@ -1,10 +1,11 @@
 """Input and output models of the experiment tools (one place, so every tool speaks the same words).
 
 States: ``running``; ``succeeded`` (every process exited 0); ``failed`` (a process exited non-zero);
-``stopped`` (by ``stop_experiment``); ``timed_out`` (stopped at its max time by the run's monitor on its
-host); ``lost`` (a process vanished without an exit code: its tmux server died or it was killed);
-``unreachable`` (a host of the run could not be asked: nothing is known and nothing is recorded, the
-next call asks again). The first five final states are recorded once and never change.
+``stopped`` (by ``stop_experiment``; a Slurm job cancelled); ``timed_out`` (stopped at its max time by the
+run's monitor on its host, or by Slurm's time limit); ``lost`` (a process vanished without an exit code:
+its tmux server died or it was killed); ``unreachable`` (a host of the run could not be asked: nothing is
+known and nothing is recorded, the next call asks again). The first five final states are recorded once and
+never change.
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 A run's processes on this host are windows of one tmux session, watched by the run's monitor
 (``monitor``); its run directory holds the wrapper scripts, per role ``.pid``, ``.exit`` and marker files,
-and the monitor's spec, findings (``monitor.json``) and metric points.
+and the monitor's spec, findings (``monitor.json``) and metric points. A Slurm run (``slurm`` in the
+launch) is one batch job submitted from this host, its login node (``slurm``): the same wrappers run inside
+the allocation, and its processes' liveness comes from Slurm and the job's ``job.json``, not from pids.
 """
 
 from __future__ import annotations
