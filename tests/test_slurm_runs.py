@@ -325,3 +325,13 @@ def test_a_controller_that_does_not_answer_leaves_the_job_s_record_and_says_so(l
     back = lab.status(run["id"])
     assert back["note"] is None and back["scheduler"]["state"] == "RUNNING"
     assert lab.call("stop_experiment", id=run["id"])["state"] == "stopped"
+
+
+def test_watch_follows_a_queued_then_running_job_to_its_end(lab: Lab):
+    run = lab.launch("watched", "sleep 2; echo 'step:1 - loss:0.25'; sleep 1")
+    proc = subprocess.run(lab.cluster.argv([sys.executable, "-m", "skill_server", "watch", run["id"], "--json",
+                                            "--interval", "0.5", "--every", "1", "--max-time", "120"]),
+                          env=lab.env, capture_output=True, text=True, cwd=REPO, timeout=180, check=False)
+    events = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+    assert proc.returncode == 0, (proc.stdout, proc.stderr)
+    assert events[-1]["event"] == "finished" and events[-1]["state"] == "succeeded", events
