@@ -268,8 +268,16 @@ def test_a_run_on_two_nodes_starts_ray_across_the_allocation_before_its_processe
     ray = Path(sys.executable).parent / "ray"
     assert ray.is_file(), f"{ray} is missing: pip install ray (a test dependency)"
     command = f"{ray} status --address=$RAY_ADDRESS | grep -c ' node_' | sed 's/^/ray nodes: /'"
-    run = lab.call("launch_experiment", name="two_nodes", command=command, workdir=str(lab.work),
-                   python=sys.executable, env={"RAY_USAGE_STATS_ENABLED": "0"}, slurm={"nodes": 2})
+    # Ray's session files go under RAY_TMPDIR (sbatch and srun carry the caller's environment to the nodes):
+    # the cluster's tree, not the machine's /tmp/ray (short: Ray's socket paths must fit in 107 bytes)
+    ray_tmp = lab.cluster.root / "rt"
+    ray_tmp.mkdir(exist_ok=True)
+    lab.env["RAY_TMPDIR"] = str(ray_tmp)
+    try:
+        run = lab.call("launch_experiment", name="two_nodes", command=command, workdir=str(lab.work),
+                       python=sys.executable, env={"RAY_USAGE_STATS_ENABLED": "0"}, slurm={"nodes": 2})
+    finally:
+        del lab.env["RAY_TMPDIR"]
     end = time.monotonic() + 240
     while (status := lab.status(run["id"], since="0"))["state"] == "running":
         assert time.monotonic() < end, status
@@ -279,6 +287,7 @@ def test_a_run_on_two_nodes_starts_ray_across_the_allocation_before_its_processe
     done = lab.wait_for(run["id"], lambda s: s["scheduler"]["state"] == "COMPLETED", timeout=60)
     assert done["scheduler"]["nodes"] == "node[1-2]"
     assert "ray nodes: 2" in status["lines"]
+    assert any(ray_tmp.glob("ray/session_*"))  # not in the machine's /tmp/ray
 
 
 def test_gpu_status_looks_at_the_nodes_of_a_run_s_job(lab: Lab):
