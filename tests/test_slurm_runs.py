@@ -133,6 +133,8 @@ def test_a_queued_run_shows_slurm_s_reason_and_is_cancelled_by_stop(lab: Lab):
     status = lab.wait_for(later["id"], lambda s: s["scheduler"]["reason"] == "BeginTime", timeout=30)
     assert status["state"] == "running" and status["processes"][0]["state"] == "waiting"
     assert status["scheduler"]["state"] == "PENDING" and "nodes" not in status["scheduler"]
+    assert status["summary"] == (f"Run {later['id']} is queued by Slurm (job {status['scheduler']['job_id']}, reason "
+                                 f"BeginTime); next: wait_experiment id={later['id']} until=started.")
     waited = lab.call("wait_experiment", id=later["id"], until="started", timeout_s=2)
     assert waited["reason"] == "timeout"
     stopped = lab.call("stop_experiment", id=later["id"])

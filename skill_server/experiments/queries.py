@@ -152,6 +152,9 @@ def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int,
         late_from = scan.first_step_not_before if scan.first_step_not_before is not None else scan.first_step_at
         overdue = late_from is not None and late_from - row.created > first_step_s
     quiet_s, quiet_since = quiet(view)
+    scheduler = scheduler_word(view)
+    if scheduler is not None and scheduler.get("state") == "PENDING":
+        overdue = False  # still in Slurm's queue: nothing could have printed a step yet
     return dict(
         id=row.id, session=row.session, socket=row.socket, host=row.host, attach=row.spec.attach,
         state=view.state, exit_code=view.exit_code, started_at=row.started_at, elapsed_s=round(view.elapsed_s, 1),
@@ -167,7 +170,7 @@ def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int,
                    for p in view.procs],
         log_path=view.procs[0].log_path if view.procs else "", result_dir=row.spec.result_dir,
         note=view.note, progress=progress_info(view, config), checkpoints=checkpoints,
-        metrics_history=metrics_history, scheduler=scheduler_word(view),
+        metrics_history=metrics_history, scheduler=scheduler,
     )
 
 
