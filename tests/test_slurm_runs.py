@@ -132,6 +132,7 @@ def test_a_queued_run_shows_slurm_s_reason_and_is_cancelled_by_stop(lab: Lab):
     later = lab.launch("queued", "echo never", extra_args=["--begin=now+1hour"])
     status = lab.wait_for(later["id"], lambda s: s["scheduler"]["reason"] == "BeginTime", timeout=30)
     assert status["state"] == "running" and status["processes"][0]["state"] == "waiting"
+    assert (status["elapsed_s"], status["time_left_s"]) == (0.0, 3600)  # its clock starts when the job does
     assert status["scheduler"]["state"] == "PENDING" and "nodes" not in status["scheduler"]
     assert status["summary"] == (f"Run {later['id']} is queued by Slurm (job {status['scheduler']['job_id']}, reason "
                                  f"BeginTime); next: wait_experiment id={later['id']} until=started.")
@@ -150,6 +151,7 @@ def test_a_running_run_is_on_a_node_with_its_gpu_and_stop_cancels_it(lab: Lab):
     assert started["reason"] == "started" and started["state"] == "running"
     status = lab.wait_for(run["id"], lambda s: any("gpus=" in x for x in s["lines"]), timeout=30)
     node = status["scheduler"]["nodes"]
+    assert 0 < status["elapsed_s"] < 60 and status["time_left_s"] > 3600 - 60
     assert node in lab.cluster.nodes and status["scheduler"]["state"] == "RUNNING"
     assert any(x.startswith("gpus=") and x.endswith(f"on {node}") and x != "gpus= on " + node
                for x in status["lines"])

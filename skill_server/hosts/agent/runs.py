@@ -383,7 +383,7 @@ def _observe_proc(p: Mapping[str, object], cache: dict[str, Any]) -> ObservedPro
     scheduler: SchedulerFacts | None = None
     if job_id is not None:
         scheduler, alive, exit_code, exit_source = _scheduled(job_id, rdir, role, markers, cache)
-        elapsed = None
+        elapsed = _job_age(rdir, scheduler["state"]) if alive else None
     else:
         # Liveness first, exit code second: a wrapper records its exit code before it exits, so a dead
         # wrapper without one (in the file or in tmux) really died without recording one.
@@ -447,6 +447,22 @@ def _scheduled(job_id: str, rdir: str, role: str, markers: list[str], cache: dic
             code = None
         source = "slurm" if code is not None else None
     return facts, False, code, source
+
+
+def _job_age(rdir: str, state: str) -> float | None:
+    """How long a Slurm run's job has run (0 while it is queued), by the start the job recorded: a run's clock
+    (its max time, its first-step deadline) starts when its job does, not when it was queued."""
+    from . import slurm
+
+    if state in slurm.QUEUED:
+        return 0.0
+    mine = slurm.record(rdir)
+    at = mine.get("at") if mine is not None and mine.get("source") == "job" else None
+    if isinstance(at, (int, float)) and not isinstance(at, bool):
+        import time
+
+        return max(0.0, time.time() - float(at))
+    return None
 
 
 def _read(log_path: str, span: Mapping[str, object], final: bool) -> Appended:
