@@ -237,6 +237,7 @@ def test_the_login_node_over_ssh_submits_observes_and_stops(lab: Lab):
         done = lab.launch("over_ssh", "echo hi from $(hostname)", host="login")
         waited = lab.call("wait_experiment", id=done["id"], timeout_s=50)
         assert (waited["state"], waited["host"], waited["scheduler"]["state"]) == ("succeeded", "login", "COMPLETED")
+        assert done["attach"].startswith("ssh login 'tail -F ")
         assert f"hi from {waited['scheduler']['nodes']}" in lab.status(done["id"], since="0")["lines"]
         running = lab.launch("over_ssh_stop", "sleep 300", host="login")
         lab.call("wait_experiment", id=running["id"], until="started", timeout_s=50)

@@ -285,7 +285,10 @@ def _attach(d: _Launch, host: str, plan: LaunchPlan) -> str:
     """How a user watches the run: its tmux session, or for a Slurm job its first process's log."""
     if d.backend.name == "tmux":
         return get_host(host).attach_command(plan["socket_path"], d.session)
-    return "tail -F " + shlex.quote(plan["procs"][0]["log_path"]) if plan["procs"] else ""
+    if not plan["procs"]:
+        return ""
+    follow = "tail -F " + shlex.quote(plan["procs"][0]["log_path"])
+    return follow if host == LOCAL else f"ssh {shlex.quote(host)} {shlex.quote(follow)}"
 
 
 def _host_error(exc: HostUnreachable, procs: list[_Proc], main_host: str) -> ToolFailure:
