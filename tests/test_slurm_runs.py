@@ -349,3 +349,23 @@ def test_watch_follows_a_queued_then_running_job_to_its_end(lab: Lab):
     events = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
     assert proc.returncode == 0, (proc.stdout, proc.stderr)
     assert events[-1]["event"] == "finished" and events[-1]["state"] == "succeeded", events
+
+
+def test_a_killed_process_and_a_killed_batch_shell_end_failed_with_slurm_s_word(lab: Lab):
+    """A child killed by SIGKILL (as the OOM killer does): its exit code 137. The batch shell itself killed:
+    it could not record its end, so the login node records Slurm's (JobLaunchFailure, 0:9), which outlives
+    Slurm's memory of the job."""
+    child = lab.launch("oom_like", "sleep 60 & kill -9 $!; wait $!")
+    shell = lab.launch("shell_killed", "sleep 1; kill -9 $SLURM_TASK_PID; sleep 60")
+    killed = lab.call("wait_experiment", id=child["id"], timeout_s=50)
+    assert (killed["state"], killed["exit_code"], killed["scheduler"]["exit_code"]) == ("failed", 137, "137:0")
+    end = time.monotonic() + 60
+    while (status := lab.status(shell["id"]))["state"] == "running":
+        assert time.monotonic() < end, status
+        time.sleep(0.5)
+    assert (status["state"], status["exit_code"]) == ("failed", 137), status
+    assert (status["scheduler"]["state"], status["scheduler"]["reason"]) == ("FAILED", "JobLaunchFailure")
+    forgotten(lab, job_of(status))
+    again = lab.status(shell["id"])
+    assert (again["state"], again["scheduler"]["reason"], again["scheduler"]["exit_code"]) == (
+        "failed", "JobLaunchFailure", "0:9")
