@@ -20,7 +20,8 @@ agent reports are pids inside that namespace (``node_exec`` runs a command on th
 that acts on every process it can see (``ray stop``) acts on one node only. Options for that mode:
 ``network`` puts every sshd into a ``PrivateNetwork`` (only loopback; the tool under test joins it with
 ``network.argv``), ``node_paths`` puts directories first on a node's PATH (sshd's own ``SetEnv``, for
-example a bin directory holding a stand-in ``nvidia-smi``), and ``private_tmp`` gives each node its own
+example a bin directory holding a stand-in ``nvidia-smi``), ``node_env`` sets more variables there the same
+way (``SLURM_CONF`` for a Slurm login node), and ``private_tmp`` gives each node its own
 /tmp and /dev/shm, as separate machines have (the fixture's directory, the tests' Python and HOME stay
 visible at their paths: ``kept_in_tmp``), and ``shared_home`` gives the nodes one state directory in their
 common home (``shared_state``: one home directory on a network filesystem, as on a cluster) while each
@@ -115,13 +116,15 @@ def _keygen(path: Path) -> str:
 class LoopbackSshd:
     def __init__(self, nodes: tuple[str, ...] = NODES, *, one_per_node: bool = False,
                  network: PrivateNetwork | None = None, node_paths: dict[str, list[str]] | None = None,
-                 private_tmp: bool = False, shell: str = "/bin/sh", shared_home: bool = False) -> None:
+                 private_tmp: bool = False, shell: str = "/bin/sh", shared_home: bool = False,
+                 node_env: dict[str, dict[str, str]] | None = None) -> None:
         if not Path(SSHD).exists():
             raise RuntimeError(f"{SSHD} is missing: apt-get install -y openssh-server (.ci/run does it)")
         self.nodes = tuple(nodes)
         self.one_per_node = one_per_node
         self.network = network
         self.node_paths = dict(node_paths or {})
+        self.node_env = dict(node_env or {})
         self.private_tmp = private_tmp
         self.shared_home = shared_home
         self.shell = shell
@@ -132,7 +135,7 @@ class LoopbackSshd:
         self.down_port = free_port()
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.namespaced = os.getuid() == 0 and shutil.which("unshare") is not None
-        if (one_per_node or network or node_paths or private_tmp or shared_home) and not (
+        if (one_per_node or network or node_paths or private_tmp or shared_home or node_env) and not (
                 self.namespaced and one_per_node):
             raise RuntimeError("network, node_paths, private_tmp and shared_home need one_per_node=True, which "
                                "needs root and unshare")
@@ -160,8 +163,11 @@ class LoopbackSshd:
             for i, node in enumerate(self.nodes):
                 ports = [self.ports[node]] + ([self.ports["fail"]] if i == 0 else [])
                 extra = []
+                variables = dict(self.node_env.get(node, {}))
                 if self.node_paths.get(node):
-                    extra.append("SetEnv PATH=" + ":".join(self.node_paths[node] + [DEFAULT_PATH]))
+                    variables["PATH"] = ":".join(self.node_paths[node] + [DEFAULT_PATH])
+                if variables:
+                    extra.append("SetEnv " + " ".join(f"{k}={v}" for k, v in variables.items()))
                 self._write_sshd_config(f"sshd_config_{node}", ports, f"sshd_{node}.pid", extra)
         else:
             self._write_sshd_config("sshd_config", list(self.ports.values()), "sshd.pid", [])

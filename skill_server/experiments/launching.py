@@ -24,15 +24,18 @@ import dataclasses
 import logging
 import re
 import secrets
+import shlex
 import sqlite3
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from skill_server.core.deadline import Deadline, shutdown_requested
 from skill_server.core.errors import ToolFailure, ToolInputError
+from skill_server.experiments import backends, sentences
 from skill_server.experiments import blueprint as bp
-from skill_server.experiments import sentences
+from skill_server.experiments.backends import Backend
+from skill_server.experiments.backends.slurm import Slurm
 from skill_server.experiments.checks import (
     check_env,
     compile_pattern,
@@ -61,7 +64,14 @@ from skill_server.gpus.query import free_problems, from_reply
 from skill_server.hosts import LOCAL, HostUnreachable, Reply, call_hosts, client, expect, get_host, normalise
 
 if TYPE_CHECKING:
-    from skill_server.hosts.agent.protocol import LaunchPlan, LaunchProc, LaunchStarted, MonitorPolicy, StartedProc
+    from skill_server.hosts.agent.protocol import (
+        LaunchPlan,
+        LaunchProc,
+        LaunchStarted,
+        MonitorPolicy,
+        SlurmOptions,
+        StartedProc,
+    )
 
 log = logging.getLogger(__name__)
 
@@ -207,6 +217,7 @@ class _Launch:
     first_step_s: int
     #: The run's policies for its monitors (``run_policy``); empty without one.
     policy: MonitorPolicy
+    backend: Backend
 
     @property
     def hosts(self) -> list[str]:
@@ -220,13 +231,13 @@ class _Launch:
 
     def ops(self, host: str, replace: list[int]) -> client.Launch:
         """This host's part of the launch, for both rounds."""
-        return client.launch(self.exp_id, self.session, self.socket, replace_pids=replace, python=self.python,
-                             workdir=self.workdir, result_dir=self.result_dir, max_time_s=self.max_time_s,
-                             deadline_grace_s=DEADLINE_GRACE_S,
-                             procs=[p.request() for p in self.procs if p.host == host],
-                             monitor=monitor_config(self.inp.first_step_pattern, self.first_step_s,
-                                                    {**self.policy, "collect": True} if self.policy and host ==
-                                                    self.main_host else self.policy))
+        return self.backend.launch(self.exp_id, self.session, self.socket, replace_pids=replace, python=self.python,
+                                   workdir=self.workdir, result_dir=self.result_dir, max_time_s=self.max_time_s,
+                                   deadline_grace_s=DEADLINE_GRACE_S,
+                                   procs=[p.request() for p in self.procs if p.host == host],
+                                   monitor=monitor_config(self.inp.first_step_pattern, self.first_step_s,
+                                                          {**self.policy, "collect": True} if self.policy and host ==
+                                                          self.main_host else self.policy))
 
 
 def run_policy(policy: RunPolicy | None) -> MonitorPolicy:
@@ -270,7 +281,25 @@ def _decide(inp: LaunchInput) -> _Launch:
         raise ToolInputError("resume relaunches a run on one host: give every process the experiment's host, or "
                              "use stop", field="policy")
     return _Launch(inp, socket, main_host, session, exp_id, created, procs, workdir, python, result_dir,
-                   defaults.get("yaml_path"), max_time_s, first_step_s, policy)
+                   defaults.get("yaml_path"), max_time_s, first_step_s, policy, _backend(inp, procs, main_host, policy))
+
+
+def _backend(inp: LaunchInput, procs: list[_Proc], main_host: str, policy: MonitorPolicy) -> Backend:
+    """tmux, or with ``slurm`` one batch job from the main host (the login node): every process runs inside
+    that job's allocation, so none names a host of its own, and the login node's GPUs say nothing."""
+    if inp.slurm is None:
+        return backends.of(None)
+    elsewhere = next((p for p in procs if p.host != main_host), None)
+    if elsewhere is not None:
+        raise ToolInputError("with slurm every process runs in the job's allocation: give no host of its own",
+                             field=elsewhere.host_field)
+    if inp.require_free_gpus is not None:
+        raise ToolInputError("not with slurm: the job gets its GPUs from Slurm (slurm.gpus_per_node)",
+                             field="require_free_gpus")
+    if policy:
+        raise ToolInputError("not with slurm yet: no run monitor runs inside the job's allocation to carry it out",
+                             field="policy")
+    return Slurm(cast("SlurmOptions", inp.slurm.model_dump(exclude_none=True)))
 
 
 def _check_previous(reg: Registry, socket: str, session: str, hosts: list[str], deadline: Deadline
@@ -294,6 +323,16 @@ def _check_previous(reg: Registry, socket: str, session: str, hosts: list[str], 
     return replace
 
 
+def _attach(d: _Launch, host: str, plan: LaunchPlan) -> str:
+    """How a user watches the run: its tmux session, or for a Slurm job its first process's log."""
+    if d.backend.name == "tmux":
+        return get_host(host).attach_command(plan["socket_path"], d.session)
+    if not plan["procs"]:
+        return ""
+    follow = "tail -F " + shlex.quote(plan["procs"][0]["log_path"])
+    return follow if host == LOCAL else f"ssh {shlex.quote(host)} {shlex.quote(follow)}"
+
+
 def _host_error(exc: HostUnreachable, procs: list[_Proc], main_host: str) -> ToolFailure:
     field = next((p.host_field for p in procs if p.host == exc.host), "host" if exc.host == main_host else None)
     return ToolFailure(exc.message, field=field)
@@ -309,8 +348,9 @@ def launch(inp: LaunchInput, deadline: Deadline | None = None) -> LaunchOutput:
         ops = {h: d.ops(h, replace[h]) for h in d.hosts}
         plans = _dry_run(d, ops, bound)
         places = {h: HostRecord(run_dir=plans[h]["run_dir"], socket_path=plans[h]["socket_path"],
-                                attach=get_host(h).attach_command(plans[h]["socket_path"], d.session),
-                                python=plans[h]["python"], identity=plans[h].get("host_identity"))
+                                attach=_attach(d, h, plans[h]), python=plans[h]["python"],
+                                identity=plans[h].get("host_identity"),
+                                backend=None if d.backend.name == "tmux" else d.backend.name)
                   for h in d.hosts}
         if shutdown_requested():
             raise ToolFailure("the server is shutting down: nothing was started")
@@ -389,7 +429,8 @@ def _spec(d: _Launch, plans: dict[str, LaunchPlan], places: dict[str, HostRecord
         (h, x["role"]): x for h, answer in launched.items() for x in answer["procs"]}
     for p in d.procs:  # the intent row: nothing has started yet
         ids.setdefault((p.host, p.role), {})
-    places = {h: dataclasses.replace(where, session_id=launched[h]["session_id"] or None) if h in launched else where
+    places = {h: dataclasses.replace(where, session_id=launched[h]["session_id"] or None,
+                                     job_id=launched[h].get("job_id")) if h in launched else where
               for h, where in places.items()}
     return RunSpec(
         host=d.main_host, result_dir=plans[d.main_host]["result_dir"], workdir=d.workdir, python=d.python,

@@ -1,12 +1,13 @@
 """Input and output models of the experiment tools (one place, so every tool speaks the same words).
 
 States: ``running``; ``succeeded`` (every process exited 0); ``failed`` (a process exited non-zero);
-``stopped`` (by ``stop_experiment``); ``timed_out`` (stopped at its max time by the run's monitor on its
-host); ``lost`` (a process vanished without an exit code: its tmux server died or it was killed);
-``unreachable`` (a host of the run could not be asked: nothing is known and nothing is recorded, the
-next call asks again). The first five final states are recorded once and never change. ``stalled`` is what
-status says of a running run whose processes live but whose progress stopped for longer than the bound its
-monitor derives from the run's pace (``hosts.agent.policy``); the registry keeps calling it running.
+``stopped`` (by ``stop_experiment``; a Slurm job cancelled); ``timed_out`` (stopped at its max time by the
+run's monitor on its host, or by Slurm's time limit); ``lost`` (a process vanished without an exit code:
+its tmux server died or it was killed); ``unreachable`` (a host of the run could not be asked: nothing is
+known and nothing is recorded, the next call asks again). The first five final states are recorded once and
+never change. ``stalled`` is what status says of a running run whose processes live but whose progress
+stopped for longer than the bound its monitor derives from the run's pace (``hosts.agent.policy``); the
+registry keeps calling it running.
 """
 
 from __future__ import annotations
@@ -77,6 +78,20 @@ class ProcessSpec(ToolInput):
                                        "run's own folder).")
 
 
+class SlurmSpec(ToolInput):
+    # sbatch's options for a run submitted as one Slurm job (references/remote-and-multinode.md)
+
+    partition: StrictStr | None = Field(default=None, max_length=200)
+    nodes: PositiveInt | None = Field(default=None, le=1024)
+    gpus_per_node: Annotated[int, Field(strict=True, ge=0, le=64)] | None = None
+    cpus_per_task: PositiveInt | None = Field(default=None, le=4096)
+    mem: StrictStr | None = Field(default=None, pattern=r"^[0-9]+[KMGT]?$")  # per node
+    account: StrictStr | None = Field(default=None, max_length=200)
+    qos: StrictStr | None = Field(default=None, max_length=200)
+    extra_args: list[Annotated[StrictStr, Field(pattern=r"^-", max_length=500)]] | None = Field(
+        default=None, max_length=20)  # more sbatch options
+
+
 class LaunchInput(ToolInput):
     blueprint: StrictStr | None = Field(default=None, max_length=4096,
                                         description="Path of a blueprint markdown file on this machine (relative: "
@@ -112,6 +127,7 @@ class LaunchInput(ToolInput):
         default=None, description="Refuse unless every GPU of the host has this fraction of memory free. AgentJet's "
         "launcher wants 0.95; the refusal names the pids holding memory. "
         "Checked with nvidia-smi in the launch's own check round; a host without nvidia-smi is refused too.")
+    slurm: SlurmSpec | None = Field(default=None, description="Submit as a Slurm job from host (login node).")
 
 
 class ProcessInfo(ToolOutput):
@@ -253,6 +269,7 @@ class ExperimentStatus(ToolOutput):
     checkpoints: CheckpointList | None = Field(default=None, description="global_step_N folders of the run "
                                                "(with id; checkpoints=false leaves them out).")
     metrics_history: MetricsHistory | None = Field(default=None, description="When asked for (metrics_history).")
+    scheduler: dict[str, str] | None = Field(default=None, description="Slurm's words on the job.")
 
 
 class RegistryProblem(ToolOutput):

@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from skill_server.core.deadline import Deadline
-from skill_server.experiments import attempts, history, logs
+from skill_server.experiments import attempts, backends, history, logs
 from skill_server.experiments import blueprint as bp
 from skill_server.experiments.models import TERMINAL
 from skill_server.experiments.progress import StepLine
@@ -74,6 +74,8 @@ class ProcView:
     points_cursor: list[int] = field(default_factory=list)
     #: Not asked: a process on host ``local`` of a run another machine launched (``reason`` names it).
     elsewhere: bool = False
+    #: A Slurm run's job as its login node saw it (``SchedulerFacts``); None under tmux.
+    scheduler: dict[str, Any] | None = None
 
     @property
     def role(self) -> str:
@@ -122,11 +124,11 @@ def _requests(rows: list[Row], scans: list[logs.ScanState], extra: list[list[lis
                 watched.append(p.socket_path)
             reads: list[ReadSpan] = [{"offset": o, "budget": b} for o, b in extra[r][i]]
             where[(r, i)] = (p.host, len(on_host))
-            on_host.append({"run_dir": p.run_dir, "role": p.role, "pid": p.pid, "start": p.start,
-                            "log_path": p.log_path, "reads": reads, "exp_id": row.id, "socket_path": p.socket_path,
-                            "session_id": p.session_id, "pane_id": p.pane_id,
-                            "scan": {"offset": scans[r].offsets[i], "budget": budgets[p.host]},
-                            "points": scans[r].mirrored.get(p.role, [])})
+            on_host.append(backends.of(row.spec.hosts.get(p.host)).observe(p, {
+                "run_dir": p.run_dir, "role": p.role, "pid": p.pid, "start": p.start, "log_path": p.log_path,
+                "reads": reads, "exp_id": row.id, "socket_path": p.socket_path, "session_id": p.session_id,
+                "pane_id": p.pane_id, "scan": {"offset": scans[r].offsets[i], "budget": budgets[p.host]},
+                "points": scans[r].mirrored.get(p.role, [])}))
     return {h: [client.observe(sockets[h], procs[h])] for h in procs}, where
 
 
@@ -202,6 +204,10 @@ def _proc_view(p: RunProcess, reply: Reply | None, index: int) -> ProcView:
     facts = ProcFacts(alive=facts_raw["alive"], exit_code=facts_raw["exit_code"],
                       markers=frozenset(facts_raw["markers"]), final=bool(facts_raw["final"]), size=facts_raw["size"])
     pane_alive = any(x["pane_id"] == p.pane_id and not x["dead"] for x in panes) if p.pane_id else None
+    scheduler = facts_raw.get("scheduler")
+    if scheduler is not None and scheduler["error"] and facts.alive is None and facts.exit_code is None:
+        return ProcView(p, "unreachable", None, None, False, facts.size, reason=f"Slurm: {scheduler['error']}",
+                        scheduler=dict(scheduler))
     state = process_state(facts, pane_alive)
     final = facts.final or state not in ("running", "waiting")
     chunks = [_chunk(x) for x in facts_raw["reads"]]
@@ -209,7 +215,8 @@ def _proc_view(p: RunProcess, reply: Reply | None, index: int) -> ProcView:
     return ProcView(p, state, facts.exit_code, facts.alive, final, facts.size, chunks,
                     exit_source=facts_raw.get("exit_source"), elapsed_s=facts_raw.get("elapsed_s"),
                     scan=_chunk(scan) if scan is not None else None, monitor=facts_raw.get("monitor"),
-                    points=facts_raw.get("points", []), points_cursor=facts_raw.get("points_cursor", []))
+                    points=facts_raw.get("points", []), points_cursor=facts_raw.get("points_cursor", []),
+                    scheduler=dict(scheduler) if scheduler is not None else None)
 
 
 def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, now: float) -> View:
@@ -240,13 +247,22 @@ def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, 
 def _host_notes(row: Row, procs: list[ProcView], state: str, clock: float) -> list[str]:
     """What the hosts say about a run beyond its state: hosts that could not be asked, a run past its max time
     that its monitor did not end, monitors that are not running or met errors."""
-    notes = _unreachable_notes(procs, state)
+    notes = _unreachable_notes(procs, state) + _scheduler_notes(procs)
     if state != "running":
         return notes
     if clock - row.created > float(row.spec.max_time_s or bp.DEFAULT_MAX_TIME_S) + 60:
         notes.append("past its max time but still running: the run's monitor on its host did not end it; "
                      "stop_experiment does")
     return notes + _monitor_notes(procs)
+
+
+def _scheduler_notes(procs: list[ProcView]) -> list[str]:
+    """A Slurm run whose login node could not ask Slurm but found the job's own record: what it says stands,
+    and why Slurm was not heard (the next call asks again)."""
+    errors = {p.proc.host: p.scheduler["error"] for p in procs
+              if p.scheduler is not None and p.scheduler.get("error") and p.state != "unreachable"}
+    return [f"Slurm cannot be asked on {host} ({error}): the state is the job's own record (job.json); the next "
+            "call asks again" for host, error in sorted(errors.items())]
 
 
 def _unreachable_notes(procs: list[ProcView], state: str) -> list[str]:

@@ -207,6 +207,9 @@ def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int,
         overdue = late_from is not None and late_from - row.created > first_step_s
     quiet_s, quiet_since = quiet(view)
     verdict = stall(view)
+    scheduler = scheduler_word(view)
+    if scheduler is not None and scheduler.get("state") == "PENDING":
+        overdue = False  # still in Slurm's queue: nothing could have printed a step yet
     return dict(
         id=row.id, session=row.session, socket=row.socket, host=row.host, attach=row.spec.attach,
         state="stalled" if stalled(view) else view.state, exit_code=view.exit_code, started_at=row.started_at,
@@ -226,8 +229,16 @@ def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int,
                    for p in view.procs],
         log_path=view.procs[0].log_path if view.procs else "", result_dir=row.spec.result_dir,
         note=view.note, progress=progress_info(view, config), checkpoints=checkpoints,
-        metrics_history=metrics_history,
+        metrics_history=metrics_history, scheduler=scheduler,
     )
+
+
+def scheduler_word(view: View) -> dict[str, str] | None:
+    """A Slurm run's job in Slurm's own words (job id, JobState, Reason, nodes, ExitCode), None under tmux."""
+    facts = next((p.scheduler for p in view.procs if p.scheduler is not None), None)
+    if facts is None:
+        return None
+    return {k: str(facts[k]) for k in ("job_id", "state", "reason", "nodes", "exit_code") if facts.get(k)}
 
 
 def find(reg: Registry, key: str, field: str = "id") -> Row:

@@ -40,6 +40,11 @@ def _worst_error(s: ExperimentStatus) -> str:
 def run_state(s: ExperimentStatus) -> str:
     """experiment_status (each run): where it is, the worst error seen, and the next call."""
     head = f"Run {s.id} {_STATE_WORDS.get(s.state, s.state)}"
+    queued = s.scheduler is not None and s.scheduler.get("state") == "PENDING"
+    if s.state == "running" and queued:
+        assert s.scheduler is not None
+        return _clip(f"Run {s.id} is queued by Slurm (job {s.scheduler.get('job_id')}, reason "
+                     f"{s.scheduler.get('reason')}); next: wait_experiment id={s.id} until=started.")
     if s.state == "running":
         nxt = ("; first step overdue: read its lines and errors, stop_experiment if it hangs" if s.first_step_overdue
                else f"; next: wait_experiment id={s.id}" + (" until=first_step" if not s.first_step_seen else ""))
@@ -67,6 +72,7 @@ _WAIT_ENDS = {
     "exited": "the run ended",
     "first_step": "the first training step appeared",
     "pattern": "the pattern matched",
+    "started": "its Slurm job left the queue",
     "error": "a new error signature appeared",
     "timeout": "nothing to act on yet",
     "unreachable": "its host did not answer",

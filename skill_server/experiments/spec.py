@@ -32,6 +32,8 @@ class HostRecord:
     python: str | None  # the host agent's interpreter there
     session_id: str | None = None  # tmux's id of the run's session there (``$3``); None before it was recorded
     identity: str | None = None  # the host's ``host_identity()`` (host name plus machine-id digest)
+    backend: str | None = None  # where the processes execute (``experiments.backends``): None is tmux, or "slurm"
+    job_id: str | None = None  # a Slurm run's job id, once sbatch gave it
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class RunProcess:
     start: str | None
     pane_id: str | None
     session_id: str | None = None
+    job_id: str | None = None  # a Slurm run's job
 
 
 @dataclass(frozen=True)
@@ -112,7 +115,8 @@ class RunSpec:
             role=p.role, command=p.command, host=p.host, workdir=p.workdir, log_path=p.log_path,
             wait_for_url=p.wait_for_url, run_dir=(where.run_dir if where else "") or self.legacy_run_dir or "",
             socket_path=(where.socket_path if where else "") or self.legacy_socket_path or "",
-            pid=p.pid, start=p.start, pane_id=p.pane_id, session_id=where.session_id if where else None)
+            pid=p.pid, start=p.start, pane_id=p.pane_id, session_id=where.session_id if where else None,
+            job_id=where.job_id if where else None)
 
     def attach_on(self, host: str) -> str:
         """The command that attaches to the run's session on ``host`` ("" when unknown)."""
@@ -204,7 +208,8 @@ def _seconds(data: Mapping[str, Any], key: str) -> int | None:
 def _host(where: Mapping[str, Any]) -> HostRecord:
     return HostRecord(run_dir=_text(where, "run_dir"), socket_path=_text(where, "socket_path"),
                       attach=_text(where, "attach"), python=_maybe_text(where, "python"),
-                      session_id=_maybe_text(where, "session_id"), identity=_maybe_text(where, "identity"))
+                      session_id=_maybe_text(where, "session_id"), identity=_maybe_text(where, "identity"),
+                      backend=_maybe_text(where, "backend"), job_id=_maybe_text(where, "job_id"))
 
 
 def _host_json(h: HostRecord) -> dict[str, Any]:
@@ -214,6 +219,10 @@ def _host_json(h: HostRecord) -> dict[str, Any]:
         out["session_id"] = h.session_id
     if h.identity is not None:
         out["identity"] = h.identity
+    if h.backend is not None:
+        out["backend"] = h.backend
+    if h.job_id is not None:
+        out["job_id"] = h.job_id
     return out
 
 

@@ -2,7 +2,8 @@
 
 The truth about a process is its wrapper's liveness (pid plus start time), its exit-code file and its
 marker files (``stopped``: a stop was requested; ``timedout``: the run's monitor ended it at the max time;
-``gate``/``started``: waiting for a URL, then started; ``survivors``: a process of it outlived a stop's
+``gate``/``started``: waiting for a URL, then started; ``queued``: its Slurm job waits in the queue;
+``survivors``: a process of it outlived a stop's
 SIGKILL and still lives). The tmux pane is only consulted for runs
 recorded without a pid. The host agent checks liveness before reading the exit file, so "dead without
 an exit code" really means the wrapper died without recording one.
@@ -40,6 +41,8 @@ def process_state(facts: ProcFacts | None, pane_alive: bool | None = None) -> st
         return "succeeded" if facts.exit_code == 0 else "failed"
     alive = facts.alive if facts.alive is not None else bool(pane_alive)
     if alive:
+        if "queued" in facts.markers:  # a Slurm job waiting in the queue
+            return "waiting"
         return "waiting" if "gate" in facts.markers and "started" not in facts.markers else "running"
     if "timedout" in facts.markers:
         return "timed_out"

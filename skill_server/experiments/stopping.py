@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolFailure
-from skill_server.experiments import sentences
+from skill_server.experiments import backends, sentences
 from skill_server.experiments.models import ProcessRef, StopOutput
 from skill_server.experiments.queries import observe_with_lines
 from skill_server.experiments.store import Row, elsewhere_reason, local_elsewhere, open_registry
@@ -37,8 +37,8 @@ def _requests(row: Row, grace: float) -> dict[str, client.Op[StopReply]]:
     out = {}
     for host, i in first.items():
         where = row.processes[i]
-        out[host] = client.stop(row.id, where.run_dir, where.socket_path, row.session, grace_s=grace,
-                                procs=procs[host], session_id=where.session_id)
+        out[host] = backends.of(row.spec.hosts.get(host)).stop(row.id, row.session, where, grace_s=grace,
+                                                              procs=procs[host])
     return out
 
 

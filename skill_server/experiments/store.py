@@ -34,7 +34,7 @@ from skill_server.core import mounts
 from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolFailure
 from skill_server.experiments.spec import LOCAL, HostRecord, RunProcess, RunSpec
-from skill_server.hosts import call_hosts, client, result_of
+from skill_server.hosts import call_hosts, result_of
 from skill_server.hosts.agent import procs
 from skill_server.hosts.agent.protocol import host_identity
 from skill_server.hosts.agent.protocol import state_dir as _host_state_dir
@@ -452,8 +452,9 @@ def discard_everywhere(exp_id: str, session: str, places: Mapping[str, HostRecor
                        deadline: Deadline) -> bool:
     """Undo run ``exp_id`` on ``hosts`` by its identity (sessions carrying its marker, its marked processes;
     its run directory left marked ``discarded``); True when every host confirmed nothing of it is left."""
-    ops = {h: [client.discard(exp_id, places[h].socket_path, session, session_id=places[h].session_id,
-                              run_dir=places[h].run_dir or None)] for h in hosts if h in places}
+    from skill_server.experiments import backends
+
+    ops = {h: [backends.of(places[h]).discard(exp_id, session, places[h])] for h in hosts if h in places}
     replies = call_hosts(ops, deadline=deadline)
     confirmed = True
     for host, reply in replies.items():

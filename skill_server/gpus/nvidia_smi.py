@@ -17,6 +17,8 @@ from skill_server.gpus.models import Gpu, GpuHost, GpuProcess
 from skill_server.hosts import client
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from skill_server.hosts.agent.protocol import Failure, RunReply
 
 GPU_FIELDS = ("index", "uuid", "memory.used", "memory.total", "utilization.gpu", "name")
@@ -29,12 +31,13 @@ MAX_NOTES = 20
 NOT_INSTALLED = "nvidia-smi is not installed on this host (no NVIDIA driver here?)"
 
 
-def query_ops() -> list[client.Op[RunReply]]:
-    """The two ``run`` ops (GPUs, then compute processes) to append to a host's request."""
+def query_ops(prefix: Sequence[str] = ()) -> list[client.Op[RunReply]]:
+    """The two ``run`` ops (GPUs, then compute processes) to append to a host's request; ``prefix`` runs
+    nvidia-smi through another command (``srun --jobid ... --overlap``: on a node of a Slurm job)."""
     fmt = "--format=csv,noheader,nounits"
-    return [client.run(["nvidia-smi", "--query-gpu=" + ",".join(GPU_FIELDS), fmt], timeout_s=QUERY_TIMEOUT_S,
-                       max_output=MAX_OUTPUT),
-            client.run(["nvidia-smi", "--query-compute-apps=" + ",".join(APP_FIELDS), fmt],
+    return [client.run([*prefix, "nvidia-smi", "--query-gpu=" + ",".join(GPU_FIELDS), fmt],
+                       timeout_s=QUERY_TIMEOUT_S, max_output=MAX_OUTPUT),
+            client.run([*prefix, "nvidia-smi", "--query-compute-apps=" + ",".join(APP_FIELDS), fmt],
                        timeout_s=QUERY_TIMEOUT_S, max_output=MAX_OUTPUT)]
 
 

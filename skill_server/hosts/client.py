@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         ReclaimReply,
         RunReply,
         RunRequest,
+        SlurmOptions,
         StopProc,
         StopReply,
         StopRequest,
@@ -147,24 +148,28 @@ class Launch:
 
 def launch(exp_id: str, session: str, socket_name: str, *, replace_pids: Sequence[int], python: str | None,
            workdir: str, result_dir: str, max_time_s: int, deadline_grace_s: int,
-           procs: Sequence[LaunchProc], monitor: MonitorConfig | None = None) -> Launch:
+           procs: Sequence[LaunchProc], monitor: MonitorConfig | None = None,
+           slurm: SlurmOptions | None = None) -> Launch:
     """Start ``procs`` (this host's processes of run ``exp_id``) as windows of tmux session ``session`` on
     the server named ``socket_name``, and the run's monitor there. ``check`` resolves and checks everything
     and starts nothing; ``start`` creates the run directory and the session. ``replace_pids``: the panes of
     an earlier run of ours whose finished session may be replaced. ``monitor``: what the run monitor scans
-    for (the signature table, the run's first-step pattern)."""
+    for (the signature table, the run's first-step pattern). ``slurm``: submit the processes as one batch job
+    from this host (its login node) instead, with these sbatch options."""
     request: LaunchRequest = {
         "op": "launch", "exp_id": exp_id, "session": session, "socket_name": socket_name, "dry_run": True,
         "replace_pids": list(replace_pids), "python": python, "workdir": workdir, "result_dir": result_dir,
         "max_time_s": max_time_s, "deadline_grace_s": deadline_grace_s, "procs": list(procs)}
     if monitor is not None:
         request["monitor"] = monitor
+    if slurm is not None:
+        request["slurm"] = slurm
     start: LaunchRequest = {**request, "dry_run": False}
     return Launch(Op(request), Op(start))
 
 
 def discard(exp_id: str, socket_path: str, session: str, *, session_id: str | None = None,
-            run_dir: str | None = None) -> Op[DiscardReply]:
+            run_dir: str | None = None, slurm: bool = False) -> Op[DiscardReply]:
     """Undo a launch on the host: end the run's sessions (by identity: ``session_id`` when known, else the
     run's marker in its panes) and marked processes, empty its run directory (``run_dir``, default the
     host's own for ``exp_id``) and mark it discarded."""
@@ -173,6 +178,8 @@ def discard(exp_id: str, socket_path: str, session: str, *, session_id: str | No
         request["session_id"] = session_id
     if run_dir is not None:
         request["run_dir"] = run_dir
+    if slurm:
+        request["slurm"] = True
     return Op(request)
 
 
@@ -184,7 +191,7 @@ def observe(sockets: Sequence[str], procs: Sequence[ObserveProc]) -> Op[ObserveR
 
 
 def stop(exp_id: str, run_dir: str, socket_path: str, session: str, *, grace_s: float, procs: Sequence[StopProc],
-         kill_session: bool = True, session_id: str | None = None) -> Op[StopReply]:
+         kill_session: bool = True, session_id: str | None = None, job_id: str | None = None) -> Op[StopReply]:
     """Stop every process of run ``exp_id`` on the host (Ctrl-C, ``grace_s``, SIGTERM, SIGKILL, verified)
     and, with ``kill_session``, remove its tmux session: only a session that is the run's by identity
     (``session_id`` and a recorded pane, or the run's marker in its panes), never one found by name."""
@@ -193,6 +200,8 @@ def stop(exp_id: str, run_dir: str, socket_path: str, session: str, *, grace_s: 
                             "procs": list(procs)}
     if session_id is not None:
         request["session_id"] = session_id
+    if job_id is not None:  # a Slurm run: scancel its job (by name when the id is "")
+        request["job_id"] = job_id
     return Op(request)
 
 

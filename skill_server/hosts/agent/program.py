@@ -27,7 +27,7 @@ from .protocol import STATE_DIR_ENV, state_dir
 
 #: Load order: a module comes after the modules it imports at load time.
 MODULES = ("protocol", "deadline", "files", "procs", "tmux", "actions", "scanner", "findings", "points", "policy",
-           "monitor", "wrapper", "program", "request", "generic", "runs", "checkpoints", "reclaim", "ops")
+           "monitor", "wrapper", "program", "request", "generic", "slurm", "runs", "checkpoints", "reclaim", "ops")
 PACKAGE = "ajs_agent"
 #: What ``python3 -c`` runs on the host, with ``READY`` and the nonce as its arguments: say ready, skip blank
 #: lines, check the frame's nonce, run that many bytes of compressed program. No quotes or backslashes, so

@@ -227,8 +227,35 @@ if TYPE_CHECKING:
         deadline_grace_s: int
         procs: list[LaunchProc]
 
+    class SlurmOptions(TypedDict, total=False):
+        """Where a Slurm run's job goes (``launch``'s ``slurm``): sbatch's options, each left out when None."""
+
+        partition: str | None
+        nodes: int | None
+        gpus_per_node: int | None
+        cpus_per_task: int | None
+        mem: str | None
+        account: str | None
+        qos: str | None
+        extra_args: list[str] | None
+
+    class SchedulerFacts(TypedDict):
+        """A Slurm job as the login node sees it: Slurm's own words (``JobState``, ``Reason``, ``ExitCode``
+        as ``EXIT:SIGNAL``, ``NodeList``), from ``scontrol`` ("slurm"), the job's ``job.json`` ("record") or
+        neither ("none": Slurm forgot a job that never wrote its record); ``error``: why Slurm could not be
+        asked (the state is then the record's, or UNKNOWN)."""
+
+        job_id: str
+        state: str
+        reason: str
+        exit_code: str
+        nodes: str
+        source: str
+        error: str | None
+
     class LaunchRequest(_LaunchRequired, total=False):
         monitor: MonitorConfig  # missing: the monitor enforces the max time and scans for nothing
+        slurm: SlurmOptions  # the run is one batch job submitted from this host (no tmux, no monitor)
 
     class PlannedProc(TypedDict):
         role: str
@@ -238,7 +265,7 @@ if TYPE_CHECKING:
     class StartedProc(TypedDict):
         window_id: str
         pane_id: str
-        pid: int
+        pid: int | None  # None: a Slurm run's process (it runs on a node of the job's allocation)
         start: str | None
         role: str
         workdir: str
@@ -259,6 +286,7 @@ if TYPE_CHECKING:
     class LaunchStarted(_LaunchWhere):
         procs: list[StartedProc]
         session_id: str  # tmux's ``#{session_id}`` of the run's session (``$3``): with the panes, its identity
+        job_id: str | None  # a Slurm run's job id (None under tmux)
 
     # ---- stopping: what a stop saw and did (shared by discard and stop)
 
@@ -283,6 +311,7 @@ if TYPE_CHECKING:
     class DiscardRequest(_DiscardRequired, total=False):
         session_id: str | None  # known once the start answered; else the run's sessions are found by marker
         run_dir: str | None  # the launch's run directory on this host (default: ``files.run_dir``)
+        slurm: bool  # a Slurm run: cancel its job (by the id it recorded, else by its name, the run's id)
 
     class DiscardReply(StopReport, Ok):
         session_removed: bool
@@ -308,6 +337,7 @@ if TYPE_CHECKING:
 
     class StopRequest(_StopRequired, total=False):
         session_id: str | None  # recorded at launch (None for runs launched before it was)
+        job_id: str  # a Slurm run: scancel its job instead of signalling pids
 
     class StopReply(StopReport, Ok):
         exit_codes: dict[str, int | None]
@@ -335,6 +365,7 @@ if TYPE_CHECKING:
         pane_id: str | None
         scan: ReadSpan  # the range to scan, read only for a run without a monitor
         points: list[int]  # the caller's cursor in the monitor's points of this process ([seq, offset, generation])
+        job_id: str  # a Slurm run's job: liveness from Slurm and the job's record, not from a pid
 
     class ObserveRequest(TypedDict):
         op: Literal["observe"]
@@ -384,6 +415,7 @@ if TYPE_CHECKING:
         points: list[MetricPoint]  # the monitor's points after the caller's cursor
         points_cursor: list[int]
         points_more: bool  # more points are waiting for the next observation
+        scheduler: SchedulerFacts  # a Slurm run's job
 
     class ObserveReply(Ok):
         panes: dict[str, list[Pane] | None]  # None: no tmux server at that socket

@@ -2,7 +2,9 @@
 
 A run's processes on this host are windows of one tmux session, watched by the run's monitor
 (``monitor``); its run directory holds the wrapper scripts, per role ``.pid``, ``.exit`` and marker files,
-and the monitor's spec, findings (``monitor.json``) and metric points.
+and the monitor's spec, findings (``monitor.json``) and metric points. A Slurm run (``slurm`` in the
+launch) is one batch job submitted from this host, its login node (``slurm``): the same wrappers run inside
+the allocation, and its processes' liveness comes from Slurm and the job's ``job.json``, not from pids.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
         ObservedProc,
         ObserveReply,
         Pane,
+        SchedulerFacts,
         StartedProc,
         StopReply,
     )
@@ -93,7 +96,11 @@ def _resolve_launch(req: Mapping[str, object]) -> _Plan:
     """Check and resolve a launch on this host without creating anything."""
     import shutil
 
-    for tool in ("tmux", "bash") if req.get("procs") else ():
+    if req.get("slurm") is not None:
+        from . import slurm
+
+        slurm.check_clients()
+    for tool in ("tmux", "bash") if req.get("procs") and req.get("slurm") is None else ():
         if shutil.which(tool) is None:
             raise AgentError("%s is not installed on this host (experiments run in tmux under bash)" % tool,
                              kind="no_" + tool)
@@ -136,14 +143,24 @@ def op_launch(req: Mapping[str, object]) -> LaunchPlan | LaunchStarted:
     session = need(req, "session", str)
     socket = tmux.socket_path(need(req, "socket_name", str))
     plan = _resolve_launch(req)
-    replace = _lingering(socket, session, need_or(req, "replace_pids", list, []))
+    scheduled = need_or(req, "slurm", dict, None)
+    if scheduled is not None:
+        socket = ""  # a Slurm run has no tmux session
+    replace = None if scheduled is not None else _lingering(socket, session, need_or(req, "replace_pids", list, []))
     rdir = files.run_dir(exp_id)
     if need_or(req, "dry_run", bool, False):
+        if scheduled is not None:
+            from . import slurm
+
+            slurm.options(scheduled, exp_id, rdir, need(req, "max_time_s", int))  # extra_args refused here
+            slurm.ray_for(scheduled, plan["path_prepend"])
         return {"run_dir": rdir, "socket_path": socket, "result_dir": plan["result_dir"], "python": sys.executable,
                 "host_identity": host_identity(),
                 "procs": [{"role": p["role"], "workdir": p["workdir"], "log_path": p["log_path"]}
                           for p in plan["procs"]]}
     max_time_s = need(req, "max_time_s", int)
+    if scheduled is not None:
+        return _submit(exp_id, rdir, plan, scheduled, max_time_s)
     grace_s = need_or(req, "deadline_grace_s", int, 5)
     from . import monitor  # loaded by the ops that use it: most calls never need the scanner's expressions
 
@@ -173,7 +190,49 @@ def op_launch(req: Mapping[str, object]) -> LaunchPlan | LaunchStarted:
             _discard_locked(exp_id, socket, session_id, rdir)
             raise
     return {"run_dir": rdir, "socket_path": socket, "result_dir": plan["result_dir"], "python": sys.executable,
-            "host_identity": host_identity(), "procs": started, "session_id": session_id or ""}
+            "host_identity": host_identity(), "procs": started, "session_id": session_id or "", "job_id": None}
+
+
+def _submit(exp_id: str, rdir: str, plan: _Plan, options: Mapping[str, object], max_time_s: int) -> LaunchStarted:
+    """A Slurm run: the wrappers and the batch script in the run directory (on the shared filesystem), then
+    sbatch; the processes start when the job does, on its first node. A failure cancels whatever was
+    submitted (by the job's name, the run's id) and leaves the run directory discarded."""
+    from . import slurm
+
+    _make_run_dir(rdir)
+    with files.Locked(os.path.join(rdir, LAUNCH_LOCK), deadline.left(10.0)):
+        if files.exists(os.path.join(rdir, DISCARDED)):
+            raise AgentError("the launch of %s was rolled back before it reached this host" % exp_id)
+        try:
+            _write_run_dir(exp_id, rdir, plan)
+            job_id = slurm.submit(options, exp_id, rdir, [p["role"] for p in plan["procs"]], max_time_s,
+                                  ray=slurm.ray_for(options, plan["path_prepend"]))
+        except BaseException:
+            _discard_slurm(exp_id, rdir)
+            raise
+    started: list[StartedProc] = [
+        {"window_id": "", "pane_id": "", "pid": None, "start": None, "role": p["role"], "workdir": p["workdir"],
+         "log_path": p["log_path"]} for p in plan["procs"]]
+    return {"run_dir": rdir, "socket_path": "", "result_dir": plan["result_dir"], "python": sys.executable,
+            "host_identity": host_identity(), "procs": started, "session_id": "", "job_id": job_id}
+
+
+def _discard_slurm(exp_id: str, rdir: str) -> DiscardReply:
+    """Undo a Slurm launch: mark the run discarded first (a job that starts later exits at once), then cancel
+    its job (by id, or by name when sbatch's answer was lost) and verify."""
+    from . import slurm
+
+    try:
+        files.touch(os.path.join(rdir, DISCARDED))
+    except OSError:
+        pass
+    try:
+        ids, _ = slurm.cancel(slurm.job_of(rdir), exp_id, 5.0)
+        confirmed = True
+    except AgentError:
+        ids, confirmed = [], False
+    return {"interrupted": ["job " + i for i in ids], "terminated": [], "killed": [], "survivors": [],
+            "session_removed": True, "confirmed": confirmed}
 
 
 def _make_run_dir(rdir: str) -> None:
@@ -265,6 +324,9 @@ def op_discard(req: Mapping[str, object]) -> DiscardReply:
         _make_run_dir(rdir)  # the launch never got here: the mark makes it refuse if it still comes
     except AgentError:
         pass
+    if need_or(req, "slurm", bool, False):
+        with files.Locked(os.path.join(rdir, LAUNCH_LOCK), deadline.left(30.0)):
+            return _discard_slurm(exp_id, rdir)
     if not os.path.isdir(rdir):  # cannot write here: still end what runs
         removed, answered = tmux.kill_run_sessions(socket, exp_id, need_or(req, "session_id", str, None), [])
         report = procs.terminate([], exp_id + "/", 0.0)
@@ -282,9 +344,15 @@ def op_observe(req: Mapping[str, object]) -> ObserveReply:
     panes: dict[str, list[Pane] | None] = {}
     for socket in strings(req, "sockets"):
         panes[socket] = tmux.list_panes(socket)
-    cache: dict[str, Any] = {}  # per run directory: its monitor's findings, read once
-    observed = [_observe_proc(p, cache) for p in objects(req, "procs")]
-    _remove_finished_sessions(objects(req, "procs"), cache)
+    cache: dict[str, Any] = {}  # per run directory: its monitor's findings, read once; per Slurm job: its facts
+    asked = objects(req, "procs")
+    jobs = {need(p, "job_id", str): need(p, "run_dir", str) for p in asked if need_or(p, "job_id", str, None)}
+    if jobs:
+        from . import slurm
+
+        cache.update({"slurm:" + job: facts for job, facts in slurm.query_all(jobs).items()})
+    observed = [_observe_proc(p, cache) for p in asked]
+    _remove_finished_sessions(asked, cache)
     return {"panes": panes, "procs": observed, "host_identity": host_identity()}
 
 
@@ -315,12 +383,18 @@ def _observe_proc(p: Mapping[str, object], cache: dict[str, Any]) -> ObservedPro
     rdir, role = need(p, "run_dir", str), need(p, "role", str)
     pid = need_or(p, "pid", int, None)
     start = need_or(p, "start", str, None)
-    # Liveness first, exit code second: a wrapper records its exit code before it exits, so a dead
-    # wrapper without one (in the file or in tmux) really died without recording one.
-    alive = procs.alive(pid, start) if pid else None
-    elapsed = procs.age(pid, start) if alive else None
-    exit_code, exit_source = _exit_code(p, rdir, role, alive)
+    job_id = need_or(p, "job_id", str, None)
     markers = [m for m in MARKERS if files.exists(os.path.join(rdir, "%s.%s" % (role, m)))]
+    scheduler: SchedulerFacts | None = None
+    if job_id is not None:
+        scheduler, alive, exit_code, exit_source = _scheduled(job_id, rdir, role, markers, cache)
+        elapsed = _job_age(rdir, scheduler["state"]) if alive else None
+    else:
+        # Liveness first, exit code second: a wrapper records its exit code before it exits, so a dead
+        # wrapper without one (in the file or in tmux) really died without recording one.
+        alive = procs.alive(pid, start) if pid else None
+        elapsed = procs.age(pid, start) if alive else None
+        exit_code, exit_source = _exit_code(p, rdir, role, alive)
     if _survivors_alive(os.path.join(rdir, role + ".survivors")):
         markers.append("survivors")
     final = exit_code is not None or alive is False
@@ -328,6 +402,8 @@ def _observe_proc(p: Mapping[str, object], cache: dict[str, Any]) -> ObservedPro
     reads = [_read(log_path, r, final) for r in objects(p, "reads", required=False)]
     out: ObservedProc = {"alive": alive, "exit_code": exit_code, "exit_source": exit_source, "elapsed_s": elapsed,
                          "markers": markers, "final": final, "size": files.file_size(log_path), "reads": reads}
+    if scheduler is not None:
+        out["scheduler"] = scheduler
     found = monitor.report(rdir, role, final=final, cache=cache)
     if found is None:
         scan = need_or(p, "scan", dict, None)
@@ -342,6 +418,56 @@ def _observe_proc(p: Mapping[str, object], cache: dict[str, Any]) -> ObservedPro
     if more:
         out["points_more"] = True
     return out
+
+
+def _scheduled(job_id: str, rdir: str, role: str, markers: list[str], cache: dict[str, Any]
+               ) -> tuple[SchedulerFacts, bool | None, int | None, str | None]:
+    """A Slurm run's process: (the job's facts, alive, exit code, its source). Queued: alive, marked
+    ``queued``. Running: alive until its wrapper's exit file exists. Ended: the exit file's code, else
+    Slurm's (a process killed with its job wrote none); cancelled and timed-out jobs mark their processes
+    ``stopped`` and ``timedout``. Slurm cannot be asked and the record is not final: liveness unknown (None)."""
+    from . import slurm
+
+    key = "slurm:" + job_id
+    if key not in cache:  # one scontrol per job and observation, whatever its number of processes
+        cache[key] = slurm.query(job_id, rdir)
+    facts: SchedulerFacts = cache[key]
+    code = files.read_int(os.path.join(rdir, role + ".exit"))
+    source = "file" if code is not None else None
+    state = facts["state"]
+    if state in slurm.QUEUED:
+        markers.append("queued")
+        return facts, True, code, source
+    if state not in slurm.FINAL:
+        if facts["error"] is not None and state == "UNKNOWN":
+            return facts, None, code, source
+        return facts, code is None and state != "UNKNOWN", code, source
+    if state == "CANCELLED" and "stopped" not in markers:
+        markers.append("stopped")
+    if state == "TIMEOUT" and "timedout" not in markers:
+        markers.append("timedout")
+    if code is None:  # killed with its job: Slurm's code, unless it says 0 for a job that did not complete
+        code = slurm.exit_status(facts["exit_code"])
+        if code == 0 and state != "COMPLETED":
+            code = None
+        source = "slurm" if code is not None else None
+    return facts, False, code, source
+
+
+def _job_age(rdir: str, state: str) -> float | None:
+    """How long a Slurm run's job has run (0 while it is queued), by the start the job recorded: a run's clock
+    (its max time, its first-step deadline) starts when its job does, not when it was queued."""
+    from . import slurm
+
+    if state in slurm.QUEUED:
+        return 0.0
+    mine = slurm.record(rdir)
+    at = mine.get("at") if mine is not None and mine.get("source") == "job" else None
+    if isinstance(at, (int, float)) and not isinstance(at, bool):
+        import time
+
+        return max(0.0, time.time() - float(at))
+    return None
 
 
 def _read(log_path: str, span: Mapping[str, object], final: bool) -> Appended:
@@ -359,7 +485,7 @@ def _remove_finished_sessions(asked: list[Mapping[str, object]], cache: dict[str
     for p in asked:
         rdir, exp_id = need(p, "run_dir", str), need_or(p, "exp_id", str, None)
         socket = need_or(p, "socket_path", str, None)
-        if exp_id is None or socket is None:
+        if exp_id is None or not socket or need_or(p, "job_id", str, None) is not None:
             continue
         on_disk = files.exists(os.path.join(rdir, need(p, "role", str) + ".exit"))  # not only in tmux's memory
         done = runs.get(rdir, (exp_id, socket, True))[2] and on_disk
@@ -387,6 +513,20 @@ def _survivors_alive(path: str) -> bool:
         return False
 
 
+def _stop_job(job_id: str, exp_id: str, rdir: str, roles: list[str], grace: float) -> StopReply:
+    """A Slurm run: cancel its job and verify that Slurm no longer queues or runs it (raises otherwise: the
+    caller records nothing). The job's processes get SIGTERM from Slurm, SIGKILL after KillWait."""
+    from . import slurm
+
+    ids, killed = slurm.cancel(job_id, exp_id, grace)
+    if job_id:
+        slurm.query(job_id, rdir)  # Slurm's final word into job.json while it still remembers the job
+    codes = {role: files.read_int(os.path.join(rdir, role + ".exit")) for role in roles}
+    del killed  # Slurm's SIGKILL: the job's state says it (its ExitCode's signal)
+    return {"interrupted": roles if ids else [], "terminated": [], "killed": [], "survivors": [],
+            "exit_codes": codes, "session_removed": True}
+
+
 def op_stop(req: Mapping[str, object]) -> StopReply:
     """Stop every process of one experiment on this host and verify (see ``procs.terminate``)."""
     exp_id = need(req, "exp_id", str)
@@ -405,6 +545,16 @@ def op_stop(req: Mapping[str, object]) -> StopReply:
     roles: list[dict[str, object]] = [{"role": need(p, "role", str), "pid": need_or(p, "pid", int, None),
                                        "start": need_or(p, "start", str, None),
                                        "pane_id": need_or(p, "pane_id", str, None)} for p in objects(req, "procs")]
+    job_id = need_or(req, "job_id", str, None)
+    if job_id is not None:  # a Slurm run: Slurm stops the job's processes; the roles are marked stopped first
+        names = [str(r["role"]) for r in roles]
+        for role in names:
+            if files.read_int(os.path.join(rdir, role + ".exit")) is None:
+                try:
+                    files.touch(os.path.join(rdir, role + ".stopped"))
+                except OSError:
+                    pass
+        return _stop_job(job_id, exp_id, rdir, names, grace)
     kill = need_or(req, "kill_session", bool, True)
     socket = need(req, "socket_path", str) if kill else ""
     return stop_here(exp_id, rdir, roles, grace, socket, need_or(req, "session_id", str, None), kill_session=kill)

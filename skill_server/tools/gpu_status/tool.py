@@ -2,16 +2,39 @@
 
 from __future__ import annotations
 
+from skill_server.core.errors import ToolInputError
 from skill_server.gpus.models import GpuHost
-from skill_server.gpus.query import query
+from skill_server.gpus.query import in_job, query
 from skill_server.hosts import LOCAL, normalise
 from skill_server.tools.gpu_status.models import GpuStatusInput, GpuStatusOutput
 
 
 def gpu_status(inp: GpuStatusInput) -> GpuStatusOutput:
+    if inp.experiment is not None:
+        hosts = _job_nodes(inp)
+        return GpuStatusOutput(summary=summary(hosts), hosts=hosts)
     names = [normalise(h, field=f"hosts.{i}") for i, h in enumerate(inp.hosts or [LOCAL])]
     hosts = query(list(dict.fromkeys(names)))
     return GpuStatusOutput(summary=summary(hosts), hosts=hosts)
+
+
+def _job_nodes(inp: GpuStatusInput) -> list[GpuHost]:
+    """The GPUs of the nodes a Slurm run's job holds, asked through its login node."""
+    from skill_server.experiments.store import open_registry
+
+    if inp.hosts is not None:
+        raise ToolInputError("give hosts or experiment, not both", field="hosts")
+    assert inp.experiment is not None
+    with open_registry() as reg:
+        row = reg.find(inp.experiment)
+    if row is None:
+        raise ToolInputError(f"no experiment {inp.experiment!r} in this server's registry", field="experiment")
+    where = row.spec.hosts.get(row.host)
+    if where is None or where.backend != "slurm":
+        raise ToolInputError(f"{row.id} is not a Slurm run: ask its hosts instead", field="experiment")
+    if not where.job_id:
+        raise ToolInputError(f"{row.id} has no Slurm job (its launch did not finish)", field="experiment")
+    return in_job(row.host, where.job_id)
 
 
 #: What "free" means in the summary: AgentJet's launcher wants this share of a GPU's memory free.

@@ -14,8 +14,8 @@ class WaitInput(ToolInput):
     id: StrictStr = Field(max_length=200, description="Experiment id or session name.")
     timeout_s: NonNegativeInt | None = Field(default=None, le=3600,
                                              description="Default 30; values above 50 are clamped to 50.")
-    until: Literal["exit", "first_step", "pattern", "stall", "error", "end"] | None = Field(
-        default=None, description="Default 'exit' (also 'error', 'end').")
+    until: Literal["exit", "first_step", "pattern", "stall", "error", "end", "started"] | None = Field(
+        default=None, description="Default 'exit' (also 'error', 'end'); 'started': a Slurm job left the queue.")
     pattern: StrictStr | None = Field(default=None, max_length=500, description="Regex, for until='pattern'.")
     stall_s: PositiveInt | None = Field(default=None, ge=5, le=7 * 86400,
                                         description="Also end ('stalled') once the run is quiet this long (quiet_s).")
@@ -25,7 +25,7 @@ class WaitInput(ToolInput):
 
 
 #: Why a wait ended.
-WaitReason = Literal["exited", "first_step", "pattern", "error", "stalled", "timeout", "unreachable"]
+WaitReason = Literal["exited", "first_step", "pattern", "started", "error", "stalled", "timeout", "unreachable"]
 
 
 class WaitOutput(ExperimentStatus):

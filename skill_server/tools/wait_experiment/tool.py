@@ -111,6 +111,8 @@ class _Wait:
             return "pattern"
         if self.until == "first_step" and view.scan.first_step_seen:
             return "first_step"
+        if self.until == "started" and view.state == "running" and not any(p.state == "waiting" for p in view.procs):
+            return "started"
         if any(c > self.baseline.get(name, 0) for name, c in _error_counts(view.scan).items()):
             return "error"
         if self.stall_s is not None and (quiet_s := quiet(view)[0]) is not None and quiet_s >= self.stall_s:

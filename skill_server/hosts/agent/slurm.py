@@ -1,0 +1,376 @@
+"""A run as one Slurm batch job, seen from the login node: submit, query, cancel (stdlib only).
+
+The run directory is on the filesystem every node shares (the user's home): the batch script
+(``job.sh``), generated there, runs each process's wrapper (pid, exit and log files as under tmux) inside
+the allocation, and records the job's own state in ``job.json`` (atomically): ``RUNNING`` with its nodes
+when it starts, and its end (``COMPLETED``, ``FAILED`` with the exit code, or, when Slurm signalled it,
+``CANCELLED``/``TIMEOUT`` as ``scontrol`` names it then). Without accounting storage Slurm forgets a
+finished job ``MinJobAge`` after its end (``scontrol`` then says "Invalid job id specified") and
+``sacct`` has nothing, so the job's file is what is left; while Slurm still knows the job, its word wins and
+whoever sees a final state first writes it to ``job.json`` (``source: slurm``). scancel's exit code says
+nothing (0 for an unknown job), so a cancel is verified by looking again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import time
+
+from . import deadline, files
+from .files import AgentError
+from .protocol import RUN_MARKER, TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any
+
+    from .protocol import SchedulerFacts
+
+#: In a Slurm run's directory: the batch script, the job id sbatch gave, the job's own record, its output.
+SCRIPT, JOB_ID, RECORD, OUTPUT = "job.sh", "job.id", "job.json", "job.out"
+#: Slurm's JobStates that are over (the rest are PENDING, RUNNING, CONFIGURING, COMPLETING, SUSPENDED, ...).
+FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
+         "DEADLINE", "SPECIAL_EXIT", "REVOKED")
+QUEUED = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED")
+CLIENT_TIMEOUT_S = 20.0
+_FIELD = re.compile(r"([A-Za-z][\w/:]*)=(\S*)")
+#: sbatch options the ``slurm`` argument sets itself (extra_args must not set them again).
+_OWN = ("--output", "--error", "--chdir", "--job-name", "--parsable", "--wrap", "-o", "-e", "-D", "-J")
+
+
+def _client(argv: list[str], cap: float = CLIENT_TIMEOUT_S) -> tuple[int, str, str]:
+    """A Slurm client command, bounded; (exit code, stdout, stderr); 127 when the command is missing."""
+    try:
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=deadline.left(cap), check=False)
+    except FileNotFoundError:
+        return 127, "", "%s is not installed on this host (is this the cluster's login node?)" % argv[0]
+    except subprocess.TimeoutExpired:
+        return 124, "", "%s did not answer in %.0f s" % (argv[0], deadline.left(cap))
+    return proc.returncode, proc.stdout.decode("utf-8", "replace"), proc.stderr.decode("utf-8", "replace")
+
+
+def check_clients() -> None:
+    """Refuse a Slurm launch on a host without sbatch (or bash for the batch script)."""
+    import shutil
+
+    for tool in ("sbatch", "squeue", "scontrol", "scancel", "bash"):
+        if shutil.which(tool) is None:
+            raise AgentError("%s is not installed on this host (a Slurm run is submitted from the cluster's login "
+                             "node)" % tool, "host", kind="no_slurm")
+
+
+def options(slurm: Mapping[str, Any], exp_id: str, rdir: str, max_time_s: int) -> list[str]:
+    """sbatch's options for this run: the job's name is the run's id (a rollback finds it by that), its output
+    and cwd are the run directory, its time limit the run's max time (whole minutes, rounded up)."""
+    out = ["--parsable", "--job-name=" + exp_id, "--output=" + os.path.join(rdir, OUTPUT), "--chdir=" + rdir,
+           "--time=%d" % max(1, -(-int(max_time_s) // 60)), "--nodes=%d" % int(slurm.get("nodes") or 1)]
+    for key, flag in (("partition", "--partition"), ("account", "--account"), ("qos", "--qos"),
+                      ("mem", "--mem"), ("cpus_per_task", "--cpus-per-task")):
+        if slurm.get(key) is not None:
+            out.append("%s=%s" % (flag, slurm[key]))
+    if slurm.get("gpus_per_node"):
+        out.append("--gres=gpu:%d" % int(slurm["gpus_per_node"]))
+    for arg in slurm.get("extra_args") or []:
+        if not isinstance(arg, str) or not arg.startswith("-"):
+            raise AgentError("each extra argument is one sbatch option starting with '-' (got %r)" % (arg,),
+                             "slurm.extra_args")
+        if arg.split("=", 1)[0] in _OWN:
+            raise AgentError("%s is set by the tool (the run directory holds the job's files)" % arg,
+                             "slurm.extra_args")
+        out.append(arg)
+    return out
+
+
+#: Of a multi-node run: how long the batch script waits for every node to join Ray before it starts the processes.
+RAY_JOIN_S = 300
+#: A node's address for Ray: Slurm's NodeAddr of the node the command runs on, resolved to an IP.
+_NODE_IP = ("$(%(py)s -c 'import socket, sys; print(socket.gethostbyname(sys.argv[1]))' "
+            "\"$(scontrol show node \"$SLURMD_NODENAME\" -o | grep -o 'NodeAddr=[^ ]*' | cut -d= -f2)\")")
+
+
+def _ray_lines(ray: str, python: str, rdir: str) -> list[str]:
+    """A run on several nodes: Ray's head on this (the first) node, a worker on each other node (one
+    ``srun --overlap`` step), then wait (bounded) until ``ray status`` counts every node; RAY_ADDRESS for the
+    processes. Each node joins with its own NodeAddr (Ray's own guess of an address can be one others cannot
+    reach). Slurm ends Ray with the job."""
+    q = shlex.quote
+    ip = _NODE_IP % {"py": q(python)}
+    head_log, workers_log = q(os.path.join(rdir, "ray-head.log")), q(os.path.join(rdir, "ray-workers.log"))
+    port = "$(%s -c 'import socket; s = socket.socket(); s.bind((\"\", 0)); print(s.getsockname()[1])')" % q(python)
+    worker = "exec %s start --address=\"$0\" --node-ip-address=%s --block" % (q(ray), ip)
+    return [
+        "__ajs_ip=" + ip,
+        "__ajs_port=" + port,
+        "export RAY_ADDRESS=\"$__ajs_ip:$__ajs_port\"",
+        "echo \"starting Ray on $SLURM_JOB_NUM_NODES nodes, head at $RAY_ADDRESS\"",
+        "%s start --head --node-ip-address=\"$__ajs_ip\" --port=\"$__ajs_port\" --block > %s 2>&1 &"
+        % (q(ray), head_log),
+        "__ajs_until=$((SECONDS + %d))" % RAY_JOIN_S,
+        "until %s status --address=\"$RAY_ADDRESS\" >/dev/null 2>&1 || [ \"$SECONDS\" -ge \"$__ajs_until\" ]; "
+        "do sleep 1; done" % q(ray),
+        "srun --nodes=$((SLURM_JOB_NUM_NODES - 1)) --ntasks-per-node=1 --overlap --exclude=\"$SLURMD_NODENAME\" "
+        "bash -c %s \"$RAY_ADDRESS\" > %s 2>&1 &" % (q(worker), workers_log),
+        "until [ \"$(%s status --address=\"$RAY_ADDRESS\" 2>/dev/null | grep -c ' node_')\" -ge "
+        "\"$SLURM_JOB_NUM_NODES\" ]; do" % q(ray),
+        "  if [ \"$SECONDS\" -ge \"$__ajs_until\" ]; then echo 'not every node joined Ray within %d s (see "
+        "ray-workers.log)'; __ajs_record FAILED 1:0 RayJoin; exit 1; fi" % RAY_JOIN_S,
+        "  sleep 1",
+        "done",
+        "echo \"Ray has $SLURM_JOB_NUM_NODES nodes\"",
+    ]
+
+
+def render(exp_id: str, rdir: str, roles: list[str], ray: str | None = None, python: str = "python3") -> str:
+    """The batch script: refuse to start a run that was rolled back, record RUNNING and the nodes, start Ray
+    across the nodes (``ray``: a run on several nodes), start each process's wrapper (with the run's marker),
+    wait for all, and record the end in ``job.json``."""
+    q = shlex.quote
+    lines = [
+        "#!/bin/bash",
+        "# agentjet-swarm-skill batch script of experiment %s. Generated; do not edit." % exp_id,
+        "__ajs_run=" + q(rdir),
+        "__ajs_signalled=",
+        "__ajs_record() {  # STATE EXITCODE REASON: job.json, atomically",
+        "  printf '{\"job_id\": \"%s\", \"state\": \"%s\", \"exit_code\": \"%s\", \"reason\": \"%s\", "
+        "\"nodes\": \"%s\", \"source\": \"job\", \"at\": %s}\\n' \"$SLURM_JOB_ID\" \"$1\" \"$2\" \"$3\" "
+        "\"$SLURM_JOB_NODELIST\" \"$(date +%s)\" > \"$__ajs_run/job.json.tmp\" && "
+        "mv -f \"$__ajs_run/job.json.tmp\" \"$__ajs_run/job.json\"",
+        "}",
+        "__ajs_term() {  # scancel and the time limit send SIGTERM first: record which, as Slurm says",
+        "  __ajs_signalled=1",
+        "  __ajs_why=$(scontrol show job -o \"$SLURM_JOB_ID\" 2>/dev/null)",
+        "  case \"$__ajs_why\" in *Reason=TimeLimit*) __ajs_record TIMEOUT 0:15 TimeLimit;; "
+        "*) __ajs_record CANCELLED 0:15 None;; esac",
+        "}",
+        "trap __ajs_term TERM",
+        "trap : INT",
+        "if [ -e \"$__ajs_run/discarded\" ]; then echo 'this launch was rolled back before the job started'; "
+        "__ajs_record CANCELLED 0:0 RolledBack; exit 0; fi",
+        "__ajs_record RUNNING 0:0 None",
+        *(_ray_lines(ray, python, rdir) if ray else []),
+        "__ajs_pids=()",
+    ]
+    for role in roles:
+        lines.append("env %s=%s bash %s &" % (RUN_MARKER, q(exp_id + "/" + role), q(os.path.join(rdir, role + ".sh"))))
+        lines.append("__ajs_pids+=($!)")
+    lines += [
+        "for __ajs_p in \"${__ajs_pids[@]}\"; do",
+        "  wait \"$__ajs_p\"",
+        "  while kill -0 \"$__ajs_p\" 2>/dev/null; do wait \"$__ajs_p\"; done  # a trapped signal ends wait early",
+        "done",
+        "__ajs_code=0",
+    ]
+    for role in roles:  # the first non-zero exit code of a process is the job's
+        path = q(os.path.join(rdir, role + ".exit"))
+        lines.append("if [ \"$__ajs_code\" = 0 ]; then __ajs_code=$(cat %s 2>/dev/null); "
+                     "case \"$__ajs_code\" in ''|*[!0-9]*) __ajs_code=1;; esac; fi" % path)
+    lines += [
+        "if [ -z \"$__ajs_signalled\" ]; then",
+        "  if [ \"$__ajs_code\" = 0 ]; then __ajs_record COMPLETED 0:0 None; "
+        "else __ajs_record FAILED \"$__ajs_code:0\" NonZeroExitCode; fi",
+        "fi",
+        "exit \"$__ajs_code\"",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def ray_for(slurm: Mapping[str, Any], path_prepend: str | None) -> str | None:
+    """The ``ray`` a run on several nodes starts (beside the run's interpreter, else on PATH); None for one
+    node; refused when there is none."""
+    import shutil
+
+    if int(slurm.get("nodes") or 1) <= 1:
+        return None
+    beside = os.path.join(path_prepend, "ray") if path_prepend else None
+    found = beside if beside and os.access(beside, os.X_OK) else shutil.which("ray")
+    if found is None:
+        raise AgentError("a run on several nodes starts Ray across them: no ray beside python or on PATH here",
+                         "slurm.nodes")
+    return found
+
+
+def submit(slurm: Mapping[str, Any], exp_id: str, rdir: str, roles: list[str], max_time_s: int,
+           ray: str | None = None) -> str:
+    """Write the batch script and submit it; the job id (also written to ``job.id``)."""
+    import sys
+
+    argv = ["sbatch"] + options(slurm, exp_id, rdir, max_time_s)
+    script = os.path.join(rdir, SCRIPT)
+    text = render(exp_id, rdir, roles, ray=ray, python=sys.executable)
+    files.write_atomic(script, text.encode("utf-8"), replace=False, mode=0o700)
+    code, out, err = _client(argv + [script], 60.0)
+    if code != 0:
+        raise AgentError("sbatch refused the job: %s" % (err.strip().splitlines() or ["exit %d" % code])[-1],
+                         "slurm")
+    job_id = out.strip().split(";")[0]
+    if not job_id.isdigit():
+        raise AgentError("sbatch answered no job id: %r" % out.strip()[:200], "slurm")
+    files.write_atomic(os.path.join(rdir, JOB_ID), (job_id + "\n").encode("ascii"), replace=True, mode=0o600)
+    return job_id
+
+
+def _show(job_id: str) -> dict[str, str] | None | str:
+    """``scontrol show job -o``'s fields; None once Slurm has forgotten the job; a string: why it cannot say."""
+    code, out, err = _client(["scontrol", "show", "job", "-o", job_id])
+    if code != 0:
+        if "Invalid job id" in err:
+            return None
+        return (err.strip().splitlines() or ["scontrol exit %d" % code])[-1]
+    return dict(_FIELD.findall(out))
+
+
+def record(rdir: str) -> dict[str, Any] | None:
+    """The job's own ``job.json`` (None when missing or unreadable)."""
+    try:
+        data = json.loads(files.read_small(os.path.join(rdir, RECORD), 64 * 1024) or "null")
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _write_record(rdir: str, facts: SchedulerFacts) -> None:
+    """Slurm's word on the end into ``job.json``, so that it outlives Slurm's memory of the job."""
+    data = {"job_id": facts["job_id"], "state": facts["state"], "exit_code": facts["exit_code"],
+            "reason": facts["reason"], "nodes": facts["nodes"], "source": "slurm", "at": int(time.time())}
+    try:
+        files.write_atomic(os.path.join(rdir, RECORD), json.dumps(data).encode("utf-8"), replace=True, mode=0o600)
+    except (AgentError, OSError):
+        pass
+
+
+def query(job_id: str, rdir: str) -> SchedulerFacts:
+    """What is known of the job: Slurm's word while it remembers the job (written to ``job.json`` once it is
+    final), else the job's own record; ``error`` says why neither could tell."""
+    mine = record(rdir)
+    if mine is not None and mine.get("source") == "slurm":
+        return _facts(job_id, mine, "record")
+    shown = _show(job_id)
+    if isinstance(shown, dict):
+        facts: SchedulerFacts = {
+            "job_id": job_id, "state": shown.get("JobState", "UNKNOWN"), "reason": shown.get("Reason", "None"),
+            "exit_code": shown.get("ExitCode", ""), "nodes": _nodes(shown.get("NodeList", "")), "source": "slurm",
+            "error": None}
+        if facts["state"] in FINAL:
+            _write_record(rdir, facts)
+        return facts
+    if mine is not None:
+        facts = _facts(job_id, mine, "record")
+        if shown is not None and facts["state"] not in FINAL:
+            facts["error"] = shown
+        return facts
+    if shown is None:  # forgotten, and the job never wrote a word: it never started (or its node died at once)
+        return {"job_id": job_id, "state": "UNKNOWN", "reason": "None", "exit_code": "", "nodes": "",
+                "source": "none", "error": None}
+    return {"job_id": job_id, "state": "UNKNOWN", "reason": "None", "exit_code": "", "nodes": "", "source": "none",
+            "error": shown}
+
+
+def query_all(jobs: Mapping[str, str]) -> dict[str, SchedulerFacts]:
+    """``query`` for many jobs (job id -> run directory) at the cost of one ``squeue`` of the user's jobs, plus
+    one ``scontrol`` per job seen final for the first time (squeue has no exit code); a job whose final word
+    is recorded already costs nothing. A single job is asked directly."""
+    out: dict[str, SchedulerFacts] = {}
+    ask = {}
+    for job_id, rdir in jobs.items():
+        mine = record(rdir)
+        if mine is not None and mine.get("source") == "slurm":
+            out[job_id] = _facts(job_id, mine, "record")
+        else:
+            ask[job_id] = rdir
+    if len(ask) <= 1:
+        out.update({job_id: query(job_id, rdir) for job_id, rdir in ask.items()})
+        return out
+    code, listing, err = _client(["squeue", "-h", "-t", "all", "--me", "-o", "%i|%T|%r|%N"])
+    seen: dict[str, list[str]] = {}
+    for line in listing.splitlines():
+        row = line.split("|")
+        if len(row) == 4 and row[0] in ask:
+            seen[row[0]] = row
+    for job_id, rdir in ask.items():
+        cells = seen.get(job_id)
+        if code != 0 or (cells is not None and cells[1] in FINAL) or cells is None:
+            # squeue failed, the job is final (its exit code), or forgotten (its record): as for one job
+            out[job_id] = query(job_id, rdir) if code == 0 else _unasked(job_id, rdir, err)
+            continue
+        out[job_id] = {"job_id": job_id, "state": cells[1], "reason": cells[2], "exit_code": "",
+                       "nodes": _nodes(cells[3]), "source": "slurm", "error": None}
+    return out
+
+
+def _unasked(job_id: str, rdir: str, err: str) -> SchedulerFacts:
+    """What the job's record says when squeue failed (``error`` says why, unless the record is final)."""
+    why = (err.strip().splitlines() or ["squeue failed"])[-1]
+    mine = record(rdir)
+    if mine is not None:
+        facts = _facts(job_id, mine, "record")
+        if facts["state"] not in FINAL:
+            facts["error"] = why
+        return facts
+    return {"job_id": job_id, "state": "UNKNOWN", "reason": "None", "exit_code": "", "nodes": "", "source": "none",
+            "error": why}
+
+
+def _nodes(value: str) -> str:
+    return "" if value in ("(null)", "None") else value
+
+
+def _facts(job_id: str, data: Mapping[str, Any], source: str) -> SchedulerFacts:
+    return {"job_id": job_id, "state": str(data.get("state") or "UNKNOWN"), "reason": str(data.get("reason") or "None"),
+            "exit_code": str(data.get("exit_code") or ""), "nodes": str(data.get("nodes") or ""), "source": source,
+            "error": None}
+
+
+def exit_status(exit_code: str) -> int | None:
+    """Slurm's ``EXIT:SIGNAL`` as a shell would say it (a signal N is 128+N); None when it says nothing."""
+    code, _, signal = exit_code.partition(":")
+    if not code.isdigit():
+        return None
+    return 128 + int(signal) if signal.isdigit() and int(signal) else int(code)
+
+
+def job_of(rdir: str) -> str | None:
+    """The job id sbatch gave this run (None: it was never submitted, or the answer was lost)."""
+    text = files.read_small(os.path.join(rdir, JOB_ID), 64)
+    value = (text or "").strip()
+    return value if value.isdigit() else None
+
+
+def _active(job_id: str | None, name: str) -> list[str]:
+    """The ids of the job (by id, or by name when the id is unknown) that Slurm still queues or runs; raises
+    when Slurm cannot be asked."""
+    argv = ["squeue", "-h", "-o", "%i|%T"] + (["-j", job_id] if job_id else ["-n", name])
+    code, out, err = _client(argv)
+    if code != 0:
+        if "Invalid job id" in err:
+            return []
+        raise AgentError("squeue cannot say whether the job still runs: %s" % (err.strip().splitlines() or [""])[-1])
+    return [line.split("|")[0] for line in out.splitlines() if "|" in line]
+
+
+def cancel(job_id: str | None, name: str, grace_s: float) -> tuple[list[str], bool]:
+    """End the job (by id, or every job named ``name`` when the id was never learnt): ``scancel`` (SIGTERM to
+    its processes, SIGKILL after KillWait), then ``grace_s`` and ``scancel --signal=KILL --full``, each
+    verified with squeue. (the ids signalled, whether SIGKILL was needed); raises while one still runs."""
+    ids = _active(job_id, name)
+    if not ids:
+        return [], False
+    _client(["scancel"] + ids)
+    end = time.monotonic() + deadline.left(grace_s)
+    while time.monotonic() < end:
+        if not _active(job_id, name):
+            return ids, False
+        time.sleep(0.25)
+    _client(["scancel", "--signal=KILL", "--full"] + ids)
+    end = time.monotonic() + deadline.left(15.0)
+    while time.monotonic() < end:
+        left = _active(job_id, name)
+        if not left:
+            return ids, True
+        time.sleep(0.25)
+    raise AgentError("Slurm job %s is still in the queue after scancel and SIGKILL (nothing recorded; call stop "
+                     "again)" % ", ".join(ids))
