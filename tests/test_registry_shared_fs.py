@@ -211,6 +211,11 @@ def test_a_stop_of_another_controllers_local_run_refuses_and_its_own_controller_
     assert code != 0 and "launched on ctlb: ask there" in stderr and "nothing was signalled" in stderr
     code, _, stderr = call_cli("collect_results", {"id": run["id"]}, env=_controller("ctla"))
     assert code != 0 and "are on another machine: launched on ctlb: ask there" in stderr
+    code, waited, _ = call_cli("wait_experiment", {"id": run["id"], "timeout_s": 60}, env=_controller("ctla"))
+    assert code == 0 and (waited["reason"], waited["next_wait_s"]) == ("unreachable", 0), waited
+    assert waited["waited_s"] < 10 and waited["summary"] == (
+        f"Wait ended at once: run {run['id']} is another machine's (launched on ctlb: ask there); this machine "
+        "cannot see its processes, so waiting here cannot help."), waited["summary"]
     # b is in the middle of undoing it (an interrupted launch): a's calls leave that to b, the row stays
     path = store.registry_dir() / store.DB_NAME
     with sqlite3.connect(str(path)) as conn:

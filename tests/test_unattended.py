@@ -113,6 +113,10 @@ def test_an_nccl_timeout_that_hangs_is_stopped_by_its_policy_and_the_results_col
     seen = status(out["id"], max_lines=0)  # the first call since the launch
     assert seen["state"] == "stopped"
     assert [(t, a) for t, a, _ in acted(seen)] == [("error:nccl_error", "stop"), ("end:stopped", "collect")]
+    assert seen["summary"].startswith(f"Run {out['id']} was stopped by its policy on error:nccl_error (stopped) "), \
+        seen["summary"]
+    assert seen["summary"].endswith(f"; its monitor wrote {results} and finish.flag; collect_results id={out['id']} "
+                                    "gives the full page."), seen["summary"]
 
 
 def test_a_run_that_goes_silent_is_stalled_after_its_bound_then_stopped(tmux_socket: str, workdir: Path):
@@ -238,6 +242,38 @@ def test_a_transient_failure_is_resumed_twice_from_its_checkpoints_then_given_up
     assert (listed[f"{first}.r3"]["previous_attempt"], listed[f"{first}.r3"]["next_attempt"]) == (f"{first}.r2", None)
     assert listed[f"{first}.r3"]["global_step"] == 6 and listed[f"{first}.r2"]["global_step"] == 4
     assert [a for _, a, _ in acted(listed[f"{first}.r3"])] == ["stop", "collect"]
+
+
+def test_what_happened_overnight_is_one_call_on_the_id_the_user_knows(tmux_socket: str, workdir: Path):
+    """A wait on the first id follows the resumes to the newest attempt; status of the first id tells the
+    chain (each attempt, the checkpoint it continued from, its state) and the newest attempt's line; collect
+    names the attempts its results cover."""
+    script, ckpt, starts = workdir / "resumes.py", workdir / "ckpt", workdir / "starts"
+    script.write_text(RESUMES)
+    out = call("launch_experiment", name="overnight", workdir=str(workdir), command=f"{PY} {script} {ckpt} {starts} 50",
+               policy={"on_error": "resume", "max_resumes": 2, "backoff_s": 1, "on_end": "collect"})
+    first = out["id"]
+    waited = call("wait_experiment", id=first, until="end", timeout_s=90)
+    assert (waited["id"], waited["state"], waited["reason"], waited["next_wait_s"]) == (
+        f"{first}.r3", "stopped", "exited", 0), waited["summary"]
+    assert waited["summary"].startswith(f"Wait ended (run {first} was resumed: this is its newest attempt): "), \
+        waited["summary"]
+    wait_until(lambda: "collect" in [a for _, a, _ in acted(status(f"{first}.r3", max_lines=0))], timeout=30)
+    seen = status(first, max_lines=0)
+    assert (seen["id"], seen["state"], seen["next_attempt"]) == (first, "stopped", f"{first}.r2")
+    result_dir = out["result_dir"].rstrip("/")
+    assert seen["summary"] == (
+        f"Run {first} was stopped by its policy on error:nccl_error at step 2; resumed 2 times: .r2 (from "
+        f"global_step_2) was stopped at step 4, .r3 (from global_step_4) was stopped by its policy on "
+        f"error:nccl_error (stopped; not resumed: gave up after 2 resumes) (exit code 130) at step 6; its monitor "
+        f"wrote {result_dir}/{first}.r3/results.md and finish.flag; collect_results id={first}.r3 gives the full "
+        "page."), seen["summary"]
+    listed = {e["id"]: e["summary"] for e in call("experiment_status", max_lines=0)["experiments"]}
+    assert listed[f"{first}.r2"].endswith(f"; resumed as {first}.r3: experiment_status id={first}.r3."), listed
+    collected = call("collect_results", id=first, plot=False)
+    cover = (f"these results cover attempt 1 of 3 ({first} (this one), {first}.r2, {first}.r3) only; its metrics "
+             f"continue in {first}.r2, {first}.r3 (collect_results id={first}.r3 for the newest)")
+    assert cover in collected["notes"] and collected["summary"].endswith(f" T{cover[1:]}."), collected["summary"]
 
 
 def test_a_blueprint_carries_the_policy_and_a_bad_one_is_named(tmux_socket: str, workdir: Path):

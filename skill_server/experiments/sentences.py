@@ -5,6 +5,7 @@ only the answer it summarises (so it never says more than the answer knows).
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -29,16 +30,82 @@ def _step(s: ExperimentStatus) -> str:
     return f"step {s.global_step}" + (f" of {total}" if total else "")
 
 
-def _worst_error(s: ExperimentStatus) -> str:
+def _worst_error(s: ExperimentStatus, hint: bool = True) -> str:
     if not s.errors:
         return ""
     e = s.errors[0]
     more = f" (+{len(s.errors) - 1} more)" if len(s.errors) > 1 else ""
-    return f"; error {e.title!r} seen {e.count}x{more}: {e.hint.rstrip('. ')}"
+    return f"; error {e.title!r} seen {e.count}x{more}: {e.hint.rstrip('. ')}" if hint else ""
 
 
-def run_state(s: ExperimentStatus) -> str:
-    """experiment_status (each run): where it is, the worst error seen, and the next call."""
+def _acts(s: ExperimentStatus) -> list[tuple[str, str, str]]:
+    """(trigger, action, result) of each of the run's policy actions ('<time> <trigger> -> <action>: <result>')."""
+    out = []
+    for line in s.actions:
+        _, _, rest = line.partition(" ")
+        trigger, _, rest = rest.partition(" -> ")
+        action, _, result = rest.partition(": ")
+        out.append((trigger, action, result))
+    return out
+
+
+def _stopped_by(s: ExperimentStatus) -> str:
+    """' by its policy on <trigger> (<result>)' when the run's own policy stopped it, else '' (a stop that led
+    to a relaunch says only its trigger: the next attempt tells the rest)."""
+    if s.state != "stopped":
+        return ""
+    for trigger, action, result in _acts(s):
+        if action in ("stop", "resume") and result.startswith("stopped"):
+            relaunched = action == "resume" and "relaunching" in result
+            return f" by its policy on {trigger}" + ("" if relaunched else f" ({result})")
+    return ""
+
+
+def _after_end(s: ExperimentStatus) -> str:
+    """The next call for an ended run: its next attempt when it was resumed; the results its monitor already
+    collected (collect_results then gives the full page); else collect_results."""
+    if s.next_attempt:
+        return f"resumed as {s.next_attempt}: experiment_status id={s.next_attempt}"
+    for _, action, result in _acts(s):
+        if action == "collect" and result.startswith("results.md"):
+            return (f"its monitor wrote {s.result_dir.rstrip('/')}/{s.id}/results.md and finish.flag; "
+                    f"collect_results id={s.id} gives the full page")
+    return f"next: collect_results id={s.id}"
+
+
+#: The checkpoint a resume continued from, as the relaunching attempt's action says it.
+_RELAUNCHING = re.compile(r"relaunching as (\S+), (?:continuing from (global_step_\d+)|starting over)")
+
+
+def _resumed_from(previous: ExperimentStatus, attempt: str) -> str:
+    for _, action, result in _acts(previous):
+        found = _RELAUNCHING.match(result) if action == "resume" else None
+        if found and found.group(1) == attempt:
+            return f"(from {found.group(2)})" if found.group(2) else "(started over)"
+    return "(from a checkpoint not recorded)"
+
+
+def attempts(chain: list[ExperimentStatus]) -> str:
+    """experiment_status of a resumed run (``chain``: it, then each later attempt, oldest first): each attempt
+    by its suffix (``.r2``) with the checkpoint it continued from and its state; the newest one's state ends
+    with its next call."""
+    first, newest = chain[0], chain[-1]
+
+    def name(a: ExperimentStatus) -> str:
+        return a.id[len(first.id):] if a.id.startswith(first.id + ".") else a.id
+
+    head = f"Run {first.id} {_STATE_WORDS.get(first.state, first.state)}{_stopped_by(first)} at {_step(first)}"
+    later = [f"{name(a)} {_resumed_from(p, a.id)} {_STATE_WORDS.get(a.state, a.state)} at {_step(a)}"
+             for p, a in zip(chain[:-2], chain[1:-1])]
+    last = run_state(newest, hints=False).removeprefix(f"Run {newest.id} ")
+    later.append(f"{name(newest)} {_resumed_from(chain[-2], newest.id)} {last}")
+    n = len(chain) - 1
+    return _clip(f"{head}; resumed {n} time{'s' if n != 1 else ''}: " + ", ".join(later))
+
+
+def run_state(s: ExperimentStatus, *, hints: bool = True) -> str:
+    """experiment_status (each run): where it is, the worst error seen with its hint (not without ``hints``:
+    a chain's line keeps its room for the next call), and the next call."""
     head = f"Run {s.id} {_STATE_WORDS.get(s.state, s.state)}"
     queued = s.scheduler is not None and s.scheduler.get("state") == "PENDING"
     if s.state == "running" and queued:
@@ -48,16 +115,17 @@ def run_state(s: ExperimentStatus) -> str:
     if s.state == "running":
         nxt = ("; first step overdue: read its lines and errors, stop_experiment if it hangs" if s.first_step_overdue
                else f"; next: wait_experiment id={s.id}" + (" until=first_step" if not s.first_step_seen else ""))
-        return _clip(f"{head} at {_step(s)}{_worst_error(s)}{nxt}.")
+        return _clip(f"{head} at {_step(s)}{_worst_error(s, hints)}{nxt}.")
     if s.state == "stalled":
         quiet = f": no progress for {int(s.quiet_s or 0)} s (bound {int(s.stall_bound_s or 0)} s)"
-        return _clip(f"{head} at {_step(s)}{quiet}{_worst_error(s)}; read its lines, stop_experiment if it hangs.")
+        return _clip(f"{head} at {_step(s)}{quiet}{_worst_error(s, hints)}; read its lines, stop_experiment if it "
+                     "hangs.")
     code = f" (exit code {s.exit_code})" if s.exit_code is not None else ""
     if s.state in ("unreachable",):
-        return _clip(f"{head}{code}: its host did not answer; check again later{_worst_error(s)}.")
-    nxt = f"next: collect_results id={s.id}" if s.state in ("succeeded", "failed", "stopped", "timed_out") \
+        return _clip(f"{head}{code}: its host did not answer; check again later{_worst_error(s, hints)}.")
+    nxt = _after_end(s) if s.state in ("succeeded", "failed", "stopped", "timed_out") \
         else "its processes are gone without an exit code"
-    return _clip(f"{head}{code} at {_step(s)}{_worst_error(s)}; {nxt}.")
+    return _clip(f"{head}{_stopped_by(s)}{code} at {_step(s)}{_worst_error(s, hints)}; {nxt}.")
 
 
 def launched(out: LaunchOutput) -> str:
@@ -79,10 +147,16 @@ _WAIT_ENDS = {
 }
 
 
-def waited(s: ExperimentStatus, reason: str, next_wait_s: int) -> str:
-    """wait_experiment: why the wait ended, then the run's state and next call."""
+def waited(s: ExperimentStatus, reason: str, next_wait_s: int, followed: str | None = None) -> str:
+    """wait_experiment: why the wait ended (on the newest attempt of the run ``followed`` when the wait moved
+    on to it), then the run's state and next call."""
     again = f" Call wait_experiment again in about {next_wait_s} s." if next_wait_s and reason == "timeout" else ""
-    return _clip(f"Wait ended: {_WAIT_ENDS.get(reason, reason)}. {run_state(s)}{again}")
+    elsewhere = [p.reason for p in s.processes if p.reason and p.reason.endswith("ask there")]
+    if reason == "unreachable" and elsewhere and len(elsewhere) == len(s.processes):
+        return _clip(f"Wait ended at once: run {s.id} is another machine's ({elsewhere[0]}); this machine cannot "
+                     "see its processes, so waiting here cannot help.")
+    moved = f" (run {followed} was resumed: this is its newest attempt)" if followed else ""
+    return _clip(f"Wait ended{moved}: {_WAIT_ENDS.get(reason, reason)}. {run_state(s)}{again}")
 
 
 def stopped(out: StopOutput) -> str:
@@ -93,9 +167,8 @@ def stopped(out: StopOutput) -> str:
     elif out.interrupted:
         how = " after Ctrl-C"
     else:
-        how = " (nothing was running to stop)"
-    return _clip(f"Run {out.id} {_STATE_WORDS.get(out.state, out.state)}{how}{alive}; next: collect_results "
-                 f"id={out.id}.")
+        how = _stopped_by(out) or " (nothing was running to stop)"
+    return _clip(f"Run {out.id} {_STATE_WORDS.get(out.state, out.state)}{how}{alive}; {_after_end(out)}.")
 
 
 def compared(leader: str | None, metric: str | None, value: float | None, runner_up: str | None,
@@ -110,12 +183,13 @@ def compared(leader: str | None, metric: str | None, value: float | None, runner
 
 
 def collected(results_path: str, state: str | None, n_val: int, n_train: int, n_errors: int,
-              plot_path: str | None) -> str:
-    """collect_results: what was written, and how much it holds."""
+              plot_path: str | None, attempts: str | None = None) -> str:
+    """collect_results: what was written, how much it holds, and which attempts of a resumed run it covers."""
     run = f"run {state}; " if state else ""
     plot = f"; plot {plot_path}" if plot_path else ""
     errors = f"; {n_errors} error signature{'s' if n_errors != 1 else ''}" if n_errors else ""
-    return _clip(f"Wrote {results_path} ({run}{n_val} validation and {n_train} training metrics{errors}{plot}).")
+    chain = f" {attempts[0].upper()}{attempts[1:]}." if attempts else ""
+    return _clip(f"Wrote {results_path} ({run}{n_val} validation and {n_train} training metrics{errors}{plot}).{chain}")
 
 
 def listed(runs: list[ExperimentStatus], problems: int) -> str:

@@ -150,6 +150,8 @@ class _Run:
     train_series: Table = field(default_factory=Table)
     curves: list[plots.Curve] = field(default_factory=list)
     plot_data: MetricsHistory | None = None
+    #: Which attempt of a resumed run this is, and the others (``_attempts_note``).
+    attempts: str | None = None
 
     @property
     def state(self) -> str | None:
@@ -181,6 +183,28 @@ def _check_arguments(inp: CollectInput) -> None:
             raise ToolInputError("plots are drawn from an experiment's metric history: give id too", field=name)
 
 
+def _attempts_note(reg: Registry, row: Row) -> str | None:
+    """Which attempt of a resumed run these results cover, and where its metrics went on (each attempt is its
+    own run: a resumed run's steps continue in the next one); None for a run that was never resumed."""
+    seen = {row.id}
+
+    def walk(link: Row, step: str) -> list[str]:
+        out = []
+        while (nxt := getattr(link.spec, step)) and nxt not in seen and (found := reg.get(nxt)) is not None:
+            out.append(nxt)
+            seen.add(nxt)
+            link = found
+        return out
+
+    before, after = walk(row, "previous_attempt")[::-1], walk(row, "next_attempt")
+    if not before and not after:
+        return None
+    chain = ", ".join([*before, f"{row.id} (this one)", *after])
+    tail = (f"; its metrics continue in {', '.join(after)} (collect_results id={after[-1]} for the newest)"
+            if after else "")
+    return f"these results cover attempt {len(before) + 1} of {len(before) + 1 + len(after)} ({chain}) only{tail}"
+
+
 def _read_run(inp: CollectInput, exp_key: str, want_plot: bool, notes: list[str]) -> _Run:
     """The run, its overlays, its status, its metric history and the curves to draw, in one registry session."""
     with open_registry() as reg:
@@ -188,8 +212,10 @@ def _read_run(inp: CollectInput, exp_key: str, want_plot: bool, notes: list[str]
         overlays = [find(reg, key, f"overlay_ids.{i}") for i, key in enumerate(inp.overlay_ids or [])]
         view = observe(reg, [row])[0]
         status = status_fields(view, [], [0] * len(view.procs), 0)
-        row = view.row
-        run = _Run(row, overlays, status, *_history_tables(reg, row.id))
+        row = reg.get(view.row.id) or view.row  # with the attempts this look took up
+        run = _Run(row, overlays, status, *_history_tables(reg, row.id), attempts=_attempts_note(reg, row))
+        if run.attempts:
+            notes.append(run.attempts)
         if want_plot:
             run.curves, plot_metrics = _plot_curves(reg, row, overlays, inp.plot_metrics, notes)
             if run.curves and not plots.available():
@@ -363,7 +389,7 @@ def collect_results(inp: CollectInput) -> CollectOutput:
         image = picture.attachment(title, bool(inp.image_data), path=written.pop(0), host=host_name,
                                    keep_as=plots.kept_name("metrics", [run.row.id]), notes=notes)
     summary = sentences.collected(written[0], run.state, len(val_metrics), len(train_metrics), len(errors),
-                                  image.path if image is not None else None)
+                                  image.path if image is not None else None, run.attempts)
     return CollectOutput(
         summary=summary,
         host=host_name, results_path=written[0], finish_flag_path=written[1] if flag_wanted else None,

@@ -8,12 +8,14 @@ riding along) is ``experiments.queries``.
 
 from __future__ import annotations
 
+from typing import Any
+
 from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolInputError
 from skill_server.experiments import logs, sentences
 from skill_server.experiments.models import DEFAULT_HISTORY_POINTS, ExperimentStatus, RegistryProblem
 from skill_server.experiments.queries import HistoryRequest, find, observe_with_lines
-from skill_server.experiments.store import DB_NAME, open_registry
+from skill_server.experiments.store import DB_NAME, Registry, open_registry
 from skill_server.tools.experiment_status.models import RegistryInfo, StatusInput, StatusOutput
 
 #: Experiments in one answer without ``id`` (``limit``): a page, with ``more`` and ``next_offset``, keeps
@@ -36,6 +38,27 @@ def history_request(inp: StatusInput) -> HistoryRequest | None:
         raise ToolInputError(f"is below history_from_step ({inp.history_from_step})", field="history_to_step")
     return HistoryRequest(list(inp.metrics_history), inp.history_from_step, inp.history_to_step,
                           inp.history_points or DEFAULT_HISTORY_POINTS)
+
+
+def later_attempts(reg: Registry, first: dict[str, Any], deadline: Deadline) -> list[ExperimentStatus]:
+    """The attempts after a resumed run (``first``: its status fields), each observed (no lines, no cursor
+    moved), oldest first: what happened overnight in the one call about the id the user knows."""
+    chain: list[ExperimentStatus] = []
+    seen = {first["id"]}
+    nxt = first.get("next_attempt")
+    while nxt and nxt not in seen and len(seen) < 50:
+        ids = []
+        while nxt and nxt not in seen and (row := reg.get(nxt)) is not None:  # what the registry knows now
+            ids.append(nxt)
+            seen.add(nxt)
+            nxt = row.spec.next_attempt
+        if not ids:
+            break
+        rows = [row for i in ids if (row := reg.get(i)) is not None]
+        observed = {f["id"]: f for f in observe_with_lines(reg, rows, None, 0, deadline=deadline)}
+        chain += [ExperimentStatus(summary="", **observed[i]) for i in ids if i in observed]
+        nxt = chain[-1].next_attempt if chain else None  # observing the last may have taken up more
+    return chain
 
 
 def experiment_status(inp: StatusInput) -> StatusOutput:
@@ -62,11 +85,14 @@ def experiment_status(inp: StatusInput) -> StatusOutput:
         listing = inp.checkpoints if inp.checkpoints is not None else inp.id is not None
         fields = observe_with_lines(reg, rows, inp.since, max_lines, checkpoints=listing, history_request=wanted,
                                     deadline=deadline, follow_attempts=inp.id is None)
+        chain = later_attempts(reg, fields[0], deadline) if inp.id is not None and fields else []
         place = reg.place
     registry = None if place is None else RegistryInfo(
         path=str(place.directory / DB_NAME), mode=place.mode, filesystem=place.filesystem, warning=place.warning)
     runs = [ExperimentStatus(summary="", **f) for f in fields]
     for run in runs:
         run.summary = sentences.run_state(run)
+    if chain:
+        runs[0].summary = sentences.attempts([runs[0], *chain])
     return StatusOutput(summary=sentences.listed(runs, len(problems)), experiments=runs, problems=problems, total=total,
                         more=more, next_offset=next_offset, registry=registry)

@@ -22,7 +22,7 @@ from skill_server.experiments import logs, sentences
 from skill_server.experiments.checks import compile_pattern
 from skill_server.experiments.models import TERMINAL, WAIT_DEFAULT_S, WAIT_MAX_S
 from skill_server.experiments.observe import View, observe
-from skill_server.experiments.queries import find, observe_with_lines, parse_cursor, quiet, stalled
+from skill_server.experiments.queries import actions, find, observe_with_lines, parse_cursor, quiet, stalled
 from skill_server.experiments.signatures import SIGNATURES_BY_NAME
 from skill_server.experiments.store import Registry, Row, open_registry
 from skill_server.tools.wait_experiment.models import WaitInput, WaitOutput, WaitReason
@@ -122,6 +122,33 @@ class _Wait:
         return None
 
 
+def _elsewhere(view: View) -> bool:
+    """Every process of the run is another machine's (host ``local`` of the machine that launched it): no
+    look from here can see it, so waiting here cannot help."""
+    return bool(view.procs) and all(p.elsewhere for p in view.procs)
+
+
+def _newest_attempt(reg: Registry, wait: _Wait, row: Row, view: View) -> tuple[Row, View]:
+    """Follow a resumed run to its newest attempt (each look takes up the attempts its host recorded), so
+    that a wait on the id the user knows waits on the attempt that runs now."""
+    for _ in range(50):
+        current = reg.get(row.id) or row
+        nxt = reg.get(current.spec.next_attempt) if current.spec.next_attempt else None
+        if nxt is None:
+            break
+        row = nxt
+        view = wait.look(reg, row)
+    return row, view
+
+
+def _relaunching(reg: Registry, view: View) -> bool:
+    """The ended run's policy is about to relaunch it (its last action: stopped, relaunching after a backoff)
+    and the registry has not taken up the next attempt yet."""
+    done = [a for a in actions(view) if a.action == "resume"]
+    row = reg.get(view.row.id) or view.row
+    return bool(done) and " relaunching" in done[-1].result and not row.spec.next_attempt
+
+
 def _poll(reg: Registry, view: View, wait: _Wait, timeout: int, started: float,
           progress: Progress | None) -> tuple[View, WaitReason]:
     """Observe every POLL_S until a reason to stop, the timeout or a shutdown; the last view and the reason.
@@ -129,9 +156,18 @@ def _poll(reg: Registry, view: View, wait: _Wait, timeout: int, started: float,
     last_progress = -1.0
     while True:
         reason = wait.reason(view)
+        if reason == "exited" and _relaunching(reg, view):
+            reason = None  # the next attempt comes after the backoff: wait on it
+        if reason == "exited":
+            row, newer = _newest_attempt(reg, wait, view.row, view)
+            if row.id != view.row.id:
+                view = newer
+                continue
         waited = time.monotonic() - started
         if reason is None and (waited >= timeout or shutdown_requested()):
             reason = "timeout"
+        if reason is None and _elsewhere(view):
+            reason = "unreachable"
         if reason is not None:
             return view, reason
         if progress is not None and waited - last_progress >= 1.0:
@@ -143,10 +179,13 @@ def _poll(reg: Registry, view: View, wait: _Wait, timeout: int, started: float,
         view = wait.look(reg, reg.get(view.row.id) or view.row)
 
 
-def _settle(reg: Registry, exp_id: str, state: str, reason: WaitReason) -> tuple[WaitReason, int]:
+def _settle(reg: Registry, exp_id: str, state: str, reason: WaitReason, elsewhere: bool = False
+            ) -> tuple[WaitReason, int]:
     """The final reason (an ended run has exited, unless the wait ended on its pattern or first step) and
-    ``next_wait_s``: 0 once ended, the schedule's first after an error, else the next step of the back-off,
-    which each wait that ends in a timeout advances."""
+    ``next_wait_s``: 0 once ended or another machine's, the schedule's first after an error, else the next
+    step of the back-off, which each wait that ends in a timeout advances."""
+    if elsewhere:
+        return "unreachable", 0
     if state in TERMINAL:
         return (reason if reason in ("pattern", "first_step") else "exited"), 0
     if reason in ("timeout", "unreachable"):
@@ -166,21 +205,23 @@ def wait_experiment(inp: WaitInput, progress: Progress | None = None) -> WaitOut
     started = time.monotonic()
     answer = Deadline(timeout + WAIT_MARGIN_S - ANSWER_MARGIN_S)
     with open_registry(create=False) as reg:
-        row = find(reg, inp.id)
+        asked = row = find(reg, inp.id)
         wait = _Wait(until, pattern, {}, Deadline(float(timeout)), answer, stall_s=inp.stall_s)
         if pattern is not None and inp.since is not None:
             wait.offsets = parse_cursor(inp.since, len(row.processes), "since")
         view = wait.look(reg, row)
+        row, view = _newest_attempt(reg, wait, row, view)
         wait.baseline = _error_counts(view.scan)
         view, reason = _poll(reg, view, wait, timeout, started, progress)
+        row = view.row
         status = observe_with_lines(reg, [reg.get(row.id) or view.row], None, logs.MAX_LINES, checkpoints=True,
                                     deadline=answer)[0]
         if reason == "timeout" and status["state"] == "unreachable":  # the closing look decides, not a cut one
             reason = "unreachable"
-        reason, next_wait = _settle(reg, row.id, status["state"], reason)
+        reason, next_wait = _settle(reg, row.id, status["state"], reason, _elsewhere(view))
     if progress is not None:
         progress(float(timeout), float(timeout), f"{view.row.session}: {reason}")
     out = WaitOutput(summary="", **status, reason=reason, next_wait_s=next_wait,
                      waited_s=round(time.monotonic() - started, 2), timeout_s=timeout, matched_line=wait.matched)
-    out.summary = sentences.waited(out, reason, next_wait)
+    out.summary = sentences.waited(out, reason, next_wait, followed=asked.id if asked.id != row.id else None)
     return out
