@@ -300,6 +300,22 @@ def test_a_blueprint_carries_the_policy_and_a_bad_one_is_named(tmux_socket: str,
                        "not permitted")]
 
 
+def test_the_template_has_an_empty_policy_section_to_fill_in_and_validate_names_a_bad_key(workdir: Path):
+    (workdir / "exp.yaml").write_text("ajet: {}\n")
+    args = dict(purpose="template policy", codebase_dir=str(workdir), venv_exe=PY, yaml_path="exp.yaml",
+                launch_command="true")
+    made = call("blueprint", action="template", path=str(workdir / "bp.md"), **args)
+    assert made["ok"] and made["fields"]["exp_policy"] == "" and "## [exp_policy]" in made["text"]
+    example = made["text"].split("## [exp_policy]", 1)[1].split("e.g. ", 1)[1].split("; empty: no policy", 1)[0]
+    filled = made["text"].replace("- content:\n\n## Notes", f"- content: {example}\n\n## Notes")
+    checked = call("blueprint", action="validate", text=filled)
+    assert checked["ok"] and json.loads(checked["fields"]["exp_policy"])["on_error"] == "resume", checked
+    bad = call("blueprint", action="validate", text=filled.replace('"on_stall"', '"on_stal"'))
+    assert not bad["ok"] and bad["summary"].endswith(
+        "first: exp_policy: not a policy (a JSON object of launch_experiment's policy keys): on_stal: Extra inputs "
+        "are not permitted"), bad["summary"]
+
+
 def test_a_stop_during_the_backoff_cancels_the_resume(tmux_socket: str, workdir: Path):
     script, ckpt, starts, events = workdir / "resumes.py", workdir / "ckpt", workdir / "starts", workdir / "ev.jsonl"
     script.write_text(RESUMES)

@@ -29,6 +29,12 @@ SECTIONS = (
 )
 #: Sections a blueprint may add: ``[exp_policy]``, the launch's ``policy`` as a JSON object (its keys: ``RunPolicy``).
 OPTIONAL_SECTIONS = ("exp_policy",)
+#: The template's ``[exp_policy]``: left empty (no policy), with what it takes and an example to copy.
+POLICY_DESCRIPTION = (
+    "Optional: what the run's monitor does alone while nobody watches, as launch_experiment's policy in one "
+    "JSON object after content: (references/monitoring.md), e.g. {\"on_error\": \"resume\", \"on_stall\": \"stop\", "
+    "\"on_end\": \"collect\", \"notify_command\": \"curl -fsS -m 8 --data-binary @- https://ntfy.sh/my-topic\"}; "
+    "empty: no policy.")
 PATH_SECTIONS = ("exp_codebase_dir", "exp_venv_exe", "exp_yaml_path", "exp_result_dir")
 DEFAULT_MAX_TIME = "24 hours"
 DEFAULT_FIRST_STEP = "20 min"
@@ -367,5 +373,6 @@ def render(fields: dict[str, str | None]) -> str:
     out = ["# Experiment blueprint", ""]
     for name, description, content in sections:
         out += [f"## [{name}]", f"- description: {description}", f"- content: {content}", ""]
+    out += ["## [exp_policy]", f"- description: {POLICY_DESCRIPTION}", "- content:", ""]
     out += ["## Notes", "", notes, ""]
     return "\n".join(out)
