@@ -374,3 +374,24 @@ def test_watch_shows_the_stall_and_the_action_and_ends_on_them(tmux_socket: str,
     assert rc == 22 and err == "" and records[-1]["event"] in ("stalled", "action")
     assert stalled["bound_s"] == 2.0 and stalled["global_step"] == 3 and stalled["quiet_s"] >= 2.0
     call("stop_experiment", id=quiet["id"], grace_s=1)
+
+
+def test_watch_follows_a_resumed_run_to_its_newest_attempt(tmux_socket: str, workdir: Path):
+    from tests.test_insight_tmux import Watch
+
+    script, ckpt, starts = workdir / "resumes.py", workdir / "ckpt", workdir / "starts"
+    script.write_text(RESUMES)
+    out = call("launch_experiment", name="wresume", workdir=str(workdir), command=f"{PY} {script} {ckpt} {starts} 50",
+               policy={"on_error": "resume", "max_resumes": 1, "backoff_s": 1})
+    first = out["id"]
+    watch = Watch(first, "--json", "--interval", "0.3")
+    records = [json.loads(line) for line in watch.rest()]
+    rc, err = watch.finish()
+    assert rc == 11 and err == ""  # the last attempt was stopped (given up after 1 resume)
+    events = [r["event"] for r in records]
+    assert events.count("finished") == 1 and events[-1] == "finished" and events.count("started") == 2
+    follow = [r for r in records if r["event"] == "state" and r.get("to") == "resumed"]
+    assert follow[-1]["next_attempt"] == f"{first}.r2"
+    assert follow[-1]["text"] == f"stopped -> resumed as {first}.r2: following it"
+    restarted = records[events.index("started", events.index("started") + 1)]
+    assert restarted["text"].startswith(f"{first}.r2 state=")

@@ -184,6 +184,13 @@ def actions(view: View) -> list[ActionTaken]:
     return [seen[k] for k in sorted(seen)]
 
 
+def relaunch_pending(view: View, row: Row) -> bool:
+    """The ended run's resume policy is about to relaunch it (its last resume action: stopped, relaunching
+    after the backoff) and ``row`` (the registry's now) has no next attempt yet: a wait or watch goes on."""
+    done = [a for a in actions(view) if a.action == "resume"]
+    return bool(done) and " relaunching" in done[-1].result and not row.spec.next_attempt
+
+
 def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int, *,
                   config: dict[str, Any] | None = None, checkpoints: CheckpointList | None = None,
                   metrics_history: MetricsHistory | None = None) -> dict[str, Any]:

@@ -11,7 +11,9 @@ once; the command ends by itself when the run does and its exit code says how th
 * ``stalled``: with ``--stall S``, the run has been quiet S seconds (no new step line, or before the first
   one no new output: ``queries.quiet``); said once per quiet spell;
 * ``state``: the run's state or one of its processes' states changed (``unreachable`` included);
-* ``finished``: the final state and exit code; the last line.
+* ``finished``: the final state and exit code; the last line. An attempt its resume policy relaunches is not
+  the end: a ``state`` line says so (``resumed as <id>.r2: following it``) and watching goes on with the
+  next attempt, from its ``started`` line.
 
 It only observes (one round trip per host per poll, like ``experiment_status`` without lines), so it
 never moves the status cursor and never acts on the run. Exit codes: 0 succeeded, 10 failed, 11
@@ -44,6 +46,7 @@ from skill_server.experiments.queries import (
     plan_extras,
     progress_info,
     quiet,
+    relaunch_pending,
     stall,
     stalled,
 )
@@ -266,13 +269,23 @@ def watch(key: str, write: Callable[[str], None], *, every: int = DEFAULT_EVERY,
     try:
         with open_registry(create=False) as reg:
             row = find(reg, key)
+        told_pending = False
         while True:
             now = time.time()
             row, view, plan = _look(row, now)
             events = watcher.events(view, progress_info(view, plan.config, now))
+            nxt, pending = _resumed(row, view) if view.state in TERMINAL else (None, False)
+            if nxt is not None or pending:  # not the end: the run goes on as its next attempt
+                events = [e for e in events if e.kind != "finished"]
+                if nxt is not None or not told_pending:
+                    events.append(_resumed_event(view, nxt))
+                told_pending = nxt is None
             for event in events:
                 write(format_line(event, row.session, as_json, now))
-            if view.state in TERMINAL:
+            if nxt is not None:
+                row, watcher = nxt, Watcher(every, metrics, stall_s)  # its own lines, from "started" on
+                continue
+            if view.state in TERMINAL and not pending:
                 return EXIT_BY_STATE[view.state]
             hit = [ends[e.kind] for e in events if e.kind in ends and (e.kind != "error" or e.data.get("severity")
                                                                          == "error")]
@@ -288,6 +301,22 @@ def watch(key: str, write: Callable[[str], None], *, every: int = DEFAULT_EVERY,
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+def _resumed(row: Row, view: View) -> tuple[Row | None, bool]:
+    """For an ended run: its next attempt when the registry has taken it up, and whether its policy is still
+    to relaunch it (after the backoff)."""
+    with open_registry() as reg:
+        now = reg.get(row.id) or row
+        nxt = reg.get(now.spec.next_attempt) if now.spec.next_attempt else None
+    return nxt, nxt is None and relaunch_pending(view, now)
+
+
+def _resumed_event(view: View, nxt: Row | None) -> Event:
+    """The line that says an ended attempt is not the run's end: watching follows its next attempt."""
+    what = f"resumed as {nxt.id}: following it" if nxt is not None else "its policy relaunches it after the backoff"
+    return Event("state", f"{view.state} -> {what}", {"from": view.state, "to": "resumed",
+                                                      "next_attempt": nxt.id if nxt is not None else None})
 
 
 def _look(row: Row, now: float) -> tuple[Row, View, ExtraPlan]:

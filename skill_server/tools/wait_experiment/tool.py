@@ -22,7 +22,7 @@ from skill_server.experiments import logs, sentences
 from skill_server.experiments.checks import compile_pattern
 from skill_server.experiments.models import TERMINAL, WAIT_DEFAULT_S, WAIT_MAX_S
 from skill_server.experiments.observe import View, observe
-from skill_server.experiments.queries import actions, find, observe_with_lines, parse_cursor, quiet, stalled
+from skill_server.experiments.queries import find, observe_with_lines, parse_cursor, quiet, relaunch_pending, stalled
 from skill_server.experiments.signatures import SIGNATURES_BY_NAME
 from skill_server.experiments.store import Registry, Row, open_registry
 from skill_server.tools.wait_experiment.models import WaitInput, WaitOutput, WaitReason
@@ -141,14 +141,6 @@ def _newest_attempt(reg: Registry, wait: _Wait, row: Row, view: View) -> tuple[R
     return row, view
 
 
-def _relaunching(reg: Registry, view: View) -> bool:
-    """The ended run's policy is about to relaunch it (its last action: stopped, relaunching after a backoff)
-    and the registry has not taken up the next attempt yet."""
-    done = [a for a in actions(view) if a.action == "resume"]
-    row = reg.get(view.row.id) or view.row
-    return bool(done) and " relaunching" in done[-1].result and not row.spec.next_attempt
-
-
 def _poll(reg: Registry, view: View, wait: _Wait, timeout: int, started: float,
           progress: Progress | None) -> tuple[View, WaitReason]:
     """Observe every POLL_S until a reason to stop, the timeout or a shutdown; the last view and the reason.
@@ -156,7 +148,7 @@ def _poll(reg: Registry, view: View, wait: _Wait, timeout: int, started: float,
     last_progress = -1.0
     while True:
         reason = wait.reason(view)
-        if reason == "exited" and _relaunching(reg, view):
+        if reason == "exited" and relaunch_pending(view, reg.get(view.row.id) or view.row):
             reason = None  # the next attempt comes after the backoff: wait on it
         if reason == "exited":
             row, newer = _newest_attempt(reg, wait, view.row, view)
