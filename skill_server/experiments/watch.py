@@ -276,9 +276,7 @@ def watch(key: str, write: Callable[[str], None], *, every: int = DEFAULT_EVERY,
             events = watcher.events(view, progress_info(view, plan.config, now))
             nxt, pending = _resumed(row, view) if view.state in TERMINAL else (None, False)
             if nxt is not None or pending:  # not the end: the run goes on as its next attempt
-                events = [e for e in events if e.kind != "finished"]
-                if nxt is not None or not told_pending:
-                    events.append(_resumed_event(view, nxt))
+                events = _not_the_end(events, view, nxt, told_pending)
                 told_pending = nxt is None
             for event in events:
                 write(format_line(event, row.session, as_json, now))
@@ -312,11 +310,15 @@ def _resumed(row: Row, view: View) -> tuple[Row | None, bool]:
     return nxt, nxt is None and relaunch_pending(view, now)
 
 
-def _resumed_event(view: View, nxt: Row | None) -> Event:
-    """The line that says an ended attempt is not the run's end: watching follows its next attempt."""
+def _not_the_end(events: list[Event], view: View, nxt: Row | None, told_pending: bool) -> list[Event]:
+    """An ended attempt's events without its ``finished`` line, and the line that says watching follows its
+    next attempt (the one that waits for the backoff only once)."""
+    events = [e for e in events if e.kind != "finished"]
+    if nxt is None and told_pending:
+        return events
     what = f"resumed as {nxt.id}: following it" if nxt is not None else "its policy relaunches it after the backoff"
-    return Event("state", f"{view.state} -> {what}", {"from": view.state, "to": "resumed",
-                                                      "next_attempt": nxt.id if nxt is not None else None})
+    return events + [Event("state", f"{view.state} -> {what}", {"from": view.state, "to": "resumed",
+                                                                 "next_attempt": nxt.id if nxt is not None else None})]
 
 
 def _look(row: Row, now: float) -> tuple[Row, View, ExtraPlan]:
