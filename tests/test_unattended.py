@@ -259,7 +259,11 @@ def test_what_happened_overnight_is_one_call_on_the_id_the_user_knows(tmux_socke
     assert waited["summary"].startswith(f"Wait ended (run {first} was resumed: this is its newest attempt): "), \
         waited["summary"]
     wait_until(lambda: "collect" in [a for _, a, _ in acted(status(f"{first}.r3", max_lines=0))], timeout=30)
+    took = time.perf_counter()
     seen = status(first, max_lines=0)
+    chain_s, took = time.perf_counter() - took, time.perf_counter()
+    status(f"{first}.r3", max_lines=0)
+    print(f"status of the first id (3 attempts): {chain_s:.3f} s; of the newest: {time.perf_counter() - took:.3f} s")
     assert (seen["id"], seen["state"], seen["next_attempt"]) == (first, "stopped", f"{first}.r2")
     result_dir = out["result_dir"].rstrip("/")
     assert seen["summary"] == (
