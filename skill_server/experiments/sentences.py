@@ -78,6 +78,7 @@ _RELAUNCHING = re.compile(r"relaunching as (\S+), (?:continuing from (global_ste
 
 
 def _resumed_from(previous: ExperimentStatus, attempt: str) -> str:
+    """Where ``attempt`` continued from, as the attempt before it (which relaunched it) recorded."""
     for _, action, result in _acts(previous):
         found = _RELAUNCHING.match(result) if action == "resume" else None
         if found and found.group(1) == attempt:
