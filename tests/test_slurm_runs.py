@@ -26,6 +26,7 @@ from tests.conftest import REPO, cli_env
 from tests.gpu_helpers import A100, install_fake_smi
 from tests.slurm_cluster import SlurmCluster, _in_namespace, slurm  # noqa: F401  (fixtures are used by name)
 from tests.sshd import LoopbackSshd
+from tests.test_unattended import HANGS, kinds, told
 
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
 #: A process that ignores SIGTERM (Slurm sends it to every process of the job; SIGKILL follows after KillWait).
@@ -369,3 +370,42 @@ def test_a_killed_process_and_a_killed_batch_shell_end_failed_with_slurm_s_word(
     again = lab.status(shell["id"])
     assert (again["state"], again["scheduler"]["reason"], again["scheduler"]["exit_code"]) == (
         "failed", "JobLaunchFailure", "0:9")
+
+
+def test_an_nccl_hang_in_a_job_is_stopped_by_its_policy_with_no_tool_call_and_the_notify_command_told(lab: Lab):
+    """The run's monitor runs inside the job: it sees the NCCL timeout, tells the notify command (on the compute
+    node), marks the role stopped and cancels its own job; nobody calls a tool until the job has ended."""
+    script, mark, events = lab.work / "hang.py", lab.work / "nccl.at", lab.work / "nccl_events.jsonl"
+    script.write_text(HANGS)
+    run = lab.call("launch_experiment", name="nccl_job", command=f"{sys.executable} {script} nccl {mark}",
+                   workdir=str(lab.work), max_time_s=3600, slurm={},
+                   policy={"on_error": "stop", "on_end": "collect", "notify_command": f"cat >> {events}"})
+    # no tool call from here on: only the monitor inside the job acts, and the job records its end
+    record = next(iter((lab.state / "runs" / run["id"]).glob("*"))) / "job.json"
+    end = time.monotonic() + 90
+    while not (record.is_file() and json.loads(record.read_text())["state"] == "CANCELLED"):
+        assert time.monotonic() < end, record.read_text() if record.is_file() else "no job.json"
+        time.sleep(0.1)
+    acted_s = time.time() - float(mark.read_text())
+    assert acted_s < 15, acted_s
+    end = time.monotonic() + 30
+    while "ended" not in kinds(events) or kinds(events).count("action") < 2:
+        assert time.monotonic() < end, told(events)
+        time.sleep(0.2)
+    got = told(events)
+    assert [e["event"] for e in got] == ["first_step", "error", "action", "ended", "action"], got
+    job = json.loads(record.read_text())["job_id"]
+    assert got[1]["signature"] == "nccl_error" and got[1]["exp_id"] == run["id"]
+    assert (got[2]["trigger"], got[2]["action"], got[2]["result"]) == (
+        "error:nccl_error", "stop", f"cancelling its Slurm job {job}")
+    assert got[3]["state"] == "stopped" and got[4]["action"] == "collect"
+    seen = lab.status(run["id"], max_lines=0)  # the first call since the launch
+    assert seen["state"] == "stopped" and seen["scheduler"]["state"] == "CANCELLED", seen
+    assert [a.split(" ", 1)[1] for a in seen["actions"]][:1] == [
+        f"error:nccl_error -> stop: cancelling its Slurm job {job}"], seen["actions"]
+
+
+def test_resume_is_refused_with_slurm_naming_the_policy_field(lab: Lab):
+    proc = lab.try_call("launch_experiment", name="resumes", command="true", workdir=str(lab.work), slurm={},
+                        policy={"on_error": "resume"})
+    assert proc.returncode != 0 and "policy.on_error" in proc.stderr and "resume" in proc.stderr, proc.stderr
