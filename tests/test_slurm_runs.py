@@ -132,13 +132,21 @@ def test_a_run_completes_and_one_fails_with_its_exit_code_known_after_slurm_forg
 def test_a_queued_run_shows_slurm_s_reason_and_is_cancelled_by_stop(lab: Lab):
     later = lab.launch("queued", "echo never", extra_args=["--begin=now+1hour"])
     status = lab.wait_for(later["id"], lambda s: s["scheduler"]["reason"] == "BeginTime", timeout=30)
-    assert status["state"] == "running" and status["processes"][0]["state"] == "waiting"
+    assert status["state"] == "queued" and status["processes"][0]["state"] == "waiting"
     assert (status["elapsed_s"], status["time_left_s"]) == (0.0, 3600)  # its clock starts when the job does
+    assert status["first_step_overdue"] is False
     assert status["scheduler"]["state"] == "PENDING" and "nodes" not in status["scheduler"]
     assert status["summary"] == (f"Run {later['id']} is queued by Slurm (job {status['scheduler']['job_id']}, reason "
                                  f"BeginTime); next: wait_experiment id={later['id']} until=started.")
     waited = lab.call("wait_experiment", id=later["id"], until="started", timeout_s=2)
-    assert waited["reason"] == "timeout"
+    assert (waited["reason"], waited["state"]) == ("timeout", "queued")
+    listed = lab.call("experiment_status")["experiments"]
+    assert [r["state"] for r in listed if r["id"] == later["id"]] == ["queued"]
+    watched = subprocess.run(lab.cluster.argv([sys.executable, "-m", "skill_server", "watch", later["id"], "--json",
+                                               "--interval", "0.5", "--max-time", "2"]),
+                             env=lab.env, capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
+    first = json.loads(watched.stdout.splitlines()[0])
+    assert (first["event"], first["state"]) == ("started", "queued"), watched.stdout
     stopped = lab.call("stop_experiment", id=later["id"])
     assert stopped["state"] == "stopped"
     assert stopped["scheduler"]["state"] == "CANCELLED"

@@ -41,7 +41,7 @@ def run_state(s: ExperimentStatus) -> str:
     """experiment_status (each run): where it is, the worst error seen, and the next call."""
     head = f"Run {s.id} {_STATE_WORDS.get(s.state, s.state)}"
     queued = s.scheduler is not None and s.scheduler.get("state") == "PENDING"
-    if s.state == "running" and queued:
+    if s.state in ("running", "queued") and queued:
         assert s.scheduler is not None
         return _clip(f"Run {s.id} is queued by Slurm (job {s.scheduler.get('job_id')}, reason "
                      f"{s.scheduler.get('reason')}); next: wait_experiment id={s.id} until=started.")

@@ -235,6 +235,10 @@ class Run:
     def clock(self) -> float:
         return time.monotonic() - self.origin
 
+    def persist(self) -> None:
+        """Write the findings now (``monitor.json``): before a policy cancels the Slurm job this monitor runs in."""
+        save(self, ended=False)
+
     def path(self, name: str) -> str:
         return os.path.join(self.dir, name)
 

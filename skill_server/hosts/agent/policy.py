@@ -278,7 +278,7 @@ class Policy:
     def cancel_job(self, run: Run, trigger: str) -> None:
         """``stop`` for a Slurm run, from its monitor inside the job: the roles marked stopped, the action recorded,
         told and written to ``monitor.json`` first (the monitor ends with the job), then the job cancels itself."""
-        from . import actions, monitor
+        from . import actions
 
         for role in run.roles:
             if not role.ended:
@@ -291,7 +291,7 @@ class Policy:
         while self.notifier is not None and not self.notifier.idle() and time.monotonic() < end:
             time.sleep(0.05)
             self.notifier.pump(run)
-        monitor.save(run, ended=False)
+        run.persist()
         try:
             actions.cancel_own_job(run.dir)
         except files.AgentError as exc:
