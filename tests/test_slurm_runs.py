@@ -417,3 +417,20 @@ def test_resume_is_refused_with_slurm_naming_the_policy_field(lab: Lab):
     proc = lab.try_call("launch_experiment", name="resumes", command="true", workdir=str(lab.work), slurm={},
                         policy={"on_error": "resume"})
     assert proc.returncode != 0 and "policy.on_error" in proc.stderr and "resume" in proc.stderr, proc.stderr
+
+
+def test_a_job_ends_only_once_its_monitor_has_read_the_logs_told_and_collected(lab: Lab):
+    """Slurm ends what runs in a job's cgroup with the job: the batch script waits for the monitor (its lock)."""
+    events = lab.work / "end_events.jsonl"
+    run = lab.call("launch_experiment", name="collects", workdir=str(lab.work), max_time_s=3600, slurm={},
+                   command="echo 'step:1 - loss:0.5'; echo 'step:2 - loss:0.25'",
+                   policy={"on_end": "collect", "notify_command": f"sleep 1; cat >> {events}"})
+    rdir = next(iter((lab.state / "runs" / run["id"]).glob("*")))
+    job = int((rdir / "job.id").read_text()) if (rdir / "job.id").is_file() else 0
+    assert job, "no job.id"
+    lab.cluster.wait_job(job, {"COMPLETED"}, timeout=90)
+    found = json.loads((rdir / "monitor.json").read_text())
+    assert found["ended"] is True and [a["action"] for a in found["actions"]] == ["collect"], found
+    assert "ended" in kinds(events)  # told before the job ended, though each notification takes a second
+    assert (Path(run["result_dir"]) / run["id"] / "results.md").is_file()
+    assert lab.status(run["id"])["state"] == "succeeded"

@@ -86,6 +86,8 @@ def options(slurm: Mapping[str, Any], exp_id: str, rdir: str, max_time_s: int) -
     return out
 
 
+#: How long the batch script waits, once the processes have ended, for the run's monitor to finish.
+MONITOR_END_WAIT_S = 60
 #: Of a multi-node run: how long the batch script waits for every node to join Ray before it starts the processes.
 RAY_JOIN_S = 300
 #: A node's address for Ray: Slurm's NodeAddr of the node the command runs on, resolved to an IP.
@@ -177,6 +179,10 @@ def render(exp_id: str, rdir: str, roles: list[str], ray: str | None = None, pyt
         "  if [ \"$__ajs_code\" = 0 ]; then __ajs_record COMPLETED 0:0 None; "
         "else __ajs_record FAILED \"$__ajs_code:0\" NonZeroExitCode; fi",
         "fi",
+        # the job's end ends what runs in its cgroup: give the monitor (holding its lock) the time to read the
+        # logs to their end, tell the notify command and collect (bounded; at once when it is gone)
+        "if command -v flock >/dev/null 2>&1; then flock -w %d \"$__ajs_run/monitor.lock\" true 2>/dev/null; fi"
+        % MONITOR_END_WAIT_S,
         "exit \"$__ajs_code\"",
     ]
     return "\n".join(lines) + "\n"
