@@ -26,6 +26,7 @@ from tests.conftest import REPO, cli_env
 from tests.gpu_helpers import A100, install_fake_smi
 from tests.slurm_cluster import SlurmCluster, _in_namespace, slurm  # noqa: F401  (fixtures are used by name)
 from tests.sshd import LoopbackSshd
+from tests.test_unattended import HANGS, kinds, told
 
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
 #: A process that ignores SIGTERM (Slurm sends it to every process of the job; SIGKILL follows after KillWait).
@@ -131,13 +132,21 @@ def test_a_run_completes_and_one_fails_with_its_exit_code_known_after_slurm_forg
 def test_a_queued_run_shows_slurm_s_reason_and_is_cancelled_by_stop(lab: Lab):
     later = lab.launch("queued", "echo never", extra_args=["--begin=now+1hour"])
     status = lab.wait_for(later["id"], lambda s: s["scheduler"]["reason"] == "BeginTime", timeout=30)
-    assert status["state"] == "running" and status["processes"][0]["state"] == "waiting"
+    assert status["state"] == "queued" and status["processes"][0]["state"] == "waiting"
     assert (status["elapsed_s"], status["time_left_s"]) == (0.0, 3600)  # its clock starts when the job does
+    assert status["first_step_overdue"] is False
     assert status["scheduler"]["state"] == "PENDING" and "nodes" not in status["scheduler"]
     assert status["summary"] == (f"Run {later['id']} is queued by Slurm (job {status['scheduler']['job_id']}, reason "
                                  f"BeginTime); next: wait_experiment id={later['id']} until=started.")
     waited = lab.call("wait_experiment", id=later["id"], until="started", timeout_s=2)
-    assert waited["reason"] == "timeout"
+    assert (waited["reason"], waited["state"]) == ("timeout", "queued")
+    listed = lab.call("experiment_status")["experiments"]
+    assert [r["state"] for r in listed if r["id"] == later["id"]] == ["queued"]
+    watched = subprocess.run(lab.cluster.argv([sys.executable, "-m", "skill_server", "watch", later["id"], "--json",
+                                               "--interval", "0.5", "--max-time", "2"]),
+                             env=lab.env, capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
+    first = json.loads(watched.stdout.splitlines()[0])
+    assert (first["event"], first["state"]) == ("started", "queued"), watched.stdout
     stopped = lab.call("stop_experiment", id=later["id"])
     assert stopped["state"] == "stopped"
     assert stopped["scheduler"]["state"] == "CANCELLED"
@@ -369,3 +378,59 @@ def test_a_killed_process_and_a_killed_batch_shell_end_failed_with_slurm_s_word(
     again = lab.status(shell["id"])
     assert (again["state"], again["scheduler"]["reason"], again["scheduler"]["exit_code"]) == (
         "failed", "JobLaunchFailure", "0:9")
+
+
+def test_an_nccl_hang_in_a_job_is_stopped_by_its_policy_with_no_tool_call_and_the_notify_command_told(lab: Lab):
+    """The run's monitor runs inside the job: it sees the NCCL timeout, tells the notify command (on the compute
+    node), marks the role stopped and cancels its own job; nobody calls a tool until the job has ended."""
+    script, mark, events = lab.work / "hang.py", lab.work / "nccl.at", lab.work / "nccl_events.jsonl"
+    script.write_text(HANGS)
+    run = lab.call("launch_experiment", name="nccl_job", command=f"{sys.executable} {script} nccl {mark}",
+                   workdir=str(lab.work), max_time_s=3600, slurm={},
+                   policy={"on_error": "stop", "on_end": "collect", "notify_command": f"cat >> {events}"})
+    # no tool call from here on: only the monitor inside the job acts, and the job records its end
+    record = next(iter((lab.state / "runs" / run["id"]).glob("*"))) / "job.json"
+    end = time.monotonic() + 90
+    while not (record.is_file() and json.loads(record.read_text())["state"] == "CANCELLED"):
+        assert time.monotonic() < end, record.read_text() if record.is_file() else "no job.json"
+        time.sleep(0.1)
+    acted_s = time.time() - float(mark.read_text())
+    assert acted_s < 15, acted_s
+    end = time.monotonic() + 30
+    while "ended" not in kinds(events) or kinds(events).count("action") < 2:
+        assert time.monotonic() < end, told(events)
+        time.sleep(0.2)
+    got = told(events)
+    assert [e["event"] for e in got] == ["first_step", "error", "action", "ended", "action"], got
+    job = json.loads(record.read_text())["job_id"]
+    assert got[1]["signature"] == "nccl_error" and got[1]["exp_id"] == run["id"]
+    assert (got[2]["trigger"], got[2]["action"], got[2]["result"]) == (
+        "error:nccl_error", "stop", f"cancelling its Slurm job {job}")
+    assert got[3]["state"] == "stopped" and got[4]["action"] == "collect"
+    seen = lab.status(run["id"], max_lines=0)  # the first call since the launch
+    assert seen["state"] == "stopped" and seen["scheduler"]["state"] == "CANCELLED", seen
+    assert [a.split(" ", 1)[1] for a in seen["actions"]][:1] == [
+        f"error:nccl_error -> stop: cancelling its Slurm job {job}"], seen["actions"]
+
+
+def test_resume_is_refused_with_slurm_naming_the_policy_field(lab: Lab):
+    proc = lab.try_call("launch_experiment", name="resumes", command="true", workdir=str(lab.work), slurm={},
+                        policy={"on_error": "resume"})
+    assert proc.returncode != 0 and "policy.on_error" in proc.stderr and "resume" in proc.stderr, proc.stderr
+
+
+def test_a_job_ends_only_once_its_monitor_has_read_the_logs_told_and_collected(lab: Lab):
+    """Slurm ends what runs in a job's cgroup with the job: the batch script waits for the monitor (its lock)."""
+    events = lab.work / "end_events.jsonl"
+    run = lab.call("launch_experiment", name="collects", workdir=str(lab.work), max_time_s=3600, slurm={},
+                   command="echo 'step:1 - loss:0.5'; echo 'step:2 - loss:0.25'",
+                   policy={"on_end": "collect", "notify_command": f"sleep 1; cat >> {events}"})
+    rdir = next(iter((lab.state / "runs" / run["id"]).glob("*")))
+    job = int((rdir / "job.id").read_text()) if (rdir / "job.id").is_file() else 0
+    assert job, "no job.id"
+    lab.cluster.wait_job(job, {"COMPLETED"}, timeout=90)
+    found = json.loads((rdir / "monitor.json").read_text())
+    assert found["ended"] is True and [a["action"] for a in found["actions"]] == ["collect"], found
+    assert "ended" in kinds(events)  # told before the job ended, though each notification takes a second
+    assert (Path(run["result_dir"]) / run["id"] / "results.md").is_file()
+    assert lab.status(run["id"])["state"] == "succeeded"

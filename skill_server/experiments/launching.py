@@ -296,9 +296,10 @@ def _backend(inp: LaunchInput, procs: list[_Proc], main_host: str, policy: Monit
     if inp.require_free_gpus is not None:
         raise ToolInputError("not with slurm: the job gets its GPUs from Slurm (slurm.gpus_per_node)",
                              field="require_free_gpus")
-    if policy:
-        raise ToolInputError("not with slurm yet: no run monitor runs inside the job's allocation to carry it out",
-                             field="policy")
+    if "max_resumes" in policy:  # a stop from inside the job cancels it; a relaunch is a new sbatch, not done here
+        field = "policy.on_error" if policy.get("on_error") == "resume" else "policy.on_stall"
+        raise ToolInputError("resume is not done with slurm: use stop (the job is cancelled) and launch again",
+                             field=field)
     return Slurm(cast("SlurmOptions", inp.slurm.model_dump(exclude_none=True)))
 
 

@@ -7,7 +7,7 @@ its tmux server died or it was killed); ``unreachable`` (a host of the run could
 known and nothing is recorded, the next call asks again). The first five final states are recorded once and
 never change. ``stalled`` is what status says of a running run whose processes live but whose progress
 stopped for longer than the bound its monitor derives from the run's pace (``hosts.agent.policy``); the
-registry keeps calling it running.
+registry keeps calling it running, as it does ``queued``: a Slurm run whose job is still in the queue.
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ from skill_server.core.models import PositiveInt, ToolInput, ToolOutput
 from skill_server.gpus.models import FreeFraction
 
 State = Literal["running", "succeeded", "failed", "stopped", "timed_out", "lost", "unreachable"]
-#: A run's state as status reports it: ``stalled`` is a running run whose progress stopped.
-StatusState = Literal["running", "stalled", "succeeded", "failed", "stopped", "timed_out", "lost", "unreachable"]
+#: A run's state as status reports it: ``stalled`` is a running run whose progress stopped; ``queued`` one whose
+#: Slurm job waits in the queue.
+StatusState = Literal["running", "queued", "stalled", "succeeded", "failed", "stopped", "timed_out", "lost",
+                      "unreachable"]
 ProcessState = Literal["running", "waiting", "succeeded", "failed", "stopped", "timed_out", "lost", "unreachable"]
 TERMINAL = ("succeeded", "failed", "stopped", "timed_out", "lost")
 

@@ -141,6 +141,22 @@ def stall(view: View) -> dict[str, Any] | None:
     return max(verdicts, key=lambda v: (v.get("stalled") is True, float(v.get("bound_s") or 0)))
 
 
+def queued(view: View) -> bool:
+    """Whether the run is a Slurm job still in the queue (PENDING, held, requeued, suspended): none of its
+    processes has started. The registry keeps calling it running."""
+    from skill_server.hosts.agent.slurm import QUEUED
+
+    return view.state == "running" and any(
+        p.scheduler is not None and p.scheduler.get("state") in QUEUED for p in view.procs)
+
+
+def shown_state(view: View) -> str:
+    """The run's state as status, wait and watch say it: ``stalled`` or ``queued`` for a running run when so."""
+    if stalled(view):
+        return "stalled"
+    return "queued" if queued(view) else view.state
+
+
 def stalled(view: View) -> bool:
     """Whether its monitor says the run stalled and nothing newer (read ahead of the monitor) says otherwise."""
     verdict = stall(view)
@@ -193,8 +209,9 @@ def relaunch_pending(view: View, row: Row) -> bool:
 
 def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int, *,
                   config: dict[str, Any] | None = None, checkpoints: CheckpointList | None = None,
-                  metrics_history: MetricsHistory | None = None) -> dict[str, Any]:
-    """Every ``ExperimentStatus`` field of one view (wait and stop add their own on top)."""
+                  metrics_history: MetricsHistory | None = None, say_queued: bool = False) -> dict[str, Any]:
+    """Every ``ExperimentStatus`` field of one view (wait and stop add their own on top); ``say_queued``: a
+    Slurm job in the queue is ``queued`` (status, wait), else ``running`` as the registry says."""
     row = view.row
     max_time = row.spec.max_time_s or bp.DEFAULT_MAX_TIME_S
     first_step_s = float(row.spec.first_step_timeout_s or bp.DEFAULT_FIRST_STEP_S)
@@ -215,11 +232,13 @@ def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int,
     quiet_s, quiet_since = quiet(view)
     verdict = stall(view)
     scheduler = scheduler_word(view)
-    if scheduler is not None and scheduler.get("state") == "PENDING":
+    shown = shown_state(view)
+    if shown == "queued":
         overdue = False  # still in Slurm's queue: nothing could have printed a step yet
     return dict(
         id=row.id, session=row.session, socket=row.socket, host=row.host, attach=row.spec.attach,
-        state="stalled" if stalled(view) else view.state, exit_code=view.exit_code, started_at=row.started_at,
+        state=shown if say_queued or shown != "queued" else view.state, exit_code=view.exit_code,
+        started_at=row.started_at,
         elapsed_s=round(view.elapsed_s, 1),
         time_left_s=round(max(0.0, max_time - view.elapsed_s), 1) if view.state == "running" else None,
         max_time_s=max_time, first_step_seen=scan.first_step_seen, first_step_overdue=overdue,
@@ -367,7 +386,7 @@ def _observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_l
                                           history_request.to_step, history_request.max_points,
                                           restarts=len(view.scan.progress.restarts))
         out.append(status_fields(view, lines, new, skipped, config=plan.config, checkpoints=listing,
-                                 metrics_history=wanted))
+                                 metrics_history=wanted, say_queued=True))
     if reg.problem:  # say what this call could not record, in every answer it gives
         for fields in out:
             fields["note"] = "; ".join(filter(None, [fields["note"], f"not recorded: {reg.problem}"]))

@@ -109,7 +109,7 @@ def run_state(s: ExperimentStatus, *, hints: bool = True) -> str:
     a chain's line keeps its room for the next call), and the next call."""
     head = f"Run {s.id} {_STATE_WORDS.get(s.state, s.state)}"
     queued = s.scheduler is not None and s.scheduler.get("state") == "PENDING"
-    if s.state == "running" and queued:
+    if s.state in ("running", "queued") and queued:
         assert s.scheduler is not None
         return _clip(f"Run {s.id} is queued by Slurm (job {s.scheduler.get('job_id')}, reason "
                      f"{s.scheduler.get('reason')}); next: wait_experiment id={s.id} until=started.")

@@ -45,6 +45,7 @@ from skill_server.experiments.queries import (
     find,
     plan_extras,
     progress_info,
+    queued,
     quiet,
     relaunch_pending,
     stall,
@@ -128,16 +129,17 @@ class Watcher:
     def _state_events(self, view: View) -> list[Event]:
         out: list[Event] = []
         row, step = view.row, view.scan.global_step
+        state = "queued" if queued(view) else view.state  # a Slurm job in the queue, then running
         if not self.started:
             self.started = True
-            out.append(Event("started", f"{row.id} state={view.state} host={row.host} "
+            out.append(Event("started", f"{row.id} state={state} host={row.host} "
                              f"elapsed={_duration(view.elapsed_s)}" + (f" step={step}" if step is not None else ""),
-                             {"state": view.state, "host": row.host, "elapsed_s": round(view.elapsed_s, 1),
+                             {"state": state, "host": row.host, "elapsed_s": round(view.elapsed_s, 1),
                               "global_step": step}))
-        elif view.state != self.state and view.state not in TERMINAL:  # a final state is the finished line
-            out.append(Event("state", f"{self.state} -> {view.state}" + (f" ({view.note})" if view.note else ""),
-                             {"from": self.state, "to": view.state, "note": view.note}))
-        self.state = view.state
+        elif state != self.state and state not in TERMINAL:  # a final state is the finished line
+            out.append(Event("state", f"{self.state} -> {state}" + (f" ({view.note})" if view.note else ""),
+                             {"from": self.state, "to": state, "note": view.note}))
+        self.state = state
         for p in view.procs:
             before = self.proc_states.get(p.role)
             if before is not None and before != p.state and p.state != view.state and len(view.procs) > 1:

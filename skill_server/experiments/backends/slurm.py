@@ -31,11 +31,11 @@ class Slurm:
     def launch(self, exp_id: str, session: str, socket: str, *, replace_pids: Sequence[int], python: str | None,
                workdir: str, result_dir: str, max_time_s: int, deadline_grace_s: int, procs: Sequence[LaunchProc],
                monitor: MonitorConfig | None) -> client.Launch:
-        """The time limit is the run's max time (Slurm enforces it; no monitor runs in the job)."""
-        del replace_pids, monitor  # no tmux session to replace; no monitor inside the allocation (yet)
+        """The time limit is the run's max time (Slurm enforces it); the run's monitor runs inside the job."""
+        del replace_pids  # no tmux session to replace
         return client.launch(exp_id, session, socket, replace_pids=[], python=python, workdir=workdir,
                              result_dir=result_dir, max_time_s=max_time_s, deadline_grace_s=deadline_grace_s,
-                             procs=procs, slurm=self.options)
+                             procs=procs, monitor=monitor, slurm=self.options)
 
     def observe(self, p: RunProcess, request: ObserveProc) -> ObserveProc:
         if p.job_id:

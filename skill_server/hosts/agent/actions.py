@@ -8,6 +8,9 @@ every policy works unchanged:
   ended is marked ``stopped``, its processes get Ctrl-C, a grace, SIGTERM, SIGKILL, and what survives is
   recorded, then the run's tmux session is removed. It touches only the recorded identities of its own run:
   the wrappers (pid plus start time) and the processes carrying its run marker.
+* ``cancel_own_job`` is ``stop_here`` for a Slurm run, whose monitor runs inside the job: the roles are marked
+  ``stopped`` (``mark_stopped``), then the job cancels itself (``scancel $SLURM_JOB_ID``); Slurm ends its
+  processes (SIGTERM, SIGKILL after KillWait), and the monitor with them.
 * ``relaunch_here`` starts the same processes again as a new run (its own id, run directory, session and
   monitor): the launch request that started the run here (``LAUNCH_REQUEST``, kept by ``op_launch``) goes
   through the same ``launch`` op a controller sends, in a child agent process, with the new id.
@@ -73,6 +76,31 @@ def stop_here(exp_id: str, run_dir: str, roles: list[dict[str, object]], grace_s
             os.path.join(run_dir, SESSION_REMOVED))
     return {"interrupted": report["interrupted"], "terminated": report["terminated"], "killed": report["killed"],
             "survivors": report["survivors"], "exit_codes": codes, "session_removed": removed}
+
+
+def mark_stopped(run_dir: str, roles: list[str]) -> None:
+    """Each role without an exit code is marked ``stopped`` (what it ends with is then a stop, not a failure)."""
+    for role in roles:
+        if files.read_int(os.path.join(run_dir, role + ".exit")) is None:
+            try:
+                files.touch(os.path.join(run_dir, role + ".stopped"))
+            except OSError:
+                pass
+
+
+def cancel_own_job(run_dir: str) -> str:
+    """Cancel the Slurm job this process runs in (``SLURM_JOB_ID``, else the run's ``job.id``); its id. Raises
+    ``AgentError`` with scancel's word when it refused (its exit code says nothing of a job it does not know,
+    but this one runs)."""
+    from . import slurm
+
+    job_id = os.environ.get("SLURM_JOB_ID") or slurm.job_of(run_dir)
+    if not job_id:
+        raise AgentError("no Slurm job id here (SLURM_JOB_ID unset, no job.id)")
+    code, _, err = slurm.client(["scancel", job_id])
+    if code != 0:
+        raise AgentError("scancel %s: %s" % (job_id, (err.strip().splitlines() or ["exit %d" % code])[-1]))
+    return job_id
 
 
 def relaunch_here(run_dir: str, new_id: str, policy: Mapping[str, Any]) -> dict[str, Any]:

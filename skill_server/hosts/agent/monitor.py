@@ -235,6 +235,10 @@ class Run:
     def clock(self) -> float:
         return time.monotonic() - self.origin
 
+    def persist(self) -> None:
+        """Write the findings now (``monitor.json``): before a policy cancels the Slurm job this monitor runs in."""
+        save(self, ended=False)
+
     def path(self, name: str) -> str:
         return os.path.join(self.dir, name)
 
@@ -401,6 +405,8 @@ class Processes(Watcher):
         return None
 
     def check(self, run: Run, role: Role, now: float) -> None:
+        if run.spec.get("slurm") and role.pid is None and not self.started_in_job(run, role):
+            return
         wrapper = role.wrapper()
         if wrapper is not None and procs.alive(wrapper["pid"], wrapper["start"]):
             return
@@ -416,6 +422,22 @@ class Processes(Watcher):
         if not role.found.drained:
             self.tails[role.name].drain(run)
         run.emit("process_ended", role=role.name, exit_code=code)
+
+
+    @staticmethod
+    def started_in_job(run: Run, role: Role) -> bool:
+        """A Slurm run's process is known by the pid its wrapper wrote once the job started it: until then it has
+        not started (unless it has an exit code, or the job ended without starting it)."""
+        pid = files.read_int(run.path(role.name + ".pid"))
+        if pid is not None:
+            role.pid, role.start = pid, procs.start_time(pid)
+            return True
+        if files.exists(run.path(role.name + ".exit")):
+            return True
+        from . import slurm
+
+        mine = slurm.record(run.dir)
+        return mine is not None and mine.get("state") in slurm.FINAL
 
 
 class MaxTime(Watcher):
@@ -532,7 +554,7 @@ def finish(run: Run, rules: policy.Policy | None = None) -> None:
     from . import tmux
 
     codes = [files.read_int(run.path(r.name + ".exit")) for r in run.roles]
-    if not run.session_removed and all(c is not None for c in codes):
+    if run.spec.get("socket_path") and not run.session_removed and all(c is not None for c in codes):
         removed = tmux.remove_finished(str(run.spec.get("socket_path") or ""), run.exp_id)
         if removed:
             run.session_removed = True
@@ -597,20 +619,55 @@ _FROM_INSTALL = ("import sys; sys.path.insert(0, sys.argv[1]); from ajs_agent im
                  "sys.exit(monitor.main(sys.argv[2:]))")
 
 
+def _argv(run_dir: str) -> tuple[list[str], bool]:
+    """The monitor's interpreter arguments (after ``python -I -S``), and whether they run this version's install
+    (else the stage one SSH calls run, which reads its payload on stdin and installs it)."""
+    from . import program
+
+    base = program.install_dir()
+    if os.path.isfile(os.path.join(base, program.PACKAGE, "monitor.py")):
+        return ["-c", _FROM_INSTALL, base, run_dir], True
+    return ["-c", program.BOOTSTRAP, *program.bootstrap_argv(_NONCE), "monitor", run_dir], False
+
+
+#: In a Slurm run's directory: what the batch script's monitor reads on stdin when the agent was not installed.
+STAGE = "monitor.stage"
+
+
+def job_line(run_dir: str, spec: Mapping[str, Any]) -> str:
+    """The batch script's line that starts the run's monitor on the job's first node (``spec`` written first):
+    the same program ``start`` runs, with this host's interpreter and state directory (both on the filesystem
+    the nodes share); it detaches at once and watches the job's processes there."""
+    import shlex
+
+    from .protocol import STATE_DIR_ENV, state_dir
+
+    files.write_atomic(os.path.join(run_dir, SPEC), json.dumps(spec).encode("utf-8"), replace=False, mode=0o600)
+    argv, installed = _argv(run_dir)
+    stdin = "/dev/null"
+    if not installed:
+        stdin = os.path.join(run_dir, STAGE)
+        files.write_atomic(stdin, _payload(), replace=True, mode=0o600)
+    q = shlex.quote
+    return "(cd %s && env -u %s %s=%s %s -I -S %s < %s > /dev/null 2>> %s) || echo 'the run monitor did not start'" % (
+        q(run_dir), RUN_MARKER, STATE_DIR_ENV, q(state_dir()), q(sys.executable), " ".join(q(a) for a in argv),
+        q(stdin), q(os.path.join(run_dir, LOG)))
+
+
+def in_job(run_dir: str) -> bool:
+    """Whether the run is a Slurm job's: its monitor runs inside the allocation, never on this (login) node."""
+    return os.path.isfile(os.path.join(run_dir, "job.sh"))
+
+
 def start(run_dir: str, spec: Mapping[str, Any] | None = None) -> None:
     """Start the run's monitor (writing its spec file first when given) from this version's install under the
     state directory; where it is missing, through the stage one SSH calls run, which installs it. Raises
     ``AgentError`` when the monitor did not start."""
     import subprocess
 
-    from . import program
-
     if spec is not None:
         files.write_atomic(os.path.join(run_dir, SPEC), json.dumps(spec).encode("utf-8"), replace=False, mode=0o600)
-    base = program.install_dir()
-    installed = os.path.isfile(os.path.join(base, program.PACKAGE, "monitor.py"))
-    argv = (["-c", _FROM_INSTALL, base, run_dir] if installed
-            else ["-c", program.BOOTSTRAP, *program.bootstrap_argv(_NONCE), "monitor", run_dir])
+    argv, installed = _argv(run_dir)
     log_path = os.path.join(run_dir, LOG)
     try:
         with open(log_path, "ab") as log:
@@ -667,11 +724,14 @@ def monitored(run_dir: str) -> bool:
 
 def ensure_running(run_dir: str, doc: Mapping[str, Any] | None) -> bool:
     """Whether the run's monitor lives; a monitored run whose monitor died before its end gets a new one (at most
-    one start per ``RESTART_EVERY_S``), which resumes from the last findings."""
+    one start per ``RESTART_EVERY_S``), which resumes from the last findings. A Slurm run's monitor runs in its
+    job (on the filesystem the nodes share, its lock says whether it lives): it is never started here."""
     if doc is not None and doc.get("ended"):
         return False
     if not _lock_free(run_dir):
         return True
+    if in_job(run_dir):
+        return False
     marker = os.path.join(run_dir, RESTARTED)
     try:
         if time.time() - os.stat(marker).st_mtime < RESTART_EVERY_S:

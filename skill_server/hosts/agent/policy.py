@@ -269,8 +269,33 @@ class Policy:
                 result = "%s; relaunching in %d s" % (result, backoff)
         elif action == "stop":
             run.stopped_by_policy = True
+            if run.spec.get("slurm"):
+                self.cancel_job(run, trigger)
+                return
             result = self.stop(run, trigger)
         self.record(run, trigger, str(action), result)
+
+    def cancel_job(self, run: Run, trigger: str) -> None:
+        """``stop`` for a Slurm run, from its monitor inside the job: the roles marked stopped, the action recorded,
+        told and written to ``monitor.json`` first (the monitor ends with the job), then the job cancels itself."""
+        from . import actions
+
+        for role in run.roles:
+            if not role.ended:
+                run.note(role, "policy: %s, cancelling the run's Slurm job" % trigger)
+        actions.mark_stopped(run.dir, [r.name for r in run.roles])
+        self.record(run, trigger, "stop", "cancelling its Slurm job %s" % (
+            os.environ.get("SLURM_JOB_ID") or "(id unknown)"))
+        self.tick(run, run.clock())
+        end = time.monotonic() + FINAL_NOTIFY_WAIT_S
+        while self.notifier is not None and not self.notifier.idle() and time.monotonic() < end:
+            time.sleep(0.05)
+            self.notifier.pump(run)
+        run.persist()
+        try:
+            actions.cancel_own_job(run.dir)
+        except files.AgentError as exc:
+            self.record(run, trigger, "stop", "stop failed: %s" % exc.message)
 
     def not_resumable(self, run: Run, trigger: str) -> str | None:
         """Why this failure is not resumed (None: it is): not transient, or no resumes left."""

@@ -160,7 +160,8 @@ def op_launch(req: Mapping[str, object]) -> LaunchPlan | LaunchStarted:
                           for p in plan["procs"]]}
     max_time_s = need(req, "max_time_s", int)
     if scheduled is not None:
-        return _submit(exp_id, rdir, plan, scheduled, max_time_s)
+        return _submit(exp_id, rdir, plan, scheduled, max_time_s, need_or(req, "deadline_grace_s", int, 5),
+                       need_or(req, "monitor", dict, None))
     grace_s = need_or(req, "deadline_grace_s", int, 5)
     from . import monitor  # loaded by the ops that use it: most calls never need the scanner's expressions
 
@@ -193,26 +194,33 @@ def op_launch(req: Mapping[str, object]) -> LaunchPlan | LaunchStarted:
             "host_identity": host_identity(), "procs": started, "session_id": session_id or "", "job_id": None}
 
 
-def _submit(exp_id: str, rdir: str, plan: _Plan, options: Mapping[str, object], max_time_s: int) -> LaunchStarted:
-    """A Slurm run: the wrappers and the batch script in the run directory (on the shared filesystem), then
-    sbatch; the processes start when the job does, on its first node. A failure cancels whatever was
-    submitted (by the job's name, the run's id) and leaves the run directory discarded."""
-    from . import slurm
+def _submit(exp_id: str, rdir: str, plan: _Plan, options: Mapping[str, object], max_time_s: int, grace_s: int,
+            config: Mapping[str, object] | None) -> LaunchStarted:
+    """A Slurm run: the wrappers, the monitor's spec and the batch script in the run directory (on the shared
+    filesystem), then sbatch; the monitor and the processes start when the job does, on its first node. A
+    failure cancels whatever was submitted (by the job's name, the run's id) and leaves the run directory
+    discarded."""
+    from . import monitor, slurm
 
+    started: list[StartedProc] = [
+        {"window_id": "", "pane_id": "", "pid": None, "start": None, "role": p["role"], "workdir": p["workdir"],
+         "log_path": p["log_path"]} for p in plan["procs"]]
     _make_run_dir(rdir)
     with files.Locked(os.path.join(rdir, LAUNCH_LOCK), deadline.left(10.0)):
         if files.exists(os.path.join(rdir, DISCARDED)):
             raise AgentError("the launch of %s was rolled back before it reached this host" % exp_id)
         try:
             _write_run_dir(exp_id, rdir, plan)
+            # Slurm enforces the time limit (TIMEOUT), so the monitor's own max time is off (0)
+            spec = monitor.spec_for(exp_id, "", "", started, monitor.log_sizes(
+                {p["role"]: p["log_path"] for p in plan["procs"]}), 0, grace_s, config, plan["result_dir"])
+            spec["slurm"] = True
             job_id = slurm.submit(options, exp_id, rdir, [p["role"] for p in plan["procs"]], max_time_s,
-                                  ray=slurm.ray_for(options, plan["path_prepend"]))
+                                  ray=slurm.ray_for(options, plan["path_prepend"]),
+                                  monitor=monitor.job_line(rdir, spec))
         except BaseException:
             _discard_slurm(exp_id, rdir)
             raise
-    started: list[StartedProc] = [
-        {"window_id": "", "pane_id": "", "pid": None, "start": None, "role": p["role"], "workdir": p["workdir"],
-         "log_path": p["log_path"]} for p in plan["procs"]]
     return {"run_dir": rdir, "socket_path": "", "result_dir": plan["result_dir"], "python": sys.executable,
             "host_identity": host_identity(), "procs": started, "session_id": "", "job_id": job_id}
 
@@ -535,7 +543,7 @@ def op_stop(req: Mapping[str, object]) -> StopReply:
     rest = deadline.remaining()
     if rest is not None:  # SIGTERM and SIGKILL still get their waits inside the caller's deadline
         grace = max(0.0, min(grace, rest - procs.TERM_WAIT_S - KILL_WAIT_S - 1.0))
-    from .actions import STOP_REQUESTED, stop_here
+    from .actions import STOP_REQUESTED, mark_stopped, stop_here
 
     if os.path.isdir(rdir):
         try:
@@ -548,12 +556,7 @@ def op_stop(req: Mapping[str, object]) -> StopReply:
     job_id = need_or(req, "job_id", str, None)
     if job_id is not None:  # a Slurm run: Slurm stops the job's processes; the roles are marked stopped first
         names = [str(r["role"]) for r in roles]
-        for role in names:
-            if files.read_int(os.path.join(rdir, role + ".exit")) is None:
-                try:
-                    files.touch(os.path.join(rdir, role + ".stopped"))
-                except OSError:
-                    pass
+        mark_stopped(rdir, names)
         return _stop_job(job_id, exp_id, rdir, names, grace)
     kill = need_or(req, "kill_session", bool, True)
     socket = need(req, "socket_path", str) if kill else ""

@@ -42,7 +42,7 @@ _FIELD = re.compile(r"([A-Za-z][\w/:]*)=(\S*)")
 _OWN = ("--output", "--error", "--chdir", "--job-name", "--parsable", "--wrap", "-o", "-e", "-D", "-J")
 
 
-def _client(argv: list[str], cap: float = CLIENT_TIMEOUT_S) -> tuple[int, str, str]:
+def client(argv: list[str], cap: float = CLIENT_TIMEOUT_S) -> tuple[int, str, str]:
     """A Slurm client command, bounded; (exit code, stdout, stderr); 127 when the command is missing."""
     try:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
@@ -86,6 +86,8 @@ def options(slurm: Mapping[str, Any], exp_id: str, rdir: str, max_time_s: int) -
     return out
 
 
+#: How long the batch script waits, once the processes have ended, for the run's monitor to finish.
+MONITOR_END_WAIT_S = 60
 #: Of a multi-node run: how long the batch script waits for every node to join Ray before it starts the processes.
 RAY_JOIN_S = 300
 #: A node's address for Ray: Slurm's NodeAddr of the node the command runs on, resolved to an IP.
@@ -125,9 +127,11 @@ def _ray_lines(ray: str, python: str, rdir: str) -> list[str]:
     ]
 
 
-def render(exp_id: str, rdir: str, roles: list[str], ray: str | None = None, python: str = "python3") -> str:
-    """The batch script: refuse to start a run that was rolled back, record RUNNING and the nodes, start Ray
-    across the nodes (``ray``: a run on several nodes), start each process's wrapper (with the run's marker),
+def render(exp_id: str, rdir: str, roles: list[str], ray: str | None = None, python: str = "python3",
+           monitor: str | None = None) -> str:
+    """The batch script: refuse to start a run that was rolled back, record RUNNING and the nodes, start the
+    run's monitor (``monitor``: its shell line; it detaches and watches the job's processes on this node), start
+    Ray across the nodes (``ray``: a run on several nodes), start each process's wrapper (with the run's marker),
     wait for all, and record the end in ``job.json``."""
     q = shlex.quote
     lines = [
@@ -152,6 +156,7 @@ def render(exp_id: str, rdir: str, roles: list[str], ray: str | None = None, pyt
         "if [ -e \"$__ajs_run/discarded\" ]; then echo 'this launch was rolled back before the job started'; "
         "__ajs_record CANCELLED 0:0 RolledBack; exit 0; fi",
         "__ajs_record RUNNING 0:0 None",
+        *([monitor] if monitor else []),
         *(_ray_lines(ray, python, rdir) if ray else []),
         "__ajs_pids=()",
     ]
@@ -174,6 +179,10 @@ def render(exp_id: str, rdir: str, roles: list[str], ray: str | None = None, pyt
         "  if [ \"$__ajs_code\" = 0 ]; then __ajs_record COMPLETED 0:0 None; "
         "else __ajs_record FAILED \"$__ajs_code:0\" NonZeroExitCode; fi",
         "fi",
+        # the job's end ends what runs in its cgroup: give the monitor (holding its lock) the time to read the
+        # logs to their end, tell the notify command and collect (bounded; at once when it is gone)
+        "if command -v flock >/dev/null 2>&1; then flock -w %d \"$__ajs_run/monitor.lock\" true 2>/dev/null; fi"
+        % MONITOR_END_WAIT_S,
         "exit \"$__ajs_code\"",
     ]
     return "\n".join(lines) + "\n"
@@ -195,15 +204,15 @@ def ray_for(slurm: Mapping[str, Any], path_prepend: str | None) -> str | None:
 
 
 def submit(slurm: Mapping[str, Any], exp_id: str, rdir: str, roles: list[str], max_time_s: int,
-           ray: str | None = None) -> str:
+           ray: str | None = None, monitor: str | None = None) -> str:
     """Write the batch script and submit it; the job id (also written to ``job.id``)."""
     import sys
 
     argv = ["sbatch"] + options(slurm, exp_id, rdir, max_time_s)
     script = os.path.join(rdir, SCRIPT)
-    text = render(exp_id, rdir, roles, ray=ray, python=sys.executable)
+    text = render(exp_id, rdir, roles, ray=ray, python=sys.executable, monitor=monitor)
     files.write_atomic(script, text.encode("utf-8"), replace=False, mode=0o700)
-    code, out, err = _client(argv + [script], 60.0)
+    code, out, err = client(argv + [script], 60.0)
     if code != 0:
         raise AgentError("sbatch refused the job: %s" % (err.strip().splitlines() or ["exit %d" % code])[-1],
                          "slurm")
@@ -216,7 +225,7 @@ def submit(slurm: Mapping[str, Any], exp_id: str, rdir: str, roles: list[str], m
 
 def _show(job_id: str) -> dict[str, str] | None | str:
     """``scontrol show job -o``'s fields; None once Slurm has forgotten the job; a string: why it cannot say."""
-    code, out, err = _client(["scontrol", "show", "job", "-o", job_id])
+    code, out, err = client(["scontrol", "show", "job", "-o", job_id])
     if code != 0:
         if "Invalid job id" in err:
             return None
@@ -285,7 +294,7 @@ def query_all(jobs: Mapping[str, str]) -> dict[str, SchedulerFacts]:
     if len(ask) <= 1:
         out.update({job_id: query(job_id, rdir) for job_id, rdir in ask.items()})
         return out
-    code, listing, err = _client(["squeue", "-h", "-t", "all", "--me", "-o", "%i|%T|%r|%N"])
+    code, listing, err = client(["squeue", "-h", "-t", "all", "--me", "-o", "%i|%T|%r|%N"])
     seen: dict[str, list[str]] = {}
     for line in listing.splitlines():
         row = line.split("|")
@@ -344,7 +353,7 @@ def _active(job_id: str | None, name: str) -> list[str]:
     """The ids of the job (by id, or by name when the id is unknown) that Slurm still queues or runs; raises
     when Slurm cannot be asked."""
     argv = ["squeue", "-h", "-o", "%i|%T"] + (["-j", job_id] if job_id else ["-n", name])
-    code, out, err = _client(argv)
+    code, out, err = client(argv)
     if code != 0:
         if "Invalid job id" in err:
             return []
@@ -359,13 +368,13 @@ def cancel(job_id: str | None, name: str, grace_s: float) -> tuple[list[str], bo
     ids = _active(job_id, name)
     if not ids:
         return [], False
-    _client(["scancel"] + ids)
+    client(["scancel"] + ids)
     end = time.monotonic() + deadline.left(grace_s)
     while time.monotonic() < end:
         if not _active(job_id, name):
             return ids, False
         time.sleep(0.25)
-    _client(["scancel", "--signal=KILL", "--full"] + ids)
+    client(["scancel", "--signal=KILL", "--full"] + ids)
     end = time.monotonic() + deadline.left(15.0)
     while time.monotonic() < end:
         left = _active(job_id, name)
