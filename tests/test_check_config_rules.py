@@ -244,6 +244,9 @@ def test_a_yaml_that_saves_every_few_steps_and_stops_at_a_count_has_neither_find
     yaml = ("ajet:\n  trainer_common:\n    save_freq: 5\n    total_training_steps: 25\n" + SWARM_TAIL)
     r = lint(yaml=str(write(tmp_path, "base.yaml", yaml)))
     assert not {"no-checkpoints", "no-total-steps"} & rules(r)
+    e = r.effective  # what a relaunch resumes from is in the answer, not only the absence of a finding
+    assert (e.save_freq.value, e.total_training_steps.value) == (5, 25) and e.save_freq.source == "yaml"
+    assert (e.checkpoint_base_dir.value, e.checkpoint_base_dir.source) == ("./saved_checkpoints", "default")
     unset = yaml.replace("25", "null").replace("save_freq: 5", "save_freq: -1")
     r = lint(yaml=str(write(tmp_path, "null.yaml", unset)))
     assert {"no-checkpoints", "no-total-steps"} <= rules(r)

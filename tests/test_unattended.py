@@ -51,7 +51,8 @@ done = [int(n.rsplit("_", 1)[1]) for n in os.listdir(ckpt) if n.startswith("glob
 first = max(done) if done else 0
 starts = int(open(starts_file).read()) if os.path.exists(starts_file) else 0
 open(starts_file, "w").write(str(starts + 1))
-print("resuming after global_step_%d" % first if first else "training from scratch", flush=True)
+print("Load from checkpoint folder: %s/global_step_%d" % (ckpt, first) if first else "training from scratch",
+      flush=True)  # verl's own line when it resumes
 for step in range(first + 1, total + 1):
     print("step:%d - critic/score/mean:%.2f - timing_s/step:0.1 - training/global_step:%d" % (step, step / 10, step),
           flush=True)
@@ -242,6 +243,9 @@ def test_a_transient_failure_is_resumed_twice_from_its_checkpoints_then_given_up
     assert (listed[f"{first}.r3"]["previous_attempt"], listed[f"{first}.r3"]["next_attempt"]) == (f"{first}.r2", None)
     assert listed[f"{first}.r3"]["global_step"] == 6 and listed[f"{first}.r2"]["global_step"] == 4
     assert [a for _, a, _ in acted(listed[f"{first}.r3"])] == ["stop", "collect"]
+    said = {e["signature"]: e["severity"] for e in listed[f"{first}.r2"]["errors"]}
+    assert said["resumed_from_checkpoint"] == "warning"  # verl said it continued; the first attempt did not
+    assert "resumed_from_checkpoint" not in {e["signature"] for e in listed[first]["errors"]}
 
 
 def test_what_happened_overnight_is_one_call_on_the_id_the_user_knows(tmux_socket: str, workdir: Path):
@@ -326,6 +330,10 @@ def test_a_stop_during_the_backoff_cancels_the_resume(tmux_socket: str, workdir:
     out = call("launch_experiment", name="cancel", workdir=str(workdir), command=f"{PY} {script} {ckpt} {starts} 50",
                policy={"on_error": "resume", "backoff_s": 5, "notify_command": f"cat >> {events}"})
     wait_until(lambda: any(e.get("action") == "resume" for e in told(events)), timeout=30)
+    during = call("wait_experiment", id=out["id"], timeout_s=1)  # the backoff runs: the chain has not ended
+    assert (during["reason"], during["next_wait_s"]) == ("timeout", 30), during["summary"]
+    assert "its resume policy relaunches it (stopped; relaunching in 5 s)" in during["summary"]
+    assert "collect_results" not in during["summary"]
     stopped = call("stop_experiment", id=out["id"], grace_s=1)
     assert stopped["state"] == "stopped"
     wait_until(lambda: any(e.get("result") == "cancelled: stop_experiment was called" for e in told(events)),

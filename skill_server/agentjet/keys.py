@@ -30,4 +30,7 @@ KEYS: dict[str, str] = {
     "model_path": "ajet.model.path",
     "logger": "ajet.trainer_common.logger",
     "experiment_name": "ajet.experiment_name",
+    "save_freq": "ajet.trainer_common.save_freq",
+    "total_training_steps": "ajet.trainer_common.total_training_steps",
+    "checkpoint_base_dir": "ajet.trainer_common.checkpoint_base_dir",
 }

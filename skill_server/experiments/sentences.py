@@ -66,6 +66,9 @@ def _after_end(s: ExperimentStatus) -> str:
     collected (collect_results then gives the full page); else collect_results."""
     if s.next_attempt:
         return f"resumed as {s.next_attempt}: experiment_status id={s.next_attempt}"
+    resumes = [result for _, action, result in _acts(s) if action == "resume"]
+    if resumes and " relaunching" in resumes[-1]:  # the backoff runs: not the end of the chain
+        return f"its resume policy relaunches it ({resumes[-1]}): wait_experiment id={s.id} follows it"
     for _, action, result in _acts(s):
         if action == "collect" and result.startswith("results.md"):
             return (f"its monitor wrote {s.result_dir.rstrip('/')}/{s.id}/results.md and finish.flag; "

@@ -193,6 +193,18 @@ SIGNATURES: tuple[Signature, ...] = (
         needles=("has expired (expired ", "discard_episode_timeout"),
     ),
     Signature(
+        name="resumed_from_checkpoint",
+        title="Resumed from an existing checkpoint",
+        pattern=r"Load from checkpoint folder: \S*global_step_\d+",
+        severity="warning",
+        hint="verl continued from a checkpoint it found (trainer.resume_mode auto: the newest global_step_N under "
+        "checkpoint_base_dir/project_name/experiment_name): expected for a resumed attempt; for a new experiment "
+        "give it its own experiment_name (or trainer.resume_mode: disable), or it trains on from another run.",
+        example="(TaskRunner pid=4821) Load from checkpoint folder: /data/ckpt/math/grpo_q7b/global_step_40",
+        source="verl trainer (_load_checkpoint)",
+        needles=("Load from checkpoint folder",),
+    ),
+    Signature(
         name="batch_not_divisible",
         title="real_train_batch_size not divisible",
         pattern=r"real_train_batch_size \(.*\) must be divisible by",

@@ -107,6 +107,9 @@ class Effective(ToolOutput):
     model_path: EffectiveValue
     logger: EffectiveValue
     experiment_name: EffectiveValue
+    save_freq: EffectiveValue  # with the next two: whether a relaunch resumes, and from where
+    total_training_steps: EffectiveValue
+    checkpoint_base_dir: EffectiveValue
     episode_cap: EffectiveValue = Field(description="The episode_cap of these values (source computed).")
     unresolved: dict[str, str] = Field(description="Every dotted key whose value is unknown -> why.")
 

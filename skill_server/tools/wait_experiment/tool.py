@@ -171,13 +171,16 @@ def _poll(reg: Registry, view: View, wait: _Wait, timeout: int, started: float,
         view = wait.look(reg, reg.get(view.row.id) or view.row)
 
 
-def _settle(reg: Registry, exp_id: str, state: str, reason: WaitReason, elsewhere: bool = False
-            ) -> tuple[WaitReason, int]:
-    """The final reason (an ended run has exited, unless the wait ended on its pattern or first step) and
-    ``next_wait_s``: 0 once ended or another machine's, the schedule's first after an error, else the next
-    step of the back-off, which each wait that ends in a timeout advances."""
+def _settle(reg: Registry, exp_id: str, state: str, reason: WaitReason, elsewhere: bool = False,
+            pending: bool = False) -> tuple[WaitReason, int]:
+    """The final reason (an ended run has exited, unless the wait ended on its pattern or first step, or its
+    resume policy relaunches it after a backoff: ``pending``, a timeout) and ``next_wait_s``: 0 once ended or
+    another machine's, the schedule's first after an error or during a backoff, else the next step of the
+    back-off, which each wait that ends in a timeout advances."""
     if elsewhere:
         return "unreachable", 0
+    if pending:
+        return "timeout", WAIT_SCHEDULE_S[0]
     if state in TERMINAL:
         return (reason if reason in ("pattern", "first_step") else "exited"), 0
     if reason in ("timeout", "unreachable"):
@@ -210,7 +213,8 @@ def wait_experiment(inp: WaitInput, progress: Progress | None = None) -> WaitOut
                                     deadline=answer)[0]
         if reason == "timeout" and status["state"] == "unreachable":  # the closing look decides, not a cut one
             reason = "unreachable"
-        reason, next_wait = _settle(reg, row.id, status["state"], reason, _elsewhere(view))
+        pending = relaunch_pending(view, reg.get(row.id) or view.row)
+        reason, next_wait = _settle(reg, row.id, status["state"], reason, _elsewhere(view), pending)
     if progress is not None:
         progress(float(timeout), float(timeout), f"{view.row.session}: {reason}")
     out = WaitOutput(summary="", **status, reason=reason, next_wait_s=next_wait,

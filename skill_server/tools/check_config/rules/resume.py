@@ -17,8 +17,8 @@ from skill_server.analysis.values import MISSING, Unknown, a_type, describe_unkn
 from skill_server.tools.check_config.context import LintContext
 from skill_server.tools.check_config.registry import Report, rule
 
-SAVE_FREQ = "ajet.trainer_common.save_freq"
-TOTAL_STEPS = KEYS.get("total_training_steps", "ajet.trainer_common.total_training_steps")
+SAVE_FREQ = KEYS["save_freq"]
+TOTAL_STEPS = KEYS["total_training_steps"]
 #: AgentJet's own default save_freq, offered when the step count is not known.
 DEFAULT_SAVE_FREQ = 20
 
