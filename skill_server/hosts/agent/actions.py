@@ -71,9 +71,9 @@ def stop_here(exp_id: str, run_dir: str, roles: list[dict[str, object]], grace_s
             os.unlink(path)
     codes = {role: files.read_int(os.path.join(run_dir, role + ".exit")) for role in names}
     removed = False
-    if kill_session:  # the run's monitor may have removed it as the run ended
-        removed = tmux.kill_run_sessions(socket_path, exp_id, session_id, recorded)[0] or files.exists(
-            os.path.join(run_dir, SESSION_REMOVED))
+    if kill_session:  # the run's monitor may have removed it as the run ended, maybe a moment ago
+        gone, none_left = tmux.kill_run_sessions(socket_path, exp_id, session_id, recorded)
+        removed = gone or none_left or files.exists(os.path.join(run_dir, SESSION_REMOVED))
     return {"interrupted": report["interrupted"], "terminated": report["terminated"], "killed": report["killed"],
             "survivors": report["survivors"], "exit_codes": codes, "session_removed": removed}
 
