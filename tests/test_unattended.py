@@ -407,3 +407,26 @@ def test_watch_follows_a_resumed_run_to_its_newest_attempt(tmux_socket: str, wor
     assert follow[-1]["text"] == f"stopped -> resumed as {first}.r2: following it"
     restarted = records[events.index("started", events.index("started") + 1)]
     assert restarted["text"].startswith(f"{first}.r2 state=")
+
+
+CRASHES = r'''
+import sys, time
+print("step:1 - critic/score/mean:0.1 - training/global_step:1", flush=True)
+time.sleep(0.3)
+print("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran for "
+      "600000 milliseconds before timing out.", flush=True)
+sys.exit(134)  # the watchdog's abort: the process ends by itself, before any policy acts
+'''
+
+
+def test_a_run_that_crashes_by_itself_is_waiting_for_its_resume_not_ended(tmux_socket: str, workdir: Path):
+    script, events = workdir / "crashes.py", workdir / "ev.jsonl"
+    script.write_text(CRASHES)
+    out = call("launch_experiment", name="crashes", workdir=str(workdir), command=f"{PY} {script}",
+               policy={"on_error": "resume", "backoff_s": 8, "notify_command": f"cat >> {events}"})
+    wait_until(lambda: any(e.get("action") == "resume" for e in told(events)), timeout=30)
+    during = call("wait_experiment", id=out["id"], timeout_s=1)
+    assert [r for _, _, r in acted(during)][-1:] == ["stopped; relaunching in 8 s"], during["actions"]
+    assert (during["reason"], during["next_wait_s"]) == ("timeout", 30), during["summary"]
+    assert "its resume policy relaunches it" in during["summary"] and "collect_results" not in during["summary"]
+    call("stop_experiment", id=out["id"], grace_s=1)

@@ -221,7 +221,7 @@ def scan_text(text: str, state: ScanState, first_step_re: re.Pattern[str] | None
 
 
 #: What a monitor says of the whole run on its host that the registry keeps (``ScanState.watchdog``).
-WATCHDOG_KEYS = ("stall", "actions", "notify")
+WATCHDOG_KEYS = ("stall", "actions", "notify", "pending_resume")
 
 
 def mirror(state: ScanState, reports: dict[str, dict[str, Any]], roles: list[str], created: float) -> None:

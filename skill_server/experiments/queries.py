@@ -203,8 +203,12 @@ def actions(view: View) -> list[ActionTaken]:
 def relaunch_pending(view: View, row: Row) -> bool:
     """The ended run's resume policy is about to relaunch it (its last resume action: stopped, relaunching
     after the backoff) and ``row`` (the registry's now) has no next attempt yet: a wait or watch goes on."""
+    if row.spec.next_attempt:
+        return False
+    if any(w.get("pending_resume") for w in view.scan.watchdog.values()):
+        return True  # the monitor set it before it stopped the processes, and clears it once relaunched
     done = [a for a in actions(view) if a.action == "resume"]
-    return bool(done) and " relaunching" in done[-1].result and not row.spec.next_attempt
+    return bool(done) and " relaunching" in done[-1].result
 
 
 def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int, *,

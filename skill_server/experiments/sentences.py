@@ -35,7 +35,7 @@ def _worst_error(s: ExperimentStatus, hint: bool = True) -> str:
         return ""
     e = s.errors[0]
     more = f" (+{len(s.errors) - 1} more)" if len(s.errors) > 1 else ""
-    return f"; error {e.title!r} seen {e.count}x{more}: {e.hint.rstrip('. ')}" if hint else ""
+    return f"; {e.severity} {e.title!r} seen {e.count}x{more}: {e.hint.rstrip('. ')}" if hint else ""
 
 
 def _acts(s: ExperimentStatus) -> list[tuple[str, str, str]]:

@@ -364,9 +364,10 @@ SIGNATURES_BY_NAME: dict[str, Signature] = {s.name: s for s in SIGNATURES}
 
 
 def monitor_rows() -> list[SignatureRow]:
-    """The table as a host's scanner needs it (``hosts.agent.scanner.Table``): name, pattern, flags, needles."""
+    """The table as a host's scanner needs it (``hosts.agent.scanner.Table``): name, pattern, flags, needles, and
+    the severity the run's ``error`` events carry."""
     return [{"name": s.name, "pattern": s.pattern, "flags": "i" if s.flags & re.IGNORECASE else "",
-             "needles": list(s.needles)} for s in SIGNATURES]
+             "needles": list(s.needles), "severity": s.severity} for s in SIGNATURES]
 
 
 def policy_errors(wanted: list[str] | None) -> list[str]:

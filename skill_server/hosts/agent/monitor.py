@@ -189,6 +189,8 @@ class Run:
         self.spec = spec
         self.exp_id = str(spec["exp_id"])
         self.table = table if table is not None else scanner.Table(spec.get("signatures") or [])
+        self.severity = {str(r.get("name")): str(r.get("severity") or "error") for r in spec.get("signatures") or []
+                         if isinstance(r, dict)}
         pattern = spec.get("first_step_pattern")
         self.first_step_re = _compile(pattern) if isinstance(pattern, str) and pattern else None
         old_roles = (previous or {}).get("roles") or {}
@@ -371,7 +373,8 @@ class LogTail(Watcher):
         for name, hit in found.errors.items():
             if name not in before:
                 hit["first_at"] = now
-                run.emit("error", role=self.role.name, signature=name, line=hit.get("first_line", ""))
+                run.emit("error", role=self.role.name, signature=name, severity=run.severity.get(name, "error"),
+                         line=hit.get("first_line", ""))
             if int(hit.get("count", 0)) != before.get(name):
                 hit["last_at"] = now
         if found.first_step_seen and not seen:
@@ -811,7 +814,7 @@ def report(run_dir: str, role: str, *, final: bool, cache: dict[str, Any]) -> di
     out["run"] = {"alive": entry["alive"], "ended": bool(doc.get("ended")), "clock_s": doc.get("clock_s"),
                   "timed_out": bool(doc.get("timed_out")), "internal_errors": doc.get("internal_errors", 0),
                   "stall": doc.get("stall") or {}, "actions": doc.get("actions") or [],
-                  "notify": doc.get("notify") or {}}
+                  "notify": doc.get("notify") or {}, "pending_resume": doc.get("pending_resume") or None}
     if doc.get("ended") and doc.get("actions"):  # a resume policy may have started attempts after this one
         if "attempts" not in entry:
             entry["attempts"] = attempts_after(run_dir)

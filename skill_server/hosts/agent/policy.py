@@ -260,12 +260,14 @@ class Policy:
         if action == "resume":
             refused = self.not_resumable(run, trigger)
             run.stopped_by_policy = True
+            backoff = _number(self.spec.get("backoff_s"), 0.0)
+            if not refused:  # written before the processes end: no look may see an ended run with nothing pending
+                run.pending_resume = {"trigger": trigger, "due": round(run.clock() + backoff, 3)}
+                run.persist()
             result = self.stop(run, trigger)
             if refused:
                 action, result = "stop", "%s; not resumed: %s" % (result, refused)
             else:
-                backoff = _number(self.spec.get("backoff_s"), 0.0)
-                run.pending_resume = {"trigger": trigger, "due": round(run.clock() + backoff, 3)}
                 result = "%s; relaunching in %d s" % (result, backoff)
         elif action == "stop":
             run.stopped_by_policy = True
@@ -354,11 +356,12 @@ class Policy:
 
         pending = dict(run.pending_resume or {})
         trigger = str(pending.get("trigger") or "resume")
+        run.persist()  # a run that ended by itself: status sees the pending resume through the whole backoff
         while run.clock() < float(pending.get("due") or 0):
             time.sleep(min(0.25, max(0.0, float(pending["due"]) - run.clock())))
             self.tick(run, run.clock())
-        run.pending_resume = None
         if files.exists(run.path(actions.STOP_REQUESTED)):
+            run.pending_resume = None
             self.record(run, trigger, "resume", "cancelled: stop_experiment was called")
             return False
         attempt = int(self.spec.get("attempt") or 1) + 1
@@ -372,6 +375,7 @@ class Policy:
         try:
             started = actions.relaunch_here(run.dir, new_id, policy)
         except files.AgentError as exc:
+            run.pending_resume = None
             self.record(run, trigger, "resume", "relaunch failed: %s" % exc.message)
             return False
         record = {"id": new_id, "attempt": attempt, "previous": run.exp_id, "trigger": trigger, "wall": time.time(),
@@ -380,6 +384,7 @@ class Policy:
             files.write_atomic(run.path(NEXT_ATTEMPT), json.dumps(record).encode("utf-8"), replace=False, mode=0o600)
         except files.AgentError:
             pass
+        run.pending_resume = None  # the next attempt's record is on disk: the chain goes on there
         self.record(run, trigger, "resume", "relaunched as %s" % new_id)
         return True
 

@@ -176,13 +176,16 @@ if TYPE_CHECKING:
         wait_for_url: str | None
         wait_for_url_timeout_s: int
 
-    class SignatureRow(TypedDict):
+    class _SignatureRequired(TypedDict):
         """One error signature as a host's scanner needs it (``experiments.signatures.monitor_rows``)."""
 
         name: str
         pattern: str
         flags: str  # "i": ignore case
         needles: list[str]
+
+    class SignatureRow(_SignatureRequired, total=False):
+        severity: str  # "error" | "warning" (a spec an older version wrote has none: "error")
 
     class _MonitorRequired(TypedDict):
         signatures: list[SignatureRow]
