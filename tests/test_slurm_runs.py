@@ -227,7 +227,7 @@ def test_sbatch_s_refusal_is_one_line_naming_slurm_and_nothing_is_registered(lab
 
 def test_runs_past_their_time_limit_end_timed_out(lab: Lab, past_the_limit: dict[str, str]):
     for key in ("sleeps", "stubborn"):
-        status = lab.wait_for(past_the_limit[key], lambda s: s["state"] != "running", timeout=200)
+        status = lab.wait_for(past_the_limit[key], lambda s: s["state"] not in ("running", "queued"), timeout=200)
         assert status["state"] == "timed_out", status
         assert status["scheduler"]["state"] == "TIMEOUT"
     stubborn = lab.status(past_the_limit["stubborn"])
@@ -293,7 +293,7 @@ def test_a_run_on_two_nodes_starts_ray_across_the_allocation_before_its_processe
     finally:
         del lab.env["RAY_TMPDIR"]
     end = time.monotonic() + 240
-    while (status := lab.status(run["id"], since="0"))["state"] == "running":
+    while (status := lab.status(run["id"], since="0"))["state"] in ("running", "queued"):
         assert time.monotonic() < end, status
         time.sleep(1)
     assert status["state"] == "succeeded", status
@@ -369,7 +369,7 @@ def test_a_killed_process_and_a_killed_batch_shell_end_failed_with_slurm_s_word(
     killed = lab.call("wait_experiment", id=child["id"], timeout_s=50)
     assert (killed["state"], killed["exit_code"], killed["scheduler"]["exit_code"]) == ("failed", 137, "137:0")
     end = time.monotonic() + 60
-    while (status := lab.status(shell["id"]))["state"] == "running":
+    while (status := lab.status(shell["id"]))["state"] in ("running", "queued"):
         assert time.monotonic() < end, status
         time.sleep(0.5)
     assert (status["state"], status["exit_code"]) == ("failed", 137), status

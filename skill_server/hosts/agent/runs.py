@@ -443,6 +443,15 @@ def _scheduled(job_id: str, rdir: str, role: str, markers: list[str], cache: dic
     code = files.read_int(os.path.join(rdir, role + ".exit"))
     source = "file" if code is not None else None
     state = facts["state"]
+    mine = slurm.record(rdir) if code is not None and state not in slurm.FINAL else None
+    if mine is not None and mine.get("source") == "job" and mine.get("state") in slurm.FINAL:
+        # the job recorded its own end (its SIGTERM trap: TIMEOUT or CANCELLED) while Slurm still winds it down
+        # (the batch script waits for the monitor): that end decides, not the process's 143 alone
+        state = str(mine["state"])
+        facts = facts.copy()  # the cached answer stays Slurm's
+        facts["state"], facts["reason"] = state, str(mine.get("reason") or facts["reason"])
+        facts["exit_code"] = str(mine.get("exit_code") or facts["exit_code"])
+        facts["nodes"] = str(mine.get("nodes") or facts["nodes"])  # all it got, not the node still completing
     if state in slurm.QUEUED:
         markers.append("queued")
         return facts, True, code, source
