@@ -20,6 +20,7 @@ from pathlib import Path
 from skill_server.analysis.script import registry
 from skill_server.analysis.script import units as _units  # noqa: F401  (registers every unit)
 from skill_server.analysis.script.effects import FREEZE_CALLS, WRITER_METHODS, EffectCollector
+from skill_server.analysis.script.episodes import find_protocol
 from skill_server.analysis.script.evaluate import Evaluator
 from skill_server.analysis.script.jobs import JobTracker
 from skill_server.analysis.script.model import (
@@ -82,5 +83,6 @@ def scan_script(path: str | Path, *, field: str = "script") -> ScriptScan:
         notes("no AgentJetJob(...) construction found in the script")
     for text in loader.notes:
         notes(text)
-    return ScriptScan(main.path, jobs.constructions, effects.writes, effects.freezes, notes.items,
-                      find_pools(main, evaluator))
+    pools = find_pools(main, evaluator)
+    return ScriptScan(main.path, jobs.constructions, effects.writes, effects.freezes, notes.items, pools,
+                      find_protocol(main, evaluator, pools))

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
 
 if TYPE_CHECKING:
+    from skill_server.analysis.script.episodes import EpisodeProtocol
     from skill_server.analysis.script.modules import ModuleInfo
     from skill_server.analysis.script.pools import Pool
 
@@ -246,3 +247,4 @@ class ScriptScan:
     freezes: list[Freeze]
     notes: list[str]
     pools: list[Pool] = field(default_factory=list)  # the thread pools the script builds (its episode concurrency)
+    episodes: EpisodeProtocol | None = None  # begin/end/abort, engine-control calls, timeouts, pool roles
