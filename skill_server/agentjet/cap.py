@@ -47,6 +47,9 @@ class EpisodeCapInput(ToolInput):
     max_inference_tracker_threads: PositiveInt | None = Field(
         default=None, description="ajet.interchange_server.max_inference_tracker_threads, to check it against the cap."
     )
+    target: PositiveInt | None = Field(
+        default=None, description="Episodes at once wanted: the first suggestion is the fewest engine changes "
+        "reaching it. Default: the clients' concurrency when it is above the cap.")
     thread_rule: Literal["ceil", "floor", "auto"] = Field(
         default="auto",
         description="Rounding of max_env_worker/num_repeat; auto = the selected AgentJet's. Ceil (current engines), "
@@ -112,6 +115,26 @@ class CapBounds(ToolOutput):
     clients: int | None = Field(description="What the clients run at once (the total given, or the sum of the list).")
 
 
+class CapChange(ToolOutput):
+    name: str = Field(description="The setting, e.g. max_env_worker.")
+    key: str = Field(description="Its dotted config key.")
+    value: int = Field(description="The value to set.")
+    was: int | None = Field(description="The value now (null: not known).")
+
+
+class CapPlan(ToolOutput):
+    """The fewest engine-side changes that let ``target`` episodes run at once, checked with the cap's own
+    arithmetic (``episode_cap`` is what the changed settings give)."""
+
+    target: int
+    aim: Literal["given", "clients"] = Field(description="given: the target argument; clients: the clients' "
+                                             "concurrency, above the engine's cap.")
+    changes: list[CapChange] = Field(description="Empty when the engine already allows the target.")
+    episode_cap: int = Field(description="The engine's cap with the changes (the gauge also needs the clients).")
+    reaches: bool
+    notes: list[str]
+
+
 class EpisodeCapResult(ToolOutput):
     summary: str = Field(description="One line to quote: the cap, what binds, the knob.")
     episode_cap: int = Field(description="Most episodes that can run at once: the ceiling of overwatch's gauge.")
@@ -130,20 +153,30 @@ class EpisodeCapResult(ToolOutput):
     binding: list[BoundName] = Field(
         description="The inputs that set the cap: max_env_worker (the pool, or its rounding to whole GRPO groups), "
         "train_batch_size, clients.")
+    plan: CapPlan | None = Field(default=None, description="With a target (or clients above the cap): the fewest "
+                                 "engine changes reaching it, checked.")
     suggestions: list[str]
     explanation: str
 
 
-def episode_cap_for(inp: EpisodeCapInput, release: Release) -> EpisodeCapResult:
+def engine_cap_of(max_env_worker: int, num_repeat: int, train_batch_size: int | None, rule: str) -> int:
+    """The engine's cap for these settings: the one formula every answer and every suggestion is checked with."""
+    groups = _groups(max_env_worker, num_repeat, rule)
+    n_task = min(train_batch_size, groups) if train_batch_size is not None else groups
+    return min(max_env_worker, n_task * num_repeat)
+
+
+def episode_cap_for(inp: EpisodeCapInput, release: Release, *, world_size: int | None = None) -> EpisodeCapResult:
     """The cap under ``release``, which a caller already selected (check_config does); ``inp.agentjet_version``
-    and ``agentjet_root`` are then not read."""
+    and ``agentjet_root`` are then not read. ``world_size`` (GPUs x nodes, when the caller knows them) keeps a
+    planned batch a multiple the trainer accepts."""
     rule, rule_source = _resolve_rule(inp, release)
     mew, n, tbs = inp.max_env_worker, inp.group_size, inp.train_batch_size
 
     groups = _groups(mew, n, rule)
     n_task = min(tbs, groups) if tbs is not None else groups
     worker_loops = n_task * n
-    engine_cap = min(mew, worker_loops)
+    engine_cap = engine_cap_of(mew, n, tbs, rule)
     clients = inp.clients_total
     cap = engine_cap if clients is None else min(engine_cap, clients)
 
@@ -175,6 +208,7 @@ def episode_cap_for(inp: EpisodeCapInput, release: Release) -> EpisodeCapResult:
         suggestions=[],
         explanation="",
     )
+    result.plan = plan_for(inp, result, world_size)
     result.suggestions = _suggestions(inp, result)
     result.explanation = _explanation(inp, result)
     result.summary = cap_summary(result)
@@ -196,6 +230,11 @@ def cap_summary(r: EpisodeCapResult) -> str:
                  f"{r.num_repeat}).")
     elif r.idle_threads and r.n_task:
         line += f" {r.idle_threads} of {r.pool_width} threads stay idle."
+    plan = r.plan
+    if plan is not None and plan.changes:
+        sets = _and([f"{c.name} {c.value}" for c in plan.changes])
+        line += f" For {plan.target} at once{' (the clients)' if plan.aim == 'clients' else ''}: {sets} (cap " \
+                f"{plan.episode_cap})."
     return line
 
 
@@ -253,9 +292,87 @@ def balanced_settings(max_env_worker: int, num_repeat: int, train_batch_size: in
     return [*out, Balanced((whole + 1) * n, None)]  # tbs * n > mew here, so the batch already covers it
 
 
+def plan_for(inp: EpisodeCapInput, r: EpisodeCapResult, world_size: int | None = None) -> CapPlan | None:
+    """The fewest engine changes under which ``target`` episodes (else the clients' concurrency, when it is above
+    the engine's cap) can run at once: max_env_worker and train_batch_size raised only as far as needed, to
+    whole GRPO groups; num_repeat kept (it is the algorithm's group size); the batch kept a multiple the GPUs
+    divide when ``world_size`` is known; the tracker threads raised when known to be short. The result is
+    checked with :func:`engine_cap_of`."""
+    clients = r.bounds.clients
+    aim: Literal["given", "clients"]
+    if inp.target is not None:
+        target, aim = inp.target, "given"
+    elif clients is not None and clients > r.engine_cap:
+        target, aim = clients, "clients"
+    else:
+        return None
+    mew, n, tbs, rule = inp.max_env_worker, r.num_repeat, inp.train_batch_size, r.thread_rule
+    notes: list[str] = []
+    groups = -(-target // n)
+    new_tbs = tbs if tbs is None or tbs >= groups else groups
+    new_mew = mew if engine_cap_of(mew, n, new_tbs, rule) >= target else groups * n
+    if new_tbs is not None and new_tbs != tbs and world_size:
+        new_tbs = _batch_for_world(new_tbs, n, world_size)
+    if new_mew != mew and new_mew != target:
+        notes.append(f"{new_mew} rather than {target}: max_env_worker in whole GRPO groups of {n} (the last "
+                     "partial group would only queue)")
+    changes = [CapChange(name=name, key=f"ajet.{section}.{name}", value=value, was=was)
+               for name, section, value, was in (("max_env_worker", "rollout", new_mew, mew),
+                                                 ("train_batch_size", "data", new_tbs, tbs))
+               if value is not None and value != was]
+    cap = engine_cap_of(new_mew, n, new_tbs, rule)
+    tracker = inp.max_inference_tracker_threads
+    if tracker is not None and tracker < cap:
+        changes.append(CapChange(name="max_inference_tracker_threads",
+                                 key="ajet.interchange_server.max_inference_tracker_threads", value=new_mew,
+                                 was=tracker))
+    elif tracker is None and changes:
+        notes.append(f"keep ajet.interchange_server.max_inference_tracker_threads at {new_mew} or more (= "
+                     "max_env_worker, as AgentJet recommends); it was not given")
+    if new_mew % n and new_mew == mew and changes:
+        notes.append(f"max_env_worker={mew} stays: it already reaches the target, though it is no multiple of {n}")
+    if clients is not None and clients < target:
+        notes.append(f"the clients together run {clients} at once: the gauge reaches {target} only once they run "
+                     f"{target} (more clients, or larger client pools)")
+    if changes:
+        notes.append(f"num_repeat stays {n} (the GRPO group size the algorithm uses)")
+    return CapPlan(target=target, aim=aim, changes=changes, episode_cap=cap, reaches=cap >= target, notes=notes)
+
+
+def _and(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+def _batch_for_world(batch: int, n: int, world: int) -> int:
+    """The smallest batch >= ``batch`` whose batch x num_repeat the GPUs divide (the trainer refuses others)."""
+    for candidate in range(batch, batch + world + 1):
+        if candidate * n % world == 0:
+            return candidate
+    return batch
+
+
+def plan_sentence(plan: CapPlan, n: int, rule: str) -> str:
+    """The plan as the first suggestion: what to set, and the check."""
+    why = "the clients' concurrency" if plan.aim == "clients" else "the target"
+    if not plan.changes:
+        return (f"The engine already allows {plan.episode_cap} episodes at once, at least {why} ({plan.target}): no "
+                "engine change is needed." + (" " + "; ".join(plan.notes) + "." if plan.notes else ""))
+    values = {c.name: c.value for c in plan.changes}
+    sets = _and([f"{c.name} {c.value}" + (f" (now {c.was})" if c.was is not None else "") for c in plan.changes])
+    check = ""
+    if "max_env_worker" in values or "train_batch_size" in values:
+        mew = values.get("max_env_worker")
+        tbs = values.get("train_batch_size")
+        check = (f"; check: min(max_env_worker, {n} x min(train_batch_size, {rule}(max_env_worker/{n}))) with "
+                 f"{'max_env_worker ' + str(mew) if mew else 'max_env_worker unchanged'}"
+                 f"{', train_batch_size ' + str(tbs) if tbs else ''} = {plan.episode_cap}")
+    notes = f" Also: {'; '.join(plan.notes)}." if plan.notes else ""
+    return f"To run {plan.target} episodes at once ({why}): set {sets}, with num_repeat {n}{check}.{notes}"
+
+
 def _suggestions(inp: EpisodeCapInput, r: EpisodeCapResult) -> list[str]:
     mew, n, tbs = inp.max_env_worker, r.num_repeat, inp.train_batch_size
-    out: list[str] = []
+    out: list[str] = [plan_sentence(r.plan, n, r.thread_rule)] if r.plan is not None else []
     balanced = balanced_settings(mew, n, tbs)
     batch_binds = tbs is not None and tbs * n < mew
     if r.n_task == 0:
@@ -274,7 +391,7 @@ def _suggestions(inp: EpisodeCapInput, r: EpisodeCapResult) -> list[str]:
             f"max_env_worker={mew} is not a multiple of num_repeat={n}: {waste}. Use {choices} so whole GRPO "
             "groups fill the pool exactly."
         )
-    if "max_env_worker" in r.binding and r.n_task > 0:
+    if "max_env_worker" in r.binding and r.n_task > 0 and r.plan is None:
         if tbs is not None and tbs * n > mew:
             how = (f"up to {tbs * n} (= train_batch_size {tbs} x num_repeat {n}, where the batch becomes the bound; "
                    "beyond that raise train_batch_size too)")
@@ -295,12 +412,15 @@ def _suggestions(inp: EpisodeCapInput, r: EpisodeCapResult) -> list[str]:
             if g.max_env_worker != mew:
                 raise_batch += (f" and set max_env_worker to {g.max_env_worker} (a multiple of {n}: {mew} would leave "
                                 "the last partial group queued or idle)")
-            options.insert(0, f"{raise_batch[0].upper()}{raise_batch[1:]} to use the whole pool")
+            options.insert(0, f"{raise_batch} to use the whole pool")
+        said = ", or ".join(options)
+        said = ("Alternatively, to use the pool you have: " + said if r.plan is not None and r.plan.changes
+                else said[0].upper() + said[1:])
         out.append(
             f"train_batch_size={tbs} binds: only {tbs} task groups x {n} = {tbs * n} loops exist per step, so "
-            f"{mew - tbs * n} of the {mew} pool threads never work. {', or '.join(options)}."
+            f"{mew - tbs * n} of the {mew} pool threads never work. {said}."
         )
-    if out:  # every suggestion so far changes the engine's values
+    if out and (r.plan is None or r.plan.changes or len(out) > 1):  # the suggestions so far change engine values
         out.append(WHERE_TO_CHANGE)
     if r.bounds.clients is not None and r.bounds.clients < r.engine_cap:
         out.append(

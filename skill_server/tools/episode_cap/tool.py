@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 NAMES = ("max_env_worker", "num_repeat", "train_batch_size", "max_inference_tracker_threads")
 #: Without these the cap cannot be computed (train_batch_size absent means "no batch bound").
 REQUIRED = ("max_env_worker", "num_repeat")
+#: What a planned batch must suit (the trainer needs batch x num_repeat to be a multiple of GPUs x nodes).
+WORLD = ("n_gpus_per_node", "nnodes")
 SourceKind = Literal["yaml", "script", "server"]
 
 
@@ -49,6 +51,7 @@ class Found:
     notes: list[str] = field(default_factory=list)
     refusal: str | None = None  # why AgentJet would stop before the engine ever ran this config
     parallelism: tuple[int, str] | None = None  # what this client runs at once (its one pool), and where
+    world_size: int | None = None  # n_gpus_per_node x nnodes, when the artifact says both
 
 
 def compute_episode_cap(inp: EpisodeCapInput, progress: Progress | None = None) -> EpisodeCapResult:
@@ -71,8 +74,8 @@ def compute_episode_cap(inp: EpisodeCapInput, progress: Progress | None = None) 
     base = episode_cap_for(EpisodeCapInput(
         max_env_worker=numbers["max_env_worker"], num_repeat=numbers["num_repeat"],
         train_batch_size=numbers.get("train_batch_size"), client_parallelism=_parallelism(inp, found),
-        max_inference_tracker_threads=numbers.get("max_inference_tracker_threads"),
-        thread_rule=inp.thread_rule), release)
+        max_inference_tracker_threads=numbers.get("max_inference_tracker_threads"), target=inp.target,
+        thread_rule=inp.thread_rule), release, world_size=found.world_size)
     unknown = [UnknownSetting(name=n, key=KEYS[n], reason=why) for n, why in found.unknown.items() if n not in numbers]
     answer = EpisodeCapAnswer(**base.model_dump(), inputs=inputs, unknown=unknown)
     answer.summary = _summary(base.summary, found, inputs)
@@ -145,10 +148,12 @@ def _read_artifact(inp: EpisodeCapQuery, source: str) -> Found:
 
 
 def _from_yaml(path: Path, field: str, kind: SourceKind) -> Found:
+    from skill_server.core.safe_yaml import load_yaml_file
     from skill_server.swarm.config import read_settings
 
     settings = read_settings(path, field=field)
     found = Found(kind, str(path))
+    found.world_size = _world(load_yaml_file(path, field=field))
     for name in NAMES:
         value = settings.values.get(name)
         if isinstance(value, int):
@@ -164,7 +169,7 @@ def _from_script(inp: EpisodeCapQuery) -> Found:
 
     assert inp.script is not None
     _, analysis = analyse_arguments(inp.script, inp.yaml, inp.cwd, inp.agentjet_version, inp.agentjet_root)
-    runs = settings_of(analysis, NAMES)
+    runs = settings_of(analysis, (*NAMES, *WORLD))
     found = Found("script", inp.script if not inp.yaml else f"{inp.script} on {inp.yaml}")
     if len(runs) > 1:
         shown = {tuple(s.value for s in run.settings.values()) for run in runs}
@@ -179,6 +184,8 @@ def _from_script(inp: EpisodeCapQuery) -> Found:
     if runs[0].refusals:
         found.refusal = f"AgentJet refuses this construction: {runs[0].refusals[0]}"[:600]
     _read_pools(analysis.session.scan, found)
+    world = {name: runs[0].settings.pop(name).value for name in WORLD}
+    found.world_size = _world({"ajet": {"trainer_common": world}})
     for name, setting in runs[0].settings.items():
         if setting.unknown is not None:
             found.unknown[name] = setting.unknown
@@ -191,27 +198,25 @@ def _from_script(inp: EpisodeCapQuery) -> Found:
 
 
 def _read_pools(scan: ScriptScan | None, found: Found) -> None:
-    """The client's own bound: the one thread pool the script builds, assumed to run one episode per thread
-    and to be the only client; several pools, or one whose size is unknown, are said and not used."""
-    pools = scan.pools if scan is not None else []
-    where = Path(scan.path).name if scan is not None else "the script"
-    if len(pools) > 1:
-        listed = "; ".join(f"line {p.line}: {p.threads if p.threads else 'unknown'}" for p in pools)
-        found.notes.append(f"The script builds {len(pools)} thread pools ({listed}); which runs the episodes is not "
-                           "known statically, so give client_parallelism for the clients' bound.")
-    elif pools and pools[0].threads is None:
-        found.notes.append(f"The client's pool at {where}:{pools[0].line} ({pools[0].callee}) has an unknown size: "
-                           f"{pools[0].why}; give client_parallelism for the clients' bound.")
-    elif pools and pools[0].threads is not None:
-        pool, threads = pools[0], pools[0].threads
-        place = f"{where}:{pool.line} ({pool.callee}: {pool.threads} threads)"
-        assumed = ["each thread runs one episode at a time", "this script is the only client (give "
-                   "client_parallelism for several)", *pool.assumes]
-        found.parallelism = (threads, f"{place}, assuming {'; '.join(assumed)}")
+    """The client's own bound (``analysis.concurrency``): the pool that runs its episodes, assumed to be the
+    only client; several candidate pools, or one whose size is unknown, are said and not used."""
+    from skill_server.analysis.concurrency import client_bound
+
+    bound = client_bound(scan)
+    if bound.threads is not None:
+        found.parallelism = (bound.threads, f"{bound.place}, assuming {'; '.join(bound.assumes)}")
     else:
-        found.notes.append("The script builds no thread pool this tool recognises (ThreadPoolExecutor, AgentJet's "
-                           "PeriodicDrainThreadPoolExecutor); the clients' own bound is not included: give "
-                           "client_parallelism for it.")
+        found.notes.append(f"The clients' own bound is not included: {bound.why}; give client_parallelism for it.")
+
+
+def _world(data: Any) -> int | None:
+    """GPUs per node x nodes of a config (None unless both are positive ints)."""
+    from skill_server.core.trees import get_path
+
+    gpus, nodes = (get_path(data, f"ajet.trainer_common.{k}", None) for k in WORLD)
+    if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (gpus, nodes)):
+        return int(gpus) * int(nodes)
+    return None
 
 
 def _from_server(inp: EpisodeCapQuery, source: str) -> Found:
