@@ -29,6 +29,8 @@ def old_install(root: Path) -> Path:
 
 
 def lint(script: Path | str | None = None, **kw: Any):
+    """check_config with every detail (locations, values, constructions): what most tests assert on."""
+    kw.setdefault("detail", "full")
     return check_config(CheckConfigInput(script=str(script) if script else None, **kw))
 
 

@@ -29,7 +29,7 @@ def test_werewolves_yaml_first_with_one_kwarg_override():
     args = split.values["build_config_arguments"]
     assert args["kwargs"] == {"algorithm": "grpo", "experiment_name": "werewolves_grpo", "max_env_worker": 128}
     assert args["base_yaml"] == str(CLIENTS / "werewolves" / "werewolves.yaml")
-    assert args["output_path"] == str(CLIENTS / "werewolves" / "werewolves.consolidated.yaml")
+    assert "output_path" not in args  # the tool proposes no file in the user's source tree
     assert split.values["build_config_missing"] == [] and split.values["build_config_left_out"] == []
     cap = only(r, "cap-not-divisible")
     assert cap.values == {"max_env_worker": 128, "num_repeat": 6, "episode_cap": 128, "thread_rule": "ceil"}
@@ -118,7 +118,9 @@ def test_typos_and_broken_groups():
     assert unknown["ajet.rollout.multi_turn.max_steps"].values["access_error"] == "AttributeError"
     assert "['max_steps']" in unknown["ajet.rollout.multi_turn.max_steps"].fix
     group = only(r, "kwarg-group-incomplete")
-    assert group.values["missing"] == ["max_model_len"] and "max_model_len=18000" in group.fix
+    # 18000 is what the config holds, but the given 4000 + 16000 would then fail the length check: raised to fit
+    assert group.values["missing"] == ["max_model_len"] and "max_model_len=20000" in group.fix
+    assert "at least 20000" in only(r, "length-budget").fix
     lora = only(r, "lora-rules")
     assert lora.key == "ajet.trainer_common.optim.lr"
     assert f"pass lr=0.0001 to AgentJetJob (a kwarg of {agentjet_label(r.agentjet)})" in lora.fix
@@ -477,6 +479,10 @@ async def test_mcp_in_process():
                                                     "agentjet_version": "0.0.1"})
         assert r.is_error and "agentjet_version" in r.content[0].text and "0.1.0" in r.content[0].text
         r = await client.call_tool("check_config", {"script": str(CLIENTS / "unresolved_nnodes.py")})
+        compact = r.structured_content  # the default view: values by name, and why the unknown ones are unknown
+        assert compact["values"]["nnodes"] is None and "NNODES" in compact["unknown"]["nnodes"]
+        assert "effective" not in compact and "constructions" not in compact
+        r = await client.call_tool("check_config", {"script": str(CLIENTS / "unresolved_nnodes.py"), "detail": "full"})
         assert r.structured_content["effective"]["nnodes"]["value"] is None
         assert {s["rule"] for s in r.structured_content["skipped"]} >= {"interchange-not-tcp"}
         r = await client.call_tool("check_config", {})

@@ -202,9 +202,8 @@ def test_a_base_that_is_a_fifo_is_not_a_regular_file(tmp_path):
 # --- consolidation ----------------------------------------------------------------------------------
 
 
-def test_consolidation_arguments_build_the_config(tmp_path):
+def test_consolidation_arguments_build_the_config_and_no_fix_copies_a_misspelt_key(tmp_path):
     base = write(tmp_path, "game.yaml", "ajet:\n  rollout:\n    num_repeat: 4\n    max_env_worker: 64\n", SWARM_TAIL)
-    (tmp_path / "game.consolidated.yaml").write_text("taken\n")
     script = write(tmp_path, "client.py", HEAD + textwrap.dedent("""\
         HERE = os.path.dirname(os.path.abspath(__file__))
         job = AgentJetJob(base_yaml_config=os.path.join(HERE, "game.yaml"), max_env_worker=int(os.getenv("W", "128")),
@@ -212,17 +211,18 @@ def test_consolidation_arguments_build_the_config(tmp_path):
         job.config.ajet.rollout.temperature = 0.6
         job.config.ajet.rollout.temprature = 0.6
         """))
-    split = only(lint(script), "split-configuration")
+    result = lint(script)
+    split = only(result, "split-configuration")
+    assert only(result, "unknown-key").key == "ajet.rollout.temprature"
+    assert "temprature" not in split.fix
     args = split.values["build_config_arguments"]
     assert args == {"base_yaml": str(base), "kwargs": {"max_env_worker": 128, "batch_size": 32},
-                    "set": {"ajet.rollout.temperature": 0.6},
-                    "output_path": str(tmp_path / "game.consolidated-2.yaml")}
+                    "set": {"ajet.rollout.temperature": 0.6}}  # no output_path: nothing proposed in the user's tree
     assert [s.split(" (")[0] for s in split.values["build_config_left_out"]] == [
         "ensure_new_experiment", "kwarg num_repeats", "write ajet.rollout.temprature"]
     assert split.values["build_config_missing"] == [] and "W" in split.values["build_config_assumes"][0]
     built = build_config(BuildConfigInput(**args))
-    assert built.written == str(tmp_path / "game.consolidated-2.yaml")
-    assert "max_env_worker: 128" in built.yaml and "temperature: 0.6" in built.yaml
+    assert built.written is None and "max_env_worker: 128" in built.yaml and "temperature: 0.6" in built.yaml
 
 
 def test_consolidation_with_an_unresolved_kwarg_is_null(tmp_path):

@@ -16,6 +16,7 @@ import yaml
 from skill_server.analysis.agentjet import KEYS, CapFacts, Cause
 from skill_server.analysis.analyse import Analysis
 from skill_server.analysis.bases import BaseYaml
+from skill_server.analysis.concurrency import ClientBound, client_bound
 from skill_server.analysis.replay import Run
 from skill_server.analysis.values import MISSING, Unknown, a_type, describe_unknown, is_int, show
 from skill_server.tools.check_config.models import Location
@@ -35,6 +36,7 @@ class LintContext:
         self.notes = session.notes  # one list: the analysis's notes, then the rules'
         self.note = session.note
         self.skipped: list[tuple[str, str]] = []
+        self.client_bound: ClientBound = client_bound(session.scan)  # what the script runs at once
 
     # -- bookkeeping
 
@@ -155,6 +157,18 @@ class LintContext:
         if run.construction is not None:
             return f"write job.config.{key} = {text} right after AgentJetJob(...)"
         return f"set {key}: {yaml_scalar(value)} in {run.base.name}"
+
+    def misspelt(self, run: Run) -> dict[str, str | None]:
+        """Keys this run sets that AgentJet's config does not have (the unknown-key rule reports them) -> the
+        closest known key, or None: a fix names the corrected key, or leaves the key out and says why."""
+        aj = self.aj
+        out: dict[str, str | None] = {}
+        if run.base.is_users:
+            out |= {k: aj.closest(k) for k in run.base.explicit if k.startswith("ajet.") and not aj.known(k)}
+        if run.construction is not None:
+            out |= {w.key: aj.closest(w.key) for w in run.writes
+                    if w.kind not in ("mirror", "method") and not aj.known(w.key)}
+        return out
 
     def yaml_first(self, run: Run) -> bool:
         """The user's YAML holds more of this job than the script's kwargs and writes do."""

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import Field, StrictStr, model_validator
 
 from skill_server.agentjet.identity import AgentJetRef, AgentJetRootArg, AgentJetVersionArg
-from skill_server.core.models import JsonValue, ToolInput, ToolOutput
+from skill_server.core.models import JsonValue, SparseOutput, ToolInput, ToolOutput
 
 Severity = Literal["error", "warning", "info"]
 Source = Literal["default", "yaml", "kwarg", "write", "tcp-switch", "env-default", "cli-default", "computed"]
@@ -30,6 +30,9 @@ class CheckConfigInput(ToolInput):
         description="The directory the client is launched from. AgentJetJob resolves a relative base_yaml_config "
         "against it; without it, a relative path is only looked for in candidate folders (the script's folder "
         "up to its repository root) and the result says so. Relative script/yaml paths resolve against it too.")
+    detail: Literal["compact", "full"] = Field(
+        default="compact", description="compact: findings (rule, severity, key, location, message, fix) and the "
+        "effective values; full: every location, value and construction.")
 
     @model_validator(mode="after")
     def _something_to_check(self) -> CheckConfigInput:
@@ -47,15 +50,17 @@ class Location(ToolOutput):
                                "tcp-switch.")
 
 
-class Finding(ToolOutput):
+class Finding(SparseOutput):
     rule: str
     severity: Severity
     key: str | None = Field(description="Dotted config key, e.g. ajet.rollout.max_env_worker.")
+    location: str | None = Field(default=None, description="file:line of the first location (absent when it is "
+                                 "AgentJet's bundled default).")
     message: str
-    locations: list[Location] = Field(description="Every line that matters; the effective setter of each input "
-                                      "first, overridden ones after.")
-    values: dict[str, JsonValue]
     fix: str
+    locations: list[Location] | None = Field(default=None, description="detail=full: every line that matters; the "
+                                             "effective setter of each input first, overridden ones after.")
+    values: dict[str, JsonValue] | None = Field(default=None, description="detail=full: the numbers behind it.")
 
 
 class Skipped(ToolOutput):
@@ -83,15 +88,21 @@ class EffectiveValue(ToolOutput):
     note: str | None = None
 
 
-class Effective(ToolOutput):
-    """The values the engine would get (kwargs, then the tcp switch, then writes made before any dump)."""
+#: Values only a swarm engine has: a classic-mode config shows none of them.
+SWARM_ONLY = ("interchange_method", "max_inference_tracker_threads", "swarm_mode_sample_collection_method",
+              "episode_cap", "engine_cap", "client_parallelism")
+
+
+class Effective(SparseOutput):
+    """The values the engine would get (kwargs, then the tcp switch, then writes made before any dump). A
+    classic-mode config has no swarm-only values (``SWARM_ONLY``)."""
 
     max_env_worker: EffectiveValue
     num_repeat: EffectiveValue
     train_batch_size: EffectiveValue
     n_gpus_per_node: EffectiveValue
     nnodes: EffectiveValue
-    interchange_method: EffectiveValue
+    interchange_method: EffectiveValue | None = None
     max_prompt_length: EffectiveValue
     max_response_length: EffectiveValue
     max_response_length_in_one_turn: EffectiveValue
@@ -102,15 +113,19 @@ class Effective(ToolOutput):
     lr: EffectiveValue
     enable_swarm_mode: EffectiveValue
     enable_interchange_server: EffectiveValue
-    max_inference_tracker_threads: EffectiveValue
-    swarm_mode_sample_collection_method: EffectiveValue
+    max_inference_tracker_threads: EffectiveValue | None = None
+    swarm_mode_sample_collection_method: EffectiveValue | None = None
     model_path: EffectiveValue
     logger: EffectiveValue
     experiment_name: EffectiveValue
     save_freq: EffectiveValue  # with the next two: whether a relaunch resumes, and from where
     total_training_steps: EffectiveValue
     checkpoint_base_dir: EffectiveValue
-    episode_cap: EffectiveValue = Field(description="The episode_cap of these values (source computed).")
+    episode_cap: EffectiveValue | None = Field(default=None, description="Most episodes at once: the engine's cap, "
+                                               "bounded by this client's own pool when known (source computed).")
+    engine_cap: EffectiveValue | None = Field(default=None, description="The cap the engine's values alone allow.")
+    client_parallelism: EffectiveValue | None = Field(default=None, description="What this client script runs at "
+                                                      "once (the pool that runs its episodes), when a script is read.")
     unresolved: dict[str, str] = Field(description="Every dotted key whose value is unknown -> why.")
 
 
@@ -163,18 +178,25 @@ class ConstructionInfo(ToolOutput):
     base_yaml: BaseYamlInfo
     writes: list[WriteInfo]
     freezes: list[FreezeInfo]
-    effective: Effective
+    effective: Effective | None = Field(default=None, description="This construction's values; null for the first "
+                                        "(the top-level effective).")
 
 
-class CheckConfigResult(ToolOutput):
+class CheckConfigResult(SparseOutput):
     summary: str = Field(description="One line to quote: how many findings, and the worst.")
-    findings: list[Finding]
+    findings: list[Finding] = Field(description="Errors first, then warnings, then infos.")
     counts: Summary
     skipped: list[Skipped] = Field(description="Checks that could not run, with the reason.")
-    effective: Effective | None = Field(description="Resolved values of the first construction (or the YAML alone).")
-    constructions: list[ConstructionInfo]
-    yaml_customised: list[str] = Field(description="Keys the checked YAML sets to something other than AgentJet's "
-                                       "defaults.")
+    values: dict[str, JsonValue] | None = Field(default=None, description="detail=compact: the first construction's "
+                                                "effective values by name (null: unknown, see unknown).")
+    unknown: dict[str, str] | None = Field(default=None, description="detail=compact: why each null value is "
+                                           "unknown.")
+    effective: Effective | None = Field(default=None, description="detail=full: resolved values of the first "
+                                        "construction (or the YAML alone), each with its source.")
+    constructions: list[ConstructionInfo] | None = Field(default=None, description="detail=full: every construction "
+                                                         "(kwargs, base, writes, freezes).")
+    yaml_customised: list[str] | None = Field(default=None, description="detail=full: keys the checked YAML sets to "
+                                              "something other than AgentJet's defaults.")
     agentjet: AgentJetRef = Field(description="The AgentJet every version-dependent finding describes (its label, "
                                   "e.g. 'AgentJet 0.1.0 (c68c154f)', is named in those messages and fixes).")
     notes: list[str]

@@ -8,6 +8,7 @@ from skill_server.analysis.values import MISSING, Unknown, a_type, describe_unkn
 from skill_server.core.trees import flatten
 from skill_server.tools.check_config.context import CAP_INPUTS, LintContext
 from skill_server.tools.check_config.models import (
+    SWARM_ONLY,
     BaseYamlInfo,
     ConstructionInfo,
     Effective,
@@ -20,12 +21,48 @@ from skill_server.tools.check_config.models import (
     WriteInfo,
 )
 
-EFFECTIVE_FIELDS = tuple(name for name in Effective.model_fields if name not in ("episode_cap", "unresolved"))
+#: The computed values (the rest are config keys, read as they are).
+COMPUTED = ("episode_cap", "engine_cap", "client_parallelism")
+EFFECTIVE_FIELDS = tuple(name for name in Effective.model_fields if name not in (*COMPUTED, "unresolved"))
 
 
 def effective(ctx: LintContext, run: Run) -> Effective:
-    values = {name: effective_value(ctx, run, KEYS[name]) for name in EFFECTIVE_FIELDS}
-    return Effective(**values, episode_cap=_cap_value(ctx, run, values), unresolved=_unresolved(run))
+    """The run's effective values; a classic-mode config shows none of the swarm-only ones."""
+    classic = run.base.classic is not None
+    names = [name for name in EFFECTIVE_FIELDS if not (classic and name in SWARM_ONLY)]
+    values = {name: effective_value(ctx, run, KEYS[name]) for name in names}
+    if classic:
+        return Effective(**values, unresolved=_unresolved(run))
+    engine = _cap_value(ctx, run, values)
+    client = _client_value(ctx)
+    return Effective(**values, episode_cap=_bounded_cap(engine, client), engine_cap=engine,
+                     client_parallelism=client, unresolved=_unresolved(run))
+
+
+def _client_value(ctx: LintContext) -> EffectiveValue | None:
+    """What the client script runs at once (``analysis.concurrency``); None without a script."""
+    if ctx.session.scan is None:
+        return None
+    bound = ctx.client_bound
+    location = Location(file=ctx.script_file, line=bound.line) if bound.line is not None else None
+    if bound.threads is None:
+        return EffectiveValue(key="client_parallelism", value=None, source="computed", set_by="computed",
+                              location=location, unresolved=bound.why)
+    return EffectiveValue(key="client_parallelism", value=bound.threads, source="computed", set_by="computed",
+                          location=location, assumes=bound.assumes, note=bound.place)
+
+
+def _bounded_cap(engine: EffectiveValue, client: EffectiveValue | None) -> EffectiveValue:
+    """The gauge's ceiling: the engine's cap, or this client's bound when that is lower (with its line)."""
+    if engine.value is None or client is None or not isinstance(client.value, int) or \
+            not isinstance(engine.value, int) or client.value >= engine.value:
+        why = (f"; this client's own bound is unknown ({client.unresolved})" if client is not None and
+               client.unresolved and engine.value is not None else "")
+        return engine.model_copy(update={"key": "episode_cap", "note": (engine.note or "") + why or None})
+    return EffectiveValue(key="episode_cap", value=client.value, source="computed", set_by="computed",
+                          location=client.location, assumes=[*engine.assumes, *client.assumes],
+                          note=f"the client binds: {client.note} runs at most {client.value} at once, below the "
+                          f"engine's cap of {engine.value} ({engine.note})")
 
 
 def effective_value(ctx: LintContext, run: Run, key: str) -> EffectiveValue:
@@ -67,14 +104,14 @@ def _cap_value(ctx: LintContext, run: Run, values: dict[str, EffectiveValue]) ->
     assumes = [a for name in CAP_INPUTS for a in values[name].assumes]
     facts = ctx.episode_cap(run)
     if facts is not None:
-        return EffectiveValue(key="episode_cap", value=facts.episode_cap, source="computed", set_by="computed",
+        return EffectiveValue(key="engine_cap", value=facts.episode_cap, source="computed", set_by="computed",
                               assumes=list(dict.fromkeys(assumes)), note=f"thread rule {facts.thread_rule}")
     why = [describe_unknown([(n, Unknown(values[n].unresolved or "")) for n in CAP_INPUTS if values[n].unresolved])]
     why = [w for w in why if w]
     why += [f"{n} is {show(values[n].value)}, not a positive int" for n in CAP_INPUTS
             if not values[n].unresolved and not (isinstance(values[n].value, int) and values[n].value > 0
                                                  and not isinstance(values[n].value, bool))]
-    return EffectiveValue(key="episode_cap", value=None, source="computed", set_by="computed",
+    return EffectiveValue(key="engine_cap", value=None, source="computed", set_by="computed",
                           unresolved="; ".join(why) or "the episode cap cannot be computed for these values")
 
 
@@ -88,7 +125,7 @@ def _unresolved(run: Run) -> dict[str, str]:
     return out
 
 
-def construction_info(ctx: LintContext, run: Run) -> ConstructionInfo:
+def construction_info(ctx: LintContext, run: Run, *, with_effective: bool = True) -> ConstructionInfo:
     c = run.construction
     assert c is not None
     base = run.base
@@ -109,6 +146,6 @@ def construction_info(ctx: LintContext, run: Run) -> ConstructionInfo:
                           resolved=w.value.resolved, expression=w.value.text, kind=w.kind, line=w.line,
                           after_freeze=id(w) in late) for w in run.writes],
         freezes=[FreezeInfo(call=f.call, line=f.line) for f in run.freezes],
-        effective=effective(ctx, run),
+        effective=effective(ctx, run) if with_effective else None,
     )
 

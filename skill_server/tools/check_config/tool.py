@@ -8,7 +8,16 @@ from skill_server.analysis.analyse import analyse_arguments
 from skill_server.analysis.values import jsonable
 from skill_server.tools.check_config import rules as _rules  # noqa: F401  (registers every rule)
 from skill_server.tools.check_config.context import LintContext
-from skill_server.tools.check_config.models import CheckConfigInput, CheckConfigResult, Finding, Skipped, Summary
+from skill_server.tools.check_config.models import (
+    CheckConfigInput,
+    CheckConfigResult,
+    Effective,
+    EffectiveValue,
+    Finding,
+    Location,
+    Skipped,
+    Summary,
+)
 from skill_server.tools.check_config.registry import REFUSAL_RULE, RULES, claimed_causes
 from skill_server.tools.check_config.report import construction_info, effective
 
@@ -16,26 +25,46 @@ SEVERITY_ORDER = {"error": 0, "warning": 1, "info": 2}
 
 
 def check_config(inp: CheckConfigInput) -> CheckConfigResult:
-    """Lint a swarm client script and/or YAML statically; never imports or runs the script."""
+    """Lint a swarm client script and/or YAML statically; never imports or runs the script. ``detail``
+    compact: the findings without their value tables and the first construction's values by name; full:
+    every location, value and construction, each block once (the first construction's values are the
+    top-level ``effective``)."""
     aj, analysis = analyse_arguments(inp.script, inp.yaml, inp.cwd, inp.agentjet_version, inp.agentjet_root)
     ctx = LintContext(analysis)
     findings = _run_rules(ctx)
-    infos = [construction_info(ctx, run) for run in ctx.runs if run.construction is not None]
+    first = effective(ctx, ctx.runs[0])  # the first construction's run, or the YAML's alone
     skipped = [Skipped(rule=r, reason=why) for r, why in ctx.skipped]
     counts = Summary(errors=sum(f.severity == "error" for f in findings),
                      warnings=sum(f.severity == "warning" for f in findings),
                      infos=sum(f.severity == "info" for f in findings), skipped=len(skipped))
-    return CheckConfigResult(
-        summary=_summary(findings, counts, aj.label),
-        findings=findings,
-        counts=counts,
-        skipped=skipped,
-        effective=infos[0].effective if infos else effective(ctx, ctx.runs[0]),  # runs[0] is infos[0]'s run
-        constructions=infos,
-        yaml_customised=sorted(ctx.runs[0].base.customised),
-        agentjet=aj.ref,
-        notes=list(ctx.notes),
-    )
+    result = CheckConfigResult(summary=_summary(findings, counts, aj.label), findings=findings, counts=counts,
+                               skipped=skipped, agentjet=aj.ref, notes=list(ctx.notes))
+    if inp.detail == "compact":
+        for finding in findings:
+            finding.locations = finding.values = None
+        result.values, result.unknown = compact_values(first)
+        return result
+    result.effective = first
+    result.constructions = [construction_info(ctx, run, with_effective=i > 0)
+                            for i, run in enumerate(r for r in ctx.runs if r.construction is not None)]
+    result.yaml_customised = sorted(ctx.runs[0].base.customised)
+    return result
+
+
+def compact_values(values: Effective) -> tuple[dict[str, Any], dict[str, str]]:
+    """The effective values by name, and why each unknown one is unknown (the base YAML's reason first)."""
+    plain: dict[str, Any] = {}
+    unknown: dict[str, str] = {}
+    if "(base YAML)" in values.unresolved:
+        unknown["(base YAML)"] = values.unresolved["(base YAML)"]
+    for name in type(values).model_fields:
+        item = getattr(values, name)
+        if not isinstance(item, EffectiveValue):
+            continue
+        plain[name] = item.value
+        if item.unresolved:
+            unknown[name] = item.unresolved
+    return plain, unknown
 
 
 def _summary(findings: list[Finding], counts: Summary, label: str) -> str:
@@ -53,6 +82,14 @@ def _summary(findings: list[Finding], counts: Summary, label: str) -> str:
     return line + skipped + "."
 
 
+def _place(locations: list[Location]) -> str | None:
+    """``file:line`` of the first location that names a file."""
+    for loc in locations:
+        if loc.file:
+            return f"{loc.file}:{loc.line}" if loc.line else loc.file
+    return None
+
+
 def _run_rules(ctx: LintContext) -> list[Finding]:
     claimed = claimed_causes()
     findings: list[Finding] = []
@@ -68,8 +105,9 @@ def _run_rules(ctx: LintContext) -> list[Finding]:
                 if ident in seen:
                     continue
                 seen.add(ident)
-                findings.append(Finding(rule=rule.id, severity=rule.severity, key=report.key, message=report.message,
-                                        locations=report.locations, values=jsonable(report.values), fix=report.fix))
+                findings.append(Finding(rule=rule.id, severity=rule.severity, key=report.key,
+                                        location=_place(report.locations), message=report.message, fix=report.fix,
+                                        locations=report.locations, values=jsonable(report.values)))
             for skipped in run.cause_skips:
                 if skipped.cause in rule.claims or (rule.id == REFUSAL_RULE and skipped.cause not in claimed):
                     ctx.skip(rule.id, skipped.reason)

@@ -7,7 +7,7 @@ from typing import Any
 
 from skill_server.analysis.replay import Run
 from skill_server.analysis.script import Kwarg
-from skill_server.analysis.values import Unknown, same, show
+from skill_server.analysis.values import Unknown, is_num, same, show
 from skill_server.tools.check_config.context import LintContext, cause_values, yaml_scalar
 from skill_server.tools.check_config.models import Location
 from skill_server.tools.check_config.registry import Report, rule
@@ -130,14 +130,38 @@ def kwarg_group_incomplete(ctx: LintContext, run: Run) -> Iterator[Report]:
         return
     for cause in run.causes_for("length-group-incomplete"):
         given, missing = cause.values["given"], cause.values["missing"]
-        suggestions = []
-        for name in missing:
-            current = run.at_build(name)
-            suggestions.append(f"{name}=..." if isinstance(current, Unknown) or current is None
-                               else f"{name}={show(current)}")
+        values = {name: run.at_build(name) for name in LENGTH_NAMES}
+        for name in given:
+            if name in c.kwargs and c.kwargs[name].value.resolved:
+                values[name] = c.kwargs[name].value.value
+        fitted = _fit_lengths(values, missing)
+        suggestions = [f"{name}=..." if isinstance(fitted[name], Unknown) or fitted[name] is None
+                       else f"{name}={show(fitted[name])}" for name in missing]
+        raised = [name for name in missing if fitted[name] is not values[name] and fitted[name] != values[name]]
+        why = ("the values the config holds now" if not raised else
+               f"the values the config holds now, {', '.join(raised)} raised so that AgentJetJob's length checks hold")
         yield Report(ctx.aj.key_for(missing[0]), cause.message,
                      [Location(file=ctx.script_file, line=c.kwargs[k].line, key=ctx.aj.key_for(k), source="kwarg")
                       for k in given if k in c.kwargs],
                      {**cause_values(cause), "given": given, "missing": missing},
-                     "also pass " + ", ".join(suggestions) + f" (the values the config holds now; kwargs of "
-                     f"{ctx.aj.label}), or drop the length kwargs and set all four in one place")
+                     "also pass " + ", ".join(suggestions) + f" ({why}; kwargs of {ctx.aj.label}), or drop the length "
+                     "kwargs and set all four in one place")
+
+
+LENGTH_NAMES = ("max_prompt_length", "max_response_length", "max_model_len", "max_response_length_in_one_turn")
+
+
+def _fit_lengths(values: dict[str, Any], missing: list[str]) -> dict[str, Any]:
+    """The missing lengths at their config values, raised (model length) or lowered (one turn) only as far as
+    AgentJetJob's checks need: prompt + response <= max_model_len, one turn <= response."""
+    out = dict(values)
+    prompt, response = out["max_prompt_length"], out["max_response_length"]
+    if not (is_num(prompt) and is_num(response)):
+        return out
+    model = out["max_model_len"]
+    if "max_model_len" in missing and is_num(model) and prompt + response > model:
+        out["max_model_len"] = prompt + response
+    one_turn = out["max_response_length_in_one_turn"]
+    if "max_response_length_in_one_turn" in missing and is_num(one_turn) and one_turn > response:
+        out["max_response_length_in_one_turn"] = response
+    return out

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from skill_server.analysis.inputs import job_inputs
@@ -58,7 +57,7 @@ def split_configuration(ctx: LintContext, run: Run) -> Iterator[Report]:
                  {"yaml_key_count": len(yaml_keys), "yaml_keys": sorted(yaml_keys)[:YAML_KEYS_SHOWN],
                   "kwarg_keys": sorted(kwarg_keys), "write_keys": sorted(write_keys),
                   "in_both": both, "one_place": "yaml" if yaml_first else "script", **consolidation},
-                 _fix(run, yaml_first, script_keys, consolidation["build_config_arguments"] is not None))
+                 _fix(ctx, run, yaml_first, script_keys, consolidation["build_config_arguments"] is not None))
 
 
 def _script_side(ctx: LintContext, run: Run, c: Construction) -> tuple[dict[str, Kwarg], dict[str, Write]]:
@@ -80,22 +79,50 @@ def _locations(ctx: LintContext, run: Run, kwarg_keys: dict[str, Kwarg], write_k
     return unique_locations(locations)
 
 
-def _fix(run: Run, yaml_first: bool, script_keys: set[str], consolidated: bool) -> str:
-    """Move everything to the side that holds most of the job; build_config writes the result when it can."""
+def _fix(ctx: LintContext, run: Run, yaml_first: bool, script_keys: set[str], consolidated: bool) -> str:
+    """Move everything to the side that holds most of the job; build_config writes the result when it can. A
+    key AgentJet does not have is never moved as written: its correction is named, or it is left out."""
     into = (f"a base YAML of your own (a copy of {run.base.name}: that file is the engine's, rewritten at every "
             "start)" if run.base.engine_copy else run.base.name)
+    misspelt = ctx.misspelt(run)
     if yaml_first:
-        fix = (f"the YAML holds most of this job ({len(run.base.explicit)} keys): move "
-               + ", ".join(sorted(script_keys)) + f" into {into} and construct AgentJetJob with only "
-               "base_yaml_config (and run-identity kwargs such as experiment_name if you must)")
+        moved, dropped = _corrected(sorted(script_keys), misspelt)
+        fix = (f"the YAML holds most of this job ({len(run.base.explicit)} keys): move {', '.join(moved)} into "
+               f"{into} and construct AgentJetJob with only base_yaml_config (and run-identity kwargs such as "
+               "experiment_name if you must)" + dropped)
     else:
+        _, dropped = _corrected(sorted(k for k in run.base.explicit if k in misspelt), misspelt)
         fix = ("the script holds most of this job: move the YAML's keys into AgentJetJob kwargs (for keys with a "
-               "kwarg) and writes right after construction (for the rest), then drop base_yaml_config")
+               "kwarg) and writes right after construction (for the rest), then drop base_yaml_config" + dropped)
+    script = ctx.script_file or "the script"
     if consolidated:
-        return fix + (". build_config writes the consolidated YAML the engine would run: call it with "
-                      "values.build_config_arguments")
-    return fix + (". build_config cannot consolidate it yet: values.build_config_missing lists what is known only at "
-                  "run time")
+        return fix + (f". build_config {{\"script\": \"{script}\"}} returns the consolidated YAML the engine would run "
+                      "(detail=full: values.build_config_arguments); keep it in a file of your choice")
+    return fix + (". build_config cannot consolidate it yet: values.build_config_missing (detail=full) lists what is "
+                  "known only at run time")
+
+
+def _corrected(keys: list[str], misspelt: dict[str, str | None]) -> tuple[list[str], str]:
+    """``keys`` with each misspelt one replaced by its correction, and a sentence on the corrected and the
+    left-out ones (the unknown-key finding reports each)."""
+    out: list[str] = []
+    fixed: list[str] = []
+    left: list[str] = []
+    for key in keys:
+        if key not in misspelt:
+            out.append(key)
+        elif misspelt[key]:
+            out.append(str(misspelt[key]))
+            fixed.append(f"{misspelt[key]} for the misspelt {key}")
+        else:
+            left.append(key)
+    said = ""
+    if fixed:
+        said += f" ({'; '.join(fixed)}: see unknown-key)"
+    if left:
+        said += (f"; {', '.join(left)} {'is' if len(left) == 1 else 'are'} left out: AgentJet's config has no such "
+                 "key and none close to it (see unknown-key)")
+    return list(dict.fromkeys(out)), said
 
 
 def consolidate(ctx: LintContext, run: Run) -> dict[str, Any]:
@@ -106,18 +133,5 @@ def consolidate(ctx: LintContext, run: Run) -> dict[str, Any]:
         arguments = {"base_yaml": str(run.base.path) if run.base.path else None, "kwargs": inputs.kwargs}
         if inputs.sets:
             arguments["set"] = inputs.sets
-        output = _consolidated_path(run.base.path) if run.base.path else None
-        if output is not None:
-            arguments["output_path"] = str(output)
     return {"build_config_arguments": arguments, "build_config_missing": inputs.missing,
             "build_config_left_out": inputs.left_out, "build_config_assumes": inputs.assumes}
-
-
-def _consolidated_path(base: Path) -> Path | None:
-    """``<name>.consolidated.yaml`` next to the user's YAML, or the first numbered variant that does not exist."""
-    for i in range(1, 100):
-        suffix = ".consolidated.yaml" if i == 1 else f".consolidated-{i}.yaml"
-        candidate = base.with_name(base.stem + suffix)
-        if not candidate.exists() and not candidate.is_symlink():
-            return candidate
-    return None
