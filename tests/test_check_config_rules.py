@@ -211,9 +211,11 @@ def test_docs_command_regenerates_a_stale_block(capsys):
     assert docs.main(["--bogus"]) == 2
 
 
-def test_tool_description_names_every_rule():
-    description = get_tool("check_config").description
-    assert all(rule_id in description for rule_id in RULES)
+def test_the_tool_points_at_the_rule_reference_which_names_every_rule():
+    """The rule ids live in the generated reference (the tool list's budget has no room for 27 of them)."""
+    assert "split-configuration.md" in get_tool("check_config").details
+    page = REFERENCE.read_text(encoding="utf-8")
+    assert all(f"### `{rule_id}`" in page for rule_id in RULES)
 
 
 def test_run_identity_kwargs_never_count_as_overriding_the_yaml(tmp_path):

@@ -48,8 +48,8 @@ class EpisodeCapInput(ToolInput):
         default=None, description="ajet.interchange_server.max_inference_tracker_threads, to check it against the cap."
     )
     target: PositiveInt | None = Field(
-        default=None, description="Episodes at once wanted: the first suggestion is the fewest engine changes "
-        "reaching it. Default: the clients' concurrency when it is above the cap.")
+        default=None, description="Episodes at once wanted. The plan (and first suggestion) is the fewest engine "
+        "changes reaching it; default: the clients' concurrency when above the cap.")
     thread_rule: Literal["ceil", "floor", "auto"] = Field(
         default="auto",
         description="Rounding of max_env_worker/num_repeat; auto = the selected AgentJet's. Ceil (current engines), "

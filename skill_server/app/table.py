@@ -175,10 +175,10 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="episode_cap",
         title="AgentJet swarm episode cap",
         description=(
-            "Exact ceiling of overwatch's 'Running Episodes' gauge for an AgentJet swarm engine, from the engine's "
-            "max_env_worker, num_repeat and train_batch_size, bounded by what the clients run together. Says which "
-            "inputs bind and which knob lifts the cap; adding clients never raises it. Takes the numbers, or reads "
-            "them from an engine YAML, a client script or a live server (url/id)."
+            "Exact ceiling of overwatch's 'Running Episodes' gauge for an AgentJet swarm engine (max_env_worker, "
+            "num_repeat, train_batch_size), bounded by what the clients run together; which bound binds, and the "
+            "fewest engine changes reaching a target. Takes the numbers, or reads them from an engine YAML, a client "
+            "script or a live server (url/id)."
         ),
         input_model="skill_server.tools.episode_cap.models:EpisodeCapQuery",
         output_model="skill_server.tools.episode_cap.models:EpisodeCapAnswer",
@@ -218,13 +218,10 @@ TOOLS: tuple[ToolSpec, ...] = (
         title="Lint an AgentJet swarm client script and its YAML",
         description=(
             "Static linter (the script is never run) for AgentJet swarm clients: every AgentJetJob, its kwargs, base "
-            "YAML, later writes and dumps, checked against the YAML and AgentJet's defaults. Findings carry a stable "
-            "rule id, locations and a fix; effective values carry their source or why they are unknown. Rules: "
-            "split-configuration, kwarg-overrides-yaml, redundant-kwarg, unsupported-kwarg, kwarg-group-incomplete, "
-            "escape-hatch-has-kwarg, unknown-key, write-after-dump, length-budget, lora-rules, "
-            "batch-not-divisible-by-gpus, samples-below-world-size, base-yaml-missing, base-not-swarm, "
-            "interchange-not-tcp, cap-not-divisible, cap-limited-by-batch, tracker-threads-below-cap, no-checkpoints, "
-            "no-total-steps, agentjet-refusal."
+            "YAML, later writes and dumps, checked against the YAML and AgentJet's defaults, plus the client's own "
+            "concurrency and episode protocol (begin/end/abort on every path). Findings carry a stable rule id, a "
+            "location and a fix; effective values carry why they are unknown. Compact by default; detail=full for "
+            "every location and value."
         ),
         input_model="skill_server.tools.check_config.models:CheckConfigInput",
         output_model="skill_server.tools.check_config.models:CheckConfigResult",

@@ -31,8 +31,8 @@ class CheckConfigInput(ToolInput):
         "against it; without it, a relative path is only looked for in candidate folders (the script's folder "
         "up to its repository root) and the result says so. Relative script/yaml paths resolve against it too.")
     detail: Literal["compact", "full"] = Field(
-        default="compact", description="compact: findings (rule, severity, key, location, message, fix) and the "
-        "effective values; full: every location, value and construction.")
+        default="compact", description="full adds every location, value and construction. Compact: findings (rule, "
+        "severity, key, location, message, fix) and the effective values by name.")
 
     @model_validator(mode="after")
     def _something_to_check(self) -> CheckConfigInput:
