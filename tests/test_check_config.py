@@ -54,7 +54,8 @@ def test_werewolves_yaml_first_with_one_kwarg_override():
 
 def test_dataclass_config_feeding_kwargs_from_a_sibling_module():
     r = lint(CLIENTS / "cocktail" / "train_client.py")
-    assert rules(r) == {"no-total-steps", "cap-limited-by-batch", "escape-hatch-has-kwarg"}
+    assert rules(r) == {"no-total-steps", "cap-limited-by-batch", "escape-hatch-has-kwarg", "logger-needs-key",
+                        "engine-control-in-client"}  # swanlab; force_restart when FORCE=1
     hatch = only(r, "escape-hatch-has-kwarg")
     assert hatch.key == "ajet.trainer_common.nnodes" and hatch.values["kwarg_passed"] is False
     assert f"pass nnodes=1 to AgentJetJob (a kwarg of {agentjet_label(r.agentjet)})" in hatch.fix
@@ -74,7 +75,9 @@ def test_dataclass_config_feeding_kwargs_from_a_sibling_module():
 
 def test_all_kwargs_multi_node_is_clean_and_switches_to_tcp():
     r = lint(CLIENTS / "geo3k_multinode.py")
-    assert rules(r) == {"no-total-steps"} and r.counts.errors == r.counts.infos == 0  # the tutorial sets no step count
+    # the tutorial sets no step count, logs to swanlab and force-restarts the engine when its environment says so
+    assert rules(r) == {"no-total-steps", "logger-needs-key", "engine-control-in-client"}
+    assert r.counts.errors == r.counts.infos == 0
     e = r.effective
     assert (e.nnodes.value, e.interchange_method.value, e.interchange_method.source) == (2, "tcp", "tcp-switch")
     assert (e.max_env_worker.value, e.max_model_len.value) == (64, 18000)
@@ -156,7 +159,7 @@ def test_clean_script_has_no_errors_or_warnings():
 
 def test_yaml_alone_base_not_swarm():
     r = lint(yaml=str(CLIENTS / "not_swarm_base.yaml"))
-    assert rules(r) == {"no-total-steps", "base-not-swarm"}
+    assert rules(r) == {"no-total-steps", "base-not-swarm", "logger-needs-key"}  # ajet_default's logger is swanlab
     f = only(r, "base-not-swarm")
     assert f.values["composes_swarm_defaults"] is False
     assert "enable_swarm_mode: true" in f.fix and "do not add ajet_swarm_default" in f.fix
@@ -228,7 +231,13 @@ def test_a_classic_mode_config_is_not_linted_as_an_agentjetjob_base(tmp_path):
     """A config for `python -m ajet.launcher --conf`: composed as the launcher composes it (backbone verl), no
     AgentJetJob refusal and no swarm-engine check; the trainer's own checks still run."""
     r = lint(yaml=str(write(tmp_path, "math_agent.yaml", CLASSIC)))
-    assert rules(r) == {"no-total-steps"}
+    assert rules(r) == {"no-total-steps", "logger-needs-key"}  # ajet_default's swanlab: the launcher checks its key
+    assert "ajet --conf" in only(r, "logger-needs-key").message
+    swarm_only = ("episode_cap", "engine_cap", "client_parallelism", "max_inference_tracker_threads",
+                  "swarm_mode_sample_collection_method", "interchange_method")
+    assert all(getattr(r.effective, name) is None for name in swarm_only)  # a classic config has none of them
+    compact = lint(yaml=str(tmp_path / "math_agent.yaml"), detail="compact")
+    assert not set(swarm_only) & set(compact.values or {})
     assert (r.effective.num_repeat.value, r.effective.max_env_worker.value) == (6, 64)  # composed, not refused
     reasons = skipped(r)
     for rule_id in ("base-not-swarm", "cap-not-divisible", "tracker-threads-below-cap", "interchange-not-tcp"):
@@ -318,7 +327,7 @@ def test_small_batch_on_two_nodes():
 
 def test_yaml_first_with_a_run_time_kwarg_cannot_be_consolidated():
     r = lint(CLIENTS / "yaml_first_dynamic" / "roll.py")
-    assert rules(r) == {"no-total-steps", "split-configuration", "unsupported-kwarg"}
+    assert rules(r) == {"no-total-steps", "split-configuration", "unsupported-kwarg", "logger-needs-key"}
     split = only(r, "split-configuration")
     assert split.values["build_config_arguments"] is None
     assert split.values["build_config_missing"] == [
@@ -375,7 +384,8 @@ def test_missing_base_built_from_file():
 def test_relative_base_found_from_a_candidate_folder_says_so():
     script = CLIENTS / "relative_base" / "tutorial" / "launch_from_root.py"
     r = lint(script)
-    assert rules(r) == {"no-total-steps"}  # experiment_name next to a YAML-first job is not a split
+    # experiment_name next to a YAML-first job is not a split
+    assert rules(r) - {"logger-needs-key"} == {"no-total-steps"}
     assert r.constructions[0].base_yaml.launch_dir_known is False
     assert any("started from" in n and str(CLIENTS / "relative_base") in n for n in r.notes)
     assert r.effective.max_env_worker.value == 128 and r.effective.max_env_worker.source == "yaml"

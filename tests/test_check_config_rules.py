@@ -20,6 +20,18 @@ BASE = 'import os\nBASE = os.path.join(os.path.dirname(os.path.abspath(__file__)
 YAML_NUM_REPEAT_4 = "ajet:\n  rollout:\n    num_repeat: 4\n" + SWARM_TAIL  # 4 is also AgentJet's default
 LENGTHS = "max_prompt_length={}, max_response_length={}, max_model_len={}, max_response_length_in_one_turn={}"
 
+#: A swarm client (engine cap 64) and one episode function; {body} runs after begin_episode.
+CLIENT = (HEAD + "import os\nfrom ajet.tuner_lib.experimental.swarm_client import SwarmClient\n"
+          "from ajet.utils.thread_executors import PeriodicDrainThreadPoolExecutor\n"
+          "from agent import run\nc = SwarmClient('http://localhost:10086')\n"
+          "j = AgentJetJob(max_env_worker=64, num_repeat=4, batch_size=16)\n")
+ROLLOUT = "def rollout(task):\n    uuid, key = c.begin_episode()\n    {body}\n"
+#: an episode function that ends or aborts on every path
+SAFE = ("def rollout(task):\n    uuid, key = c.begin_episode({timeout})\n    try:\n        out = run(key)\n"
+        "    except Exception:\n        c.abort_episode(uuid)\n        raise\n    c.end_episode(task, uuid, out)\n"
+        "fut = None\n")
+POOL = "pool = PeriodicDrainThreadPoolExecutor(workers={threads}, max_parallel={threads})\npool.submit(rollout, 1)\n"
+
 #: rule -> (positive, negative): each a dict of files; "client.py" is linted, else "base.yaml" alone.
 CASES: dict[str, tuple[dict[str, str], dict[str, str]]] = {
     "split-configuration": (
@@ -83,6 +95,28 @@ CASES: dict[str, tuple[dict[str, str], dict[str, str]]] = {
                        {"client.py": HEAD + "j = AgentJetJob(total_training_steps=25)\n"}),
     "agentjet-refusal": ({"client.py": HEAD + "j = AgentJetJob(nnodes='2')\n"},
                          {"client.py": HEAD + "j = AgentJetJob(nnodes=2)\n"}),
+    "episode-not-ended": ({"client.py": CLIENT + ROLLOUT.format(body="if task is None:\n        return\n    "
+                                                                      "c.end_episode(task, uuid, run(key))")},
+                          {"client.py": CLIENT + ROLLOUT.format(body="if task is None:\n        c.abort_episode(uuid)\n"
+                                                                      "        return\n    "
+                                                                      "c.end_episode(task, uuid, run(key))")}),
+    "episode-leaks-on-exception": (
+        {"client.py": CLIENT + ROLLOUT.format(body="c.end_episode(task, uuid, run(key))")},
+        {"client.py": CLIENT + ROLLOUT.format(body="try:\n        out = run(key)\n    except Exception:\n"
+                                                   "        c.abort_episode(uuid)\n        raise\n"
+                                                   "    c.end_episode(task, uuid, out)")}),
+    "engine-control-in-client": ({"client.py": CLIENT + "c.stop_engine()\n"},
+                                 {"client.py": CLIENT + "c.auto_sync_train_config_and_start_engine(j, "
+                                                        "force_restart=False)\n"}),
+    "discard-timeout-below-episode-timeout": (
+        {"client.py": CLIENT + SAFE.format(timeout="") + "fut.result(timeout=600)\n"},
+        {"client.py": CLIENT + SAFE.format(timeout="discard_episode_timeout=900") + "fut.result(timeout=600)\n"}),
+    "client-pool-over-cap": ({"client.py": CLIENT + SAFE.format(timeout="") + POOL.format(threads=512)},
+                             {"client.py": CLIENT + SAFE.format(timeout="") + POOL.format(threads=64)}),
+    "clients-bind-cap": ({"client.py": CLIENT + SAFE.format(timeout="") + POOL.format(threads=16)},
+                         {"client.py": CLIENT + SAFE.format(timeout="") + POOL.format(threads=64)}),
+    "logger-needs-key": ({"client.py": HEAD + "j = AgentJetJob(logging='swanlab')\n"},
+                         {"client.py": HEAD + "j = AgentJetJob(logging='tensorboard')\n"}),
 }
 
 ENV = "import os\n"
@@ -104,6 +138,15 @@ SKIPS: dict[str, str] = {
     "agentjet-refusal": ENV + HEAD + "j = AgentJetJob(nnodes=int(os.environ['N']))\n",
     "no-checkpoints": ENV + HEAD + "j = AgentJetJob()\nj.config.ajet.trainer_common.save_freq = os.environ['F']\n",
     "no-total-steps": ENV + HEAD + "j = AgentJetJob(total_training_steps=int(os.environ['S']))\n",
+    # the episode id goes to a function this scan does not read: whether it ends the episode is unknown
+    "episode-not-ended": CLIENT + "from agent import finish\n" + ROLLOUT.format(body="finish(c, uuid)"),
+    "episode-leaks-on-exception": CLIENT + "from agent import finish\n" + ROLLOUT.format(body="finish(c, uuid)"),
+    "engine-control-in-client": CLIENT + "c.auto_sync_train_config_and_start_engine(j, force_restart=decide())\n",
+    "discard-timeout-below-episode-timeout": CLIENT + SAFE.format(timeout="")
+    + "fut.result(timeout=int(os.environ['T']))\n",
+    "client-pool-over-cap": CLIENT + SAFE.format(timeout="") + POOL.format(threads="int(os.environ['P'])"),
+    "clients-bind-cap": CLIENT + SAFE.format(timeout="") + POOL.format(threads="int(os.environ['P'])"),
+    "logger-needs-key": ENV + HEAD + "j = AgentJetJob(logging=os.environ['LOGGER'])\n",
 }
 
 

@@ -83,6 +83,7 @@ class EpisodeTimeout:
     line: int
     seconds: Value
     what: str  # the call as written, shortened
+    functions: frozenset[str] = frozenset()  # the functions whose claims it bounds (empty: every claim)
 
 
 @dataclass(frozen=True)
@@ -126,6 +127,23 @@ def _calls(node: ast.AST) -> Iterator[ast.Call]:
                 stack.append(child)
 
 
+def _calls_in_order(node: ast.AST) -> list[ast.Call]:
+    """The calls of one statement in the order Python makes them: a call's callee and arguments first."""
+    out: list[ast.Call] = []
+    stack: list[tuple[ast.AST, bool]] = [(node, False)]
+    while stack:
+        item, expanded = stack.pop()
+        if expanded:
+            if isinstance(item, ast.Call):
+                out.append(item)
+            continue
+        stack.append((item, True))
+        children = [c for c in ast.iter_child_nodes(item)
+                    if not isinstance(c, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef))]
+        stack.extend((c, False) for c in reversed(children))
+    return out
+
+
 def _functions(module: ModuleInfo) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
     found = [n for n in ast.walk(module.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     return found[:MAX_FUNCTIONS]
@@ -162,12 +180,16 @@ class _Roles:
                     grown = True
             if not grown:
                 break
-        self.inside = {f.name for f in functions if BEGIN in calls[f.name]}
-        for _ in range(8):
-            more = {name for f in self.inside for name in calls.get(f, ()) if name in self.own} - self.inside
-            if not more:
-                break
-            self.inside |= more
+        self.reach = {f.name: _reachable(f.name, calls) for f in functions}  # a function and what it calls
+        self.inside = {g for f in functions if BEGIN in calls[f.name] for g in self.reach[f.name]}
+
+    def claimers_reaching(self, function: str) -> frozenset[str]:
+        """The functions that claim an episode and run ``function`` (directly or through others) meanwhile."""
+        return frozenset(f for f, reached in self.reach.items() if function in reached and f in self.claimers)
+
+    @property
+    def claimers(self) -> set[str]:
+        return {f for f in self.begins if f not in self.wrappers}
 
     def kind(self, call: ast.Call) -> str | None:
         """'begin', 'close' or None for one call."""
@@ -178,6 +200,17 @@ class _Roles:
         if name == BEGIN or (own and name in self.wrappers):
             return "begin"
         return None
+
+
+def _reachable(start: str, calls: dict[str, set[str | None]]) -> set[str]:
+    seen = {start}
+    stack = [start]
+    while stack:
+        for name in calls.get(stack.pop(), ()):
+            if name in calls and name not in seen:
+                seen.add(name)
+                stack.append(name)
+    return seen
 
 
 def _returns_claim(f: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
@@ -259,8 +292,7 @@ class _Flow:
 
     def simple(self, node: ast.AST, states: set[State]) -> set[State]:
         """A statement without inner blocks: its calls, in order."""
-        calls = sorted(_calls(node), key=lambda c: (c.lineno, c.col_offset))
-        for call in calls:
+        for call in _calls_in_order(node):
             kind = self.roles.kind(call)
             if kind == "close":
                 states = {NONE}
@@ -442,8 +474,10 @@ def _scan_calls(main: ModuleInfo, evaluator: Evaluator, node: ast.AST, scope: Sc
                 out.engine_calls.append(EngineCall(name, call.lineno, main.text(call), force))
         timeout = _timeout_of(call, name, keywords, roles, in_episode)
         if timeout is not None:
+            bounds = roles.claimers_reaching(node.name) if in_episode and isinstance(
+                node, (ast.FunctionDef, ast.AsyncFunctionDef)) else frozenset()
             out.timeouts.append(EpisodeTimeout(call.lineno, evaluator.resolve(timeout, scope, call.lineno),
-                                               main.text(call)))
+                                               main.text(call), bounds))
 
 
 def _timeout_of(call: ast.Call, name: str | None, keywords: dict[str, ast.expr], roles: _Roles,

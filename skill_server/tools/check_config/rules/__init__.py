@@ -8,6 +8,8 @@ from skill_server.tools.check_config.rules import writes  # noqa: F401
 from skill_server.tools.check_config.rules import budgets  # noqa: F401
 from skill_server.tools.check_config.rules import base  # noqa: F401
 from skill_server.tools.check_config.rules import cap  # noqa: F401
+from skill_server.tools.check_config.rules import protocol  # noqa: F401
 from skill_server.tools.check_config.rules import resume  # noqa: F401
+from skill_server.tools.check_config.rules import launch  # noqa: F401
 from skill_server.tools.check_config.rules import refusal  # noqa: F401
 # isort: on
