@@ -521,7 +521,7 @@ def _pool_roles(main: ModuleInfo, pools: list[Pool], roles: _Roles) -> dict[int,
                     names[dotted(target) or ""] = line
     given: dict[int, list[str | None]] = {p.line: [] for p in pools}
     for call in _calls(main.tree):
-        submitted = _submitted(call, names, pools)
+        submitted = _submitted(call, names)
         if submitted is not None:
             given.setdefault(submitted[0], []).append(submitted[1])
     out: dict[int, str] = {}
@@ -535,22 +535,16 @@ def _pool_roles(main: ModuleInfo, pools: list[Pool], roles: _Roles) -> dict[int,
     return out
 
 
-def _submitted(call: ast.Call, names: dict[str, int], pools: list[Pool]) -> tuple[int, str | None] | None:
+def _submitted(call: ast.Call, names: dict[str, int]) -> tuple[int, str | None] | None:
     """(pool line, the script function it is given, or None when not one of the script's) for a submit/map
-    call on a known pool, or a pool call that takes the function itself (``run_episodes_until_all_complete``)."""
+    call on a pool the script bound to a name."""
     name = method_name(call)
-    fn_node: ast.expr | None = None
-    line: int | None = None
-    if isinstance(call.func, ast.Attribute) and name in SUBMITTERS:
-        owner = dotted(call.func.value)
-        line = names.get(owner or "")
-        fn_node = call.args[0] if call.args else None
-    elif any(p.line == call.lineno and p.callee == name for p in pools):
-        line = call.lineno
-        keywords = {k.arg: k.value for k in call.keywords if k.arg}
-        fn_node = keywords.get("func") or (call.args[1] if len(call.args) > 1 else None)
+    if not (isinstance(call.func, ast.Attribute) and name in SUBMITTERS):
+        return None
+    line = names.get(dotted(call.func.value) or "")
     if line is None:
         return None
+    fn_node: ast.expr | None = call.args[0] if call.args else None
     if isinstance(fn_node, ast.Call) and dotted(fn_node.func) in ("functools.partial", "partial") and fn_node.args:
         fn_node = fn_node.args[0]
     if isinstance(fn_node, ast.Lambda) and isinstance(fn_node.body, ast.Call):  # lambda: rollout(task)
