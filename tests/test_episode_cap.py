@@ -217,3 +217,72 @@ def test_a_batch_bound_pool_that_is_not_a_multiple_gets_one_consistent_fix():
     assert "Raise train_batch_size to 21 and set max_env_worker to 126" in text and "lower max_env_worker to 96" in text
     assert "22" not in text and "wait in the queue" not in text
     assert "job the client syncs to the engine" in text and "not in the engine's yaml_backup.yaml" in text
+
+
+def test_the_first_suggestion_reaches_the_clients_concurrency():
+    """Clients [64, 64, 64] against a cap of 96: the first suggestion reaches 192, not the 126 of the pool."""
+    r = cap(max_env_worker=128, num_repeat=6, train_batch_size=16, client_parallelism=[64, 64, 64])
+    assert (r.engine_cap, r.episode_cap) == (96, 96)
+    plan = r.plan
+    assert plan is not None and (plan.target, plan.aim, plan.reaches, plan.episode_cap) == (192, "clients", True, 192)
+    assert {c.name: (c.value, c.was) for c in plan.changes} == {"max_env_worker": (192, 128),
+                                                                "train_batch_size": (32, 16)}
+    first = r.suggestions[0]
+    assert first.startswith("To run 192 episodes at once (the clients' concurrency): set max_env_worker 192 (now "
+                            "128) and train_batch_size 32 (now 16), with num_repeat 6") and "= 192" in first
+    assert "For 192 at once (the clients): max_env_worker 192 and train_batch_size 32 (cap 192)" in r.summary
+    # what the first suggestion asks for, given back to the tool, gives that cap
+    again = cap(max_env_worker=192, num_repeat=6, train_batch_size=32, client_parallelism=[64, 64, 64])
+    assert again.episode_cap == 192 and again.plan is None
+
+
+@pytest.mark.parametrize(("kw", "changes", "capped"), [
+    # already there: no change
+    ({"max_env_worker": 128, "num_repeat": 4, "train_batch_size": 32, "target": 100}, {}, 128),
+    # a target that is no multiple of the group size: the pool in whole groups (304, not 300)
+    ({"max_env_worker": 64, "num_repeat": 8, "train_batch_size": 32, "target": 300,
+      "max_inference_tracker_threads": 64},
+     {"max_env_worker": 304, "train_batch_size": 38, "max_inference_tracker_threads": 304}, 304),
+    # a wide enough pool: only the batch moves
+    ({"max_env_worker": 512, "num_repeat": 8, "train_batch_size": 32, "target": 512}, {"train_batch_size": 64}, 512),
+    # no batch given (unbounded): only the pool moves
+    ({"max_env_worker": 64, "num_repeat": 4, "target": 200}, {"max_env_worker": 200}, 200),
+    # floor rule: a pool that is no multiple loses its partial group, so it must grow to whole groups
+    ({"max_env_worker": 130, "num_repeat": 6, "train_batch_size": 32, "target": 130, "thread_rule": "floor"},
+     {"max_env_worker": 132}, 132),
+])
+def test_a_target_gets_the_fewest_changes_checked_by_the_same_arithmetic(kw, changes, capped):
+    r = cap(**kw)
+    assert r.plan is not None and {c.name: c.value for c in r.plan.changes} == changes
+    assert r.plan.episode_cap == capped and r.plan.reaches and r.suggestions[0].startswith(
+        "The engine already allows" if not changes else "To run")
+    settings = {k: v for k, v in kw.items() if k in ("max_env_worker", "num_repeat", "train_batch_size",
+                                                    "thread_rule")}
+    settings.update({k: v for k, v in changes.items() if k != "max_inference_tracker_threads"})
+    assert cap(**settings).engine_cap == capped  # the plan's cap is the cap of its settings
+
+
+def test_every_plan_reaches_its_target_under_both_rules():
+    for mew in (1, 7, 64, 96, 128):
+        for n in (1, 4, 6, 8):
+            for tbs in (None, 1, 16, 32):
+                for target in (1, 50, 96, 192, 257):
+                    for rule in ("ceil", "floor"):
+                        r = cap(max_env_worker=mew, num_repeat=n, train_batch_size=tbs, target=target,
+                                thread_rule=rule)
+                        assert r.plan is not None and r.plan.reaches, (mew, n, tbs, target, rule)
+                        values = {"max_env_worker": mew, "train_batch_size": tbs}
+                        values.update({c.name: c.value for c in r.plan.changes
+                                       if c.name != "max_inference_tracker_threads"})
+                        got = cap(num_repeat=n, thread_rule=rule, **values)
+                        assert got.engine_cap == r.plan.episode_cap >= target, (mew, n, tbs, target, rule)
+
+
+def test_a_script_sizes_the_planned_batch_for_its_gpus(tmp_path):
+    script = tmp_path / "client.py"
+    script.write_text("from ajet.copilot.job import AgentJetJob\n"
+                      "job = AgentJetJob(num_repeat=6, batch_size=16, max_env_worker=96, n_gpu=8)\n")
+    r = compute_episode_cap(get_tool("episode_cap").input_type(script=str(script), target=150))
+    # 150 -> 25 groups of 6 (cap 150), but 25 x 6 is no multiple of 8 GPUs: the batch goes to 28 (168)
+    assert {c.name: c.value for c in r.plan.changes} == {"max_env_worker": 150, "train_batch_size": 28}
+    assert r.plan.episode_cap == 150
