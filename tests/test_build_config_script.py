@@ -93,3 +93,45 @@ async def test_the_mcp_client_gets_the_summary_first_and_the_same_refusal(tmp_pa
     assert not ok.is_error and next(iter(ok.structured_content)) == "summary"
     assert bad.is_error and bad.content[0].text == f"Error executing tool build_config: " \
         f"{err.removeprefix('build_config: ').strip()}"
+
+
+#: Writes check_config finds would raise at run time (unknown-key with an access error): build_config refuses
+#: each, at the same line; writes whose key is right build.
+ACCESS = {
+    "job.config.ajet.rollout.multi_turn.max_steps = 12": ("AttributeError: 'dict' object has no attribute "
+                                                          "'max_steps'", "multi_turn['max_steps']"),
+    "job.config.ajet.rollout['temperature'] = 0.7": ("TypeError: 'AjetRollout' object does not support item "
+                                                     "assignment", "job.config.ajet.rollout.temperature"),
+    "job.config.ajet.rollout.multi_turn['max_steps'] = 12": (None, None),
+    "job.config.ajet.rollout.temperature = 0.7": (None, None),
+}
+
+
+@pytest.mark.parametrize("line", sorted(ACCESS))
+def test_build_config_refuses_exactly_where_check_config_finds_the_script_raises(tmp_path, line):
+    from tests.lint_helpers import lint
+
+    script = tmp_path / "client.py"
+    script.write_text(f"from ajet import AgentJetJob\njob = AgentJetJob(num_repeat=4)\n{line}\n")
+    raised, fix = ACCESS[line]
+    found = [f for f in lint(script).findings if f.values and f.values.get("access_error")]
+    assert [(f.locations[0].line, f.values["access_error"]) for f in found] == \
+        ([(3, raised.split(":")[0])] if raised else [])
+    if raised is None:
+        assert "12" in build(script=str(script)).yaml or "0.7" in build(script=str(script)).yaml
+        return
+    with pytest.raises(ToolInputError) as refused:
+        build(script=str(script))
+    assert refused.value.field == "script" and "line 3" in refused.value.message
+    assert raised in refused.value.message and fix in refused.value.message
+
+
+def test_writes_the_engine_never_gets_are_said_not_dropped_silently(tmp_path):
+    script = tmp_path / "client.py"
+    script.write_text("from ajet import AgentJetJob\njob = AgentJetJob(num_repeat=4)\njob.num_repeat = 8\n"
+                      "job.dump_job_as_yaml('out.yaml')\njob.config.ajet.rollout.temperature = 0.3\n")
+    r = build(script=str(script))
+    assert "num_repeat: 4" in r.yaml and "temperature: 0.3" not in r.yaml
+    assert any(w.startswith("line 5 writes ajet.rollout.temperature after dump_job_as_yaml() at line 4") and
+               "write-after-dump" in w for w in r.warnings)
+    assert any(w.startswith("line 3: job.num_repeat = ... changes only the job's copy") for w in r.warnings)

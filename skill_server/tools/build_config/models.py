@@ -39,9 +39,9 @@ class BuildConfigInput(ToolInput):
         default=None, description="Also write the YAML to this NEW file (created atomically; an existing path is "
         "never replaced). Without it the tool only reads.",
     )
-    provenance: Literal["ajet", "changed", "all"] = Field(
-        default="ajet", description="Which values provenance lists. Every ajet.* value (default), only values set by "
-        "kwargs, writes or AgentJet itself, or every value including the verl sections.",
+    provenance: Literal["changed", "ajet", "all"] = Field(
+        default="changed", description="Which values provenance lists. Only values set by kwargs, writes or "
+        "AgentJet itself (default), every ajet.* value, or every value including the verl sections.",
     )
 
 

@@ -109,13 +109,52 @@ def _script_job(inp: BuildConfigInput) -> ScriptJob:
     if base.state in ("missing", "unresolved"):
         raise ToolInputError(f"the base YAML of the AgentJetJob at line {run.construction.line} cannot be read "
                              f"({base.reason or base.state}); give base_yaml", field="script")
+    _refuse_what_the_script_raises(aj, run)
     found = job_inputs(aj, run)
     job = ScriptJob(run.construction.line, base.path if base.state in ("file", "refused") else None,
                     dict(found.kwargs), dict(found.sets), dict(found.unknown_keys))
+    job.warnings += _what_never_reaches_the_engine(aj, run)
     _pass_on_what_agentjet_judges(aj, run, job)
     job.warnings += [f"left out: {what}" for what in found.left_out if what.startswith("ensure_new_experiment")]
     job.warnings += [f"assumes {what}" for what in found.assumes]
     return job
+
+
+def _refuse_what_the_script_raises(aj: AgentJet, run: Run) -> None:
+    """A write whose access fails at run time (attribute access on a plain-dict section, item assignment on a
+    dataclass) stops the script before any config is dumped: refused, as check_config's unknown-key finds it
+    (``analysis.access``; a missing section is refused by the build itself, with AgentJet's own message)."""
+    from skill_server.analysis.access import access_problem, raised_by
+
+    late = {id(w) for w, _ in run.late_writes}
+    for w in run.writes:
+        if w.kind in ("mirror", "method") or id(w) in late:
+            continue
+        problem = access_problem(aj, w)
+        if problem is None or problem.kind not in ("attribute-on-dict", "item-on-dataclass"):
+            continue
+        how = "attribute access on the plain dict" if problem.kind == "attribute-on-dict" else \
+            "item assignment on the dataclass"
+        fix = aj.write_expression(w.key)
+        raise ToolInputError(f"line {w.line} writes {w.key} by {how} {problem.parent or 'config'}, so the script "
+                             f"raises {raised_by(aj, problem)} there, before any config is dumped; write {fix} = ... "
+                             "instead (check_config: unknown-key)", field="script")
+
+
+def _what_never_reaches_the_engine(aj: AgentJet, run: Run) -> list[str]:
+    """Writes the script makes that the engine never gets (check_config: unknown-key, write-after-dump): said,
+    since the YAML built here leaves them out as AgentJet would."""
+    out: list[str] = []
+    for w, freeze in run.late_writes:
+        out.append(f"line {w.line} writes {w.key} after {freeze.call}() at line {freeze.line}: the engine never gets "
+                   "it, so this YAML leaves it out (check_config: write-after-dump)")
+    late = {id(w) for w, _ in run.late_writes}
+    for w in run.writes:
+        key = aj.key_for(w.key) if w.kind == "mirror" else None
+        if key is not None and id(w) not in late:
+            out.append(f"line {w.line}: job.{w.key} = ... changes only the job's copy of the value; the dumped config "
+                       f"keeps {key}, so this YAML does too (check_config: unknown-key)")
+    return out
 
 
 def _pass_on_what_agentjet_judges(aj: AgentJet, run: Run, job: ScriptJob) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+from skill_server.analysis.access import access_problem
 from skill_server.analysis.replay import Run
 from skill_server.analysis.script import Value, Write
 from skill_server.analysis.values import show
@@ -153,35 +154,33 @@ def _whole_dict(ctx: LintContext, write: Write, loc: list[Location]) -> Iterator
 
 
 def _access(ctx: LintContext, write: Write, loc: list[Location], label: str) -> Report | None:
-    """Attribute vs item access against the real object types; unknown keys with the closest known one."""
-    aj = ctx.aj
-    parts = [p for p, _ in write.access]
-    for i, (part, how) in enumerate(write.access):
-        parent = ".".join(parts[:i])
-        path = ".".join(parts[: i + 1])
-        if how == "attr" and aj.is_dict_section(parent):
-            rest = "".join(f"[{p!r}]" for p in parts[i:])
-            return Report(write.key, f"{parent} is a plain dict in AgentJet's config, so attribute access "
-                          f"(.{part}) at line {write.line} raises AttributeError at run time", loc,
-                          {"access_error": "AttributeError", "dict_section": parent},
-                          f"write job.config.{parent}{rest} = ... (item access) instead")
-        if how == "item" and aj.is_dataclass_section(parent) and (parent == "" or aj.is_section(parent)):
-            return Report(write.key, f"{parent or 'config'} is a config dataclass, not a dict: item assignment "
-                          f"['{part}'] at line {write.line} raises TypeError", loc,
-                          {"access_error": "TypeError", "dataclass_section": parent},
-                          f"write job.config.{path} = ... (attribute access) instead")
-        if not aj.known(path):
-            last = i == len(parts) - 1
-            close = aj.closest(write.key if last else path)
-            if last:
-                message = (f"line {write.line} creates {path}, which AgentJet's defaults and schema ({label}) do not "
-                           "have: nothing reads it")
-            else:
-                message = f"{path} does not exist in the config ({label}): line {write.line} raises AttributeError"
-            message += f"; closest known key: {close or 'none'}"
-            return Report(path if not last else write.key, message, loc, {"closest": close},
-                          f"use {close}" if close else "remove the write, or check the key against your AgentJet")
-    return None
+    """Attribute vs item access against the real object types; unknown keys with the closest known one
+    (``analysis.access``: build_config judges the same line the same way)."""
+    problem = access_problem(ctx.aj, write)
+    if problem is None:
+        return None
+    parent, part = problem.parent, problem.part
+    if problem.kind == "attribute-on-dict":
+        rest = "".join(f"[{p!r}]" for p in [p for p, _ in write.access][len(parent.split(".")) if parent else 0:])
+        return Report(write.key, f"{parent} is a plain dict in AgentJet's config, so attribute access "
+                      f"(.{part}) at line {write.line} raises AttributeError at run time", loc,
+                      {"access_error": "AttributeError", "dict_section": parent},
+                      f"write job.config.{parent}{rest} = ... (item access) instead")
+    if problem.kind == "item-on-dataclass":
+        path = f"{parent}.{part}" if parent else part
+        return Report(write.key, f"{parent or 'config'} is a config dataclass, not a dict: item assignment "
+                      f"['{part}'] at line {write.line} raises TypeError", loc,
+                      {"access_error": "TypeError", "dataclass_section": parent},
+                      f"write job.config.{path} = ... (attribute access) instead")
+    close = problem.closest
+    if problem.kind == "new-key":
+        message = (f"line {write.line} creates {problem.key}, which AgentJet's defaults and schema ({label}) do not "
+                   "have: nothing reads it")
+    else:
+        message = f"{problem.key} does not exist in the config ({label}): line {write.line} raises AttributeError"
+    message += f"; closest known key: {close or 'none'}"
+    return Report(problem.key, message, loc, {"closest": close},
+                  f"use {close}" if close else "remove the write, or check the key against your AgentJet")
 
 
 def _py(value: Value) -> str:
