@@ -179,6 +179,54 @@ ninety minutes or so
     assert "tune lr" in v.notes and not v.ok
 
 
+def test_agentjets_numbered_label_form_parses(tmp_path: Path):
+    """AgentJet's own blueprint example numbers its bullets (content 1, content 2, warning 1, note 1)."""
+    code = tmp_path / "code"
+    (code / "venv" / "bin").mkdir(parents=True)
+    (code / "venv" / "bin" / "python").write_text("")
+    (code / "exp.yaml").write_text("ajet: {}\n")
+    text = f"""    # Experiment Blueprint
+
+    ## [exp_purpose]
+    - description: what this run finds out
+    - hint: one sentence
+    - content 1: Ablate top-k sampling on math
+    - content 2: against the baseline of run 3
+
+    ## [exp_codebase_dir]
+    - description: absolute path
+    - content 1: {code}
+    - content 2:
+    - warning 1: never the venv
+
+    ## [exp_venv_exe]
+    - content 1: {code}/venv/bin/python
+
+    ## [exp_yaml_path]
+    - content 1: {code}/exp.yaml
+
+    ## [exp_launch_command]
+    - content 1: python -m ajet.launcher --conf exp.yaml --autokill
+
+    ## [exp_result_dir]
+    - content 1: {code}/results
+
+    ## [exp_max_time]
+    - content 1: 24 hours
+    - content 2: first step within 20 minutes
+
+    ## Other Notes
+    - note 1: install flash-attn first
+"""
+    v = blueprint.validate_text(text, tmp_path)
+    assert v.ok, v.problems
+    assert v.values["exp_purpose"] == "Ablate top-k sampling on math\nagainst the baseline of run 3"
+    assert v.resolved["exp_codebase_dir"] == str(code) and v.resolved["exp_venv_exe"] == f"{code}/venv/bin/python"
+    assert v.values["exp_launch_command"] == "python -m ajet.launcher --conf exp.yaml --autokill"
+    assert (v.max_time_s, v.first_step_timeout_s) == (86400, 1200)
+    assert "install flash-attn first" in v.notes
+
+
 def test_template_round_trips_through_validate(tmp_path: Path):
     text = blueprint.render({"exp_purpose": "p", "exp_codebase_dir": str(tmp_path), "exp_launch_command": "echo"})
     v = blueprint.validate_text(text, tmp_path)

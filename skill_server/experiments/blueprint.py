@@ -4,7 +4,8 @@ A blueprint is the experiment card AgentJet's research skills write before runni
 ``[exp_purpose]``, ``[exp_codebase_dir]``, ``[exp_venv_exe]``, ``[exp_yaml_path]``,
 ``[exp_launch_command]``, ``[exp_result_dir]``, ``[exp_max_time]`` plus free notes. A section header may
 be ``[exp_x]``, ``## [exp_x]``, ``**[exp_x]**``, ``- [exp_x]: value`` or ``exp_x:``; its value is a
-``content:`` bullet when there is one, else the text that is not a ``description:``/``hint:``/
+``content:`` bullet when there is one (AgentJet's own example numbers them: ``- content 1:``, ``- content 2:``;
+the first filled one is a path section's value), else the text that is not a ``description:``/``hint:``/
 ``warning:`` bullet. Validation only reads text and checks paths; it never runs anything.
 """
 
@@ -46,8 +47,9 @@ _HEADER = re.compile(
     r"^\s*(?:#{1,6}\s*)?(?:[-*+]\s+)?(?:\*\*|__)?\s*\[?\s*(exp_[a-z_]+)\s*\]?\s*(?:\*\*|__)?\s*[:：]?\s*(.*?)\s*$",
     re.IGNORECASE,
 )
-_LABELLED = re.compile(r"^\s*(?:[-*+]\s+)?(?:\*\*|__)?(description|hint|content|warning|note|value)(?:\*\*|__)?"
-                       r"\s*[:：]\s*(.*)$", re.IGNORECASE)
+#: A labelled bullet: ``- content: x``, and AgentJet's numbered form ``- content 1: x`` / ``- warning 2:``.
+_LABELLED = re.compile(r"^\s*(?:[-*+]\s+)?(?:\*\*|__)?(description|hint|content|warning|note|value)(?:\s*\d{1,3})?"
+                       r"(?:\*\*|__)?\s*[:：]\s*(.*)$", re.IGNORECASE)
 _FENCE = re.compile(r"^\s*(```|~~~)")
 _OTHER_HEADING = re.compile(r"^\s*(?:#{1,6}\s|\[[^\]]+\]\s*$|(?:\*\*|__)\[[^\]]+\](?:\*\*|__)\s*$)")
 
