@@ -374,3 +374,64 @@ def test_read_only_lookups_on_a_fresh_machine_create_no_registry():
         with pytest.raises(ToolInputError, match="no experiment"):
             TOOLS_BY_NAME[tool].invoke(arguments)
     assert not state.exists()
+
+
+# ---- vLLM's KV cache: the utilization it needs, with its arithmetic and inputs, and what each fix costs
+
+KV_V0 = ("(WorkerDict pid=7) ValueError: The model's max seq len (32768) is larger than the maximum number of tokens "
+         "that can be stored in KV cache (16832). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` "
+         "when initializing the engine.")
+PROFILE = ("INFO 04-02 21:43:03 worker.py:241] the current vLLM instance can use total_gpu_memory (79.11GiB) x "
+           "gpu_memory_utilization (0.60) = 47.47GiB")
+#: Qwen2.5-7B-Instruct's config.json (the fields the KV shape needs)
+QWEN_7B = {"num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4, "hidden_size": 3584,
+           "torch_dtype": "bfloat16"}
+
+
+def test_the_kv_cache_fix_gives_the_utilization_needed_with_its_arithmetic():
+    from skill_server.experiments.fixes import hint_for, model_kv
+
+    shape = model_kv(QWEN_7B)
+    assert shape == {"layers": 28, "kv_heads": 4, "head_dim": 128, "dtype": "bfloat16", "dtype_bytes": 2}
+    config = {"lengths": {"max_model_len": 32768, "max_prompt_length": 2048, "max_response_length": 30720,
+                          "gpu_memory_utilization": 0.6, "tensor_model_parallel_size": 1},
+              "model_kv": {**shape, "source": "/m/Qwen2.5-7B-Instruct/config.json"}}
+    hint = hint_for("vllm_kv_cache_too_small", KV_V0, config, [PROFILE])
+    # 2 x 28 layers x 4 KV heads x 128 x 2 B = 57344 B per token; (32768 - 16832) x 57344 B = 0.851 GiB;
+    # 0.851 / 79.11 = 0.01076: 0.60 + 0.01076 = 0.6108 -> at least 0.62
+    per_token = 2 * 28 * 4 * 128 * 2
+    assert per_token == 57344 and "57344 B per token from /m/Qwen2.5-7B-Instruct/config.json" in hint
+    assert "raise ajet.rollout.gpu_memory_utilization to at least 0.62 (now 0.6)" in hint
+    assert "(32768 - 16832) tokens x 57344 B = 0.851 GiB / 79.11 GiB = 0.6108" in hint
+    assert "GPU memory 79.11 GiB from vLLM's memory profile line" in hint and "a lower bound" in hint
+    # both fixes with their cost to the experiment: the shorter context defeats a 32k experiment
+    assert "Fix 2: lower ajet.rollout.max_model_len to 16384 (at most 16832)" in hint
+    assert "an experiment about 32768-token context no longer tests it" in hint
+    assert "Cost: vLLM keeps that share of each GPU it shares with the trainer" in hint
+
+
+def test_tensor_parallel_splits_the_kv_heads_and_v1_gives_the_memory_outright():
+    from skill_server.experiments.fixes import hint_for, model_kv
+
+    tp4 = {"lengths": {"gpu_memory_utilization": 0.8, "tensor_model_parallel_size": 4},
+           "model_kv": model_kv(QWEN_7B), "gpu_total_mib": 81920, "gpu_host": "gpu1"}
+    hint = hint_for("vllm_kv_cache_too_small", KV_V0, tp4)
+    assert "4 KV heads / TP 4" in hint and "= 14336 B per token" in hint  # one KV head per GPU
+    assert "GPU memory 80.0 GiB from nvidia-smi on gpu1" in hint
+    v1 = ("ValueError: To serve at least one request with the models's max seq len (32768), (4.0 GiB KV cache is "
+          "needed, which is larger than the available KV cache memory (2.6 GiB). Based on the available memory, the "
+          "estimated maximum model length is 21296.")
+    hint = hint_for("vllm_kv_cache_too_small", v1, {"lengths": {"gpu_memory_utilization": 0.9}, "gpu_total_mib": 24576})
+    assert "0.9 + (4 - 2.6) GiB / 24 GiB = 0.9583, so at least 0.96" in hint and "likely short of memory" in hint
+    too_much = hint_for("vllm_kv_cache_too_small", v1.replace("(4.0 GiB", "(40.0 GiB"),
+                        {"lengths": {"gpu_memory_utilization": 0.9}, "gpu_total_mib": 24576})
+    assert "no gpu_memory_utilization makes room" in too_much and "tensor_model_parallel_size" in too_much
+
+
+def test_without_the_gpu_memory_the_fix_names_what_is_missing():
+    from skill_server.experiments.fixes import hint_for, model_kv
+
+    hint = hint_for("vllm_kv_cache_too_small", KV_V0, {"lengths": {"gpu_memory_utilization": 0.6},
+                                                       "model_kv": model_kv(QWEN_7B)})
+    assert "how far is unknown here, for want of the GPU's memory" in hint and "(the cache must grow by" in hint
+    assert "at least" not in hint.split("Fix 2")[0]

@@ -33,12 +33,12 @@ def test_the_kv_cache_line_has_its_own_signature_and_a_fix_from_its_numbers():
     sig = SIGNATURES_BY_NAME["vllm_kv_cache_too_small"]
     assert sig.severity == "error" and sig.regex.search(KV_LINE) and sig.regex.search(KV_LINE_V1)
     alone = hint_for("vllm_kv_cache_too_small", KV_LINE)
-    assert "holds 14336 tokens" in alone and "lower ajet.rollout.max_model_len to 14336" in alone
+    assert "fits 14336 tokens" in alone and "lower ajet.rollout.max_model_len to 14336" in alone
     assert "max_prompt_length + max_response_length <= max_model_len" in alone
     assert "gpu_memory_utilization" in alone and "tensor_model_parallel_size" in alone
     # with the run's lengths: values that keep AgentJetJob's checks (3000 + 11336 <= 14336, 4096 <= 11336)
     fix = hint_for("vllm_kv_cache_too_small", KV_LINE, {"lengths": LENGTHS})
-    assert "max_prompt_length 3000 and max_response_length 11336" in fix and "(now 0.85;" in fix
+    assert "max_prompt_length 3000 and max_response_length 11336" in fix and "utilization 0.85 from the run's YAML" in fix
     assert "max_response_length_in_one_turn" not in fix.split("so that")[0]  # 4096 already fits
     v1 = hint_for("vllm_kv_cache_too_small", KV_LINE_V1, {"lengths": {**LENGTHS, "max_model_len": 32768}})
     assert "lower ajet.rollout.max_model_len to 20480 (at most 21296)" in v1
