@@ -66,6 +66,35 @@ def test_status_of_a_run_that_hit_the_kv_cache_limit_gives_the_computed_fix(tmux
     assert "max_prompt_length 3000 and max_response_length 11336" in hit["hint"]
 
 
+@needs_tmux
+def test_status_computes_the_utilization_from_the_models_config_and_nvidia_smi(tmux_socket: str, workdir: Path,
+                                                                                monkeypatch):
+    """The run's YAML names a local model folder: its config.json gives the KV shape; nvidia-smi on the run's
+    host (the stand-in, an 80 GiB A100) the GPU's memory; the error line the cache and the sequence."""
+    import json
+
+    from tests.gpu_helpers import A100, install_fake_smi
+    from tests.test_experiments_units import KV_V0, QWEN_7B
+
+    model = workdir / "Qwen2.5-7B-Instruct"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps(QWEN_7B))
+    install_fake_smi(workdir / "smi" / "bin", {"gpus": [{"uuid": "GPU-1", "name": A100, "memory_total": 81920,
+                                                         "memory_used": 4, "utilization": 0}]})
+    monkeypatch.setenv("PATH", f"{workdir / 'smi' / 'bin'}:/usr/bin:/bin")
+    (workdir / "exp.yaml").write_text(f"ajet:\n  model:\n    path: {model}\n  rollout:\n    max_model_len: 32768\n"
+                                      "    gpu_memory_utilization: 0.6\n    tensor_model_parallel_size: 1\n"
+                                      "  data:\n    max_prompt_length: 2048\n    max_response_length: 30720\n")
+    command = trainer("--steps", "1", "--say", f"1:{KV_V0}", "--exit-code", "1") + " --conf exp.yaml"
+    out = call("launch_experiment", name="kv2", command=command, workdir=str(workdir))
+    wait_exit(out["id"])
+    status = call("experiment_status", id=out["id"])["experiments"][0]
+    hint = {e["signature"]: e for e in status["errors"]}["vllm_kv_cache_too_small"]["hint"]
+    # (32768 - 16832) x 57344 B = 0.851 GiB of 80 GiB: 0.6 + 0.0106 -> at least 0.62
+    assert "raise ajet.rollout.gpu_memory_utilization to at least 0.62 (now 0.6)" in hint, hint
+    assert f"from {model / 'config.json'}" in hint and "GPU memory 80.0 GiB from nvidia-smi on local" in hint
+
+
 # ---- a run's own result folder: two runs from one directory never overwrite each other's results
 
 

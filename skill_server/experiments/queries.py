@@ -227,7 +227,7 @@ def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int,
             continue
         errors.append(ErrorHit(signature=name, title=sig.title, severity=sig.severity, line=str(hit.get("line", "")),
                                count=int(hit.get("count", 0)), role=hit.get("role"),
-                               hint=fixes.hint_for(name, str(hit.get("line", "")), config)))
+                               hint=fixes.hint_for(name, str(hit.get("line", "")), config, lines)))
     errors.sort(key=lambda e: (e.severity != "error", -e.count))
     overdue = not scan.first_step_seen and view.elapsed_s > first_step_s
     if scan.first_step_seen:  # late only if a look at the log after the deadline had not seen it yet
@@ -297,6 +297,7 @@ class ExtraPlan:
     candidates: list[runconfig.Candidate]
     read_config: bool
     list_checkpoints: bool
+    read_model: tuple[str, client.Op[Any]] | None = None  # the model's config.json, once (its KV shape)
 
 
 def plan_extras(reg: Registry, row: Row, want_checkpoints: bool, now: float) -> ExtraPlan:
@@ -306,12 +307,14 @@ def plan_extras(reg: Registry, row: Row, want_checkpoints: bool, now: float) -> 
     read = runconfig.needs_check(checked_at, config, now) and not (row.final_state and checked_at is not None)
     cands = runconfig.candidates(row) if read else []
     listing = want_checkpoints and ckpt.listing_op(config) is not None  # the cached directory, if known
-    return ExtraPlan(config, cands, read, listing)
+    return ExtraPlan(config, cands, read, listing, runconfig.model_read(row, config))
 
 
 def extra_ops(plan: ExtraPlan) -> list[tuple[str, client.Op[Any]]]:
     """The (host, op) pairs of a plan, for ``observe(extra_ops=...)``; the checkpoint listing comes last."""
     ops: list[tuple[str, client.Op[Any]]] = [(c.host, runconfig.read_op(c.path)) for c in plan.candidates]
+    if plan.read_model is not None:
+        ops.append(plan.read_model)
     if plan.list_checkpoints:
         listing = ckpt.listing_op(plan.config)
         assert listing is not None
@@ -321,13 +324,51 @@ def extra_ops(plan: ExtraPlan) -> list[tuple[str, client.Op[Any]]]:
 
 def absorb_config(reg: Registry, view: View, plan: ExtraPlan, now: float) -> None:
     """Fold the YAML reads that came back with ``view`` into the plan's config and cache it."""
+    old = plan.config
     if plan.read_config:
         plan.config = runconfig.fold_answers(view.row, plan.candidates, view.extra[: len(plan.candidates)])
+        if plan.config.get("model_path") == old.get("model_path"):  # the model's shape, read before, still holds
+            plan.config.update({k: v for k, v in old.items() if k in ("model_kv", "model_kv_problem")})
+    model_answer = len(plan.candidates)
+    if plan.read_model is not None and len(view.extra) > model_answer and \
+            plan.config.get("model_path") == old.get("model_path"):
+        runconfig.absorb_model(plan.config, view.extra[model_answer])
+    if plan.read_config or plan.read_model is not None:
         try:
             runconfig.store(reg, view.row.id, plan.config, now)
         except sqlite3.Error as exc:
             if not reg.recordable(exc):
                 raise
+
+
+#: The signature whose computed fix needs the GPU's memory (``fixes.kv_cache_fix``).
+KV_SIGNATURE = "vllm_kv_cache_too_small"
+
+
+def _gpu_memory(reg: Registry, view: View, plan: ExtraPlan, deadline: Deadline | None, now: float) -> None:
+    """Once a run hit vLLM's KV-cache limit, its host's GPU memory (nvidia-smi, one more call, cached with the
+    YAML's summary) for the utilization that fix computes; a Slurm run's GPUs are on its nodes: not asked."""
+    from skill_server.gpus import nvidia_smi
+    from skill_server.gpus.query import CALL_TIMEOUT_S, from_reply
+
+    config = plan.config
+    place = view.row.spec.hosts.get(view.row.host)
+    if KV_SIGNATURE not in view.scan.errors or "gpu_total_mib" in config or config.get("gpu_problem") or \
+            (place is not None and place.backend is not None):
+        return
+    host = view.row.host
+    gpus = from_reply(host, call_hosts({host: nvidia_smi.query_ops()}, timeout_s=CALL_TIMEOUT_S,
+                                       deadline=deadline)[host])
+    sizes = [g.memory_total_mib for g in gpus.gpus or [] if g.memory_total_mib]
+    if sizes:
+        config["gpu_total_mib"], config["gpu_host"] = min(sizes), host  # the smallest GPU bounds the engines
+    else:
+        config["gpu_problem"] = gpus.reason or "nvidia-smi listed no GPU memory"
+    try:
+        runconfig.store(reg, view.row.id, config, now)
+    except sqlite3.Error as exc:
+        if not reg.recordable(exc):
+            raise
 
 
 def _checkpoints(plan: ExtraPlan, view: View, deadline: Deadline | None) -> CheckpointList:
@@ -379,6 +420,7 @@ def _observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_l
         row = view.row
         plan = plans[row.id]
         absorb_config(reg, view, plan, now)
+        _gpu_memory(reg, view, plan, deadline, now)
         offsets = starts[row.id]
         lines, new, skipped = lines_from(view, offsets, max_lines)
         if since is None and new != offsets:

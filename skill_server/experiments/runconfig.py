@@ -97,6 +97,38 @@ def read_op(path: str) -> client.Op[ReadReply]:
     return client.read(path, MAX_YAML_BYTES + 1, text=True)
 
 
+#: Most bytes of a model's config.json read (they are a few KiB).
+MAX_MODEL_CONFIG_BYTES = 256 * 1024
+
+
+def model_read(row: Row, config: dict[str, Any]) -> tuple[str, client.Op[ReadReply]] | None:
+    """Reading the run's model ``config.json`` on its host (once: its KV shape is cached with the YAML's
+    summary), when the YAML names a local model folder and the shape is not known yet."""
+    path = config.get("model_path")
+    if not isinstance(path, str) or "model_kv" in config or config.get("model_kv_problem"):
+        return None
+    return row.host, client.read(posixpath.join(path, "config.json"), MAX_MODEL_CONFIG_BYTES + 1, text=True)
+
+
+def absorb_model(config: dict[str, Any], result: client.Result) -> None:
+    """The model's KV shape (``fixes.model_kv``) from the answer to :func:`model_read`, or why there is none."""
+    from skill_server.experiments.fixes import model_kv
+
+    where = posixpath.join(str(config.get("model_path")), "config.json")
+    answer = client.answer(result, client.read)
+    if not answer["ok"] or answer["size"] > MAX_MODEL_CONFIG_BYTES:
+        config["model_kv_problem"] = f"{where}: {answer['error'] if not answer['ok'] else 'too large'}"
+        return
+    try:
+        shape = model_kv(json.loads(answer.get("text", "")))
+    except (ValueError, RecursionError):
+        shape = None
+    if shape is None:
+        config["model_kv_problem"] = f"{where} does not give layers, KV heads, head size and dtype"
+    else:
+        config["model_kv"] = {**shape, "source": where}
+
+
 def parse_answer(candidate: Candidate, result: client.Result) -> tuple[Any, str | None]:
     """(parsed YAML or None, why not) from the host's answer to ``read_op``."""
     answer = client.answer(result, client.read)
@@ -151,6 +183,9 @@ def summarise(candidate: Candidate, data: Any) -> dict[str, Any]:
                if isinstance(value := _get(data, key), (int, float)) and not isinstance(value, bool)}
     if lengths:
         out["lengths"] = lengths  # what a computed fix (experiments.fixes) reads
+    model = _plain(_get(data, "ajet.model.path"))
+    if model is not None and model.startswith("/"):
+        out["model_path"] = model  # a local model folder: its config.json gives the KV shape (model_read_op)
     local_dir = _plain(_get(data, "trainer.default_local_dir"))
     base = _plain(_get(data, CHECKPOINT_BASE_KEY))
     project = _plain(_get(data, "ajet.project_name"))
