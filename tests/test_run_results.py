@@ -196,3 +196,33 @@ def test_a_wait_ends_when_the_run_goes_quiet(tmux_socket: str, workdir: Path):
         call("stop_experiment", id=run["id"], grace_s=1)
     ended = call("experiment_status", id=out["id"], max_lines=0)
     assert ended.get("quiet_s") is None and ended.get("quiet_since") is None  # only a running run is quiet
+
+
+# ---- what AgentJet's launcher checks in the launch environment, refused before anything starts
+
+CLASSIC = ("ajet:\n  enable_swarm_mode: false\n  rollout:\n    user_workflow: tutorial.math->MathWorkflow\n"
+           "hydra:\n  searchpath:\n    - file://ajet/default_config\n    - file://ajet/default_config/verl\n"
+           "defaults:\n  - verl_default\n  - ajet_default\n  - _self_\n")  # ajet_default's logger: swanlab
+
+
+@needs_tmux
+def test_a_swanlab_logger_without_its_key_is_refused_before_launch(tmux_socket: str, workdir: Path, monkeypatch):
+    from skill_server.core.errors import ToolInputError
+    from skill_server.experiments.store import open_registry
+
+    monkeypatch.delenv("SWANLAB_API_KEY", raising=False)
+    (workdir / "math.yaml").write_text(CLASSIC)
+    command = trainer("--steps", "1") + " --conf math.yaml"
+    with pytest.raises(ToolInputError) as refused:
+        call("launch_experiment", name="swan", command=command, workdir=str(workdir))
+    assert refused.value.field == "env" and "SWANLAB_API_KEY" in refused.value.message
+    assert "ImportError" in refused.value.message and "logger: tensorboard" in refused.value.message
+    with open_registry() as reg:
+        assert reg.count() == 0  # nothing was started
+    # given in env (or exported here), the same launch starts
+    out = call("launch_experiment", name="swan", command=command, workdir=str(workdir),
+               env={"SWANLAB_API_KEY": "k"})
+    assert wait_exit(out["id"])["state"] == "succeeded"
+    (workdir / "tb.yaml").write_text(CLASSIC.replace("rollout:", "trainer_common:\n    logger: tensorboard\n  rollout:"))
+    out = call("launch_experiment", name="tb", command=trainer("--steps", "1") + " --conf tb.yaml", workdir=str(workdir))
+    assert wait_exit(out["id"])["state"] == "succeeded"
