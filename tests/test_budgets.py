@@ -11,7 +11,7 @@ import re
 
 from skill_server.app import tool_docs
 from skill_server.app.mcp_server import EXPLAIN_GAUGE, INSTRUCTIONS, RUN_BLUEPRINT
-from skill_server.app.table import TOOLS
+from skill_server.app.table import TOOLS, TOOLS_BY_NAME
 from tests.conftest import REPO, cli_env
 from tests.tokens import count_tokens, skill_body, tool_token_table
 
@@ -72,3 +72,65 @@ def test_the_wait_back_off_is_written_once():
     texts |= {page.name: page.read_text() for page in (REPO / "references").glob("*.md") if page.name != "tools.md"}
     texts |= {spec.name: spec.description + spec.details for spec in TOOLS}
     assert [name for name, text in texts.items() if schedule.search(text)] == []
+
+
+# --- what one answer costs: each script-reading tool on every tutorial client ---------------------------------
+
+#: The tutorial clients (tests/fixtures/clients): every script a tool reads in one call.
+CLIENT_SCRIPTS = sorted(p for p in (REPO / "tests" / "fixtures" / "clients").rglob("*.py"))
+#: check_config's default (compact) answer: in bytes and in tokens, the first screen an assistant reads.
+CHECK_CONFIG_BYTES, CHECK_CONFIG_TOKENS = 7 * 1024, 2_000
+#: detail=full: every location and value, each block once (it was 23 KB for a 17-line script, effective twice).
+CHECK_CONFIG_FULL_BYTES = 20 * 1024
+EPISODE_CAP_BYTES = 5 * 1024
+#: build_config: the YAML is the answer (AgentJet's whole dump); everything around it stays small, and comes first.
+BUILD_CONFIG_BESIDES_YAML = 6 * 1024
+
+
+def _answer(tool: str, arguments: dict) -> dict | None:
+    from skill_server.core.errors import ToolInputError
+
+    try:
+        return TOOLS_BY_NAME[tool].invoke(arguments).model_dump(mode="json")
+    except ToolInputError:
+        return None  # a script this tool refuses (for example one with unknown settings) answers with one line
+
+
+def test_each_tools_answer_on_the_tutorial_clients_is_sized_for_an_assistant():
+    import json
+
+    texts: list[str] = []
+    for script in CLIENT_SCRIPTS:
+        compact = _answer("check_config", {"script": str(script)})
+        full = _answer("check_config", {"script": str(script), "detail": "full"})
+        assert compact is not None and full is not None
+        text = json.dumps(compact)
+        texts.append(text)
+        assert len(text) <= CHECK_CONFIG_BYTES, (script.name, len(text))
+        assert len(json.dumps(full)) <= CHECK_CONFIG_FULL_BYTES, (script.name, len(json.dumps(full)))
+        assert "effective" not in compact and all("locations" not in f for f in compact["findings"])
+        constructions = full["constructions"] or []
+        assert all(c["effective"] is None for c in constructions[:1])  # the top-level effective, not twice
+        cap = _answer("episode_cap", {"script": str(script)})
+        assert cap is None or len(json.dumps(cap)) <= EPISODE_CAP_BYTES, (script.name, len(json.dumps(cap)))
+        built = _answer("build_config", {"script": str(script)})
+        if built is not None:
+            around = {k: v for k, v in built.items() if k != "yaml"}
+            assert len(json.dumps(around)) <= BUILD_CONFIG_BESIDES_YAML, (script.name, len(json.dumps(around)))
+            assert list(built)[-1] == "yaml"  # the summary and warnings come before AgentJet's whole dump
+    tokens = count_tokens(texts)
+    print("\n[answer] check_config tokens per tutorial client:", dict(zip((s.name for s in CLIENT_SCRIPTS), tokens)))
+    assert max(tokens) <= CHECK_CONFIG_TOKENS
+
+
+def test_no_fix_names_a_key_another_finding_flags_as_unknown():
+    """A fix names the corrected key or leaves a misspelt one out; only the unknown-key finding itself names it."""
+    from tests.lint_helpers import lint
+
+    for script in CLIENT_SCRIPTS:
+        r = lint(script)
+        bad = {f.key for f in r.findings if f.rule == "unknown-key" and f.values and f.values.get("closest") is not None
+               or f.rule == "unknown-key" and f.values and "closest" in f.values}
+        for f in r.findings:
+            if f.rule != "unknown-key":
+                assert not [k for k in bad if k and k in f.fix], (script.name, f.rule, f.fix)

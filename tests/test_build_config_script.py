@@ -37,7 +37,8 @@ def test_a_script_builds_what_its_kwargs_and_writes_build(tmp_path):
     assert "top_p: 0.8" in r.yaml and "temperature: 0.7" in r.yaml and "num_repeat: 6" in r.yaml
     assert any("environment variable N is unset" in w for w in r.warnings)
     assert r.summary == (f"Built the YAML AgentJetJob dumps for AgentJet 0.1.0 (c68c154f) from {tmp_path / 'train.py'}"
-                         f"'s AgentJetJob (line 4): 5 kwargs and 1 write over {tmp_path / 'base.yaml'}.")
+                         f"'s AgentJetJob (line 4): 5 kwargs and 1 write over {tmp_path / 'base.yaml'}. 1 warning "
+                         "(see warnings).")
     assert by_hand.summary.startswith("Built the YAML AgentJetJob dumps for AgentJet 0.1.0 (c68c154f) from the "
                                       "kwargs given: 5 kwargs and 1 write")
     # kwargs and set given with the script apply over it

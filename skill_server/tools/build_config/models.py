@@ -67,14 +67,16 @@ class UnknownInput(ToolOutput):
 
 
 class BuildConfigResult(ToolOutput):
+    """What comes first is what to read first: the summary, then what to know about it, then the YAML itself."""
+
     summary: str = Field(description="One line to quote: what was built, for which AgentJet, and what is unknown.")
-    yaml: str = Field(description="Exactly what AgentJetJob(...).dump_job_as_yaml() writes for these inputs.")
+    warnings: list[str]
+    unknown: list[UnknownInput] = Field(
+        default_factory=list, description="With script: inputs known only at run time; the YAML holds the base "
+        "value at these keys, not the script's.")
+    written: str | None = Field(description="The file created from output_path, else null.")
     agentjet: AgentJetRef
     base: BaseInfo
     layers: list[str] = Field(description="Composed configs in merge order (later wins), where each was read.")
     provenance: list[ProvenanceEntry]
-    warnings: list[str]
-    written: str | None = Field(description="The file created from output_path, else null.")
-    unknown: list[UnknownInput] = Field(
-        default_factory=list, description="With script: inputs known only at run time; the YAML holds the base "
-        "value at these keys, not the script's.")
+    yaml: str = Field(description="Exactly what AgentJetJob(...).dump_job_as_yaml() writes for these inputs.")

@@ -190,6 +190,8 @@ def _summary(result: BuildConfigResult, job: ScriptJob | None, inp: BuildConfigI
         keys = ", ".join(u.key for u in result.unknown[:5]) + (", ..." if len(result.unknown) > 5 else "")
         line += (f" {len(result.unknown)} value{'s' if len(result.unknown) != 1 else ''} known only at run time "
                  f"({keys}): the YAML shows the base value there.")
+    if result.warnings:
+        line += f" {len(result.warnings)} warning{'s' if len(result.warnings) != 1 else ''} (see warnings)."
     if result.written:
         line += f" Written to {result.written}."
     return line

@@ -54,8 +54,8 @@ class Finding(SparseOutput):
     rule: str
     severity: Severity
     key: str | None = Field(description="Dotted config key, e.g. ajet.rollout.max_env_worker.")
-    location: str | None = Field(default=None, description="file:line of the first location (absent when it is "
-                                 "AgentJet's bundled default).")
+    location: str | None = Field(default=None, description="file:line of the first location: the script checked "
+                                 "by its name, other files by their path (absent: AgentJet's bundled default).")
     message: str
     fix: str
     locations: list[Location] | None = Field(default=None, description="detail=full: every line that matters; the "
@@ -64,7 +64,7 @@ class Finding(SparseOutput):
 
 
 class Skipped(ToolOutput):
-    rule: str
+    rule: str = Field(description="The rule id (compact: the ids that share the reason, comma-separated).")
     reason: str = Field(description="Why the check could not run (the unknown values and what they depend on).")
 
 
@@ -189,8 +189,8 @@ class CheckConfigResult(SparseOutput):
     skipped: list[Skipped] = Field(description="Checks that could not run, with the reason.")
     values: dict[str, JsonValue] | None = Field(default=None, description="detail=compact: the first construction's "
                                                 "effective values by name (null: unknown, see unknown).")
-    unknown: dict[str, str] | None = Field(default=None, description="detail=compact: why each null value is "
-                                           "unknown.")
+    unknown: dict[str, str] | None = Field(default=None, description="detail=compact: why the null values are "
+                                           "unknown (names sharing a reason listed together, comma-separated).")
     effective: Effective | None = Field(default=None, description="detail=full: resolved values of the first "
                                         "construction (or the YAML alone), each with its source.")
     constructions: list[ConstructionInfo] | None = Field(default=None, description="detail=full: every construction "

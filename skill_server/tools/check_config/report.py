@@ -40,8 +40,10 @@ def effective(ctx: LintContext, run: Run) -> Effective:
 
 
 def _client_value(ctx: LintContext) -> EffectiveValue | None:
-    """What the client script runs at once (``analysis.concurrency``); None without a script."""
-    if ctx.session.scan is None:
+    """What the client script runs at once (``analysis.concurrency``); None without a script, or for one that
+    neither builds a pool nor claims an episode itself (a driver: its episodes run elsewhere)."""
+    scan = ctx.session.scan
+    if scan is None or not (scan.pools or (scan.episodes is not None and scan.episodes.claims)):
         return None
     bound = ctx.client_bound
     location = Location(file=ctx.script_file, line=bound.line) if bound.line is not None else None

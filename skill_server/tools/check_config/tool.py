@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 from skill_server.analysis.analyse import analyse_arguments
@@ -31,7 +33,7 @@ def check_config(inp: CheckConfigInput) -> CheckConfigResult:
     top-level ``effective``)."""
     aj, analysis = analyse_arguments(inp.script, inp.yaml, inp.cwd, inp.agentjet_version, inp.agentjet_root)
     ctx = LintContext(analysis)
-    findings = _run_rules(ctx)
+    findings = _run_rules(ctx, ctx.script_file)
     first = effective(ctx, ctx.runs[0])  # the first construction's run, or the YAML's alone
     skipped = [Skipped(rule=r, reason=why) for r, why in ctx.skipped]
     counts = Summary(errors=sum(f.severity == "error" for f in findings),
@@ -43,6 +45,7 @@ def check_config(inp: CheckConfigInput) -> CheckConfigResult:
         for finding in findings:
             finding.locations = finding.values = None
         result.values, result.unknown = compact_values(first)
+        result.skipped = compact_skips(skipped)
         return result
     result.effective = first
     result.constructions = [construction_info(ctx, run, with_effective=i > 0)
@@ -51,19 +54,36 @@ def check_config(inp: CheckConfigInput) -> CheckConfigResult:
     return result
 
 
+_UNKNOWN_BECAUSE = re.compile(r"^.{1,300}? (?:is|are) unknown \((.+)\)$")
+
+
+def compact_skips(skipped: list[Skipped]) -> list[Skipped]:
+    """The skipped checks with one cause said once: 'x is unknown (set by the base YAML ..., not found)' for
+    twelve rules is one entry naming the twelve."""
+    groups: dict[str, list[str]] = {}
+    for item in skipped:
+        found = _UNKNOWN_BECAUSE.match(item.reason)
+        because = f"values unknown ({found.group(1)})" if found else item.reason
+        groups.setdefault(because, [])
+        if item.rule not in groups[because]:
+            groups[because].append(item.rule)
+    return [Skipped(rule=", ".join(rules), reason=because) for because, rules in groups.items()]
+
+
 def compact_values(values: Effective) -> tuple[dict[str, Any], dict[str, str]]:
-    """The effective values by name, and why each unknown one is unknown (the base YAML's reason first)."""
+    """The effective values by name, and why the unknown ones are unknown: the base YAML's reason first, then
+    each reason once, keyed by the names it holds for (comma-separated)."""
     plain: dict[str, Any] = {}
-    unknown: dict[str, str] = {}
-    if "(base YAML)" in values.unresolved:
-        unknown["(base YAML)"] = values.unresolved["(base YAML)"]
+    reasons: dict[str, list[str]] = {}
     for name in type(values).model_fields:
         item = getattr(values, name)
         if not isinstance(item, EffectiveValue):
             continue
         plain[name] = item.value
         if item.unresolved:
-            unknown[name] = item.unresolved
+            reasons.setdefault(item.unresolved, []).append(name)
+    unknown = {"(base YAML)": values.unresolved["(base YAML)"]} if "(base YAML)" in values.unresolved else {}
+    unknown |= {", ".join(names): why for why, names in reasons.items()}
     return plain, unknown
 
 
@@ -82,15 +102,16 @@ def _summary(findings: list[Finding], counts: Summary, label: str) -> str:
     return line + skipped + "."
 
 
-def _place(locations: list[Location]) -> str | None:
-    """``file:line`` of the first location that names a file."""
+def _place(locations: list[Location], script: str | None) -> str | None:
+    """``file:line`` of the first location that names a file (the script checked by its name alone)."""
     for loc in locations:
         if loc.file:
-            return f"{loc.file}:{loc.line}" if loc.line else loc.file
+            file = Path(loc.file).name if loc.file == script else loc.file
+            return f"{file}:{loc.line}" if loc.line else file
     return None
 
 
-def _run_rules(ctx: LintContext) -> list[Finding]:
+def _run_rules(ctx: LintContext, script: str | None) -> list[Finding]:
     claimed = claimed_causes()
     findings: list[Finding] = []
     seen: set[tuple[Any, ...]] = set()
@@ -106,7 +127,8 @@ def _run_rules(ctx: LintContext) -> list[Finding]:
                     continue
                 seen.add(ident)
                 findings.append(Finding(rule=rule.id, severity=rule.severity, key=report.key,
-                                        location=_place(report.locations), message=report.message, fix=report.fix,
+                                        location=_place(report.locations, script), message=report.message,
+                                        fix=report.fix,
                                         locations=report.locations, values=jsonable(report.values)))
             for skipped in run.cause_skips:
                 if skipped.cause in rule.claims or (rule.id == REFUSAL_RULE and skipped.cause not in claimed):
