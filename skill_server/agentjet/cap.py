@@ -404,22 +404,7 @@ def _suggestions(inp: EpisodeCapInput, r: EpisodeCapResult) -> list[str]:
             f"To lift the cap, raise max_env_worker {how}."
         )
     if "train_batch_size" in r.binding and tbs is not None and "max_env_worker" not in r.binding:
-        fit, *grow = balanced
-        options = [f"lower max_env_worker to {fit.max_env_worker} (the extra threads do nothing)"]
-        if grow:
-            g = grow[0]
-            raise_batch = f"raise train_batch_size to {g.train_batch_size}"
-            if g.max_env_worker != mew:
-                raise_batch += (f" and set max_env_worker to {g.max_env_worker} (a multiple of {n}: {mew} would leave "
-                                "the last partial group queued or idle)")
-            options.insert(0, f"{raise_batch} to use the whole pool")
-        said = ", or ".join(options)
-        said = ("Alternatively, to use the pool you have: " + said if r.plan is not None and r.plan.changes
-                else said[0].upper() + said[1:])
-        out.append(
-            f"train_batch_size={tbs} binds: only {tbs} task groups x {n} = {tbs * n} loops exist per step, so "
-            f"{mew - tbs * n} of the {mew} pool threads never work. {said}."
-        )
+        out.append(_batch_binds(r, balanced, tbs))
     if out and (r.plan is None or r.plan.changes or len(out) > 1):  # the suggestions so far change engine values
         out.append(WHERE_TO_CHANGE)
     if r.bounds.clients is not None and r.bounds.clients < r.engine_cap:
@@ -440,6 +425,25 @@ def _suggestions(inp: EpisodeCapInput, r: EpisodeCapResult) -> list[str]:
             "recommends."
         )
     return out
+
+
+def _batch_binds(r: EpisodeCapResult, balanced: list[Balanced], tbs: int) -> str:
+    """The batch binds: fit the pool to it, or grow the batch to the whole groups the pool holds."""
+    mew, n = r.pool_width, r.num_repeat
+    fit, *grow = balanced
+    options = [f"lower max_env_worker to {fit.max_env_worker} (the extra threads do nothing)"]
+    if grow:
+        g = grow[0]
+        raise_batch = f"raise train_batch_size to {g.train_batch_size}"
+        if g.max_env_worker != mew:
+            raise_batch += (f" and set max_env_worker to {g.max_env_worker} (a multiple of {n}: {mew} would leave "
+                            "the last partial group queued or idle)")
+        options.insert(0, f"{raise_batch} to use the whole pool")
+    said = ", or ".join(options)
+    said = ("Alternatively, to use the pool you have: " + said if r.plan is not None and r.plan.changes
+            else said[0].upper() + said[1:])
+    return (f"train_batch_size={tbs} binds: only {tbs} task groups x {n} = {tbs * n} loops exist per step, so "
+            f"{mew - tbs * n} of the {mew} pool threads never work. {said}.")
 
 
 def _explanation(inp: EpisodeCapInput, r: EpisodeCapResult) -> str:

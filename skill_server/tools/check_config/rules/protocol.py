@@ -149,23 +149,7 @@ def discard_timeout_below_episode_timeout(ctx: LintContext, run: Run) -> Iterato
     protocol = _protocol(ctx)
     if protocol is None or not protocol.claims or not protocol.timeouts:
         return
-    rule_id = "discard-timeout-below-episode-timeout"
-    for t in protocol.timeouts:
-        if not (t.seconds.resolved and is_num(t.seconds.value)):
-            ctx.skip(rule_id, f"the timeout at line {t.line} is not a number known statically "
-                     f"({t.seconds.describe_unresolved() if not t.seconds.resolved else show(t.seconds.value)})")
-    short: dict[tuple[int, float], list[int]] = {}  # (timeout line, patience) -> the claims it outlasts
-    for claim in protocol.claims:
-        given = claim.discard_timeout
-        if given is not None and not (given.resolved and is_num(given.value)):
-            ctx.skip(rule_id, f"discard_episode_timeout at line {claim.line} is not known statically")
-            continue
-        patience = given.value if given is not None else DEFAULT_DISCARD_TIMEOUT_S
-        waits = [t for t in protocol.timeouts if t.seconds.resolved and is_num(t.seconds.value)
-                 and (not t.functions or claim.function in t.functions) and t.seconds.value > patience]
-        if waits:
-            longest = max(waits, key=lambda t: t.seconds.value)
-            short.setdefault((longest.line, patience), []).append(claim.line)
+    short = _outlasted(ctx, protocol)
     timeouts = {t.line: t for t in protocol.timeouts}
     for (line, patience), claims in short.items():
         t = timeouts[line]
@@ -180,6 +164,28 @@ def discard_timeout_below_episode_timeout(ctx: LintContext, run: Run) -> Iterato
                      {"discard_episode_timeout": patience, "client_timeout": seconds, "claims": claims},
                      f"pass discard_episode_timeout={_above(seconds)} (or more) to begin_episode at line {at}, or "
                      "shorten the client's own timeout")
+
+
+def _outlasted(ctx: LintContext, protocol: EpisodeProtocol) -> dict[tuple[int, float], list[int]]:
+    """(the longest timeout's line, the patience it outlasts) -> the claims it outlasts; unknown values skipped."""
+    rule_id = "discard-timeout-below-episode-timeout"
+    for t in protocol.timeouts:
+        if not (t.seconds.resolved and is_num(t.seconds.value)):
+            ctx.skip(rule_id, f"the timeout at line {t.line} is not a number known statically "
+                     f"({t.seconds.describe_unresolved() if not t.seconds.resolved else show(t.seconds.value)})")
+    short: dict[tuple[int, float], list[int]] = {}
+    for claim in protocol.claims:
+        given = claim.discard_timeout
+        if given is not None and not (given.resolved and is_num(given.value)):
+            ctx.skip(rule_id, f"discard_episode_timeout at line {claim.line} is not known statically")
+            continue
+        patience = given.value if given is not None else DEFAULT_DISCARD_TIMEOUT_S
+        waits = [t for t in protocol.timeouts if t.seconds.resolved and is_num(t.seconds.value)
+                 and (not t.functions or claim.function in t.functions) and t.seconds.value > patience]
+        if waits:
+            longest = max(waits, key=lambda t: t.seconds.value)
+            short.setdefault((longest.line, patience), []).append(claim.line)
+    return short
 
 
 def _above(seconds: float) -> int:
