@@ -83,7 +83,7 @@ def test_a_client_script_is_read_as_check_config_reads_it(tmp_path):
     script.write_text(SCRIPT)
     r = call(script=str(script))
     checked = TOOLS_BY_NAME["check_config"].invoke({"script": str(script)})
-    assert r.episode_cap == checked.effective.episode_cap.value == 96
+    assert r.episode_cap == checked.values["episode_cap"] == 96
     got = by_name(r)
     assert got["max_env_worker"].place == f"{script}:6 (written after construction: 96)"
     assert got["num_repeat"].value == 6 and "environment variable N_REPEAT is unset" in got["num_repeat"].place
