@@ -435,3 +435,15 @@ def test_without_the_gpu_memory_the_fix_names_what_is_missing():
                                                        "model_kv": model_kv(QWEN_7B)})
     assert "how far is unknown here, for want of the GPU's memory" in hint and "(the cache must grow by" in hint
     assert "at least" not in hint.split("Fix 2")[0]
+
+
+def test_vllms_log_alone_gives_the_utilization():
+    """v0's profile lines: the GPU's memory and the utilization in force, and the KV GiB the error's cache holds."""
+    from skill_server.experiments.fixes import hint_for
+
+    reserved = ("INFO worker.py:241] model weights take 15.23GiB; non_torch_memory takes 0.19GiB; PyTorch activation "
+                "peak memory takes 30.2GiB; the rest of the memory reserved for KV Cache is 0.92GiB.")
+    hint = hint_for("vllm_kv_cache_too_small", KV_V0, {}, [PROFILE, reserved])
+    # 0.92 GiB for 16832 tokens: 58690 B per token; (32768 - 16832) x that = 0.871 GiB; 0.6 + 0.871 / 79.11 = 0.611
+    assert "0.92 GiB of KV cache for 16832 tokens from vLLM's log" in hint
+    assert "raise ajet.rollout.gpu_memory_utilization to at least 0.62 (now 0.6)" in hint

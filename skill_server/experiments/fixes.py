@@ -157,17 +157,15 @@ def _utilization_fix(need: KvNeed, config: Mapping[str, Any], lines: Sequence[st
         inputs.append(f"GPU memory {total_gib:.1f} GiB from nvidia-smi on {config.get('gpu_host', 'the host')}")
     cost = ("Cost: vLLM keeps that share of each GPU it shares with the trainer, so the actor has less when vLLM "
             "wakes after a weight sync (cumem_allocator out-of-memory): raise it no further than needed")
-    missing = [what for what, value in (("the missing KV memory", extra_gib), ("the current utilization",
-                                                                             utilization), ("the GPU's memory",
-                                                                                            total_gib))
+    missing = [what for what, value in (("the KV bytes per token (the model's config.json)", extra_gib),
+                                        ("the current utilization", utilization), ("the GPU's memory", total_gib))
                if value is None]
     if missing or extra_gib is None or total_gib is None or utilization is None:
         said = f"; inputs: {'; '.join(inputs)}" if inputs else ""
         known = f" (the cache must grow by {how})" if extra_gib is not None else ""
         return (f"raise ajet.rollout.gpu_memory_utilization{known}; how far is unknown here, for want of "
-                f"{', '.join(missing)} (vLLM's "
-                "memory profile line, the model's config.json and nvidia-smi's memory.total give them; gpu_status "
-                f"reads the last){said}. {cost}")
+                f"{', '.join(missing)}; vLLM's memory profile line in the log gives the utilization, the GPU's "
+                f"memory and the cache's size, and gpu_status the GPU's memory{said}. {cost}")
     share = extra_gib / total_gib
     needed = math.ceil((utilization + share) * 100 - 1e-9) / 100
     arithmetic = (f"{utilization:g} + {how} / {total_gib:.4g} GiB = {utilization + share:.4f}, so at least "
@@ -200,9 +198,10 @@ def _missing_memory(need: KvNeed, config: Mapping[str, Any], log: dict[str, floa
                       f"B per token from {shape.get('source', 'the model config.json')}")
         extra = (n - m) * per_token / GIB
         return extra, f"({n} - {m}) tokens x {per_token} B = {extra:.3f} GiB"
-    if log.get("kv_gib") and log.get("kv_tokens"):
-        logged = log["kv_gib"] * GIB / log["kv_tokens"]
-        inputs.append(f"{log['kv_gib']:g} GiB for {log['kv_tokens']:g} tokens of cache from vLLM's log")
+    if log.get("kv_gib"):  # the cache the profile reserved is the one the error measured (m tokens)
+        tokens = log.get("kv_tokens") or m
+        logged = log["kv_gib"] * GIB / tokens
+        inputs.append(f"{log['kv_gib']:g} GiB of KV cache for {tokens:g} tokens from vLLM's log")
         extra = (n - m) * logged / GIB
         return extra, f"({n} - {m}) tokens x {logged:.0f} B = {extra:.3f} GiB"
     return None, ""
