@@ -89,6 +89,7 @@ def test_status_computes_the_utilization_from_the_models_config_and_nvidia_smi(t
     out = call("launch_experiment", name="kv2", command=command, workdir=str(workdir))
     wait_exit(out["id"])
     status = call("experiment_status", id=out["id"])["experiments"][0]
+    assert status["errors"][0]["signature"] == "vllm_kv_cache_too_small"  # before the generic traceback one
     hint = {e["signature"]: e for e in status["errors"]}["vllm_kv_cache_too_small"]["hint"]
     # (32768 - 16832) x 57344 B = 0.851 GiB of 80 GiB: 0.6 + 0.0106 -> at least 0.62
     assert "raise ajet.rollout.gpu_memory_utilization to at least 0.62 (now 0.6)" in hint, hint

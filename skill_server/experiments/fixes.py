@@ -101,7 +101,7 @@ def _count(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-def _log_facts(lines: Sequence[str]) -> dict[str, float]:
+def log_facts(lines: Sequence[str]) -> dict[str, float]:
     """The memory figures vLLM logged (the last of each wins: a restart logs them again)."""
     facts: dict[str, float] = {}
     for text in lines:
@@ -140,7 +140,8 @@ def _utilization_fix(need: KvNeed, config: Mapping[str, Any], lines: Sequence[st
     """The utilization that gives the cache room for one sequence: the current one plus the missing KV memory as
     a share of the GPU. Each input says where it came from; a missing one is named instead of guessed."""
     lengths = config.get("lengths") or {}
-    log = _log_facts(lines)
+    remembered = config.get("vllm_profile")  # what earlier reads of the log saw (queries keeps it)
+    log = {**(remembered if isinstance(remembered, dict) else {}), **log_facts(lines)}
     inputs: list[str] = []
     extra_gib, how = _missing_memory(need, config, log, inputs)
     utilization = log.get("utilization")

@@ -228,7 +228,8 @@ def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int,
         errors.append(ErrorHit(signature=name, title=sig.title, severity=sig.severity, line=str(hit.get("line", "")),
                                count=int(hit.get("count", 0)), role=hit.get("role"),
                                hint=fixes.hint_for(name, str(hit.get("line", "")), config, lines)))
-    errors.sort(key=lambda e: (e.severity != "error", -e.count))
+    # a specific signature first: "a Python exception ended the run" only says a traceback is there
+    errors.sort(key=lambda e: (e.severity != "error", e.signature in GENERIC_SIGNATURES, -e.count))
     overdue = not scan.first_step_seen and view.elapsed_s > first_step_s
     if scan.first_step_seen:  # late only if a look at the log after the deadline had not seen it yet
         late_from = scan.first_step_not_before if scan.first_step_not_before is not None else scan.first_step_at
@@ -341,8 +342,25 @@ def absorb_config(reg: Registry, view: View, plan: ExtraPlan, now: float) -> Non
                 raise
 
 
+#: Signatures that only say an error happened (its own line says what): listed after the specific ones.
+GENERIC_SIGNATURES = frozenset({"python_exception"})
 #: The signature whose computed fix needs the GPU's memory (``fixes.kv_cache_fix``).
 KV_SIGNATURE = "vllm_kv_cache_too_small"
+
+
+def _remember_profile(reg: Registry, view: View, plan: ExtraPlan, lines: list[str], now: float) -> None:
+    """vLLM's memory profile figures among the lines read now, kept with the run's config: a later status
+    (which reads only newer lines) still computes the KV-cache fix from them."""
+    facts = fixes.log_facts(lines)
+    known = plan.config.get("vllm_profile")
+    if not facts or (isinstance(known, dict) and all(known.get(k) == v for k, v in facts.items())):
+        return
+    plan.config["vllm_profile"] = {**(known if isinstance(known, dict) else {}), **facts}
+    try:
+        runconfig.store(reg, view.row.id, plan.config, now)
+    except sqlite3.Error as exc:
+        if not reg.recordable(exc):
+            raise
 
 
 def _gpu_memory(reg: Registry, view: View, plan: ExtraPlan, deadline: Deadline | None, now: float) -> None:
@@ -423,6 +441,7 @@ def _observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_l
         _gpu_memory(reg, view, plan, deadline, now)
         offsets = starts[row.id]
         lines, new, skipped = lines_from(view, offsets, max_lines)
+        _remember_profile(reg, view, plan, lines, now)
         if since is None and new != offsets:
             reg.save_cursor(row.id, ",".join(str(c) for c in new))
         listing = _checkpoints(plan, view, deadline) if checkpoints else None

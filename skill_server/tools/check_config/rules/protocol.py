@@ -40,7 +40,14 @@ def _leaks(ctx: LintContext, rule_id: str, exceptional: bool) -> Iterator[Leak]:
     if protocol is None or not protocol.claims:
         return
     _skip_handoffs(ctx, rule_id, protocol)
-    yield from (leak for leak in protocol.leaks if (leak.path == "exception") == exceptional)
+    chosen: dict[tuple[str, int], Leak] = {}  # one finding per begun episode: a swallowed exception first
+    for leak in protocol.leaks:
+        if (leak.path == "exception") != exceptional:
+            continue
+        ident = (leak.function, leak.begin_line)
+        if ident not in chosen or (leak.raised_at is not None and chosen[ident].raised_at is None):
+            chosen[ident] = leak
+    yield from chosen.values()
 
 
 ABORT_FIX = ("wrap the work after begin_episode in try/except that calls abort_episode(episode_uuid) and then "
