@@ -213,7 +213,8 @@ def test_a_client_scripts_own_pool_bounds_the_cap_with_its_line_and_assumptions(
 @pytest.mark.parametrize(("pool", "said"), [
     ("executor = ThreadPoolExecutor()", "Python picks min(32, cpus + 4)"),
     ("executor = ThreadPoolExecutor(max_workers=int(os.environ['W']))", "has an unknown size"),
-    ("a = ThreadPoolExecutor(4)\nb = ThreadPoolExecutor(8)", "2 thread pools that could run the episodes (line 9: 4; line 10: 8)"),
+    ("a = ThreadPoolExecutor(4)\nb = ThreadPoolExecutor(8)",
+     "2 thread pools that could run the episodes (line 9: 4; line 10: 8)"),
     ("", "builds no thread pool this tool recognises"),
 ])
 def test_a_pool_whose_size_or_role_is_not_known_is_said_and_not_used(tmp_path, pool, said):

@@ -379,8 +379,8 @@ def test_read_only_lookups_on_a_fresh_machine_create_no_registry():
 # ---- vLLM's KV cache: the utilization it needs, with its arithmetic and inputs, and what each fix costs
 
 KV_V0 = ("(WorkerDict pid=7) ValueError: The model's max seq len (32768) is larger than the maximum number of tokens "
-         "that can be stored in KV cache (16832). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` "
-         "when initializing the engine.")
+         "that can be stored in KV cache (16832). Try increasing `gpu_memory_utilization` or decreasing "
+         "`max_model_len` when initializing the engine.")
 PROFILE = ("INFO 04-02 21:43:03 worker.py:241] the current vLLM instance can use total_gpu_memory (79.11GiB) x "
            "gpu_memory_utilization (0.60) = 47.47GiB")
 #: Qwen2.5-7B-Instruct's config.json (the fields the KV shape needs)

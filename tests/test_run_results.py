@@ -38,7 +38,8 @@ def test_the_kv_cache_line_has_its_own_signature_and_a_fix_from_its_numbers():
     assert "gpu_memory_utilization" in alone and "tensor_model_parallel_size" in alone
     # with the run's lengths: values that keep AgentJetJob's checks (3000 + 11336 <= 14336, 4096 <= 11336)
     fix = hint_for("vllm_kv_cache_too_small", KV_LINE, {"lengths": LENGTHS})
-    assert "max_prompt_length 3000 and max_response_length 11336" in fix and "utilization 0.85 from the run's YAML" in fix
+    assert "max_prompt_length 3000 and max_response_length 11336" in fix
+    assert "utilization 0.85 from the run's YAML" in fix
     assert "max_response_length_in_one_turn" not in fix.split("so that")[0]  # 4096 already fits
     v1 = hint_for("vllm_kv_cache_too_small", KV_LINE_V1, {"lengths": {**LENGTHS, "max_model_len": 32768}})
     assert "lower ajet.rollout.max_model_len to 20480 (at most 21296)" in v1
@@ -224,6 +225,8 @@ def test_a_swanlab_logger_without_its_key_is_refused_before_launch(tmux_socket: 
     out = call("launch_experiment", name="swan", command=command, workdir=str(workdir),
                env={"SWANLAB_API_KEY": "k"})
     assert wait_exit(out["id"])["state"] == "succeeded"
-    (workdir / "tb.yaml").write_text(CLASSIC.replace("rollout:", "trainer_common:\n    logger: tensorboard\n  rollout:"))
-    out = call("launch_experiment", name="tb", command=trainer("--steps", "1") + " --conf tb.yaml", workdir=str(workdir))
+    tensorboard = CLASSIC.replace("rollout:", "trainer_common:\n    logger: tensorboard\n  rollout:")
+    (workdir / "tb.yaml").write_text(tensorboard)
+    out = call("launch_experiment", name="tb", command=trainer("--steps", "1") + " --conf tb.yaml",
+               workdir=str(workdir))
     assert wait_exit(out["id"])["state"] == "succeeded"
