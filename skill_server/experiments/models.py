@@ -96,9 +96,11 @@ class SlurmSpec(ToolInput):
 
 class LaunchInput(ToolInput):
     blueprint: StrictStr | None = Field(default=None, max_length=4096,
-                                        description="Path of a blueprint markdown file on this machine (relative: "
-                                        "against the server's working directory); its fields are defaults that "
-                                        "explicit arguments override.")
+                                        description="Blueprint file: 'gpu1:/abs/bp.md' runs on gpu1, a plain path is "
+                                        "on host. It is read, checked and launched there (relative paths in it "
+                                        "resolve against its folder); 'local:/path' reads one here for a run on host, "
+                                        "and a relative plain path here resolves against the server's working "
+                                        "directory. Its fields are defaults that explicit arguments override.")
     name: StrictStr | None = Field(default=None, max_length=64,
                                    description="Session name ([A-Za-z0-9_-]); 'ajet_' is prefixed unless it contains "
                                    "'ajet'. Default: from the blueprint purpose.")

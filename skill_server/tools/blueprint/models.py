@@ -13,9 +13,14 @@ from skill_server.experiments import blueprint as bp
 class BlueprintInput(ToolInput):
     action: Literal["validate", "template"] = Field(description="'template' renders one, 'validate' checks one.")
     path: StrictStr | None = Field(default=None, max_length=4096,
-                                   description="validate: the blueprint to read; template: where to write it (a new "
-                                   "file: an existing one is never replaced). Relative paths resolve against the "
-                                   "server's working directory.")
+                                   description="validate: the blueprint, here or 'gpu1:/abs/blueprint.md'; template: "
+                                   "a new file to write. A path on a host is read there and its paths checked there "
+                                   "(relative ones against its folder); 'local:/path' reads one here and checks its "
+                                   "paths on host. Relative paths here resolve against the server's working "
+                                   "directory; an existing file is never replaced.")
+    host: StrictStr | None = Field(default=None, max_length=255,
+                                   description="validate: check the blueprint's paths on this ssh host (a plain "
+                                   "path is read there too).")
     text: StrictStr | None = Field(default=None, max_length=bp.MAX_BLUEPRINT_BYTES,
                                    description="validate: blueprint text instead of a file.")
     purpose: StrictStr | None = Field(default=None, max_length=4096,
