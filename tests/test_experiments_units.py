@@ -203,6 +203,10 @@ def test_blueprint_tool_validate_and_template(tmp_path: Path):
     with pytest.raises(ToolInputError) as err:
         spec.invoke({"action": "validate", "path": str(path), "purpose": "x"})
     assert err.value.field == "purpose"
+    for arguments in ({"action": "validate", "text": "x", "host": "gpu1"}, {"action": "template", "host": "gpu1"}):
+        with pytest.raises(ToolInputError) as err:  # a host takes a path: its folder resolves the relative ones
+            spec.invoke(arguments)
+        assert err.value.field == "host", arguments
 
 
 def test_a_relative_blueprint_path_resolves_against_the_working_directory_in_both_tools(
