@@ -134,3 +134,22 @@ def test_no_fix_names_a_key_another_finding_flags_as_unknown():
         for f in r.findings:
             if f.rule != "unknown-key":
                 assert not [k for k in bad if k and k in f.fix], (script.name, f.rule, f.fix)
+
+
+def test_every_policy_field_says_what_it_does_in_full_in_the_reference_and_in_short_in_the_tool_list():
+    """RunPolicy (launch_experiment's policy, a blueprint's [exp_policy]): each field's whole line is in
+    references/tools.md; the tool list carries its first sentence, short."""
+    from skill_server.app.published import first_sentence, input_schema
+    from skill_server.experiments.models import LaunchInput, RunPolicy
+
+    page = tool_docs.REFERENCE.read_text(encoding="utf-8")
+    section = page.split("`RunPolicy`:", 1)[1].split("\n\n`", 1)[0]
+    published = input_schema(LaunchInput.model_json_schema())["$defs"]["RunPolicy"]["properties"]
+    for name, field in RunPolicy.model_fields.items():
+        text = field.description or ""
+        assert len(text.split(". ")) >= 2, name  # what it does, then its default and what it never does
+        assert f"- `{name}` (" in section and text in section, name
+        assert published[name]["description"] == first_sentence(text) and len(first_sentence(text)) <= 120, name
+    words = {name: field.description for name, field in RunPolicy.model_fields.items()}
+    assert "transient" in published["on_error"]["description"] and "never resumed" in words["on_error"]
+    assert "600 s" in published["stall_floor_s"]["description"] and "nccl_error" in words["stall_floor_s"]

@@ -184,6 +184,7 @@ def test_agentjets_numbered_label_form_parses(tmp_path: Path):
     code = tmp_path / "code"
     (code / "venv" / "bin").mkdir(parents=True)
     (code / "venv" / "bin" / "python").write_text("")
+    (code / "venv" / "bin" / "python").chmod(0o755)
     (code / "exp.yaml").write_text("ajet: {}\n")
     text = f"""    # Experiment Blueprint
 
@@ -251,6 +252,10 @@ def test_blueprint_tool_validate_and_template(tmp_path: Path):
     with pytest.raises(ToolInputError) as err:
         spec.invoke({"action": "validate", "path": str(path), "purpose": "x"})
     assert err.value.field == "purpose"
+    for arguments in ({"action": "validate", "text": "x", "host": "gpu1"}, {"action": "template", "host": "gpu1"}):
+        with pytest.raises(ToolInputError) as err:  # a host takes a path: its folder resolves the relative ones
+            spec.invoke(arguments)
+        assert err.value.field == "host", arguments
 
 
 def test_a_relative_blueprint_path_resolves_against_the_working_directory_in_both_tools(
@@ -266,6 +271,32 @@ def test_a_relative_blueprint_path_resolves_against_the_working_directory_in_bot
         with pytest.raises(ToolInputError) as err:
             TOOLS_BY_NAME[tool].invoke(arguments)
         assert f"not found: {tmp_path / 'gone.md'}" in err.value.message
+
+
+@pytest.mark.parametrize("value,host,source,run_host", [
+    ("gpu1:/abs/bp.md", None, ("gpu1", "/abs/bp.md"), "gpu1"),
+    ("gpu1:~/exp/bp.md", "gpu1", ("gpu1", "~/exp/bp.md"), "gpu1"),
+    ("alice@[::1]:/x/bp.md", None, ("alice@[::1]", "/x/bp.md"), "alice@[::1]"),
+    ("/abs/bp.md", "gpu1", ("gpu1", "/abs/bp.md"), "gpu1"),  # a plain path is on the run's host
+    ("local:/abs/bp.md", "gpu1", ("local", "/abs/bp.md"), "gpu1"),  # read here, run on gpu1
+    ("bp.md", None, ("local", "bp.md"), "local"),
+    ("notes:draft.md", None, ("local", "notes:draft.md"), "local"),  # no path after the colon: a file here
+    ("./a:/b.md", None, ("local", "./a:/b.md"), "local"),
+])
+def test_where_a_blueprint_is_read_and_where_it_runs(value, host, source, run_host):
+    found, runs_on = blueprint.locate(value, host, "blueprint")
+    assert (found.host, found.path) == source and runs_on == run_host
+
+
+@pytest.mark.parametrize("value,host,words", [
+    ("gpu1:/abs/bp.md", "gpu2", "the blueprint is on gpu1 but host is gpu2"),
+    ("ssh://u@h:2222/x.md", None, "cannot prefix a path"),
+    ("-oProxyCommand=x:/bp.md", None, "would be read by ssh as an option"),
+])
+def test_a_blueprint_place_that_cannot_be_meant_is_refused_before_any_host_is_asked(value, host, words):
+    with pytest.raises(ToolInputError) as err:
+        blueprint.locate(value, host, "blueprint")
+    assert err.value.field == "blueprint" and words in err.value.message and "\n" not in err.value.message
 
 
 # ---- names

@@ -97,6 +97,7 @@ def by_host(answer: dict) -> dict[str, dict]:
 def test_every_host_is_answered_in_one_call_each_with_its_own_reason(remote: LoopbackSshd):
     hosts = by_host(call("gpu_status", hosts=["gpu1", "gpu2", "cpu1", "sick", "down"]))
     assert list(hosts) == ["gpu1", "gpu2", "cpu1", "sick", "down"]
+    assert [h["status"] for h in hosts.values()] == ["ok", "ok", "no_nvidia_smi", "nvidia_smi_failed", "unreachable"]
     gpu1 = hosts["gpu1"]
     assert gpu1["reachable"] and gpu1["reason"] is None and gpu1["notes"] == []
     assert [(g["index"], g["uuid"], g["name"]) for g in gpu1["gpus"]] == [
@@ -146,7 +147,7 @@ def test_launch_refuses_busy_or_unknown_gpus_and_leaves_nothing_behind(remote: L
         assert [p.name for p in runs.iterdir() if p.name.startswith("ajet_wants_gpus")] == []
         listed = [e["session"] for e in call("experiment_status")["experiments"]]
         assert "ajet_wants_gpus" not in listed
-        for host, needle in (("cpu1", "nvidia-smi is not installed"), ("sick", "exit 9"),
+        for host, needle in (("cpu1", "host cpu1 has no nvidia-smi"), ("sick", "exit 9"),
                              ("down", "Connection refused")):
             with pytest.raises(ToolFailure) as err:
                 call("launch_experiment", host=host, name="wants_gpus", workdir=work, command="true",
@@ -161,6 +162,28 @@ def test_launch_refuses_busy_or_unknown_gpus_and_leaves_nothing_behind(remote: L
         assert call("wait_experiment", id=fine["id"], timeout_s=30)["state"] == "succeeded"
     finally:
         call("stop_experiment", id=run_id, grace_s=1)
+
+
+def test_a_host_without_nvidia_smi_has_a_stated_path(remote: LoopbackSshd):
+    """A CPU box, a login node or a container without the driver tools: gpu_status answers (exit 0) with the
+    status and what to do; a launch that asks for free GPUs there is refused in one line saying the way out,
+    nothing started; the same launch without it runs."""
+    rc, out, err = call_cli("gpu_status", {"hosts": ["cpu1"]}, env=cli_env())
+    assert rc == 0, err
+    (cpu,) = out["hosts"]
+    assert (cpu["status"], cpu["reachable"], cpu["gpus"]) == ("no_nvidia_smi", True, None)
+    assert "a login node, or a container without the driver tools" in cpu["reason"]
+    assert out["summary"].startswith("cpu1: no nvidia-smi, GPUs cannot be checked there")
+    assert "leave out require_free_gpus" in out["summary"] and "slurm.gpus_per_node" in out["summary"]
+    work = tempfile.mkdtemp(prefix="w", dir=remote.root)
+    with pytest.raises(ToolFailure) as err_info:
+        call("launch_experiment", host="cpu1", name="cpu_box", workdir=work, command="true", require_free_gpus=0.95)
+    message = str(err_info.value)
+    assert err_info.value.field == "require_free_gpus" and "\n" not in message
+    assert "host cpu1 has no nvidia-smi" in message and "leave out require_free_gpus" in message
+    assert not list((remote.node_dir("cpu1") / "state" / "runs").glob("ajet_cpu_box*"))
+    ok = call("launch_experiment", host="cpu1", name="cpu_box", workdir=work, command="true")
+    assert call("wait_experiment", id=ok["id"], timeout_s=30)["state"] == "succeeded"
 
 
 def test_both_front_ends_check_arguments_the_same_way(remote: LoopbackSshd):
@@ -230,6 +253,9 @@ def test_what_failed_is_said_per_query():
     assert host.gpus[0].processes is None and "compute-process query failed" in host.reason
     empty = nvidia_smi.host_gpus("h", run_result(""), run_result(""))
     assert empty.gpus == [] and free_problems(empty, 0.9) == ["host h: nvidia-smi lists no GPU"]
+    assert (empty.status, host.status) == ("no_gpu", "ok")
+    timed_out = nvidia_smi.host_gpus("h", run_result(returncode=None, timed_out=True), None)
+    assert timed_out.status == "nvidia_smi_failed" and timed_out.gpus is None
     unknown = nvidia_smi.host_gpus("h", run_result("0, GPU-a, [N/A], 100, 0, T4\n"), run_result(""))
     assert "free memory unknown" in free_problems(unknown, 0.9)[0]
 

@@ -215,6 +215,7 @@ def test_each_client_function_builds_the_request_the_agent_reads():
         (client.checkpoints("/c", max_depth=3, max_entries=20000, limit=50),
          {"op": "checkpoints", "path": "/c", "max_depth": 3, "max_entries": 20000, "limit": 50}),
         (client.reclaim_gpus([3, 4], 10.0), {"op": "reclaim_gpus", "pids": [3, 4], "grace_s": 10.0}),
+        (client.stat(["/a", "~/b"]), {"op": "stat", "paths": ["/a", "~/b"]}),
     ]
     for op, wire in cases:
         assert json.dumps(op.request) == json.dumps(wire)
@@ -240,6 +241,27 @@ def test_client_answers_are_typed_and_failures_become_tool_errors(tmp_path: Path
         missing.expect(results[2])
     assert result_of(HostUnreachable("h", "down")) == {"ok": False, "error": "host 'h' is unreachable: down",
                                                        "field": None, "kind": "unreachable"}
+
+
+def test_stat_says_what_each_path_is_without_opening_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A directory, a runnable and a plain regular file, a FIFO (never opened: stat cannot block on it), a
+    dangling link, a path through a file; ``~`` is the agent's own home."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "exe").write_text("#!/bin/sh\n")
+    (tmp_path / "exe").chmod(0o755)
+    (tmp_path / "plain").write_text("x")
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dangling").symlink_to(tmp_path / "gone")
+    asked = ["~", "~/exe", str(tmp_path / "plain"), str(tmp_path / "fifo"), str(tmp_path / "dangling"),
+             str(tmp_path / "plain" / "under"), str(tmp_path / "a" / ".." / "exe")]
+    op = client.stat(asked)
+    reply = op.expect(get_host(LOCAL).call([op])[0])
+    assert [(p["path"], p["kind"], p["executable"]) for p in reply["paths"]] == [
+        (str(tmp_path), "dir", False), (str(tmp_path / "exe"), "file", True), (str(tmp_path / "plain"), "file", False),
+        (str(tmp_path / "fifo"), "other", False), (str(tmp_path / "dangling"), "missing", False),
+        (str(tmp_path / "plain" / "under"), "missing", False), (str(tmp_path / "exe"), "file", True)]
+    too_many = ops.handle({"v": PROTOCOL_VERSION, "ops": [{"op": "stat", "paths": ["/"] * 65}]})["results"][0]
+    assert not too_many["ok"] and too_many["field"] == "paths"
 
 
 def test_one_bad_op_costs_only_its_own_result():

@@ -265,8 +265,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="blueprint",
         title="Experiment blueprint: template or validate",
         description=(
-            "action='template' renders an experiment blueprint (and writes it to a new path); action='validate' "
-            "parses one and lists its problems. Never runs anything."
+            "action='template' renders an experiment blueprint (and writes it to a new path); 'validate' parses one, "
+            "here or on an ssh host, and lists its problems. Never runs anything."
         ),
         input_model="skill_server.tools.blueprint.models:BlueprintInput",
         output_model="skill_server.tools.blueprint.models:BlueprintOutput",
@@ -285,9 +285,9 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="launch_experiment",
         title="Launch an experiment in tmux, here or on ssh hosts",
         description=(
-            "Start a run (a blueprint, or name+command+workdir, or several processes such as a swarm server and its "
-            "clients) in tmux here or on ssh hosts, and return at once with id, log path and attach command. The max "
-            "time is enforced on the host; runs survive ssh dropping. Follow with wait_experiment."
+            "Start a run (a blueprint, name+command+workdir, or processes such as a swarm server and its clients) in "
+            "tmux here or on ssh hosts; returns at once with id, log path and attach command. Follow with "
+            "wait_experiment."
         ),
         input_model="skill_server.tools.launch_experiment.models:LaunchInput",
         output_model="skill_server.tools.launch_experiment.models:LaunchOutput",
@@ -296,7 +296,8 @@ TOOLS: tuple[ToolSpec, ...] = (
             "Each run gets a detached session of a dedicated tmux server, on this machine or an ssh host ('host', and "
             "per process 'processes[i].host': one experiment may span hosts). Output goes to a log file on the "
             "process's host and the exit code to a file; env is set explicitly; a process with wait_for_url starts "
-            "once that URL answers; past the max time the run is timed_out. A running name is refused; with "
+            "once that URL answers; the max time is enforced on the host (the run ends timed_out) and runs survive "
+            "ssh dropping. A running name is refused; with "
             "require_free_gpus (e.g. 0.95) a GPU on the host with less memory free refuses the start, naming the pids "
             "that hold it."
         ),

@@ -7,20 +7,31 @@ be ``[exp_x]``, ``## [exp_x]``, ``**[exp_x]**``, ``- [exp_x]: value`` or ``exp_x
 ``content:`` bullet when there is one (AgentJet's own example numbers them: ``- content 1:``, ``- content 2:``;
 the first filled one is a path section's value), else the text that is not a ``description:``/``hint:``/
 ``warning:`` bullet. Validation only reads text and checks paths; it never runs anything.
+
+A blueprint lives on a host: ``gpu1:/abs/blueprint.md`` (or a path plus the launch's ``host``) is read on
+gpu1 through the host agent (a regular file, bounded), its relative paths resolve against its folder
+there and its paths are checked there (``stat``), so a run is checked where it will run; ``local:/path``
+reads one on this machine for a run elsewhere (its paths are still checked on the run's host).
 """
 
 from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Literal
+from pathlib import Path, PurePath, PurePosixPath
+from typing import TYPE_CHECKING, Literal
 
-from skill_server.core.errors import ToolInputError
+from skill_server.core.deadline import Deadline
+from skill_server.core.errors import ToolFailure, ToolInputError
 from skill_server.core.fsutil import resolve_path
 from skill_server.experiments.models import MAX_DURATION_S, RunPolicy
+from skill_server.hosts import LOCAL, HostUnreachable, call_hosts, client, normalise
 from skill_server.hosts import localfiles as host_files
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import PathInfo
 
 MAX_BLUEPRINT_BYTES = 256 * 1024
 
@@ -216,13 +227,32 @@ def duration_problem(seconds: float) -> str | None:
     return None
 
 
-def validate_text(text: str, base_dir: Path, *, check_paths: bool = True) -> Validated:
-    """Fields, resolved paths, durations and problems. ``check_paths=False`` skips existence checks
-    (for a run on another host, where the host itself checks its paths at launch)."""
+#: What each of a list of paths is, where the run will use them (``hosts.agent.files.describe``).
+Stat = Callable[[list[str]], list["PathInfo"]]
+
+
+def validate_text(text: str, base_dir: PurePath, *, check_paths: bool = True) -> Validated:
+    """Fields, resolved paths, durations and problems of a blueprint whose paths are this machine's
+    (``check_paths=False`` skips the existence checks)."""
+    return _validate(text, base_dir, here=True, stat=_stat_here if check_paths else None, where="")
+
+
+def validate_on(text: str, base_dir: PurePath, host: str, deadline: Deadline | None = None) -> Validated:
+    """As :func:`validate_text`, with the paths those of ``host`` (``~`` is its home) and checked there in one
+    round trip; relative ones resolve against ``base_dir``, the blueprint's folder. Problems name the host."""
+    if host == LOCAL:
+        return validate_text(text, base_dir)
+    return _validate(text, base_dir, here=False, stat=lambda paths: _stat_on(host, paths, deadline),
+                     where=f" on {host}")
+
+
+def _validate(text: str, base_dir: PurePath, *, here: bool, stat: Stat | None, where: str) -> Validated:
     parsed = parse(text)
     values = parsed.values
     problems = _section_problems(values)
-    resolved = _resolve_paths(values, base_dir, check_paths, problems)
+    resolved = _resolve_paths(values, base_dir, here, problems)
+    if stat is not None and resolved:
+        _check_paths(resolved, stat(list(resolved.values())), where, here, problems)
     max_time_s, first_step_s = _durations(values, problems)
     return Validated(values, resolved, max_time_s, first_step_s, parsed.notes, problems, _policy(values, problems))
 
@@ -258,27 +288,28 @@ def _section_problems(values: dict[str, str]) -> list[Problem]:
     return problems
 
 
-def _as_path(raw: str, on_this_machine: bool) -> Path:
+def _as_path(raw: str, on_this_machine: bool) -> PurePath:
     # On another host "~" means that host's home: keep it for the host to expand.
-    return Path(raw).expanduser() if on_this_machine else Path(raw)
+    return Path(raw).expanduser() if on_this_machine else PurePosixPath(raw)
 
 
-def _absolute(path: Path, on_this_machine: bool) -> bool:
+def _absolute(path: PurePath, on_this_machine: bool) -> bool:
     return path.is_absolute() or (not on_this_machine and str(path).startswith("~"))
 
 
-def _resolve_paths(values: dict[str, str], base_dir: Path, check_paths: bool, problems: list[Problem]
+def _resolve_paths(values: dict[str, str], base_dir: PurePath, here: bool, problems: list[Problem]
                    ) -> dict[str, str]:
     """The path sections made absolute: the code base against the blueprint's directory, the others against the
-    code base (a warning for each relative one); with ``check_paths``, an error for each that is not there."""
+    code base (a warning for each relative one)."""
     codebase = values.get("exp_codebase_dir") or ""
-    code_dir = _as_path(codebase, check_paths) if codebase else base_dir
-    if codebase and not _absolute(code_dir, check_paths):
+    code_dir = _as_path(codebase, here) if codebase else base_dir
+    if codebase and not _absolute(code_dir, here):
         problems.append(Problem("exp_codebase_dir", "warning",
                                 f"relative path {codebase!r}; resolved against the blueprint's directory"))
         code_dir = base_dir / code_dir
-    code_dir = Path(_normalise(code_dir))
+    code_dir = PurePosixPath(_normalise(code_dir))
     resolved: dict[str, str] = {}
+    path: PurePath
     for name in PATH_SECTIONS:
         raw = values.get(name) or ""
         if not raw:
@@ -286,28 +317,58 @@ def _resolve_paths(values: dict[str, str], base_dir: Path, check_paths: bool, pr
         if name == "exp_codebase_dir":
             path = code_dir
         else:
-            path = _as_path(raw, check_paths)
-            if not _absolute(path, check_paths):
+            path = _as_path(raw, here)
+            if not _absolute(path, here):
                 problems.append(Problem(name, "warning", f"relative path {raw!r}; resolved against exp_codebase_dir"))
-                path = Path(_normalise(code_dir / path))
+                path = PurePosixPath(_normalise(code_dir / path))
         resolved[name] = str(path)
-        missing = _missing(name, path) if check_paths else None
-        if missing:
-            problems.append(Problem(name, "error", missing))
     return resolved
 
 
-def _missing(name: str, path: Path) -> str | None:
-    """Why the path of section ``name`` cannot be used on this machine, or None."""
-    if name == "exp_codebase_dir" and not path.is_dir():
-        return f"directory does not exist: {path}"
-    if name == "exp_venv_exe" and not path.is_file():
-        return f"interpreter does not exist: {path}"
-    if name == "exp_yaml_path" and not path.is_file():
-        return f"YAML file does not exist (write it before launching): {path}"
-    if name == "exp_result_dir" and path.exists() and not path.is_dir():
-        return f"exists but is not a directory: {path}"
+def _check_paths(resolved: dict[str, str], infos: list[PathInfo], where: str, here: bool,
+                 problems: list[Problem]) -> None:
+    """An error for each path that cannot serve its section where the run will use it; a path the host expanded
+    (``~``) is shown as it found it. A path missing on a host but present here says so: the blueprint describes
+    this machine, not the host."""
+    for (name, shown), info in zip(list(resolved.items()), infos):
+        if not here and info["kind"] != "missing":
+            resolved[name] = info["path"]
+        missing = _missing(name, info, where)
+        if missing and where and info["kind"] == "missing" and os.path.exists(os.path.expanduser(shown)):
+            missing += "; it exists on this machine"
+        if missing:
+            problems.append(Problem(name, "error", missing))
+
+
+def _missing(name: str, info: PathInfo, where: str) -> str | None:
+    """Why the path of section ``name`` cannot be used (``where``: on which host), or None."""
+    kind, path = info["kind"], info["path"]
+    if kind == "unreadable":
+        return f"cannot be looked at{where} (no permission on a folder above it?): {path}"
+    if name == "exp_codebase_dir" and kind != "dir":
+        return f"directory does not exist{where}: {path}" if kind == "missing" else f"not a directory{where}: {path}"
+    if name == "exp_venv_exe":
+        if kind != "file":
+            return f"interpreter does not exist{where}: {path}"
+        if not info["executable"]:
+            return f"interpreter is not executable{where}: {path}"
+    if name == "exp_yaml_path" and kind != "file":
+        return f"YAML file does not exist{where} (write it before launching): {path}"
+    if name == "exp_result_dir" and kind not in ("dir", "missing"):
+        return f"exists but is not a directory{where}: {path}"
     return None
+
+
+def _stat_here(paths: list[str]) -> list[PathInfo]:
+    return [host_files.describe(path) for path in paths]
+
+
+def _stat_on(host: str, paths: list[str], deadline: Deadline | None) -> list[PathInfo]:
+    op = client.stat(paths)
+    reply = call_hosts({host: [op]}, timeout_s=READ_TIMEOUT_S, deadline=deadline)[host]
+    if isinstance(reply, HostUnreachable):
+        raise ToolFailure(reply.message, field="blueprint")
+    return op.expect(reply[0], field="blueprint")["paths"]
 
 
 def _durations(values: dict[str, str], problems: list[Problem]) -> tuple[float | None, float | None]:
@@ -330,7 +391,7 @@ def _usable(seconds: float | None) -> float | None:
     return seconds if seconds is not None and duration_problem(seconds) is None else None
 
 
-def _normalise(path: Path) -> str:
+def _normalise(path: PurePath) -> str:
     return os.path.normpath(str(path))
 
 
@@ -346,10 +407,96 @@ def read_blueprint(path_text: str, field_name: str = "path") -> tuple[str, Path]
         raise ToolInputError(exc.message, field=field_name) from None
     except (OSError, ValueError) as exc:
         raise ToolInputError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}", field=field_name) from None
-    if size > MAX_BLUEPRINT_BYTES:
-        raise ToolInputError(f"{path} is {size} bytes, over the {MAX_BLUEPRINT_BYTES // 1024} KiB limit",
-                             field=field_name)
+    _bounded(size, str(path), field_name)
     return data.decode("utf-8", errors="replace"), path
+
+
+def _bounded(size: int, shown: str, field_name: str) -> None:
+    if size > MAX_BLUEPRINT_BYTES:
+        raise ToolInputError(f"{shown} is {size} bytes, over the {MAX_BLUEPRINT_BYTES // 1024} KiB limit",
+                             field=field_name)
+
+
+#: The host call that reads a blueprint or checks its paths.
+READ_TIMEOUT_S = 30.0
+#: ``host:/path`` or ``host:~/path`` (scp's form): a destination without '/' (an IPv6 address in brackets), a
+#: colon, then a path that starts like a path or like what a shell would expand (refused by ``_host_path``).
+#: Anything else (``./a:b``, ``notes:draft.md``) is a path here.
+_ON_HOST = re.compile(r"^((?:[^/:\[\]]|\[[^\]/]*\])+):(?=[/~.$`'\"])(.*)$", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class Source:
+    """Where a blueprint is read: ``host`` (``local`` or an ssh destination) and its path there."""
+
+    host: str
+    path: str
+
+    def __str__(self) -> str:
+        return self.path if self.host == LOCAL else f"{self.host}:{self.path}"
+
+
+def locate(value: str, host: str | None, field_name: str) -> tuple[Source, str]:
+    """Where the blueprint ``value`` is read, and the run's host: ``gpu1:/path`` is read on gpu1 and runs there
+    (a ``host`` naming another is refused), ``local:/path`` is read here for a run on ``host``, and a plain
+    path is read on ``host`` (default: here)."""
+    run_host = normalise(host, field="host")
+    if value.startswith("ssh://"):
+        raise ToolInputError("an ssh:// destination cannot prefix a path: give the path here and the destination "
+                             "in host", field=field_name)
+    named = _ON_HOST.match(value)
+    if named is None:
+        return Source(run_host, value), run_host
+    where = normalise(named.group(1), field=field_name)
+    if where != LOCAL and host is not None and run_host != where:
+        raise ToolInputError(f"the blueprint is on {where} but host is {run_host}: a blueprint on a host runs "
+                             "there (leave host out, or read one here with 'local:/path')", field=field_name)
+    return Source(where, named.group(2)), run_host if where == LOCAL else where
+
+
+def read(source: Source, field_name: str, deadline: Deadline | None = None) -> tuple[str, PurePath]:
+    """The blueprint's text and its absolute path where it lives: on this machine as :func:`read_blueprint`
+    reads it, on a host through its agent (a regular file, bounded; a FIFO or a device is refused unopened)."""
+    if source.host == LOCAL:
+        return read_blueprint(source.path, field_name)
+    path = _host_path(source.path, source.host, field_name)
+    op = client.read(path, MAX_BLUEPRINT_BYTES + 1, text=True)
+    reply = call_hosts({source.host: [op]}, timeout_s=READ_TIMEOUT_S, deadline=deadline)[source.host]
+    if isinstance(reply, HostUnreachable):
+        raise ToolFailure(reply.message, field=field_name)
+    answer = op.answer(reply[0])
+    if not answer["ok"]:
+        raise ToolInputError(_unread(source.host, path, answer["kind"], answer["error"]), field=field_name)
+    _bounded(answer["size"], f"{source.host}:{answer['path']}", field_name)
+    return answer.get("text", ""), PurePosixPath(answer["path"])
+
+
+def _unread(host: str, path: str, kind: str, error: str) -> str:
+    if kind == "not_found":
+        here = os.path.expanduser(path)
+        hint = f"; {here} is on this machine: give 'local:{here}' to read it here" if os.path.isfile(here) else ""
+        return f"blueprint not found on {host}: {path}{hint}"
+    if kind == "not_regular":
+        return f"not a regular file on {host}: {path} (a blueprint is a markdown file)"
+    return f"cannot read the blueprint on {host}: {error}"
+
+
+def _host_path(path: str, host: str, field_name: str) -> str:
+    """A blueprint's path on a host, as the host will take it (no shell ever reads it): absolute or ``~/``, with
+    no ``..``, quotes, ``$`` or backquotes, whose meaning a reader would guess at."""
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in path):
+        raise ToolInputError(f"{path!r} contains a control character", field=field_name)
+    if "$" in path or "`" in path:
+        raise ToolInputError(f"{path!r}: no shell expands '$' or '`' here; give the path itself ('~/' for the "
+                             f"home on {host})", field=field_name)
+    if "'" in path or '"' in path:
+        raise ToolInputError(f"{path!r}: give the path without quotes", field=field_name)
+    if ".." in path.split("/"):
+        raise ToolInputError(f"{path!r}: '..' is not taken in a host path; give the blueprint's own path",
+                             field=field_name)
+    if not (path.startswith("/") or path == "~" or path.startswith("~/")):
+        raise ToolInputError(f"{path!r}: give an absolute path on {host}, or one under '~/'", field=field_name)
+    return path
 
 
 def render(fields: dict[str, str | None]) -> str:

@@ -80,7 +80,7 @@ DEFAULT_ENV = {"PYTHONUNBUFFERED": "1", "NO_COLOR": "1", "LOGURU_COLORIZE": "NO"
 DEADLINE_GRACE_S = 5
 LAUNCH_TIMEOUT_S = 60.0
 #: Of a launch's deadline: what the dry run leaves for the start and a rollback, the start for a rollback,
-#: and the look at earlier runs of the name for the rest.
+#: and the look at earlier runs of the name (and at a blueprint on its host) for the rest.
 START_RESERVE_S = 25.0
 ROLLBACK_RESERVE_S = 12.0
 DRY_RUN_RESERVE_S = 35.0
@@ -107,13 +107,16 @@ class _Proc:
                 "wait_for_url_timeout_s": self.wait_for_url_timeout_s}
 
 
-def _blueprint_defaults(path: str, main_host: str) -> dict[str, Any]:
-    text, where = bp.read_blueprint(path, "blueprint")
-    checked = bp.validate_text(text, where.parent, check_paths=main_host == LOCAL)
+def _blueprint_defaults(source: bp.Source, main_host: str, deadline: Deadline) -> dict[str, Any]:
+    """The blueprint's fields as launch defaults: read where it lives, its paths checked on the run's host."""
+    text, where = bp.read(source, "blueprint", deadline)
+    shown = str(bp.Source(source.host, str(where)))
+    checked = bp.validate_on(text, where.parent, main_host, deadline)
     errors = [f"[{p.field}] {p.message}" for p in checked.problems if p.severity == "error"]
     if errors:
-        raise ToolInputError("blueprint has problems: " + "; ".join(errors), field="blueprint")
+        raise ToolInputError(f"blueprint has problems ({shown}): " + "; ".join(errors), field="blueprint")
     return {
+        "source": shown,
         "purpose": checked.values.get("exp_purpose"),
         "command": checked.values.get("exp_launch_command"),
         "workdir": checked.resolved.get("exp_codebase_dir"),
@@ -218,6 +221,8 @@ class _Launch:
     #: The run's policies for its monitors (``run_policy``); empty without one.
     policy: MonitorPolicy
     backend: Backend
+    #: Where the blueprint was read (``gpu1:/path`` for one on a host), or None.
+    blueprint: str | None
 
     @property
     def hosts(self) -> list[str]:
@@ -263,11 +268,15 @@ def run_policy(policy: RunPolicy | None) -> MonitorPolicy:
     return out
 
 
-def _decide(inp: LaunchInput) -> _Launch:
-    """Everything that needs no host: names, the blueprint's defaults, the processes, bounds, the id."""
+def _decide(inp: LaunchInput, deadline: Deadline) -> _Launch:
+    """Everything but the launch's own rounds: names, the blueprint's defaults (read and checked where it
+    lives), the processes, bounds, the id."""
     socket = socket_name()
     main_host = normalise(inp.host, field="host")
-    defaults = _blueprint_defaults(inp.blueprint, main_host) if inp.blueprint is not None else {}
+    defaults: dict[str, Any] = {}
+    if inp.blueprint is not None:
+        source, main_host = bp.locate(inp.blueprint, inp.host, "blueprint")
+        defaults = _blueprint_defaults(source, main_host, deadline.share(DRY_RUN_RESERVE_S))
     session = session_name(inp.name, defaults.get("purpose"))
     created = time.time()
     exp_id = f"{session}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime(created))}-{secrets.token_hex(2)}"
@@ -281,7 +290,8 @@ def _decide(inp: LaunchInput) -> _Launch:
         raise ToolInputError("resume relaunches a run on one host: give every process the experiment's host, or "
                              "use stop", field="policy")
     return _Launch(inp, socket, main_host, session, exp_id, created, procs, workdir, python, result_dir,
-                   defaults.get("yaml_path"), max_time_s, first_step_s, policy, _backend(inp, procs, main_host, policy))
+                   defaults.get("yaml_path"), max_time_s, first_step_s, policy, _backend(inp, procs, main_host, policy),
+                   defaults.get("source"))
 
 
 def _backend(inp: LaunchInput, procs: list[_Proc], main_host: str, policy: MonitorPolicy) -> Backend:
@@ -342,8 +352,8 @@ def _host_error(exc: HostUnreachable, procs: list[_Proc], main_host: str) -> Too
 def launch(inp: LaunchInput, deadline: Deadline | None = None) -> LaunchOutput:
     """Decide, let every host check (dry run), record the intent, start everywhere (rolled back on every
     host if any fails or the launch is interrupted), then mark the run registered (``running``)."""
-    d = _decide(inp)
     bound = deadline or Deadline.call()
+    d = _decide(inp, bound)
     with open_registry() as reg:
         replace = _check_previous(reg, d.socket, d.session, d.hosts, bound)
         ops = {h: d.ops(h, replace[h]) for h in d.hosts}
@@ -435,7 +445,7 @@ def _spec(d: _Launch, plans: dict[str, LaunchPlan], places: dict[str, HostRecord
               for h, where in places.items()}
     return RunSpec(
         host=d.main_host, result_dir=plans[d.main_host]["result_dir"], workdir=d.workdir, python=d.python,
-        blueprint=d.inp.blueprint, yaml_path=d.yaml_path, max_time_s=d.max_time_s, first_step_timeout_s=d.first_step_s,
+        blueprint=d.blueprint, yaml_path=d.yaml_path, max_time_s=d.max_time_s, first_step_timeout_s=d.first_step_s,
         first_step_pattern=d.inp.first_step_pattern, hosts=places,
         processes=tuple(ProcessRecord(
             role=p.role, command=p.command, host=p.host, workdir=resolved[(p.host, p.role)]["workdir"],

@@ -47,18 +47,48 @@ RunKey = Annotated[StrictStr, Field(min_length=1, max_length=200)]
 
 
 class RunPolicy(ToolInput):
-    """What the run's monitor does alone (references/monitoring.md)."""
+    """What the run's monitor does alone on its host. See references/monitoring.md."""
 
-    on_error: PolicyAction | None = None
-    errors: list[Annotated[StrictStr, Field(max_length=64)]] = Field(default=["error"], max_length=40,
-                                                                     description="Ids or severities.")
-    on_stall: PolicyAction | None = None
-    on_end: Literal["notify", "collect"] | None = None
-    notify_command: StrictStr = Field(default="", max_length=4000, description="Gets events as JSON on stdin.")
-    stall_k: float = Field(default=5, ge=1, le=1000)
-    stall_floor_s: Duration = 900
-    max_resumes: int = Field(default=2, strict=True, ge=0, le=20)
-    backoff_s: int = Field(default=60, strict=True, ge=0, le=3600)
+    # Each description's first sentence is what the tool list publishes; the rest is references/tools.md's.
+    on_error: PolicyAction | None = Field(
+        default=None, description="On a matched error signature: notify, stop, or resume (a transient one such as "
+        "nccl_error; any other is stopped). Default null: errors are only reported (status, wait, notify_command). "
+        "resume stops the run, waits backoff_s and relaunches it from its newest global_step_N checkpoint, only after "
+        "a signature classified transient (NCCL errors and collective timeouts); any other matched signature is "
+        "stopped, never resumed.")
+    errors: list[Annotated[StrictStr, Field(max_length=64)]] = Field(
+        default=["error"], max_length=40, description="Signature ids or severities on_error acts on. The default "
+        "[\"error\"] is every error-severity signature, never a warning; ids are in references/error-signatures.md, "
+        "so [\"nccl_error\"] acts on NCCL failures alone and leaves other errors to end the run by themselves. Only "
+        "with on_error.")
+    on_stall: PolicyAction | None = Field(
+        default=None, description="On a stall: notify, stop or resume. Default null: a stall is only reported. A run "
+        "stalls when its processes live but its newest step line is older than max(stall_floor_s, stall_k x median "
+        "step time); before the first step the first-step deadline governs, never the stall bound. resume relaunches "
+        "from the newest checkpoint (a hang that prints no error line).")
+    on_end: Literal["notify", "collect"] | None = Field(
+        default=None, description="At the run's end: notify, or collect. Default null. collect writes a short "
+        "results.md in <result_dir>/<id>/ and an empty finish.flag in <result_dir> on the main host (at the last "
+        "attempt's end when resumed); collect_results later writes the full page. Neither starts or stops anything.")
+    notify_command: StrictStr = Field(
+        default="", max_length=4000, description="Shell command told each event. Default empty: nobody is told. It "
+        "runs with /bin/sh -c on the run's host with one event as one JSON line on stdin (first_step, error, "
+        "stalled, action, timed_out, ended), at most 10 s each, one at a time in order; a failure is counted in "
+        "actions, never retried, and never stops the run.")
+    stall_k: float = Field(
+        default=5, ge=1, le=1000, description="Stall bound in median step times. The bound is max(stall_floor_s, "
+        "stall_k x median step time): a run stepping every 4 min stalls after 20 min at the default 5.")
+    stall_floor_s: Duration = Field(
+        default=900, description="Shortest quiet time that counts as a stall, in seconds (the default outlasts NCCL's "
+        "600 s watchdog). So a collective that hangs shows first as the nccl_error signature when NCCL's watchdog "
+        "ends it (on_error), and a stall catches a hang that prints nothing; keep it above the run's longest quiet "
+        "phase (a final validation, a checkpoint save), or on_stall stop ends a healthy run.")
+    max_resumes: int = Field(
+        default=2, strict=True, ge=0, le=20, description="Most relaunches by resume. The failure after the last one "
+        "is stopped, never resumed ('gave up after N resumes'); 0 makes resume a stop.")
+    backoff_s: int = Field(
+        default=60, strict=True, ge=0, le=3600, description="Seconds from a resume's stop to its relaunch. A "
+        "stop_experiment in that time cancels the relaunch.")
 
 
 class ProcessSpec(ToolInput):
@@ -71,12 +101,12 @@ class ProcessSpec(ToolInput):
                                       description="Absolute directory on its host; default: the top-level workdir.")
     env: dict[str, StrictStr] | None = Field(default=None, description="Extra variables (on top of the top-level env).")
     wait_for_url: StrictStr | None = Field(default=None, max_length=2000,
-                                           description="Start only once this http(s) URL answers (e.g. the swarm "
-                                           "server's port); checked from this process's host.")
+                                           description="Start once this http(s) URL answers. For example the swarm "
+                                           "server's port; checked from this process's host.")
     wait_for_url_timeout_s: PositiveInt | None = Field(
-        default=None, le=3600, description="Give up waiting after this many seconds (default 600); exit code 124.")
+        default=None, le=3600, description="Give up waiting after this many seconds (default 600). Exit code 124.")
     log_path: StrictStr | None = Field(default=None, max_length=4096,
-                                       description="On its host; default: <result_dir>/<id>/<session>.<role>.log (the "
+                                       description="On its host. Default: <result_dir>/<id>/<session>.<role>.log (the "
                                        "run's own folder).")
 
 
@@ -96,18 +126,20 @@ class SlurmSpec(ToolInput):
 
 class LaunchInput(ToolInput):
     blueprint: StrictStr | None = Field(default=None, max_length=4096,
-                                        description="Path of a blueprint markdown file on this machine (relative: "
-                                        "against the server's working directory); its fields are defaults that "
-                                        "explicit arguments override.")
+                                        description="Blueprint file: 'gpu1:/abs/bp.md' runs on gpu1, a plain path is "
+                                        "on host. It is read, checked and launched there (relative paths in it "
+                                        "resolve against its folder); 'local:/path' reads one here for a run on host, "
+                                        "and a relative plain path here resolves against the server's working "
+                                        "directory. Its fields are defaults that explicit arguments override.")
     name: StrictStr | None = Field(default=None, max_length=64,
-                                   description="Session name ([A-Za-z0-9_-]); 'ajet_' is prefixed unless it contains "
+                                   description="Session name ([A-Za-z0-9_-]). 'ajet_' is prefixed unless it contains "
                                    "'ajet'. Default: from the blueprint purpose.")
     host: StrictStr | None = Field(default=None, max_length=255, description=HOST_DESCRIPTION)
     command: StrictStr | None = Field(default=None, max_length=16000, description="Command of a one-process run.")
     workdir: StrictStr | None = Field(default=None, max_length=4096,
-                                      description="Absolute working directory on the host ('~/x' is expanded there).")
+                                      description="Absolute working directory on the host. '~/x' is expanded there.")
     python: StrictStr | None = Field(default=None, max_length=4096,
-                                     description="Venv interpreter on the host; its bin dir is put first on PATH.")
+                                     description="Venv interpreter on the host. Its bin dir is put first on PATH.")
     env: dict[str, StrictStr] | None = Field(default=None, description="Environment set explicitly in the session.")
     result_dir: StrictStr | None = Field(default=None, max_length=4096,
                                          description="On the host; default: <workdir>/auto_agent/exp_results/. Each "
@@ -115,15 +147,15 @@ class LaunchInput(ToolInput):
                                          "here.")
     log_path: StrictStr | None = Field(default=None, max_length=4096,
                                        description="Default: <result_dir>/<id>/<session>.log (the run's own folder).")
-    max_time_s: Duration | None = Field(default=None, description="Wall-clock budget in seconds (default 86400, at "
-                                        "most 366 days); enforced on the host, where the run ends as timed_out.")
+    max_time_s: Duration | None = Field(default=None, description="Wall-clock budget in seconds (default 86400). At "
+                                        "most 366 days; enforced on the host, where the run ends as timed_out.")
     first_step_timeout_s: Duration | None = Field(default=None, description="First-step deadline (default 1200).")
     first_step_pattern: StrictStr | None = Field(default=None, max_length=500,
-                                                 description="Regex proving step 1 (default: the first 'step:N' "
-                                                 "line with N >= 1, whatever metrics it carries).")
+                                                 description="Regex proving step 1. Default: the first 'step:N' "
+                                                 "line with N >= 1, whatever metrics it carries.")
     processes: list[ProcessSpec] | None = Field(default=None, min_length=1, max_length=MAX_PROCESSES,
-                                                description="Several processes as windows of one session per host, "
-                                                "started in order.")
+                                                description="Several processes, started in order. They are windows "
+                                                "of one session per host.")
     policy: RunPolicy | None = None
     require_free_gpus: FreeFraction | None = Field(
         default=None, description="Refuse unless every GPU of the host has this fraction of memory free. AgentJet's "

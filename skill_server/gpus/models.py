@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field, Strict
 
 from skill_server.core.models import ToolOutput
 
 MAX_HOSTS = 64
+#: What a host's nvidia-smi said, in one word (``GpuHost.status``).
+GpuState = Literal["ok", "no_gpu", "no_nvidia_smi", "nvidia_smi_failed", "unreachable"]
 #: A fraction of a GPU's memory that must be free (AgentJet's launcher wants 0.95).
 FreeFraction = Annotated[float, Strict(), Field(gt=0, le=1, allow_inf_nan=False)]
 
@@ -35,6 +37,10 @@ class Gpu(ToolOutput):
 
 class GpuHost(ToolOutput):
     host: str = Field(description="'local' or the ssh destination.")
+    status: GpuState = Field(description="ok: GPUs listed; no_gpu: nvidia-smi lists none; no_nvidia_smi: it is not "
+                             "on the host's PATH (a CPU machine, a login node, a container without the driver "
+                             "tools), so its GPUs cannot be checked there; nvidia_smi_failed: it failed or hung (a "
+                             "driver not loaded, a wedged GPU); unreachable: ssh failed.")
     reachable: bool = Field(description="False when the host could not be asked (ssh failed).")
     reason: str | None = Field(description="Why gpus (or their processes) are unknown: unreachable, no nvidia-smi, "
                                "nvidia-smi failed or timed out.")

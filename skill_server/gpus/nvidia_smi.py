@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from skill_server.gpus.models import Gpu, GpuHost, GpuProcess
+from skill_server.gpus.models import Gpu, GpuHost, GpuProcess, GpuState
 from skill_server.hosts import client
 
 if TYPE_CHECKING:
@@ -28,7 +28,8 @@ MAX_OUTPUT = 256 * 1024
 MAX_GPUS = 256
 MAX_PROCESSES = 4096
 MAX_NOTES = 20
-NOT_INSTALLED = "nvidia-smi is not installed on this host (no NVIDIA driver here?)"
+NOT_INSTALLED = ("nvidia-smi is not installed on this host (a machine without NVIDIA GPUs, a login node, or a "
+                 "container without the driver tools)")
 
 
 def query_ops(prefix: Sequence[str] = ()) -> list[client.Op[RunReply]]:
@@ -144,7 +145,8 @@ def host_gpus(host: str, gpu_result: RunReply | Failure | None, app_result: RunR
     """What one host's two query results say (the host answered; see ``unreachable`` otherwise)."""
     failure = run_failure(gpu_result)
     if failure is not None or gpu_result is None or not gpu_result["ok"]:
-        return GpuHost(host=host, reachable=True, reason=failure, gpus=None)
+        status: GpuState = "no_nvidia_smi" if failure == NOT_INSTALLED else "nvidia_smi_failed"
+        return GpuHost(host=host, status=status, reachable=True, reason=failure, gpus=None)
     gpus, notes = parse_gpus(gpu_result["stdout"])
     if gpu_result["truncated"]:
         notes.append(f"nvidia-smi's GPU list was cut at {MAX_OUTPUT} bytes")
@@ -168,8 +170,9 @@ def host_gpus(host: str, gpu_result: RunReply | Failure | None, app_result: RunR
             holder.processes.append(proc)
     if len(notes) > MAX_NOTES:
         notes = notes[:MAX_NOTES] + [f"{len(notes) - MAX_NOTES} more notes left out"]
-    return GpuHost(host=host, reachable=True, reason=reason, gpus=gpus, notes=notes)
+    return GpuHost(host=host, status="ok" if gpus else "no_gpu", reachable=True, reason=reason, gpus=gpus,
+                   notes=notes)
 
 
 def unreachable(host: str, reason: str) -> GpuHost:
-    return GpuHost(host=host, reachable=False, reason=reason, gpus=None)
+    return GpuHost(host=host, status="unreachable", reachable=False, reason=reason, gpus=None)

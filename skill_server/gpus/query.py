@@ -12,6 +12,9 @@ from skill_server.hosts import HostUnreachable, Reply, call_hosts, client
 if TYPE_CHECKING:
     pass
 
+#: What to do where nvidia-smi is missing (a refusal, gpu_status's summary).
+NO_SMI_ADVICE = ("leave out require_free_gpus (nothing checks the GPUs then), or on a Slurm login node ask Slurm "
+                 "for GPUs (slurm.gpus_per_node)")
 #: The host call's bound: both queries' own bounds plus the connection.
 CALL_TIMEOUT_S = 2 * nvidia_smi.QUERY_TIMEOUT_S + 30
 
@@ -80,6 +83,9 @@ def free_problems(host: GpuHost, required: float) -> list[str]:
     where = f"host {host.host}"
     if not host.reachable:
         return [f"{where} is unreachable: {host.reason}"]
+    if host.status == "no_nvidia_smi":
+        return [f"{where} has no nvidia-smi (a machine without NVIDIA GPUs, a login node, or a container without the "
+                f"driver tools), so its GPUs cannot be checked: {NO_SMI_ADVICE}"]
     if host.gpus is None:
         return [f"{where}: GPUs unknown: {host.reason}"]
     if not host.gpus:

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
         RunReply,
         RunRequest,
         SlurmOptions,
+        StatReply,
         StopProc,
         StopReply,
         StopRequest,
@@ -119,6 +120,12 @@ def read(path: str, length: int, *, offset: int = 0, text: bool = False) -> Op[R
     """The size of the regular file ``path`` and ``length`` bytes of it from ``offset`` (negative: from the
     end), as text or base64 data."""
     return Op({"op": "read", "path": path, "offset": offset, "length": length, "text": text})
+
+
+def stat(paths: Sequence[str]) -> Op[StatReply]:
+    """What each of ``paths`` is on the host (a directory, a regular file and whether it may be run, something
+    else, missing), ``~`` expanded there; at most 64."""
+    return Op({"op": "stat", "paths": list(paths)})
 
 
 def write(path: str, *, text: str | None = None, data: bytes | None = None, replace: bool,

@@ -7,6 +7,6 @@ server modules use them from here and never import agent internals.
 
 from __future__ import annotations
 
-from skill_server.hosts.agent.files import AgentError, read_appended, read_range
+from skill_server.hosts.agent.files import AgentError, describe, read_appended, read_range
 
-__all__ = ["AgentError", "read_appended", "read_range"]
+__all__ = ["AgentError", "describe", "read_appended", "read_range"]

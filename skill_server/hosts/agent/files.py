@@ -14,7 +14,7 @@ import time
 from .protocol import TYPE_CHECKING, host_identity, state_dir
 
 if TYPE_CHECKING:
-    from .protocol import Appended
+    from .protocol import Appended, PathInfo
 
 TEMP_SUFFIX = ".ajs-tmp"
 #: A temporary file older than this was left by an interrupted write and is removed on the next write.
@@ -149,6 +149,24 @@ def read_int(path: str) -> int | None:
 
 def exists(path: str) -> bool:
     return os.path.lexists(path)
+
+
+def describe(path: str) -> PathInfo:
+    """What ``path`` is on this host, symlinks followed and ``~`` expanded here: ``dir``, ``file`` (a regular
+    file; ``executable`` says whether this user may run it), ``other`` (a FIFO, a device, a socket),
+    ``missing``, or ``unreadable`` (it cannot be looked at: a parent without search permission, say)."""
+    full = expand(path)
+    try:
+        info = os.stat(full)
+    except (FileNotFoundError, NotADirectoryError):
+        return {"path": full, "kind": "missing", "executable": False}
+    except OSError:
+        return {"path": full, "kind": "unreadable", "executable": False}
+    if stat.S_ISDIR(info.st_mode):
+        return {"path": full, "kind": "dir", "executable": False}
+    if stat.S_ISREG(info.st_mode):
+        return {"path": full, "kind": "file", "executable": os.access(full, os.X_OK)}
+    return {"path": full, "kind": "other", "executable": False}
 
 
 def touch(path: str) -> None:

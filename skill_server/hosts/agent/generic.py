@@ -1,5 +1,6 @@
 """Operations any tool may use on any host: ping, run (argv, bounded time and output), read (size plus
-one byte range, regular files only), write (atomic; create, or replace a regular file only)."""
+one byte range, regular files only), write (atomic; create, or replace a regular file only), stat (what
+each of a few paths is: a blueprint's paths, checked where the run will use them)."""
 
 from __future__ import annotations
 
@@ -15,11 +16,12 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import IO
 
-    from .protocol import PingReply, ReadReply, RunReply, WriteReply
+    from .protocol import PingReply, ReadReply, RunReply, StatReply, WriteReply
 
 MAX_READ_BYTES = 80 * 1024 * 1024
 MAX_RUN_OUTPUT = 8 * 1024 * 1024
 MAX_RUN_TIMEOUT_S = 3600
+MAX_STAT_PATHS = 64
 
 
 def op_ping(req: Mapping[str, object]) -> PingReply:
@@ -111,3 +113,11 @@ def op_write(req: Mapping[str, object]) -> WriteReply:
     mode = need_or(req, "mode", int, 0o644) & 0o777
     return {"path": files.write_atomic(path, data, replace=need(req, "replace", bool), mode=mode)}
 
+
+
+def op_stat(req: Mapping[str, object]) -> StatReply:
+    """What each path is on this host (``files.describe``), in the order given."""
+    paths = str_list(req, "paths")
+    if len(paths) > MAX_STAT_PATHS:
+        raise AgentError("at most %d paths" % MAX_STAT_PATHS, "paths")
+    return {"paths": [files.describe(path) for path in paths]}

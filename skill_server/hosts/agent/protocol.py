@@ -163,6 +163,20 @@ if TYPE_CHECKING:
     class WriteReply(Ok):
         path: str
 
+    # ---- stat: what each of a few paths is on this host (``~`` expanded there, symlinks followed)
+
+    class StatRequest(TypedDict):
+        op: Literal["stat"]
+        paths: list[str]
+
+    class PathInfo(TypedDict):
+        path: str  # expanded and normalised on this host
+        kind: Literal["dir", "file", "other", "missing", "unreadable"]
+        executable: bool  # a regular file this user may run
+
+    class StatReply(Ok):
+        paths: list[PathInfo]  # one per path asked, in order
+
     # ---- launch: check (dry run) or start one experiment's processes on this host
 
     class LaunchProc(TypedDict):
@@ -478,9 +492,9 @@ if TYPE_CHECKING:
     # ---- the envelope
 
     OpRequest = (PingRequest | RunRequest | ReadRequest | WriteRequest | LaunchRequest | DiscardRequest | ObserveRequest
-                 | StopRequest | CheckpointsRequest | ReclaimRequest)
+                 | StopRequest | CheckpointsRequest | ReclaimRequest | StatRequest)
     OpReply = (PingReply | RunReply | ReadReply | WriteReply | LaunchPlan | LaunchStarted | DiscardReply | ObserveReply
-               | StopReply | CheckpointsReply | ReclaimReply)
+               | StopReply | CheckpointsReply | ReclaimReply | StatReply)
 
     class _EnvelopeRequired(TypedDict):
         v: int

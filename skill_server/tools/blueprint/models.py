@@ -13,27 +13,34 @@ from skill_server.experiments import blueprint as bp
 class BlueprintInput(ToolInput):
     action: Literal["validate", "template"] = Field(description="'template' renders one, 'validate' checks one.")
     path: StrictStr | None = Field(default=None, max_length=4096,
-                                   description="validate: the blueprint to read; template: where to write it (a new "
-                                   "file: an existing one is never replaced). Relative paths resolve against the "
-                                   "server's working directory.")
+                                   description="validate: the blueprint, here or 'gpu1:/abs/blueprint.md'; template: "
+                                   "a new file to write. A path on a host is read there and its paths checked there "
+                                   "(relative ones against its folder); 'local:/path' reads one here and checks its "
+                                   "paths on host. Relative paths here resolve against the server's working "
+                                   "directory; an existing file is never replaced.")
+    host: StrictStr | None = Field(default=None, max_length=255,
+                                   description="validate: check the blueprint's paths on this ssh host (a plain "
+                                   "path is read there too).")
     text: StrictStr | None = Field(default=None, max_length=bp.MAX_BLUEPRINT_BYTES,
                                    description="validate: blueprint text instead of a file.")
     purpose: StrictStr | None = Field(default=None, max_length=4096,
-                                      description="template: [exp_purpose], one or two sentences.")
+                                      description="template: [exp_purpose]. One or two sentences.")
     codebase_dir: StrictStr | None = Field(default=None, max_length=4096,
                                            description="template: [exp_codebase_dir], absolute.")
     venv_exe: StrictStr | None = Field(default=None, max_length=4096,
-                                       description="template: [exp_venv_exe], the venv's python.")
+                                       description="template: [exp_venv_exe]. The venv's python.")
     yaml_path: StrictStr | None = Field(default=None, max_length=4096,
-                                        description="template: [exp_yaml_path], the training YAML.")
+                                        description="template: [exp_yaml_path]. The training YAML.")
     launch_command: StrictStr | None = Field(default=None, max_length=16000,
-                                             description="template: [exp_launch_command], one line.")
+                                             description="template: [exp_launch_command]. One line.")
     result_dir: StrictStr | None = Field(default=None, max_length=4096,
-                                         description="template: [exp_result_dir] (default ./auto_agent/exp_results/).")
+                                         description="template: [exp_result_dir]. Default ./auto_agent/exp_results/.")
     max_time: StrictStr | None = Field(default=None, max_length=200,
-                                       description="template: e.g. '24 hours' (default), '90 min', '1.5h'.")
+                                       description="template: [exp_max_time]. For example '24 hours' (default), "
+                                       "'90 min', '1.5h'.")
     first_step_timeout: StrictStr | None = Field(default=None, max_length=200,
-                                                 description="template: e.g. '20 min' (default).")
+                                                 description="template: the first-step deadline. For example '20 min' "
+                                                 "(default).")
     notes: StrictStr | None = Field(default=None, max_length=64 * 1024, description="template: free notes.")
 
 

@@ -20,15 +20,18 @@ def blueprint_tool(inp: BlueprintInput) -> BlueprintOutput:
             raise ToolInputError("only used by action='template'", field=given[0])
         if (inp.path is None) == (inp.text is None):
             raise ToolInputError("give exactly one of path or text", field="path")
-        source = None
-        if inp.path is not None:
-            text, path = bp.read_blueprint(inp.path, "path")
-            source, base = str(path), path.parent
-        else:
-            text, base = inp.text or "", Path.cwd()
-        return _output("validate", bp.validate_text(text, base), None, source)
-    if inp.text is not None:
-        raise ToolInputError("only used by action='validate'", field="text")
+        if inp.path is None:
+            if inp.host is not None:
+                raise ToolInputError("only with path (the blueprint's folder on that host resolves its relative "
+                                     "paths)", field="host")
+            return _output("validate", bp.validate_text(inp.text or "", Path.cwd()), None, None)
+        source, run_host = bp.locate(inp.path, inp.host, "path")
+        text, where = bp.read(source, "path")
+        shown = str(bp.Source(source.host, str(where)))
+        return _output("validate", bp.validate_on(text, where.parent, run_host), None, shown)
+    for name in ("text", "host"):
+        if getattr(inp, name) is not None:
+            raise ToolInputError("only used by action='validate'", field=name)
     for name in ("max_time", "first_step_timeout"):
         value = getattr(inp, name)
         if value is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from skill_server.core.errors import ToolInputError
 from skill_server.gpus.models import GpuHost
-from skill_server.gpus.query import in_job, query
+from skill_server.gpus.query import NO_SMI_ADVICE, in_job, query
 from skill_server.hosts import LOCAL, normalise
 from skill_server.tools.gpu_status.models import GpuStatusInput, GpuStatusOutput
 
@@ -45,6 +45,10 @@ def summary(hosts: list[GpuHost]) -> str:
     """One line: per host, the GPUs free as AgentJet's launcher counts them (at least 95% of memory free)."""
     parts = []
     for host in hosts:
+        if host.status == "no_nvidia_smi":
+            parts.append(f"{host.host}: no nvidia-smi, GPUs cannot be checked there (a CPU machine, a login node or a "
+                         f"container without the driver tools): {NO_SMI_ADVICE}")
+            continue
         if host.gpus is None:
             parts.append(f"{host.host}: GPUs unknown ({host.reason or 'no answer'})")
             continue
