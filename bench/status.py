@@ -22,6 +22,11 @@ launch is not this run's output: the monitor starts at its end. Medians of sever
 runs in the registry and as many finished sessions left on the tmux server (as runs from before session
 clean-up left them; finished runs now remove their own).
 
+``listing``: the listing (``experiment_status`` without an id, a page of 10) with 10 finished runs, then with
+5,000 (``--history-runs``): 10 real launches, then older history rows copied from them straight into the
+registry (launching 5,000 runs would take an hour; listing reads only the newest page of rows, so copies
+cost what real rows cost). Target: within 1.5x.
+
 ``history``: one run prints 10,000 step lines at once; its monitor stores them as metric points while
 status calls poll, then ``metrics_history`` asks for 1 and for 5 metrics over all 10,000 steps,
 downsampled to 200 points.
@@ -29,8 +34,8 @@ downsampled to 200 points.
 ``cpu``: a run logging 1 MB a minute (step lines and INFO lines) for ``--cpu-minutes``; the CPU seconds
 its monitor used (utime + stime from /proc), scaled to an hour.
 
-    python bench/status.py [--parts scanner,logs,many,finished,history,cpu] [--big-gb 2] [--calls 30]
-                           [--history-steps 10000] [--finished 1000] [--cpu-minutes 3]
+    python bench/status.py [--parts scanner,logs,many,finished,listing,history,cpu] [--big-gb 2] [--calls 30]
+                           [--history-steps 10000] [--finished 1000] [--history-runs 5000] [--cpu-minutes 3]
 """
 
 from __future__ import annotations
@@ -169,6 +174,41 @@ def finished_bench(call, work: Path, counts: list[int]) -> None:
     print(f"one running experiment's status: with {lo} finished runs {results[lo] * 1000:.1f} ms, with {hi} "
           f"{results[hi] * 1000:.1f} ms -> ratio {results[hi] / results[lo]:.2f}x (target <= 1.2x)")
     call("stop_experiment", id=running, grace_s=1)
+
+
+def listing_bench(call, work: Path, runs: int) -> None:
+    """A page of the listing with 10 finished runs, then with ``runs`` (older rows copied in SQL)."""
+    import sqlite3
+
+    from skill_server.experiments.store import DB_NAME, registry_dir
+
+    ids = [call("launch_experiment", name=f"bench_list_{i}", workdir=str(work), command="true").id for i in range(10)]
+    for exp_id in ids:
+        call("wait_experiment", id=exp_id, timeout_s=30)
+
+    def page() -> float:
+        times = []
+        for _ in range(25):
+            t0 = time.perf_counter()
+            out = call("experiment_status", limit=10)
+            times.append(time.perf_counter() - t0)
+            assert [e.id for e in out.experiments] == ids[::-1], "the page is the 10 real runs"
+        return statistics.median(times)
+
+    small = page()
+    conn = sqlite3.connect(str(registry_dir() / DB_NAME), isolation_level=None)
+    columns = [r[1] for r in conn.execute("PRAGMA table_info(experiments)") if r[1] not in ("id", "seq")]
+    names = ", ".join(columns)
+    conn.execute("BEGIN IMMEDIATE")
+    conn.execute("UPDATE experiments SET seq = seq + ?", (runs,))  # the real runs stay the newest
+    for i in range(runs - len(ids)):
+        conn.execute(f"INSERT INTO experiments (id, seq, {names}) SELECT ?, ?, {names} FROM experiments WHERE id = ?",
+                     (f"old{i:06d}", i + 1, ids[i % len(ids)]))
+    conn.execute("COMMIT")
+    conn.close()
+    big = page()
+    print(f"listing (a page of 10, median of 25): with 10 finished runs {small * 1000:.1f} ms, with {runs} "
+          f"{big * 1000:.1f} ms -> ratio {big / small:.2f}x (target <= 1.5x)")
 
 
 #: Logs about ``rate`` bytes a second: one step line then INFO lines, every half second.
@@ -321,11 +361,12 @@ def many_bench(call, work: Path, command: str) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--parts", default="scanner,logs,many,finished,history,cpu")
+    ap.add_argument("--parts", default="scanner,logs,many,finished,listing,history,cpu")
     ap.add_argument("--big-gb", type=float, default=2.0)
     ap.add_argument("--calls", type=int, default=30)
     ap.add_argument("--history-steps", type=int, default=10_000)
     ap.add_argument("--finished", type=int, default=1000)
+    ap.add_argument("--history-runs", type=int, default=5000)
     ap.add_argument("--cpu-minutes", type=float, default=3.0)
     args = ap.parse_args()
     parts = set(args.parts.split(","))
@@ -358,6 +399,8 @@ def main() -> int:
             many_bench(call, work, command)
         if "finished" in parts:
             finished_bench(call, work, [10, args.finished])
+        if "listing" in parts:
+            listing_bench(call, work, args.history_runs)
         if "history" in parts:
             history_bench(call, work, args.history_steps)
         if "cpu" in parts:

@@ -108,3 +108,42 @@ def test_refused_values_name_their_place():
         deep = [deep]
     with pytest.raises(yamltypes.TooDeep):
         yamltypes.check_plain({"a": deep})
+
+
+def _reading(read, text: str) -> tuple[str, Any]:
+    """What one reading gives: ("ok", data) or ("error", its type and what it says, as the tools report it)."""
+    from skill_server.core.safe_yaml import yaml_error_text
+
+    try:
+        return "ok", read(text)
+    except yaml.YAMLError as exc:
+        return "error", (type(exc).__name__, yaml_error_text(exc))
+    except (ValueError, RecursionError) as exc:
+        return "error", (type(exc).__name__, str(exc))
+
+
+def _same(a: tuple[str, Any], b: tuple[str, Any]) -> bool:
+    return a[0] == b[0] and (strict_equal(a[1], b[1]) if a[0] == "ok" else a[1] == b[1])
+
+
+#: Pieces of YAML documents: structure, anchors and aliases, duplicate keys, tags, scalars of both dialects.
+YAML_PIECES = st.sampled_from(["a: 1\n", "b:\n", "  - x\n", "  c: 3e-6\n", "d: &x [1, 2]\n", "e: *x\n", "a: 2\n",
+                               "f: !!str 5\n", "g: 2026-05-26\n", "h: {k: v, k: w}\n", "i: |\n  text\n", "---\n",
+                               "j: [\n", "k: \t1\n", "l: ${a}\n", "m: !!set {x}\n", "n: 1_000\n", "o: *nope\n",
+                               "- top\n", "p: 99999999999999999999\n", "q: 'it''s'\n", "r: .inf\n", "\x07\n"])
+
+
+@settings(max_examples=300, deadline=None, database=None, derandomize=True)
+@given(st.lists(YAML_PIECES, max_size=12).map("".join))
+def test_one_parse_read_both_ways_is_each_reading(text):
+    """A layer file read both ways from one parse (build_config's install layers) gives what each reading alone
+    gives: the same data and types, or the same error at the same place."""
+    layer = _reading(yamltypes.load_layer_text, text)
+    base = _reading(yamltypes.load_base_text, text)
+    both = _reading(yamltypes.load_layer_and_base_text, text)
+    if layer[0] == "error":
+        assert _same(both, layer)
+    elif base[0] == "error":
+        assert _same(both, base)
+    else:
+        assert both[0] == "ok" and strict_equal(both[1][0], layer[1]) and strict_equal(both[1][1], base[1])

@@ -147,8 +147,9 @@ def test_an_install_layer_that_is_not_yaml_is_named_with_its_line(checkout):
 
 def test_install_facts_are_cached_until_a_file_changes(checkout, monkeypatch):
     calls = []
-    real = yamltypes.load_layer_text
-    monkeypatch.setattr(yamltypes, "load_layer_text", lambda text: calls.append(1) or real(text))
+    for name in ("load_layer_text", "load_layer_and_base_text"):  # a layer alone, or with its base reading
+        real = getattr(yamltypes, name)
+        monkeypatch.setattr(yamltypes, name, lambda text, *a, real=real, **k: calls.append(1) or real(text, *a, **k))
     release_module.clear_cache()
     first = build(agentjet_root=str(checkout))
     assert len(calls) == 3  # the three layers, parsed once

@@ -129,3 +129,49 @@ def test_the_registry_thins_old_points_and_keeps_the_best_step(monkeypatch: pyte
         assert stats(series, 10, lower=False).model_dump(exclude={"n"}) == full.model_dump(exclude={"n"})
         low = stats(history.Series("score", list(range(1, n + 1)), values), 10, lower=True)
         assert stats(series, 10, lower=True).best_step == low.best_step
+
+
+def _content(path: str) -> bytes | None:
+    return Path(path).read_bytes() if Path(path).exists() else None
+
+
+class _ReadBack(points.PointsFile):
+    """The points file as it was compacted before points were held in memory: the file read back and parsed."""
+
+    def compact(self) -> None:
+        header, pts = points._read_all(self.path)
+        if header is None:
+            return
+        kept = points.compact(pts, keep_first=1, keep_recent=points.FILE_KEEP_RECENT)
+        if len(kept) < len(pts):
+            self._rewrite(kept, int(header.get("generation", 0)) + 1)
+
+
+def test_a_monitor_compacts_from_memory_into_the_same_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Compaction never reads the file back (a restarted monitor reads it once), and writes what compacting the
+    file read back would write: byte for byte, through sparse points, NaN, ints, a burst and a restart."""
+    monkeypatch.setattr(points, "FILE_MAX_POINTS", 200)
+    monkeypatch.setattr(points, "FILE_KEEP_RECENT", 60)
+    rng = random.Random(28)
+    looks = []
+    for look in range(300):
+        n = 1500 if look == 150 else rng.randint(0, 4)  # one look is a burst beyond points.BURST
+        looks.append([(look * 10 + i, {"loss": rng.random(), "acc": rng.choice([math.nan, 1, 0.5]),
+                                       **({"rare": rng.random()} if rng.random() < 0.2 else {})})
+                      for i in range(n)])
+    mine, theirs = str(tmp_path / "memory.jsonl"), str(tmp_path / "read_back.jsonl")
+    held, reference = points.PointsFile(mine), _ReadBack(theirs)
+    reads: list[str] = []
+    real_read = points._read_all
+    monkeypatch.setattr(points, "_read_all", lambda path: (reads.append(path), real_read(path))[1])
+    for look, steps in enumerate(looks):
+        if look == 200:  # a restarted monitor takes both files up again, from findings a few points older
+            resume = held.seq - 3
+            held, reference = points.PointsFile(mine), _ReadBack(theirs)
+            held.load(upto_seq=resume)
+            reference.load(upto_seq=resume)
+        assert held.append(steps) == reference.append(steps)
+        assert _content(mine) == _content(theirs), f"look {look}"
+    assert json.loads(Path(mine).read_text().split("\n", 1)[0])["generation"] > 3
+    assert reads.count(mine) == 1, "the file of the monitor holding its points was read once: when it restarted"
+    assert (held.count, held.seq, held.generation) == (reference.count, reference.seq, reference.generation)

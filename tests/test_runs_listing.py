@@ -35,6 +35,58 @@ def test_listing_every_run_answers_one_bounded_page_with_a_cursor(tmux_socket: s
     assert err.value.field == "offset"
 
 
+#: The experiments table and its indexes as the release before the listing index (d563054) wrote them.
+OLD_REGISTRY = """
+CREATE TABLE experiments (
+    id TEXT PRIMARY KEY, session TEXT NOT NULL, socket TEXT NOT NULL, created REAL NOT NULL,
+    started_at TEXT NOT NULL, spec TEXT NOT NULL, final_state TEXT, final_exit_code INTEGER, ended REAL,
+    note TEXT, read_cursor TEXT NOT NULL DEFAULT '', scan TEXT NOT NULL DEFAULT '{}',
+    scan_version INTEGER NOT NULL DEFAULT 0, timeouts INTEGER NOT NULL DEFAULT 0,
+    seq INTEGER, phase TEXT NOT NULL DEFAULT 'running', controller TEXT, launcher TEXT
+);
+CREATE INDEX experiments_by_session ON experiments(session, created);
+CREATE INDEX experiments_by_seq ON experiments(seq);
+CREATE INDEX experiments_by_phase ON experiments(phase);
+"""
+
+
+def _plan(reg, sql: str, params: tuple) -> str:
+    return " ".join(str(row[-1]) for row in reg.conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+
+
+def test_an_old_registry_gets_the_listing_index_and_pages_without_sorting_its_history():
+    """A registry written before the (phase, seq) index: opening it adds the index and keeps every row; a page
+    of the listing and a lookup by name then walk an index in order (no sort of every row: the cost that grew
+    with each finished run; its time is measured in bench/status.py, not here)."""
+    import sqlite3
+
+    from skill_server.experiments import store
+    from skill_server.experiments.spec import RunSpec
+
+    spec = json.dumps(RunSpec.from_json({"format": 2, "host": "local", "hosts": {"local": {
+        "run_dir": "/nonexistent/runs/old", "socket_path": "/nonexistent/sock"}}, "processes": [
+        {"role": "main", "host": "local", "log_path": "/nonexistent/old.log", "pid": 2**22, "start": "1"}]}).to_json())
+    directory = store.registry_dir()
+    directory.mkdir(parents=True)
+    old = sqlite3.connect(str(directory / store.DB_NAME), isolation_level=None)
+    old.executescript(OLD_REGISTRY)
+    old.executemany("INSERT INTO experiments (id, session, socket, created, started_at, spec, final_state, seq) "
+                    "VALUES (?, ?, 'x', ?, '', ?, 'succeeded', ?)",
+                    [(f"old_{i}-x", f"old_{i % 7}", float(i), spec, i + 1) for i in range(300)])
+    old.close()
+    with store.open_registry() as reg:
+        indexes = {str(r[1]) for r in reg.conn.execute("PRAGMA index_list(experiments)")}
+        assert {"experiments_by_phase_seq", "experiments_by_session_seq"} <= indexes
+        rows, problems = reg.all_with_problems(10, 20)
+        assert [r.id for r in rows] == [f"old_{i}-x" for i in range(279, 269, -1)] and not problems
+        assert reg.count() == 300 and reg.find("old_3").id == "old_297-x"
+        page = _plan(reg, store.PAGE_SQL, (store.RUNNING, 10, 20))
+        by_name = _plan(reg, store.BY_NAME_SQL, ("old_3", store.RUNNING))
+    for plan in (page, by_name):
+        assert "TEMP B-TREE" not in plan and "SCAN experiments" not in plan, plan
+    assert "experiments_by_phase_seq" in page and "experiments_by_session_seq" in by_name
+
+
 NONCE = "feedc0de"
 
 

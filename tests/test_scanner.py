@@ -9,6 +9,8 @@ from re import _constants as sre_c  # type: ignore[attr-defined]  # the parser's
 from re import _parser as sre_parse  # type: ignore[attr-defined]
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from skill_server.core.text import shorten
 from skill_server.experiments import logs
@@ -33,6 +35,7 @@ HEALTHY = [
     "Changed engine status to ENGINE.ROLLING",
     "INFO 05-26 17:07:13 [gpu_model_runner.py:1234] Loading weights took 4.12 seconds",
     "Training Progress:  12%|#2        | 3/25 [00:41<05:01, 13.70s/it]",
+    "2026-05-26 17:07:12.482 | INFO     | ajet.swarm.server:poll_loop:88 - 12 clients connected, engine ENGINE.ROLLING",
 ]
 
 
@@ -170,3 +173,116 @@ def test_the_server_scan_uses_the_same_table_and_keeps_the_first_line():
     hit = state.errors["python_exception"]
     assert hit == {"count": 2, "line": "KeyError: second", "role": "main", "first_line": "ValueError: first"}
     assert re.search(logs.signature_table().signatures[0].regex.pattern, SIGNATURES[0].example)
+
+
+# ---- one pass over each chunk finds every line a needle-by-needle scan finds
+
+
+def _reference_scan(rows: list[dict], text: str) -> list[tuple[str, tuple[int, str, str]]]:
+    """The scan as it was specified before the one-pass finder, written the slow and obvious way: every line
+    (bytes, ASCII-lowered) is checked for every needle; the rows whose needles it holds try their expression on
+    it, in the order the table first lists those needles, then rows; rows without needles run on every line
+    after that. The tallies in the order they were first counted."""
+    sigs = [scanner.Signature(row) for row in rows]
+    by_needle: dict[bytes, list] = {}
+    for sig in sigs:
+        for needle in sig.needles:
+            if sig not in by_needle.setdefault(needle, []):
+                by_needle[needle].append(sig)
+    out: dict[str, list] = {}
+
+    def tally(name: str, line: str) -> None:
+        kept = scanner.clip(line.strip())
+        if name in out:
+            out[name][0] += 1
+            out[name][2] = kept
+        else:
+            out[name] = [1, kept, kept]
+
+    for raw_line in text.encode("utf-8", "replace").split(b"\n"):
+        low = raw_line.lower()
+        line = raw_line.decode("utf-8", "replace")
+        tried: list = []
+        for needle, owners in by_needle.items():
+            if needle in low:
+                tried += [sig for sig in owners if sig not in tried]
+        for sig in tried:
+            if sig.regex.search(line):
+                tally(sig.name, line)
+    for line in text.split("\n"):
+        for sig in sigs:
+            if not sig.needles and sig.regex.search(line):
+                tally(sig.name, line)
+    return [(name, (c, first, last)) for name, (c, first, last) in out.items()]
+
+
+def _scan(rows: list[dict], text: str) -> list[tuple[str, tuple[int, str, str]]]:
+    return list(scanner.Table(rows).scan(text).items())
+
+
+#: Bytes that needles of generated tables are made of: few, so needles overlap, share anchors and recur.
+_NEEDLE_ALPHABET = "abcnrx:_+ -"
+_needle = st.text(alphabet=_NEEDLE_ALPHABET, min_size=1, max_size=6)
+_row_pattern = st.sampled_from([r"a", r"[a-z]+:", r"^\S", r"x$", r"(?:b|c)n", r"\d", r"nan|inf", r".+"])
+
+
+@st.composite
+def _tables(draw) -> list[dict]:
+    rows = []
+    for i in range(draw(st.integers(1, 7))):
+        needles = draw(st.lists(_needle, max_size=4))
+        pattern = draw(st.one_of(_row_pattern, _needle.map(re.escape)))
+        rows.append({"name": f"row{i}", "pattern": pattern, "flags": draw(st.sampled_from(["", "i"])),
+                     "needles": needles})
+    return rows
+
+
+@st.composite
+def _texts(draw, needles: list[str]) -> str:
+    """Lines of needles in any case (touching, overlapping, cut short), the needles' alphabet, other text."""
+    piece = st.one_of(
+        st.sampled_from(needles or ["x"]).map(lambda n: n.upper() if len(n) % 2 else n),
+        st.sampled_from(needles or ["x"]).flatmap(lambda n: st.integers(0, len(n)).map(lambda k: n[:k])),
+        st.text(alphabet=_NEEDLE_ALPHABET + "AN\t", max_size=8),
+        st.text(max_size=4),
+        st.sampled_from(["\u00e9\u4e2d", "\udcff", "K\u212aill"]),
+    )
+    lines = draw(st.lists(st.lists(piece, max_size=6).map("".join), max_size=12))
+    return "\n".join(lines)
+
+
+@settings(max_examples=400, deadline=None, database=None, derandomize=True)
+@given(st.data())
+def test_the_one_pass_scan_finds_what_a_needle_by_needle_scan_finds(data):
+    """Random tables (needles that overlap and share bytes, rows with and without needles, in any case) over
+    random text: the same rows, counts, first and last lines, in the same order, as the reference scan."""
+    rows = data.draw(_tables())
+    needles = [n for row in rows for n in row["needles"]]
+    text = data.draw(_texts(needles))
+    assert _scan(rows, text) == _reference_scan(rows, text)
+
+
+@settings(max_examples=150, deadline=None, database=None, derandomize=True)
+@given(st.lists(st.one_of(st.sampled_from(HEALTHY + [s.example for s in SIGNATURES] + [
+    "actor/pg_loss: nan", "grad_norm:-INF", "x: +inf", "  Killed", "NCCL error", "Could not connect to Ray",
+    "Unable to connect to swarm server.", "ENGINE.CANNOT_CONNECT", "CUDA out of memory", "cudart", "driver"]),
+    st.text(max_size=30)), max_size=50))
+def test_the_project_table_finds_what_a_needle_by_needle_scan_finds(pieces):
+    text = "\n".join(pieces)
+    assert _scan(monitor_rows(), text) == _reference_scan(monitor_rows(), text)
+
+
+def test_overlapping_needles_are_each_found():
+    """One pass reports an occurrence and moves past it: a needle that starts inside it is still looked for."""
+    rows = [{"name": "long", "pattern": "xab", "flags": "", "needles": ["xab"]},
+            {"name": "inner", "pattern": "abc", "flags": "", "needles": ["abc"]},
+            {"name": "same_start", "pattern": "xa", "flags": "", "needles": ["xa"]}]
+    table = scanner.Table(rows)
+    assert table.needles.expression is not None and not table.needles.one_by_one, "all three in the one pass"
+    assert _scan(rows, "xabc\nabc\n") == _reference_scan(rows, "xabc\nabc\n")
+    assert {name for name, _ in _scan(rows, "xabc")} == {"long", "inner", "same_start"}
+
+
+def test_an_empty_needle_makes_its_row_run_on_every_line():
+    table = scanner.Table([{"name": "e", "pattern": r"^\d+$", "flags": "", "needles": ["", "zz"]}])
+    assert table.scan("12\nab\n7") == {"e": (2, "12", "7")}

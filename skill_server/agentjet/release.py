@@ -322,6 +322,17 @@ def cached_file(path: Path, kind: str, parse: Callable[[str], Any]) -> Any:
     return value
 
 
+def cached_value(path: Path, kind: str) -> Any:
+    """What ``cached_file(path, kind, ...)`` holds for the file as it is now, or None (not read yet, or changed)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    with _CACHE_LOCK:
+        hit = _CACHE.get((str(path), kind))
+    return hit[1] if hit is not None and hit[0] == (st.st_mtime_ns, st.st_size, st.st_ino, st.st_dev) else None
+
+
 def clear_cache() -> None:
     with _CACHE_LOCK:
         _CACHE.clear()
@@ -335,24 +346,26 @@ def _parse_layer(text: str) -> Any:
     return data
 
 
-def _parse_raw(text: str) -> Any:
+def _parse_layer_and_raw(text: str) -> tuple[Any, Any]:
     from skill_server.agentjet import yamltypes
 
-    data = yamltypes.load_base_text(text)
-    yamltypes.check_plain(data)
-    return data
+    data, raw = yamltypes.load_layer_and_base_text(text, check=yamltypes.check_plain)
+    yamltypes.check_plain(raw)
+    return data, raw
 
 
 def read_yaml_file(path: Path, *, origin: str, rel: str = "", field: str = "agentjet_root",
                    raw: bool = False) -> ConfigFile | None:
-    """A YAML file on disk as layer data (and as base data with ``raw``), cached; None when it does not exist."""
+    """A YAML file on disk as layer data (and as base data with ``raw``: both from one parse), cached; None when it
+    does not exist."""
     import yaml
 
     from skill_server.core.safe_yaml import yaml_error_text
 
     try:
-        data = cached_file(path, "layer", _parse_layer)
-        raw_data = cached_file(path, "raw", _parse_raw) if raw else None
+        both = cached_file(path, "layer+raw", _parse_layer_and_raw) if raw else cached_value(path, "layer+raw")
+        data = both[0] if both is not None else cached_file(path, "layer", _parse_layer)
+        raw_data = both[1] if raw else None
     except FileNotFoundError:
         return None
     except yaml.YAMLError as exc:

@@ -17,6 +17,7 @@ of either is imported at run time except PyYAML itself.
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from typing import Any
 
 import yaml
@@ -30,6 +31,8 @@ from skill_server.core.safe_yaml import (
     OMEGACONF_FLOAT,
     OmegaConfLoader,
     PyYAMLLoader,
+    parse_events,
+    replaying,
 )
 
 STR_TAG = "tag:yaml.org,2002:str"
@@ -68,6 +71,24 @@ def load_layer_text(text: str) -> Any:
 def load_base_text(text: str) -> Any:
     """Parse a base as AgentJetJob's ``yaml.safe_load`` does, bounded (raises ``yaml.YAMLError`` on bad YAML)."""
     return _load(PyYAMLLoader(text))
+
+
+def load_layer_and_base_text(text: str, check: Callable[[Any], None] = lambda data: None) -> tuple[Any, Any]:
+    """``load_layer_text`` and ``load_base_text`` of one text for not much more than one of them: the text is
+    parsed once and its events composed in each dialect; ``check`` runs on the layer reading before the base
+    one is composed, as when the two are read one after the other. A text the parser refuses is read each
+    way on its own, so every error is the one those functions give."""
+    try:
+        events = parse_events(text)
+    except Exception:  # noqa: BLE001 - the readings below raise what a single reading raises
+        events = None
+    if events is None:
+        layer = load_layer_text(text)
+        check(layer)
+        return layer, load_base_text(text)
+    layer = _load(replaying(OmegaConfLoader, events))
+    check(layer)
+    return layer, _load(replaying(PyYAMLLoader, events))
 
 
 def _load(loader: PyYAMLLoader) -> Any:

@@ -14,8 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from skill_server.analysis.script.model import ScriptScan
-from skill_server.analysis.script.pools import Pool
+from skill_server.analysis.script.model import Pool, ScriptScan
 
 #: What every client bound assumes (a script is read as one client).
 ONE_EPISODE_PER_THREAD = "each thread runs one episode at a time"

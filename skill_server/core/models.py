@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
@@ -179,6 +178,8 @@ def _suggestion(schema: dict[str, Any] | None, path: Sequence[Any]) -> str:
     valid = property_names_at(schema, path[:-1])
     if not valid:
         return ""
+    import difflib  # only when a name is misspelt
+
     close = difflib.get_close_matches(str(path[-1]), valid, n=1, cutoff=0.6)
     if close:
         return f"; did you mean {close[0]}?"

@@ -87,6 +87,19 @@ class PyYAMLLoader(yaml.SafeLoader):
 PyYAMLLoader.add_constructor("tag:yaml.org,2002:int", PyYAMLLoader.construct_bounded_int)
 
 
+def parse_events(text: str) -> list[yaml.Event]:
+    """The parser's events for ``text`` (reader, scanner and parser: most of what loading costs), to compose in
+    more than one dialect (``replaying``) without reading the text again. Raises as loading would."""
+    loader = PyYAMLLoader(text)
+    try:
+        events = []
+        while loader.check_event():
+            events.append(loader.get_event())  # type: ignore[no-untyped-call]  # PyYAML ships no annotations
+        return events
+    finally:
+        loader.dispose()
+
+
 class OmegaConfLoader(PyYAMLLoader):
     """OmegaConf's reading: its scalar rules, duplicate keys refused, JSON-like values, 64-bit integers."""
 
@@ -119,6 +132,46 @@ OmegaConfLoader.add_implicit_resolver(FLOAT_TAG, OMEGACONF_FLOAT, list(FLOAT_FIR
 OmegaConfLoader.add_constructor("tag:yaml.org,2002:int", OmegaConfLoader.construct_bounded_int)
 for _tag in _REFUSED_TAGS:
     OmegaConfLoader.add_constructor(_tag, OmegaConfLoader.refuse_tag)
+
+class _Replay(PyYAMLLoader):
+    """A loader whose parser end answers from recorded events (``parse_events``) instead of reading a text."""
+
+    def __init__(self, events: list[yaml.Event]) -> None:  # no reader, scanner or parser: the events stand in
+        self._events = events
+        self._next = 0
+        yaml.composer.Composer.__init__(self)
+        yaml.constructor.SafeConstructor.__init__(self)
+        yaml.resolver.Resolver.__init__(self)
+        self.alias_count = 0
+        self.depth = 0
+
+    def check_event(self, *choices: Any) -> bool:
+        if self._next >= len(self._events):
+            return False
+        return not choices or isinstance(self._events[self._next], choices)
+
+    def peek_event(self) -> Any:
+        return self._events[self._next] if self._next < len(self._events) else None
+
+    def get_event(self) -> Any:
+        event = self.peek_event()
+        self._next += 1
+        return event
+
+
+class _ReplayPyYAML(_Replay):
+    pass
+
+
+class _ReplayOmegaConf(_Replay, OmegaConfLoader):
+    pass
+
+
+def replaying(loader: type[PyYAMLLoader], events: list[yaml.Event]) -> PyYAMLLoader:
+    """A ``loader`` (a dialect: its resolver, constructors and bounds) that composes ``events`` already parsed from
+    a text: what ``loader(text)`` loads, errors included, since the parse is the same in every dialect."""
+    return (_ReplayOmegaConf if issubclass(loader, OmegaConfLoader) else _ReplayPyYAML)(events)
+
 
 _LOADERS: dict[str, type[PyYAMLLoader]] = {"omegaconf": OmegaConfLoader, "pyyaml": PyYAMLLoader}
 

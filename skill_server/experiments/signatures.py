@@ -169,7 +169,7 @@ SIGNATURES: tuple[Signature, ...] = (
         "AJET_SWARM_URL or the SSH port forward; start clients only after the server answers (wait_for_url).",
         example="Unable to connect to swarm server.",
         source="AgentJet swarm client",
-        needles=("connect", "Error"),
+        needles=("to connect to swarm", "CANNOT_CONNECT", "Error"),
     ),
     Signature(
         name="engine_offline",

@@ -60,7 +60,6 @@ CREATE TABLE IF NOT EXISTS experiments (
     scan_version INTEGER NOT NULL DEFAULT 0,
     timeouts INTEGER NOT NULL DEFAULT 0
 );
-CREATE INDEX IF NOT EXISTS experiments_by_session ON experiments(session, created);
 -- Metric history (``experiments.history``): one series per (run, metric name), one point per step line.
 CREATE TABLE IF NOT EXISTS metric_series (
     id INTEGER PRIMARY KEY,
@@ -95,9 +94,16 @@ _ADDED_COLUMNS = (
     ("controller", "TEXT"),
     ("launcher", "TEXT"),
 )
+#: The indexes every query of this module runs on, created in registries of every age (``_migrate``): a page of
+#: the listing (``phase = ? ORDER BY seq DESC``) and a lookup by session name walk their index in order and
+#: stop after the rows they return, so their cost does not grow with the finished runs a registry holds (an
+#: index on ``phase`` alone made SQLite sort every row of the phase first). Registries written by older
+#: versions also hold ``experiments_by_phase`` and ``experiments_by_session``: left in place, so an older
+#: version that opens the same registry finds its indexes and builds nothing.
 _INDEXES = """
 CREATE INDEX IF NOT EXISTS experiments_by_seq ON experiments(seq);
-CREATE INDEX IF NOT EXISTS experiments_by_phase ON experiments(phase);
+CREATE INDEX IF NOT EXISTS experiments_by_phase_seq ON experiments(phase, seq);
+CREATE INDEX IF NOT EXISTS experiments_by_session_seq ON experiments(session, phase, seq);
 """
 RUNNING = "running"
 LAUNCHING = "launching"
@@ -106,7 +112,7 @@ DISCARDING = "discarding"
 
 def _migrate(conn: sqlite3.Connection) -> None:
     """Add the columns a registry written by an older version lacks; number its rows in the order they
-    were written (SQLite's rowid), once."""
+    were written (SQLite's rowid), once; create the indexes it lacks (``_INDEXES``)."""
     have = {str(r[1]) for r in conn.execute("PRAGMA table_info(experiments)")}
     missing = [(name, kind) for name, kind in _ADDED_COLUMNS if name not in have]
     if missing:
@@ -243,9 +249,13 @@ def unwritable(directory: Path, exc: BaseException | None = None) -> str | None:
 
 
 #: Rows not (yet, or no longer) ``running``, which every tool call's reconcile reads: two ranges around
-#: 'running' use the phase index (``phase != ?`` reads every row, a cost that grew with each finished run);
+#: 'running' use the (phase, seq) index (``phase != ?`` reads every row, a cost that grew with each finished run);
 #: the few rows found are ordered by ``seq`` in Python.
 PENDING_SQL = f"SELECT {_COLUMNS} FROM experiments WHERE phase < ? OR phase > ?"
+#: One page of the listing, newest registration first: the (phase, seq) index in order, from ``offset`` on.
+PAGE_SQL = f"SELECT {_COLUMNS} FROM experiments WHERE phase = ? ORDER BY seq DESC LIMIT ? OFFSET ?"
+#: The newest run of a session name: the (session, phase, seq) index, one row.
+BY_NAME_SQL = f"SELECT {_COLUMNS} FROM experiments WHERE session = ? AND phase = ? ORDER BY seq DESC LIMIT 1"
 
 
 class Registry:
@@ -346,9 +356,7 @@ class Registry:
         values = self.conn.execute(f"SELECT {_COLUMNS} FROM experiments WHERE id = ? AND phase = ?",
                                    (key, RUNNING)).fetchone()
         if values is None:
-            values = self.conn.execute(
-                f"SELECT {_COLUMNS} FROM experiments WHERE session = ? AND phase = ? ORDER BY seq DESC LIMIT 1",
-                (key, RUNNING)).fetchone()
+            values = self.conn.execute(BY_NAME_SQL, (key, RUNNING)).fetchone()
         return _row(values) if values else None
 
     def session_runs(self, socket: str, session: str) -> list[Row]:
@@ -386,9 +394,7 @@ class Registry:
         """One page of the registered experiments, newest registration first (an order that observing them
         does not change, so pages neither repeat nor skip); ``limit`` rows from ``offset`` (``count`` tells
         how many there are)."""
-        values = list(self.conn.execute(
-            f"SELECT {_COLUMNS} FROM experiments WHERE phase = ? ORDER BY seq DESC LIMIT ? OFFSET ?",
-            (RUNNING, limit, offset)))
+        values = list(self.conn.execute(PAGE_SQL, (RUNNING, limit, offset)))
         rows: list[Row] = []
         problems: list[CorruptRow] = []
         for v in values:

@@ -9,8 +9,8 @@ from typing import Any
 
 from skill_server.analysis.script.evaluate import Evaluator
 from skill_server.analysis.script.jobs import JobTracker
-from skill_server.analysis.script.model import Freeze, Scope, Value, Write, tracked
-from skill_server.analysis.script.modules import ModuleInfo, dotted
+from skill_server.analysis.script.model import Freeze, ModuleInfo, Scope, Value, Write, tracked
+from skill_server.analysis.script.modules import dotted
 
 #: Calls after which writes to ``job.config`` no longer reach the engine.
 FREEZE_CALLS = ("dump_job_as_yaml", "sync_train_config", "auto_sync_train_config_and_start_engine",

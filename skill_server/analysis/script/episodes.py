@@ -26,9 +26,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from skill_server.analysis.script.evaluate import Evaluator
-from skill_server.analysis.script.model import Scope, Value
-from skill_server.analysis.script.modules import ModuleInfo, dotted
-from skill_server.analysis.script.pools import Pool
+from skill_server.analysis.script.model import (
+    Claim,
+    EngineCall,
+    EpisodeProtocol,
+    EpisodeTimeout,
+    Handoff,
+    Leak,
+    ModuleInfo,
+    Pool,
+    Scope,
+)
+from skill_server.analysis.script.modules import dotted
 
 BEGIN = "begin_episode"
 CLOSERS = ("end_episode", "abort_episode")
@@ -45,65 +54,6 @@ SUBMITTERS = ("submit", "map", "submit_with_periodic_drain", "submit_with_auto_r
               "imap", "imap_unordered")
 BROAD = ("Exception", "BaseException")
 MAX_FUNCTIONS = 500
-
-
-@dataclass(frozen=True)
-class Leak:
-    """A path on which an episode begun at ``begin_line`` leaves ``function`` still claimed."""
-
-    function: str
-    begin_line: int
-    line: int  # where it leaves: the return, the statement that may raise, or the function's last line
-    path: str  # "return" | "end" (falls off the function) | "again" (claims another) | "exception"
-    raised_at: int | None = None  # an exception from this line was caught and the episode left open
-
-
-@dataclass(frozen=True)
-class Handoff:
-    """The episode id goes to code this scan does not read, which may end it: the flow is not judged past it."""
-
-    function: str
-    begin_line: int
-    line: int
-    callee: str
-
-
-@dataclass(frozen=True)
-class EngineCall:
-    call: str  # "stop_engine" or the restarting call
-    line: int
-    text: str
-    force: Value | None = None  # force_restart= as given (None: stop_engine)
-
-
-@dataclass(frozen=True)
-class EpisodeTimeout:
-    """How long the client waits for an episode (or for the agent run inside one), and where."""
-
-    line: int
-    seconds: Value
-    what: str  # the call as written, shortened
-    functions: frozenset[str] = frozenset()  # the functions whose claims it bounds (empty: every claim)
-
-
-@dataclass(frozen=True)
-class Claim:
-    line: int
-    function: str
-    discard_timeout: Value | None  # discard_episode_timeout= as given (None: the default)
-
-
-@dataclass
-class EpisodeProtocol:
-    claims: list[Claim] = field(default_factory=list)
-    closes: list[int] = field(default_factory=list)  # lines of end_episode / abort_episode calls
-    leaks: list[Leak] = field(default_factory=list)
-    handoffs: list[Handoff] = field(default_factory=list)
-    wrappers: list[str] = field(default_factory=list)  # functions that return a begun episode to their caller
-    engine_calls: list[EngineCall] = field(default_factory=list)
-    timeouts: list[EpisodeTimeout] = field(default_factory=list)
-    episode_functions: set[str] = field(default_factory=set)  # the script's functions that run episodes
-    pool_roles: dict[int, str] = field(default_factory=dict)  # pool line -> "episodes" | "other" | "unknown"
 
 
 def method_name(call: ast.Call) -> str | None:

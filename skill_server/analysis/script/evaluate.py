@@ -23,6 +23,7 @@ from skill_server.analysis.script.model import (
     Binding,
     ImportedModule,
     ImportedName,
+    ModuleInfo,
     Opaque,
     PathRef,
     Prov,
@@ -30,7 +31,7 @@ from skill_server.analysis.script.model import (
     Value,
     combine,
 )
-from skill_server.analysis.script.modules import ModuleInfo, ModuleLoader, bind_arguments, default_argument, dotted
+from skill_server.analysis.script.modules import ModuleLoader, bind_arguments, default_argument, dotted
 from skill_server.analysis.script.paths import join, literal_path
 from skill_server.analysis.script.registry import Result, Site, by_type
 from skill_server.analysis.script.static import (

@@ -6,8 +6,8 @@ import ast
 from collections.abc import Callable
 
 from skill_server.analysis.script.evaluate import Evaluator
-from skill_server.analysis.script.model import Construction, Kwarg, Scope, Value, tracked
-from skill_server.analysis.script.modules import ModuleInfo, dotted
+from skill_server.analysis.script.model import Construction, Kwarg, ModuleInfo, Scope, Value, tracked
+from skill_server.analysis.script.modules import dotted
 from skill_server.analysis.script.paths import literal_path
 
 JOB_MODULE = "ajet.copilot.job"

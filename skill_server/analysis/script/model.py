@@ -2,7 +2,10 @@
 
 A ``Value`` is either resolved (a plain Python value) or not (then ``why`` says what it depends on).
 A resolved value may rest on an ``Assumption``: an environment variable or a command-line option left
-at its default. ``Scope`` is the symbol table of a module or function body, used to resolve names.
+at its default. ``Scope`` is the symbol table of a module or function body, used to resolve names;
+``ModuleInfo`` is one parsed file with its symbol tables (filled by ``modules.walk_module``). Every data
+type of the scan lives here, so the modules that compute them import this one and none imports another
+for a type.
 """
 
 from __future__ import annotations
@@ -11,12 +14,9 @@ import ast
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, Union
+from typing import Any, Literal, TypeVar, Union
 
-if TYPE_CHECKING:
-    from skill_server.analysis.script.episodes import EpisodeProtocol
-    from skill_server.analysis.script.modules import ModuleInfo
-    from skill_server.analysis.script.pools import Pool
+from skill_server.core.text import shorten
 
 #: How a resolved value was obtained. Listed from most to least fragile: the first that applies to
 #: any part of an expression names the whole (an env default times a literal is an env default).
@@ -237,6 +237,126 @@ def _all_same(entries: list[tuple[int, Binding]]) -> bool:
         return repr(binding) if not isinstance(binding, Opaque) else f"opaque:{id(binding)}"
 
     return len({key(b) for _, b in entries}) == 1
+
+
+#: Longest source text kept for a node (``ModuleInfo.text``).
+MAX_TEXT = 200
+
+
+class ModuleInfo:
+    """One parsed Python file and its symbol tables (``modules.parse_module`` makes it and fills them)."""
+
+    def __init__(self, path: Path, source: str, tree: ast.Module, name: str) -> None:
+        self.path = path
+        self.source = source
+        self.tree = tree
+        self.name = name
+        self.scope = Scope("<module>", None, tree, module=self)
+        self.functions: dict[str, Scope] = {}  # function name -> its scope (first definition wins)
+        self.classes: dict[str, UnitObject] = {}  # class name -> what a unit made of it (first definition wins)
+        self.imports: list[tuple[ast.Import | ast.ImportFrom, Scope]] = []
+        #: The nodes the scan's passes read, in source order, each with the scope it runs in.
+        self.effect_nodes: list[tuple[ast.AST, Scope]] = []
+        self._lines: list[bytes] | None = None
+
+    def __repr__(self) -> str:
+        return f"<module {self.name}>"
+
+    def text(self, node: ast.AST) -> str:
+        """Source text of a node (offsets are UTF-8 byte columns), whitespace collapsed, at most 200 chars."""
+        segment = None
+        lineno, end_lineno = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
+        col, end_col = getattr(node, "col_offset", None), getattr(node, "end_col_offset", None)
+        if lineno is not None and end_lineno is not None and col is not None and end_col is not None:
+            if self._lines is None:
+                self._lines = [line.encode("utf-8") for line in self.source.splitlines(keepends=True)]
+            lines = self._lines[lineno - 1:end_lineno]
+            if lines:
+                if len(lines) == 1:
+                    raw = lines[0][col:end_col]
+                else:
+                    raw = lines[0][col:] + b"".join(lines[1:-1]) + lines[-1][:end_col]
+                segment = raw.decode("utf-8", errors="replace")
+        if segment is None:
+            try:
+                segment = ast.unparse(node)
+            except (RecursionError, ValueError, AttributeError, TypeError):  # text is informational only
+                segment = type(node).__name__
+        segment = " ".join(segment.split())
+        return shorten(segment, MAX_TEXT)
+
+
+# --- the episode protocol of a client (filled by ``episodes``) ----------------------------------------
+
+@dataclass(frozen=True)
+class Leak:
+    """A path on which an episode begun at ``begin_line`` leaves ``function`` still claimed."""
+
+    function: str
+    begin_line: int
+    line: int  # where it leaves: the return, the statement that may raise, or the function's last line
+    path: str  # "return" | "end" (falls off the function) | "again" (claims another) | "exception"
+    raised_at: int | None = None  # an exception from this line was caught and the episode left open
+
+
+@dataclass(frozen=True)
+class Handoff:
+    """The episode id goes to code this scan does not read, which may end it: the flow is not judged past it."""
+
+    function: str
+    begin_line: int
+    line: int
+    callee: str
+
+
+@dataclass(frozen=True)
+class EngineCall:
+    call: str  # "stop_engine" or the restarting call
+    line: int
+    text: str
+    force: Value | None = None  # force_restart= as given (None: stop_engine)
+
+
+@dataclass(frozen=True)
+class EpisodeTimeout:
+    """How long the client waits for an episode (or for the agent run inside one), and where."""
+
+    line: int
+    seconds: Value
+    what: str  # the call as written, shortened
+    functions: frozenset[str] = frozenset()  # the functions whose claims it bounds (empty: every claim)
+
+
+@dataclass(frozen=True)
+class Claim:
+    line: int
+    function: str
+    discard_timeout: Value | None  # discard_episode_timeout= as given (None: the default)
+
+
+@dataclass
+class EpisodeProtocol:
+    claims: list[Claim] = field(default_factory=list)
+    closes: list[int] = field(default_factory=list)  # lines of end_episode / abort_episode calls
+    leaks: list[Leak] = field(default_factory=list)
+    handoffs: list[Handoff] = field(default_factory=list)
+    wrappers: list[str] = field(default_factory=list)  # functions that return a begun episode to their caller
+    engine_calls: list[EngineCall] = field(default_factory=list)
+    timeouts: list[EpisodeTimeout] = field(default_factory=list)
+    episode_functions: set[str] = field(default_factory=set)  # the script's functions that run episodes
+    pool_roles: dict[int, str] = field(default_factory=dict)  # pool line -> "episodes" | "other" | "unknown"
+
+
+@dataclass
+class Pool:
+    """One pool construction: at most ``threads`` episodes at once, or why that is not known."""
+
+    callee: str
+    line: int
+    threads: int | None
+    why: str = ""  # when threads is None
+    text: str = ""  # the call as written (shortened)
+    assumes: tuple[str, ...] = ()
 
 
 @dataclass

@@ -1,7 +1,8 @@
 """Reading Python modules statically: the client script and the modules next to it.
 
-``ModuleInfo`` is one parsed file with its symbol tables (scopes, functions, classes, imports); what a
-``class`` statement binds its name to is asked of the evaluator's units (``registry.CLASSES``).
+``parse_module`` reads and parses one file into a ``model.ModuleInfo`` and fills its symbol tables (scopes,
+functions, classes, imports: ``walk_module``); what a ``class`` statement binds its name to is asked of the
+evaluator's units (``registry.CLASSES``).
 ``ModuleLoader`` finds ``from cfg import X`` / ``import cfg`` targets next to the script and reads them
 with ``ast`` only, on demand and at most ``MAX_MODULES`` of them. Nothing is imported or executed.
 """
@@ -14,57 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import skill_server.analysis.script.registry as registry
-from skill_server.analysis.script.model import Binding, ImportedModule, ImportedName, Opaque, Scope, UnitObject
+from skill_server.analysis.script.model import Binding, ImportedModule, ImportedName, ModuleInfo, Opaque, Scope
 from skill_server.core.errors import ToolInputError
 from skill_server.core.fsutil import read_text_bounded
-from skill_server.core.text import shorten
 
 MAX_SCRIPT_BYTES = 2 * 1024 * 1024
 MAX_MODULES = 16  # sibling modules read per scan
 MAX_PACKAGE_LEVELS = 8  # folders above the script looked at for the package its imports name
-MAX_TEXT = 200
-
-
-class ModuleInfo:
-    """One parsed Python file and its symbol tables."""
-
-    def __init__(self, path: Path, source: str, tree: ast.Module, name: str) -> None:
-        self.path = path
-        self.source = source
-        self.tree = tree
-        self.name = name
-        self.scope = Scope("<module>", None, tree, module=self)
-        self.functions: dict[str, Scope] = {}  # function name -> its scope (first definition wins)
-        self.classes: dict[str, UnitObject] = {}  # class name -> what a unit made of it (first definition wins)
-        self.imports: list[tuple[ast.Import | ast.ImportFrom, Scope]] = []
-        self._lines: list[bytes] | None = None
-        self.effect_nodes = walk_module(self)
-
-    def __repr__(self) -> str:
-        return f"<module {self.name}>"
-
-    def text(self, node: ast.AST) -> str:
-        """Source text of a node (offsets are UTF-8 byte columns), whitespace collapsed, at most 200 chars."""
-        segment = None
-        lineno, end_lineno = getattr(node, "lineno", None), getattr(node, "end_lineno", None)
-        col, end_col = getattr(node, "col_offset", None), getattr(node, "end_col_offset", None)
-        if lineno is not None and end_lineno is not None and col is not None and end_col is not None:
-            if self._lines is None:
-                self._lines = [line.encode("utf-8") for line in self.source.splitlines(keepends=True)]
-            lines = self._lines[lineno - 1:end_lineno]
-            if lines:
-                if len(lines) == 1:
-                    raw = lines[0][col:end_col]
-                else:
-                    raw = lines[0][col:] + b"".join(lines[1:-1]) + lines[-1][:end_col]
-                segment = raw.decode("utf-8", errors="replace")
-        if segment is None:
-            try:
-                segment = ast.unparse(node)
-            except (RecursionError, ValueError, AttributeError, TypeError):  # text is informational only
-                segment = type(node).__name__
-        segment = " ".join(segment.split())
-        return shorten(segment, MAX_TEXT)
 
 
 def parse_module(path: Path, *, field: str, name: str = "__main__") -> ModuleInfo:
@@ -78,7 +35,9 @@ def parse_module(path: Path, *, field: str, name: str = "__main__") -> ModuleInf
         raise ToolInputError(f"{p} is not valid Python{where}: {exc.msg}", field=field) from None
     except (ValueError, RecursionError, MemoryError) as exc:
         raise ToolInputError(f"{p} cannot be parsed: {type(exc).__name__}", field=field) from None
-    return ModuleInfo(p.resolve(), source, tree, name)
+    info = ModuleInfo(p.resolve(), source, tree, name)
+    info.effect_nodes = walk_module(info)
+    return info
 
 
 class ModuleLoader:
@@ -147,6 +106,28 @@ class ModuleLoader:
 #: The only nodes the scan's passes look at (constructions, job variables, writes, freezes, returns).
 EFFECT_NODES = (ast.Call, ast.Assign, ast.AnnAssign, ast.AugAssign, ast.Return)
 _OWN_SCOPE = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+#: Fields that hold only an operator or an expression context (``Add``, ``Load``, ``Store`` ...), and nodes
+#: without children that matter: the walk binds and lists nothing there (a third of a script's nodes).
+_SKIPPED_FIELDS = frozenset({"ctx", "op", "ops"})
+_LEAVES = frozenset({ast.Name, ast.Constant})
+_CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _children(node: ast.AST) -> list[ast.AST]:
+    """``ast.iter_child_nodes`` of ``node``, in order, less what the walk would pass through (``_SKIPPED_FIELDS``,
+    ``_LEAVES``)."""
+    fields = _CHILD_FIELDS.get(type(node))
+    if fields is None:
+        fields = _CHILD_FIELDS[type(node)] = tuple(f for f in node._fields if f not in _SKIPPED_FIELDS)
+    out: list[ast.AST] = []
+    for name in fields:
+        value = getattr(node, name, None)
+        if isinstance(value, ast.AST):
+            if type(value) not in _LEAVES:
+                out.append(value)
+        elif isinstance(value, list):
+            out += [item for item in value if isinstance(item, ast.AST) and type(item) not in _LEAVES]
+    return out
 
 
 def walk_module(module: ModuleInfo) -> list[tuple[ast.AST, Scope]]:
@@ -183,7 +164,7 @@ def walk_module(module: ModuleInfo) -> list[tuple[ast.AST, Scope]]:
             if binds:
                 _bind(node, scope, module)
             inner_binds = binds and not isinstance(node, _OWN_SCOPE)
-            pending = [(child, scope, inner_binds) for child in ast.iter_child_nodes(node)]
+            pending = [(child, scope, inner_binds) for child in _children(node)]
         stack.extend(reversed(pending))
     for scope in scopes:  # source order, whatever order the walk met them in
         for entries in scope.assigned.values():
@@ -333,5 +314,5 @@ def dotted(node: ast.AST | None) -> str | None:
     return None
 
 
-__all__ = ["Binding", "ModuleInfo", "ModuleLoader", "parse_module", "walk_module", "dotted", "bind_target",
+__all__ = ["Binding", "ModuleLoader", "parse_module", "walk_module", "dotted", "bind_target",
            "target_names", "bind_arguments", "default_argument", "class_of_methods", "MAX_SCRIPT_BYTES"]

@@ -14,11 +14,10 @@ Only the main script's own code is read; a pool built in an imported module is n
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
 
 from skill_server.analysis.script.evaluate import Evaluator
-from skill_server.analysis.script.model import Scope, Value
-from skill_server.analysis.script.modules import ModuleInfo, dotted
+from skill_server.analysis.script.model import ModuleInfo, Pool, Scope, Value
+from skill_server.analysis.script.modules import dotted
 
 #: class name -> its parameters in order, the ones that bound the threads, and their defaults
 POOL_CLASSES: dict[str, tuple[tuple[str, ...], dict[str, int | None]]] = {
@@ -26,18 +25,6 @@ POOL_CLASSES: dict[str, tuple[tuple[str, ...], dict[str, int | None]]] = {
     "PeriodicDrainThreadPoolExecutor": (("workers", "max_parallel"), {"workers": 100, "max_parallel": None}),
     "BoundedThreadPoolExecutor": (("max_workers",), {"max_workers": None}),
 }
-
-
-@dataclass
-class Pool:
-    """One pool construction: at most ``threads`` episodes at once, or why that is not known."""
-
-    callee: str
-    line: int
-    threads: int | None
-    why: str = ""  # when threads is None
-    text: str = ""  # the call as written (shortened)
-    assumes: tuple[str, ...] = ()
 
 
 def find_pools(main: ModuleInfo, evaluator: Evaluator) -> list[Pool]:

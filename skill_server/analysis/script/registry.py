@@ -31,12 +31,9 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
-from skill_server.analysis.script.model import Binding, Prov, Scope, UnitObject
-
-if TYPE_CHECKING:
-    from skill_server.analysis.script.modules import ModuleInfo
+from skill_server.analysis.script.model import Binding, ModuleInfo, Prov, Scope, UnitObject
 
 #: A static value and how it was obtained.
 Result = tuple[Any, Prov]
@@ -100,7 +97,7 @@ MethodUnit = Callable[[Site, Any, Prov, str, ast.Call], Result | None]
 CallableUnit = Callable[[Site, Any, ast.Call], Result | None]
 OperatorUnit = Callable[[ast.operator, Any, Prov, Any, Prov], Result | None]
 AnnotationUnit = Callable[[Evaluation, str, Scope, str], Result | None]
-ClassUnit = Callable[[ast.ClassDef, "ModuleInfo"], UnitObject | None]
+ClassUnit = Callable[[ast.ClassDef, ModuleInfo], UnitObject | None]
 KindUnit = Callable[[Any], str]
 Prepass = Callable[[Evaluation, list[tuple[Scope, ast.Call]]], None]
 

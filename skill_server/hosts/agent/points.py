@@ -11,7 +11,10 @@ into buckets, and of each bucket, per metric, only the first, the last, the smal
 the first null value stay. What plots and comparisons read survives it: the first and last value, every
 spike, the best value of either direction and its step. Points are compacted only beyond a bound, and
 never the first point nor the newest ones; a point then keeps only the metrics it stood for, so points
-become sparse (``m`` lists fewer names). Stdlib only, Python 3.8.
+become sparse (``m`` lists fewer names).
+
+A monitor keeps what its file holds in memory too (``PointsFile``), so compacting never reads the file back:
+the file is read once, when a restarted monitor takes it up. Stdlib only, Python 3.8.
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ if TYPE_CHECKING:
     from typing import Any
 
     Point = dict[str, Any]  # {"seq": int, "step": int, "m": {name: float | int | None}}
+    #: A point as a monitor holds it: (seq, step, metric names, their values in that order).
+    Held = tuple[int, int, tuple[str, ...], tuple[Any, ...]]
 
 #: Points of one bucket of the retention rule.
 BUCKET = 16
@@ -88,7 +93,13 @@ def point(seq: int, step: int, metrics: dict[str, float | int]) -> Point:
 
 
 class PointsFile:
-    """One role's points file, as its monitor writes it: appended to, compacted beyond ``FILE_MAX_POINTS``."""
+    """One role's points file, as its monitor writes it: appended to, compacted beyond ``FILE_MAX_POINTS``.
+
+    What the file holds is also held here, oldest first, each point's names a tuple shared by the points with
+    the same ones (a few MB at ``FILE_MAX_POINTS`` points of 60 metrics, about the file's own size)."""
+
+    #: Distinct name tuples kept for sharing between compactions (points turned sparse have many).
+    MAX_NAME_SETS = 1024
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -96,17 +107,21 @@ class PointsFile:
         self.count = 0  # points in the file
         self.seq = 0  # the last seq written
         self.dropped = 0  # points that could not be written (a full disk)
+        self._held: list[Held] = []
+        self._names: dict[tuple[str, ...], tuple[str, ...]] = {}
 
     def load(self, upto_seq: int | None = None) -> None:
-        """Take up an existing file (a restarted monitor): its generation, count and last seq. Points after
+        """Take up an existing file (a restarted monitor): its generation, its points and last seq. Points after
         ``upto_seq`` (written after the findings that the restarted monitor resumes from) are dropped."""
         header, points = _read_all(self.path)
         if header is None:
             return
         self.generation = int(header.get("generation", 0))
         if upto_seq is not None and any(p["seq"] > upto_seq for p in points):
-            self._rewrite([p for p in points if p["seq"] <= upto_seq], self.generation + 1)
             points = [p for p in points if p["seq"] <= upto_seq]
+            self._rewrite(points, self.generation + 1)
+        self._held = []
+        self._hold(points)
         self.count = len(points)
         self.seq = max([p["seq"] for p in points] + [upto_seq or 0])
 
@@ -131,19 +146,22 @@ class PointsFile:
         except OSError:
             self.dropped += len(new)
             return 0
+        self._hold(new)
         self.count += len(new)
         if self.count > FILE_MAX_POINTS:
             self.compact()
         return len(new)
 
     def compact(self) -> None:
-        """Rewrite the file under the retention rule (the newest ``FILE_KEEP_RECENT`` points untouched)."""
-        header, points = _read_all(self.path)
-        if header is None:
+        """Rewrite the file under the retention rule (the newest ``FILE_KEEP_RECENT`` points untouched), from the
+        points held here; a file that is gone (its run discarded) stays gone."""
+        if not os.path.isfile(self.path):
             return
+        points = [{"seq": seq, "step": step, "m": dict(zip(names, values))}
+                  for seq, step, names, values in self._held]
         kept = compact(points, keep_first=1, keep_recent=FILE_KEEP_RECENT)
         if len(kept) < len(points):
-            self._rewrite(kept, int(header.get("generation", 0)) + 1)
+            self._rewrite(kept, self.generation + 1)
 
     def _rewrite(self, points: list[Point], generation: int) -> None:
         text = _line({"generation": generation}) + "".join(_line(p) for p in points)
@@ -152,6 +170,20 @@ class PointsFile:
         except files.AgentError:
             return  # a full disk: the file stays as it was, the next compaction tries again
         self.generation, self.count = generation, len(points)
+        self._held, self._names = [], {}
+        self._hold(points)
+
+    def _hold(self, points: Iterable[Point]) -> None:
+        names_of = self._names
+        for p in points:
+            metrics = p["m"]
+            names = tuple(metrics)
+            shared = names_of.get(names)
+            if shared is None:
+                shared = names
+                if len(names_of) < self.MAX_NAME_SETS:
+                    names_of[names] = names
+            self._held.append((p["seq"], p["step"], shared, tuple(metrics.values())))
 
 
 def _line(data: dict[str, Any]) -> str:

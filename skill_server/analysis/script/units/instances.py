@@ -29,7 +29,7 @@ from skill_server.analysis.script.registry import (
 from skill_server.analysis.script.static import NoValue, agree, own_nodes
 
 if TYPE_CHECKING:
-    from skill_server.analysis.script.modules import ModuleInfo
+    from skill_server.analysis.script.model import ModuleInfo
 
 MAX_BASES = 16  # classes followed up a method resolution order
 INIT = "__init__"

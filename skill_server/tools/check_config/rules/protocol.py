@@ -10,7 +10,8 @@ from collections.abc import Iterator
 
 from skill_server.analysis.agentjet import KEYS
 from skill_server.analysis.replay import Run
-from skill_server.analysis.script.episodes import DEFAULT_DISCARD_TIMEOUT_S, EpisodeProtocol, Leak
+from skill_server.analysis.script.episodes import DEFAULT_DISCARD_TIMEOUT_S
+from skill_server.analysis.script.model import EpisodeProtocol, Leak
 from skill_server.analysis.values import is_num, show
 from skill_server.tools.check_config.context import CAP_INPUTS, LintContext
 from skill_server.tools.check_config.models import Location
