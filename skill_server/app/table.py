@@ -436,6 +436,31 @@ TOOLS: tuple[ToolSpec, ...] = (
         open_world=True,
         reports_progress=True,
     ),
+    # --- environments: checking a host for AgentJet, and installing it there ---
+    ToolSpec(
+        name="preflight",
+        title="Is a host ready for AgentJet?",
+        description=(
+            "Read-only: check hosts (local, ssh, a Slurm allocation) in parallel for a role (client, swarm_server, "
+            "classic): host, environment, GPUs, optionally network. Returns ready_for per role and each check's "
+            "status, value, expected, evidence and fix."
+        ),
+        input_model="skill_server.tools.preflight.models:PreflightInput",
+        output_model="skill_server.tools.preflight.models:PreflightOutput",
+        run="skill_server.tools.preflight.tool:preflight",
+        details=(
+            "Statuses: ok, warn, fail, skip (does not apply, or not asked, with why), unknown (not looked at in time; "
+            "never ok). The environment checks run inside `python` on each host (torch with its CUDA and C++ ABI, "
+            "vLLM, verl against what the AgentJet release accepts, Ray, transformers, flash_attn and its kernels "
+            "imported, ajet with version and commit, not conda's base env). With slurm_job the login node gets the "
+            "host, environment and network checks and every node of the job the driver, GPU, memory and /dev/shm "
+            "checks. The whole call ends within timeout_s. What each check means: "
+            "[environments.md](environments.md)."
+        ),
+        read_only=True,
+        idempotent=True,
+        open_world=True,
+    ),
     ToolSpec(
         name="collect_results",
         title="Collect results into results.md and finish.flag",
