@@ -462,6 +462,32 @@ TOOLS: tuple[ToolSpec, ...] = (
         open_world=True,
     ),
     ToolSpec(
+        name="install_agentjet",
+        title="Install AgentJet into a new environment",
+        description=(
+            "Changes things: make an environment (conda, uv or venv) at a new path it owns and install AgentJet "
+            "there. plan lists the exact commands and changes nothing; run starts them as an experiment "
+            "(wait_experiment, experiment_status, stop_experiment take its id); status shows the stages."
+        ),
+        input_model="skill_server.tools.install_agentjet.models:InstallInput",
+        output_model="skill_server.tools.install_agentjet.models:InstallOutput",
+        run="skill_server.tools.install_agentjet.tool:install_agentjet",
+        details=(
+            "Stages: checkout (a given checkout as it is, or a clone at the pinned commit), env, network (the index "
+            "and GitHub), agentjet (pip install -e .[verl], or . for a client, with index_url), flash_attn (the "
+            "prebuilt wheel whose tag matches the env, else a source build with CUDA_HOME of torch's CUDA, refused "
+            "without one, FLASH_ATTN_CUDA_ARCHS from the GPUs and MAX_JOBS bounded by RAM), lock (pip freeze) and "
+            "verify (preflight's environment probe). Each stage has a done-marker and a verification: a run again "
+            "resumes where it stopped and redoes a broken stage. It never touches the base conda env, the system "
+            "Python, ~/.bashrc, pip's configuration, drivers or Docker, refuses a folder it did not create, never "
+            "deletes one, and prints root steps as instructions. See [environments.md](environments.md)."
+        ),
+        read_only=False,
+        destructive=False,
+        idempotent=False,
+        open_world=True,
+    ),
+    ToolSpec(
         name="collect_results",
         title="Collect results into results.md and finish.flag",
         description=(
