@@ -99,14 +99,17 @@ def env_commands(manager: str, exe: str, env: str, version: str) -> tuple[list[l
 
 
 def installers(manager: str, exe: str, env: str, index_url: str | None) -> dict[str, list[str]]:
-    """pip (or uv pip) aimed at the env's interpreter only: install, wheel-only install, freeze, no-cache flag."""
+    """pip (or uv pip) aimed at the env's interpreter only: install, freeze, and the flags of a rebuild (no cache,
+    replacing a flash-attn of the same version, such as a prebuilt wheel that did not import)."""
     python = f"{env}/bin/python"
     index = ["--index-url", index_url] if index_url else []
     if manager == "uv":
         base = [exe, "pip", "install", "--python", python, *index]
-        return {"install": base, "freeze": [exe, "pip", "freeze", "--python", python], "no_cache": ["--no-cache"]}
+        return {"install": base, "freeze": [exe, "pip", "freeze", "--python", python],
+                "rebuild": ["--no-cache", "--reinstall-package", "flash-attn"]}
     base = [python, "-m", "pip", "install", "--progress-bar", "off", *index]
-    return {"install": base, "freeze": [python, "-m", "pip", "freeze"], "no_cache": ["--no-cache-dir"]}
+    return {"install": base, "freeze": [python, "-m", "pip", "freeze"],
+            "rebuild": ["--no-cache-dir", "--force-reinstall"]}
 
 
 def make_plan(req: InstallRequest, facts: HostFacts, rel: EnvironmentFacts) -> Plan:
@@ -211,7 +214,7 @@ def _flash_attn(req: InstallRequest, rel: EnvironmentFacts, tools: dict[str, lis
             "flash_attn": {"version": rel.flash_attn, "mode": req.flash_attn, "wheels": wheels,
                            "max_jobs": req.max_jobs, "wheel_command": [*tools["install"], "--no-deps"],
                            "source_command": [*tools["install"], "-v", "--no-build-isolation", "--no-deps",
-                                              *tools["no_cache"], f"flash-attn=={rel.flash_attn}"]},
+                                              *tools["rebuild"], f"flash-attn=={rel.flash_attn}"]},
             "verify": {"kind": "import", "modules": ["flash_attn", "flash_attn_2_cuda"]}}
 
 

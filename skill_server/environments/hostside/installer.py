@@ -194,10 +194,10 @@ def verify(stage, env, marker):
         ok = code == 0 and (not want or head.startswith(want))
         return ok, "HEAD %s, wanted %s" % (head[:12], (want or "any")[:12]) if code == 0 else out.strip()[-300:]
     if kind == "python_version":
-        code, out = output([python_of(env), "-c", "import sys; print('%d.%d' % sys.version_info[:2], sys.prefix)"])
-        parts = out.split()
+        code, out = output([python_of(env), "-c", "import sys; print('%d.%d' % sys.version_info[:2]); print(sys.prefix)"])
+        parts = out.strip().split("\n")
         ok = code == 0 and len(parts) == 2 and parts[0] == check["version"] and expand(parts[1]) == env
-        return ok, out.strip()[-300:]
+        return ok, ("Python %s at %s" % tuple(parts)) if len(parts) == 2 else out.strip()[-300:]
     if kind == "import":
         code, out = output([python_of(env), "-c", "; ".join("import " + m for m in check["modules"])])
         return code == 0, (out.strip().splitlines() or ["imported"])[-1][:400]
@@ -311,10 +311,13 @@ def flash_attn(stage, env, plan):
             facts["torch"], facts["cuda"], facts["abi"], facts["python"][0], facts["python"][1], name))
         if spec.get("github_reachable") is False and not spec.get("wheels"):
             log("flash_attn: GitHub was not reachable (network stage): no prebuilt wheel to download")
-        elif run(spec["wheel_command"] + [where]) == 0 and verify(stage, env, None)[0]:
-            return 0
+        elif run(spec["wheel_command"] + [where]) != 0:
+            log("flash_attn: the prebuilt wheel did not install (the lines above say why)")
         else:
-            log("flash_attn: the prebuilt wheel did not install or import")
+            ok, seen = verify(stage, env, None)
+            if ok:
+                return 0
+            log("flash_attn: the prebuilt wheel installed but does not import: " + seen)
         if spec["mode"] == "wheel":
             return 1
     return source_build(spec, facts)
@@ -373,7 +376,9 @@ def run_stage(stage, env, marker, plan, number, total):
     inputs = digest(dict((k, v) for k, v in stage.items() if k not in ("note",)))
     done = read_json(done_path)
     state(stage=name, number=number, total=total, status="running", progress=None)
-    if done and done.get("inputs") == inputs:
+    if (stage.get("verify") or {}).get("kind") == "always":
+        pass  # checks the world as it is now (the network, the env as a whole): run every time
+    elif done and done.get("inputs") == inputs:
         ok, seen = verify(stage, env, marker)
         if ok:
             log("stage %d/%d %s: done earlier, verified (%s)" % (number, total, name, seen))
