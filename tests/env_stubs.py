@@ -341,10 +341,11 @@ def isolated_pip_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def cuda_toolkit(folder: Path, version: str = TORCH_CUDA) -> Path:
-    """A folder shaped like a CUDA toolkit (``bin/nvcc``, ``include/``) whose nvcc reports ``version`` as NVIDIA's
+    """A folder shaped like a CUDA toolkit (``bin/nvcc``, ``include/cuda_runtime.h``) whose nvcc reports ``version`` as NVIDIA's
     does (``nvcc --version``'s "release X.Y" line); it compiles nothing."""
     (folder / "bin").mkdir(parents=True)
     (folder / "include").mkdir()
+    (folder / "include" / "cuda_runtime.h").write_text(f"/* CUDA {version} (stand-in) */\n")
     nvcc = folder / "bin" / "nvcc"
     nvcc.write_text("#!/bin/sh\necho 'nvcc: NVIDIA (R) Cuda compiler driver'\n"
                     f"echo 'Cuda compilation tools, release {version}, V{version}.131'\n")

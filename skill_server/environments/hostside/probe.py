@@ -298,8 +298,10 @@ def cuda():
     toolkits = []
     for path in candidates:
         real = os.path.realpath(path)
-        home = os.path.dirname(os.path.dirname(real))
-        if real in seen or not os.path.isfile(real) or not os.path.isdir(os.path.join(home, "include")):
+        root = os.path.dirname(os.path.dirname(real))
+        if real in seen or not os.path.isfile(real) or not (
+                os.path.isfile(os.path.join(root, "include", "cuda_runtime.h"))
+                or os.path.isdir(os.path.join(root, "targets"))):
             continue  # seen already, or not a toolkit's own nvcc (a wrapper script on PATH, say)
         seen.add(real)
         version, error = nvcc_version(path)
@@ -390,6 +392,14 @@ def mask(value):
 
 def reach(urllib_request, target):
     started = time.monotonic()
+    if target["url"].startswith("file://"):  # a mirror in a folder of the host
+        from urllib.parse import unquote
+
+        path = unquote(target["url"][7:])
+        found = os.path.exists(path)
+        emit("network", target["id"], url=target["url"], ok=found, status=None,
+             error=None if found else "no such folder: " + path, elapsed=round(time.monotonic() - started, 3))
+        return
     timeout = max(1.0, min(10.0, left() - 2.0))
     try:
         request = urllib_request.Request(target["url"], method="HEAD", headers={"User-Agent": "agentjet-preflight"})
