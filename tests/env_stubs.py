@@ -9,7 +9,8 @@ behave like the originals where the tools look:
   say what a CUDA build of torch says (it has no kernels); metadata-only ``vllm`` (pinning torch exactly, as
   vLLM does), ``verl``, ``ray`` and ``transformers``; and a ``flash-attn`` source distribution whose build, like
   the real one, needs ``--no-build-isolation`` (it imports torch), refuses without ``CUDA_HOME`` with torch's
-  own message, prints ninja's ``[i/n]`` progress and honours ``$STUB_BUILD_SECONDS`` to take its time.
+  own message, prints ninja's ``[i/n]`` progress and takes ``$STUB_BUILD_SECONDS`` (or the number in the file
+  ``$STUB_BUILD_SECONDS_FILE``) to build.
 * ``prebuilt_flash_attn``: the wheel flash-attention publishes per torch/CUDA/ABI/Python tag, in a folder
   (the mirror of its GitHub releases), either working or with a real compiled extension that references a
   torch symbol this torch lacks: importing it fails with the dynamic loader's own ``undefined symbol:
@@ -125,7 +126,11 @@ BACKEND = textwrap.dedent('''\
             if not os.environ.get("CUDA_HOME"):
                 raise OSError("CUDA_HOME environment variable is not set. Please set it to your CUDA install root.")
             steps = int(conf.get("steps", 4))
-            pause = float(os.environ.get("STUB_BUILD_SECONDS", "0")) / steps
+            seconds = os.environ.get("STUB_BUILD_SECONDS", "0")
+            if os.environ.get("STUB_BUILD_SECONDS_FILE") and os.path.isfile(os.environ["STUB_BUILD_SECONDS_FILE"]):
+                with open(os.environ["STUB_BUILD_SECONDS_FILE"]) as handle:
+                    seconds = handle.read().strip() or "0"
+            pause = float(seconds) / steps
             for i in range(1, steps + 1):
                 sys.stdout.write("[%d/%d] %s/bin/nvcc -c csrc/flash_attn/src/part%d.cu (MAX_JOBS=%s, ARCHS=%s)\\n" % (
                     i, steps, os.environ["CUDA_HOME"], i, os.environ.get("MAX_JOBS"),
@@ -331,11 +336,20 @@ def tree_digest(folder: Path) -> str:
     return digest.hexdigest()
 
 
-def isolated_pip_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The caller's environment without pip's and uv's configuration (this machine's global pip config adds
-    indexes and constraints): what a user's clean shell with only the install's own flags would use."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "UV_"))}
-    env.update({"PIP_CONFIG_FILE": os.devnull, "UV_NO_CONFIG": "1", "PIP_NO_INPUT": "1"})
+PIP_VARIABLES = ("PIP_", "UV_")
+
+
+def pip_isolation(cache: Path) -> dict[str, str]:
+    """Variables that keep pip and uv off this machine's configuration (its global pip config adds indexes and
+    constraints) and their caches off $HOME: what a user's clean shell with only the install's flags uses."""
+    return {"PIP_CONFIG_FILE": os.devnull, "UV_NO_CONFIG": "1", "PIP_NO_INPUT": "1",
+            "PIP_CACHE_DIR": str(cache / "pip"), "UV_CACHE_DIR": str(cache / "uv")}
+
+
+def isolated_pip_env(cache: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The caller's environment without pip's and uv's own variables, plus ``pip_isolation``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(PIP_VARIABLES)}
+    env.update(pip_isolation(cache))
     env.update(extra or {})
     return env
 

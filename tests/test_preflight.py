@@ -63,7 +63,7 @@ class Stubs:
         prefix = self.root / name
         if (prefix / "bin" / "python").exists():
             return prefix / "bin" / "python"
-        env = isolated_pip_env()
+        env = isolated_pip_env(self.root / "cache")
         subprocess.run([UV, "venv", "-q", "--python", sys.executable, str(prefix)], check=True, env=env, timeout=120)
         python = prefix / "bin" / "python"
         install = [UV, "pip", "install", "-q", "--python", str(python), "--index-url", self.index.url]

@@ -105,10 +105,10 @@ def installers(manager: str, exe: str, env: str, index_url: str | None) -> dict[
     index = ["--index-url", index_url] if index_url else []
     if manager == "uv":
         base = [exe, "pip", "install", "--python", python, *index]
-        return {"install": base, "freeze": [exe, "pip", "freeze", "--python", python],
+        return {"install": base, "freeze": [exe, "pip", "freeze", "--python", python], "reinstall": ["--reinstall"],
                 "rebuild": ["--no-cache", "--reinstall-package", "flash-attn"]}
     base = [python, "-m", "pip", "install", "--progress-bar", "off", *index]
-    return {"install": base, "freeze": [python, "-m", "pip", "freeze"],
+    return {"install": base, "freeze": [python, "-m", "pip", "freeze"], "reinstall": ["--force-reinstall"],
             "rebuild": ["--no-cache-dir", "--force-reinstall"]}
 
 
@@ -134,8 +134,9 @@ def make_plan(req: InstallRequest, facts: HostFacts, rel: EnvironmentFacts) -> P
                                ["github", "https://github.com"]]})
     target = f"{plan.checkout}[{rel.extra}]" if server else plan.checkout
     stages.append({"name": "agentjet", "commands": [[*tools["install"], "-e", target]],
+                   "repair_commands": [[*tools["install"], *tools["reinstall"], "-e", target]],
                    "env": {"PIP_NO_INPUT": "1", "PIP_DISABLE_PIP_VERSION_CHECK": "1"},
-                   "verify": {"kind": "import", "modules": ["ajet"]}})
+                   "verify": {"kind": "import", "modules": ["ajet", "torch"] if server else ["ajet"]}})
     if server and req.flash_attn != "skip":
         stages.append(_flash_attn(req, rel, tools, home))
         if not _has_toolkit(facts):
@@ -244,6 +245,9 @@ def _display(stage: dict[str, Any], env: str) -> StagePlan:
               "always": "run every time"}
     note = stage.get("note")
     commands = [show(argv) for argv in stage.get("commands", [])]
+    if stage.get("repair_commands"):
+        note = "after an attempt that did not finish or verify, with the packages reinstalled: " + "; ".join(
+            show(argv) for argv in stage["repair_commands"])
     if kind == "network":
         commands = [f"HEAD {url}" for _, url in stage["targets"]]
         note = "GitHub unreachable: no prebuilt flash-attn wheel is downloaded (a mirror or folder in flash_attn_wheels " \

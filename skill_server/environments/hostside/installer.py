@@ -13,8 +13,10 @@ the lock file of ``pip freeze`` and the verification's facts.
 Stages (``plan["stages"]``, in order) each have a done-marker holding a digest of their inputs and a
 verification: a stage marked done with the same inputs is verified and skipped, so a run that was
 interrupted resumes where it stopped, and a stage whose verification fails (a broken env, a flash-attn that
-no longer imports) is done again. Nothing is ever deleted, and nothing outside the environment, the
-checkout it clones and the marker folder is written: never the base conda env, the system Python,
+no longer imports) is done again; a stage whose last attempt did not finish is done with its repair
+commands (the packages reinstalled: a full disk can leave a half-written torch). No environment or file of
+the user's is ever deleted, and nothing outside the environment, the checkout it clones and the marker
+folder is written: never the base conda env, the system Python,
 ``~/.bashrc`` or pip's configuration. Exit codes: 0 installed, 1 a stage failed, 3 refused (not ours),
 75 another install holds the lock.
 """
@@ -373,9 +375,11 @@ def network(stage):
 def run_stage(stage, env, marker, plan, number, total):
     name = stage["name"]
     done_path = os.path.join(marker, "stages", name + ".json")
+    started_path = os.path.join(marker, "stages", name + ".started")
     inputs = digest(dict((k, v) for k, v in stage.items() if k not in ("note",)))
     done = read_json(done_path)
     state(stage=name, number=number, total=total, status="running", progress=None)
+    repair = os.path.exists(started_path) and not done  # an attempt that was cut or failed: mend what it left
     if (stage.get("verify") or {}).get("kind") == "always":
         pass  # checks the world as it is now (the network, the env as a whole): run every time
     elif done and done.get("inputs") == inputs:
@@ -385,9 +389,16 @@ def run_stage(stage, env, marker, plan, number, total):
             return True, done.get("result")
         log("stage %d/%d %s: done earlier but its verification fails (%s): doing it again" % (number, total, name,
                                                                                                seen))
-    log("stage %d/%d %s: start" % (number, total, name))
+        repair = True
+    log("stage %d/%d %s: start%s" % (number, total, name, " (after an attempt that did not finish: repairing)"
+                                      if repair and stage.get("repair_commands") else ""))
+    with open(started_path, "w") as handle:
+        handle.write("%s\n" % time.time())
+    if os.path.exists(done_path):
+        os.remove(done_path)  # our own marker: done again below, or not done
     started = time.time()
-    code, result = execute(stage, env, marker, plan)
+    code, result = execute(dict(stage, commands=stage["repair_commands"]) if repair and stage.get("repair_commands")
+                           else stage, env, marker, plan)
     if code == 0:
         ok, seen = verify(stage, env, marker)
         if not ok and stage.get("verify", {}).get("kind") != "always":
