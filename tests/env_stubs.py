@@ -56,14 +56,16 @@ def build_wheel(folder: Path, name: str, version: str, files: dict[str, bytes | 
     """A real wheel (zip, METADATA, WHEEL, RECORD with hashes) of ``files``."""
     dist = name.replace("-", "_")
     info = f"{dist}-{version}.dist-info"
-    meta = [f"Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
+    meta = ["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}"]
     meta += [f"Requires-Dist: {r}" for r in requires]
     for extra, reqs in (extras or {}).items():
         meta.append(f"Provides-Extra: {extra}")
         meta += [f"Requires-Dist: {r}; extra == \"{extra}\"" for r in reqs]
     content = {k: v.encode() if isinstance(v, str) else v for k, v in files.items()}
     content[f"{info}/METADATA"] = ("\n".join(meta) + "\n").encode()
-    content[f"{info}/WHEEL"] = f"Wheel-Version: 1.0\nGenerator: env_stubs\nRoot-Is-Purelib: {'true' if tag.startswith('py3-none') else 'false'}\nTag: {tag}\n".encode()
+    purelib = "true" if tag.startswith("py3-none") else "false"
+    content[f"{info}/WHEEL"] = (f"Wheel-Version: 1.0\nGenerator: env_stubs\nRoot-Is-Purelib: {purelib}\n"
+                                f"Tag: {tag}\n").encode()
     record = [_record_line(k, v) for k, v in content.items()] + [f"{info}/RECORD,,"]
     content[f"{info}/RECORD"] = ("\n".join(record) + "\n").encode()
     folder.mkdir(parents=True, exist_ok=True)
@@ -107,8 +109,10 @@ BACKEND = textwrap.dedent('''\
             meta += ['Requires-Dist: %s; extra == "%s"' % (r, extra) for r in reqs]
         files = dict((k, v.encode()) for k, v in files.items())
         files[info + "/METADATA"] = ("\\n".join(meta) + "\\n").encode()
-        files[info + "/WHEEL"] = ("Wheel-Version: 1.0\\nGenerator: stub\\nRoot-Is-Purelib: true\\nTag: %s\\n" % tag).encode()
-        files[info + "/RECORD"] = ("\\n".join([_record(k, v) for k, v in files.items()] + [info + "/RECORD,,"]) + "\\n").encode()
+        files[info + "/WHEEL"] = ("Wheel-Version: 1.0\\nGenerator: stub\\nRoot-Is-Purelib: true\\n"
+                                  "Tag: %s\\n" % tag).encode()
+        record = [_record(k, v) for k, v in files.items()] + [info + "/RECORD,,"]
+        files[info + "/RECORD"] = ("\\n".join(record) + "\\n").encode()
         name = "%s-%s-%s.whl" % (dist, conf["version"], tag)
         with zipfile.ZipFile(os.path.join(folder, name), "w") as archive:
             for key, data in files.items():
@@ -149,7 +153,8 @@ BACKEND = textwrap.dedent('''\
 
     def build_editable(wheel_directory, config_settings=None, metadata_directory=None):
         conf = _conf()
-        return _wheel(wheel_directory, {"__editable__.%s.pth" % conf["name"]: os.getcwd() + "\\n"}, conf, "py3-none-any")
+        pth = {"__editable__.%s.pth" % conf["name"]: os.getcwd() + "\\n"}
+        return _wheel(wheel_directory, pth, conf, "py3-none-any")
     ''')
 
 
@@ -355,8 +360,8 @@ def isolated_pip_env(cache: Path, extra: dict[str, str] | None = None) -> dict[s
 
 
 def cuda_toolkit(folder: Path, version: str = TORCH_CUDA) -> Path:
-    """A folder shaped like a CUDA toolkit (``bin/nvcc``, ``include/cuda_runtime.h``) whose nvcc reports ``version`` as NVIDIA's
-    does (``nvcc --version``'s "release X.Y" line); it compiles nothing."""
+    """A folder shaped like a CUDA toolkit (``bin/nvcc``, ``include/cuda_runtime.h``) whose nvcc reports ``version``
+    as NVIDIA's does (``nvcc --version``'s "release X.Y" line); it compiles nothing."""
     (folder / "bin").mkdir(parents=True)
     (folder / "include").mkdir()
     (folder / "include" / "cuda_runtime.h").write_text(f"/* CUDA {version} (stand-in) */\n")

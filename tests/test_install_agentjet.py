@@ -160,7 +160,7 @@ def test_a_folder_it_did_not_create_is_refused_and_left_untouched(lab: Lab, clea
 def test_uv_installs_as_a_tracked_run_into_an_odd_path_and_a_second_run_redoes_nothing(lab: Lab, clean: Path):
     env = clean / ODD
     out = install("run", **lab.arguments(env, manager="uv"))
-    assert out["id"] and out["attach"] and out["summary"].startswith("Installing AgentJet")
+    assert out["id"] and out["summary"].startswith("Installing AgentJet") and "tmux -S" in out["summary"]
     run = finish(out["id"])
     assert run["state"] == "succeeded", run["lines"][-40:]
     lines = log_lines(run)
@@ -247,7 +247,8 @@ def test_conda_through_a_shim_stopped_mid_build_resumes_creates_once_and_leaves_
     for stage in ("checkout", "env", "agentjet"):
         assert any(f"{stage}: done earlier, verified" in x for x in lines), (stage, lines)
     creates = [json.loads(x) for x in (clean / "conda.log").read_text().splitlines()]
-    assert [c for c in creates if c[:1] == ["create"]] == [["create", "-y", "-p", str(env), f"python={sys.version_info[0]}.{sys.version_info[1]}"]]
+    version = f"python={sys.version_info[0]}.{sys.version_info[1]}"
+    assert [c for c in creates if c[:1] == ["create"]] == [["create", "-y", "-p", str(env), version]]
     assert tree_digest(base) == before
     assert (env / "conda-meta" / "history").is_file()
 

@@ -204,18 +204,19 @@ error: metadata-generation-failed
 """
 
 #: uv's report of the same failure: the build backend's stderr, six spaces in, after "[stderr]".
-UV_BUILD_FAILURE = """\
-  × Failed to build `flash-attn==2.8.3`
-  ├─▶ The build backend returned an error
-  ╰─▶ Call to `setuptools.build_meta:__legacy__.build_wheel` failed (exit status: 1)
-
-      [stderr]
-      Traceback (most recent call last):
-        File "<string>", line 14, in <module>
-      RuntimeError: The detected CUDA version (11.8) mismatches the version that was used to compile PyTorch (12.4). Please make sure to use the same CUDA versions.
-
-      hint: This usually indicates a problem with the package or the build environment.
-"""
+UV_BUILD_FAILURE = "\n".join([
+    "  × Failed to build `flash-attn==2.8.3`",
+    "  ├─▶ The build backend returned an error",
+    "  ╰─▶ Call to `setuptools.build_meta:__legacy__.build_wheel` failed (exit status: 1)",
+    "",
+    "      [stderr]",
+    "      Traceback (most recent call last):",
+    '        File "<string>", line 14, in <module>',
+    "      RuntimeError: The detected CUDA version (11.8) mismatches the version that was used to compile PyTorch "
+    "(12.4). Please make sure to use the same CUDA versions.",
+    "",
+    "      hint: This usually indicates a problem with the package or the build environment.",
+]) + "\n"
 
 #: Python 3.11's report of an exception group: each sub-exception's lines after "| ".
 EXCEPTION_GROUP = """\

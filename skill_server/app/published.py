@@ -2,8 +2,9 @@
 stays within the token budget (``tests/test_budgets.py``), typed enough that clients can validate.
 
 - Inputs keep their structure, types, bounds, defaults and enums, with each description cut to its first
-  sentence; model and property ``title``s (pydantic's echo of the name), ``"default": null`` and the
-  ``null`` branch (every optional argument's: not given is said by its absence from ``required``) are dropped.
+  sentence, asides in parentheses left out; model and property ``title``s (pydantic's echo of the name),
+  ``"default": null`` and the ``null`` branch (every optional argument's: not given is said by its absence
+  from ``required``) are dropped.
 - Outputs are an outline: every top-level field with its type, enum and whether it is required; an
   object a field holds is published as ``{"type": "object"}`` (open, so every field it may carry is
   allowed); descriptions, titles and defaults are dropped.
@@ -26,10 +27,20 @@ _NAMED = ("properties", "$defs", "patternProperties")
 _SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)\.\s+(?=[A-Z])")
 
 
+# an aside in parentheses (a default, an example, a reason), followed by a space, punctuation or the end
+_ASIDE = re.compile(r" \([^()]*\)(?=[\s.,;:]|$)")
+
+
 def first_sentence(text: str) -> str:
     """``text`` up to its first full stop (the rest is in references/tools.md)."""
     head = _SENTENCE_END.split(text, 1)[0]
     return head if head == text else head + "."
+
+
+def published_description(text: str) -> str:
+    """What the tool list says of an argument: its first sentence without asides in parentheses (defaults,
+    examples, reasons: references/tools.md keeps every word)."""
+    return _ASIDE.sub("", first_sentence(text))
 
 
 def _prune(node: Any, drop: frozenset[str], shorten: bool, open_objects: bool = False) -> Any:
@@ -50,7 +61,7 @@ def _prune(node: Any, drop: frozenset[str], shorten: bool, open_objects: bool = 
         elif key == "default" and value is None and shorten:
             continue  # not given is the default of every optional argument: said by its absence from required
         elif key == "description" and shorten and isinstance(value, str):
-            out[key] = first_sentence(value)
+            out[key] = published_description(value)
         else:
             out[key] = value
     return out

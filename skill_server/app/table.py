@@ -219,12 +219,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         description=(
             "Static linter (the script is never run) for AgentJet swarm clients: every AgentJetJob, its kwargs, base "
             "YAML, later writes and dumps, checked against the YAML and AgentJet's defaults. Findings carry a stable "
-            "rule id, locations and a fix; effective values carry their source or why they are unknown. Rules: "
-            "split-configuration, kwarg-overrides-yaml, redundant-kwarg, unsupported-kwarg, kwarg-group-incomplete, "
-            "escape-hatch-has-kwarg, unknown-key, write-after-dump, length-budget, lora-rules, "
-            "batch-not-divisible-by-gpus, samples-below-world-size, base-yaml-missing, base-not-swarm, "
-            "interchange-not-tcp, cap-not-divisible, cap-limited-by-batch, tracker-threads-below-cap, no-checkpoints, "
-            "no-total-steps, agentjet-refusal."
+            "rule id (split-configuration, unknown-key, write-after-dump, agentjet-refusal, ...), locations and a fix; "
+            "effective values carry their source or why they are unknown."
         ),
         input_model="skill_server.tools.check_config.models:CheckConfigInput",
         output_model="skill_server.tools.check_config.models:CheckConfigResult",
@@ -236,7 +232,11 @@ TOOLS: tuple[ToolSpec, ...] = (
             "(agentjet_version or agentjet_root; default the newest bundled), named in agentjet and in every "
             "version-dependent message. A value that depends on the environment, the command line or a missing or "
             "refused base YAML is null with the reason; checks that could not run are listed in skipped. The rules "
-            "are documented in [split-configuration.md](split-configuration.md)."
+            "are documented in [split-configuration.md](split-configuration.md): split-configuration, "
+            "kwarg-overrides-yaml, redundant-kwarg, unsupported-kwarg, kwarg-group-incomplete, escape-hatch-has-kwarg, "
+            "unknown-key, write-after-dump, length-budget, lora-rules, batch-not-divisible-by-gpus, "
+            "samples-below-world-size, base-yaml-missing, base-not-swarm, interchange-not-tcp, cap-not-divisible, "
+            "cap-limited-by-batch, tracker-threads-below-cap, no-checkpoints, no-total-steps, agentjet-refusal."
         ),
         read_only=True,
         idempotent=True,
@@ -441,9 +441,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="preflight",
         title="Is a host ready for AgentJet?",
         description=(
-            "Read-only: check hosts (local, ssh, a Slurm allocation) in parallel for a role (client, swarm_server, "
-            "classic): host, environment, GPUs, optionally network. Returns ready_for per role and each check's "
-            "status, value, expected, evidence and fix."
+            "Read-only: are hosts (local, ssh, a Slurm allocation) ready for AgentJet? Host, environment (inside "
+            "python), GPUs, network: ready_for per role, each check's status, value, expected, evidence and fix."
         ),
         input_model="skill_server.tools.preflight.models:PreflightInput",
         output_model="skill_server.tools.preflight.models:PreflightOutput",
@@ -465,9 +464,8 @@ TOOLS: tuple[ToolSpec, ...] = (
         name="install_agentjet",
         title="Install AgentJet into a new environment",
         description=(
-            "Changes things: make an environment (conda, uv or venv) at a new path it owns and install AgentJet "
-            "there. plan lists the exact commands and changes nothing; run starts them as an experiment "
-            "(wait_experiment, experiment_status, stop_experiment take its id); status shows the stages."
+            "Install AgentJet into a new environment (conda, uv or venv) it owns. plan: the exact commands, changing "
+            "nothing; run: a tracked, resumable experiment (wait_experiment takes its id); status: the stages."
         ),
         input_model="skill_server.tools.install_agentjet.models:InstallInput",
         output_model="skill_server.tools.install_agentjet.models:InstallOutput",

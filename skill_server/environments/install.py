@@ -77,13 +77,14 @@ def ask_host(req: InstallRequest) -> HostState:
                  "paths": {"env": req.env_path}, "ports": [], "network": [],
                  "install": {"env_path": req.env_path, "agentjet_root": req.agentjet_root,
                              "python_version": req.python_version}}
-    ops = [client.ping(), client.run(shipping.probe_argv(shipping.host_python(req.host), arguments),
-                                     timeout_s=PROBE_BUDGET_S + 5, max_output=1024 * 1024)]
-    reply = call_hosts({req.host: ops}, timeout_s=PROBE_BUDGET_S + 20)[req.host]
+    ping_op = client.ping()
+    probe_op = client.run(shipping.probe_argv(shipping.host_python(req.host), arguments),
+                          timeout_s=PROBE_BUDGET_S + 5, max_output=1024 * 1024)
+    reply = call_hosts({req.host: [ping_op, probe_op]}, timeout_s=PROBE_BUDGET_S + 20)[req.host]
     if isinstance(reply, HostUnreachable):
         raise ToolFailure(reply.message, field="host")
-    ping = ops[0].expect(reply[0], field="host")
-    probe = ops[1].expect(reply[1], field="host")
+    ping = ping_op.expect(reply[0], field="host")
+    probe = probe_op.expect(reply[1], field="host")
     facts = parse_probe(probe["stdout"])
     if not facts.complete:
         raise ToolFailure(f"the host's probe did not finish: {probe['error'] or probe['stderr'][-300:]}", field="host")
@@ -179,7 +180,7 @@ def status(req: InstallRequest) -> tuple[InstallState, Plan, str]:
         raise ToolFailure(reply.message, field="host")
     texts = [_json(op.answer(result)) for op, result in zip(reads, reply)]
     owner, state, verify = texts[0], texts[1] or {}, texts[2] or {}
-    stages = {s.name: texts[3 + i] for i, s in enumerate(plan.stages) if texts[3 + i]}
+    stages = {s.name: found for i, s in enumerate(plan.stages) if (found := texts[3 + i]) is not None}
     last = texts[-1] or {}
     run_state = _run_state(last.get("id"))
     fact = host.facts.one("install", "env_path") or {}

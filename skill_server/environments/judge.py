@@ -12,6 +12,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field
+
 from skill_server.agentjet.environment import EnvironmentFacts
 from skill_server.environments.facts import HostFacts, version_tuple
 from skill_server.environments.models import Check, Evidence, Status

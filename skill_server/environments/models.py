@@ -40,6 +40,7 @@ class HostReport(ToolOutput):
     ready_for: dict[str, bool | None] = Field(
         description="Per role asked: true (every check it needs passed), false (one failed), null (one could not be "
         "checked: see blocked_by).")
-    blocked_by: dict[str, list[str]] = Field(description="Per role not ready: the check ids that failed or are unknown.")
+    blocked_by: dict[str, list[str]] = Field(
+        description="Per role not ready: the check ids that failed or are unknown.")
     checks: list[Check]
     elapsed_s: float

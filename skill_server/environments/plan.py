@@ -250,16 +250,16 @@ def _display(stage: dict[str, Any], env: str) -> StagePlan:
             show(argv) for argv in stage["repair_commands"])
     if kind == "network":
         commands = [f"HEAD {url}" for _, url in stage["targets"]]
-        note = "GitHub unreachable: no prebuilt flash-attn wheel is downloaded (a mirror or folder in flash_attn_wheels " \
-            "still works); the index unreachable fails the stage"
+        note = ("GitHub unreachable: no prebuilt flash-attn wheel is downloaded (a mirror or folder in "
+                "flash_attn_wheels still works); the index unreachable fails the stage")
     elif kind == "flash_attn":
         spec = stage["flash_attn"]
         where = spec["wheels"] or f"{GITHUB_WHEELS}/v{spec['version']}"
         commands = [show([*spec["wheel_command"], f"{where}/flash_attn-{spec['version']}+cu<CUDA major>torch<torch "
                           "major.minor>cxx11abi<TRUE|FALSE>-cp<py>-cp<py>-linux_x86_64.whl"])]
         if spec["mode"] != "wheel":
-            commands.append("CUDA_HOME=<toolkit of torch's CUDA> MAX_JOBS=<min(CPUs, available RAM / "
-                            f"{GIB_PER_JOB} GiB)> FLASH_ATTN_CUDA_ARCHS=<from the GPUs> " + show(spec["source_command"]))
+            commands.append(f"CUDA_HOME=<toolkit of torch's CUDA> MAX_JOBS=<min(CPUs, available RAM / {GIB_PER_JOB} "
+                            "GiB)> FLASH_ATTN_CUDA_ARCHS=<from the GPUs> " + show(spec["source_command"]))
         note = ("the wheel's tag is read from the env after the agentjet stage (torch, its CUDA major and C++ ABI, "
                 "the Python); without one that installs and imports, a source build (refused when no toolkit "
                 "matches torch's CUDA major)" if spec["mode"] != "wheel" else "the prebuilt wheel only")

@@ -18,8 +18,8 @@ from typing import Any
 from skill_server.agentjet.environment import environment_for
 from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolInputError
+from skill_server.environments import judge, shipping
 from skill_server.environments import roles as roles_mod
-from skill_server.environments import shipping
 from skill_server.environments.facts import DRIVER_FIELDS, HostFacts, parse_driver, parse_probe
 from skill_server.environments.judge import ConfigFacts, Context, make
 from skill_server.environments.models import ROLES, Check, HostReport
@@ -105,7 +105,7 @@ def probe_arguments(req: Request, sections: list[str], budget_s: float) -> dict[
         network.insert(1, {"id": "index", "url": (ctx.index_url or PYPI).rstrip("/") + "/pip/"})
     return {"budget_s": round(budget_s, 2), "sections": sections, "python": ctx.python, "paths": req.paths,
             "ports": [p for p, _ in roles_mod.ports_to_check(ctx, req.roles)], "model_path": ctx.config.model_path,
-            "network": network, "gpu_probes": list(roles_mod.judge.GPU_PROBES) if ctx.gpu_probe else []}
+            "network": network, "gpu_probes": list(judge.GPU_PROBES) if ctx.gpu_probe else []}
 
 
 def gpu_ops(prefix: list[str] | None = None) -> list[client.Op[Any]]:
@@ -164,7 +164,7 @@ def host_context(ctx: Context, facts: HostFacts) -> Context:
 
 def unreachable(host: str, reason: str, req: Request, started: float) -> HostReport:
     return HostReport(host=host, summary=roles_mod.summary_line(host, {}, {}, [], reason), reachable=False,
-                      reason=reason, ready_for={r: None for r in req.roles}, blocked_by={r: ["host"] for r in req.roles},
+                      reason=reason, ready_for=dict.fromkeys(req.roles), blocked_by={r: ["host"] for r in req.roles},
                       checks=[], elapsed_s=round(time.monotonic() - started, 3))
 
 
@@ -263,9 +263,9 @@ def node_checks(req: Request, login: str, nodes: list[str], deadline: Deadline) 
     for i, node in enumerate(nodes):
         facts = read_reply(node, replies, with_gpus=True, first=5 * i)
         ctx = req.ctx
-        checks = [roles_mod.judge.ram(facts, ctx), roles_mod.judge.shm(facts, ctx), roles_mod.judge.gpu_driver(
-            facts, ctx), roles_mod.judge.gpu_capability(facts, ctx), roles_mod.judge.gpu_count(facts, ctx),
-            roles_mod.judge.gpu_free(facts, ctx)]
+        checks = [judge.ram(facts, ctx), judge.shm(facts, ctx), judge.gpu_driver(
+            facts, ctx), judge.gpu_capability(facts, ctx), judge.gpu_count(facts, ctx),
+            judge.gpu_free(facts, ctx)]
         out += [c.model_copy(update={"node": node}) for c in checks]
     return out
 

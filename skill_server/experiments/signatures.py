@@ -351,7 +351,8 @@ SIGNATURES: tuple[Signature, ...] = (
         severity="warning",
         hint="flash-attn's setup could not download a prebuilt wheel (GitHub unreachable, or none for this torch, "
         "CUDA, C++ ABI and Python) and compiles instead, for 30 minutes to hours: give it a wheel that matches "
-        "(install_agentjet's flash_attn_wheels takes a mirror or a folder), or let it build with MAX_JOBS bounded by RAM.",
+        "(install_agentjet's flash_attn_wheels takes a mirror or a folder), or let it build with MAX_JOBS bounded by "
+        "RAM.",
         example="      Precompiled wheel not found. Building from source...",
         source="flash-attn setup.py",
         needles=("Precompiled wheel not found",),
@@ -427,8 +428,8 @@ SIGNATURES: tuple[Signature, ...] = (
         hint="A download could not reach its server (the package index, GitHub, Hugging Face): check the proxy "
         "(HTTPS_PROXY) and use a reachable mirror (install_agentjet's index_url, HF_ENDPOINT); an install run again "
         "resumes where it stopped.",
-        example="fatal: unable to access 'https://github.com/modelscope/AgentJet.git/': Failed to connect to github.com "
-        "port 443 after 130 ms: Connection timed out",
+        example="fatal: unable to access 'https://github.com/modelscope/AgentJet.git/': Failed to connect to "
+        "github.com port 443 after 130 ms: Connection timed out",
         source="pip, uv, git, urllib",
         needles=("timeout", "timed out", "failed to establish", "could not resolve", "name resolution",
                  "network is unreachable"),
@@ -449,8 +450,8 @@ SIGNATURES: tuple[Signature, ...] = (
         title="Compiler killed (out of memory during a build)",
         pattern=r"died due to signal 9|Killed signal terminated program",
         severity="error",
-        hint="The kernel killed a compiler for memory (each flash-attn nvcc job takes up to about 8 GB): lower MAX_JOBS "
-        "(install_agentjet bounds it by the RAM free), or install the prebuilt wheel.",
+        hint="The kernel killed a compiler for memory (each flash-attn nvcc job takes up to about 8 GB): lower "
+        "MAX_JOBS (install_agentjet bounds it by the RAM free), or install the prebuilt wheel.",
         example="      nvcc error   : 'cicc' died due to signal 9 (Kill signal)",
         source="nvcc / gcc under the OOM killer",
         needles=("signal 9", "Killed signal"),

@@ -8,28 +8,34 @@ symbol`` message, GPU or not. vLLM, verl and Ray are not imported (seconds each,
 AgentJet's launcher and pip compare). Each line says how long it took.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import sys
 import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 DISTRIBUTIONS = (("torch", "torch"), ("vllm", "vllm"), ("verl", "verl"), ("ray", "ray"),
                  ("transformers", "transformers"), ("flash_attn", "flash-attn"), ("ajet", "agentjet"))
 
 
-def emit(name, **fields):
+def emit(name: str, **fields: Any) -> None:
     fields["name"] = name
     sys.stdout.write(json.dumps(fields, sort_keys=True, default=str) + "\n")
     sys.stdout.flush()
 
 
-def describe(exc):
+def describe(exc: BaseException) -> str:
     """An exception as the user would see its last line (the loader's message keeps its symbol)."""
     text = "%s: %s" % (type(exc).__name__, exc)
     return text if len(text) <= 800 else text[:400] + " ... " + text[-400:]
 
 
-def interpreter():
+def interpreter() -> None:
     prefix = sys.prefix
     conda_meta = os.path.isdir(os.path.join(prefix, "conda-meta"))
     emit("python", version=list(sys.version_info[:3]), executable=sys.executable, prefix=prefix,
@@ -38,11 +44,11 @@ def interpreter():
          implementation=sys.implementation.name)
 
 
-def distributions():
+def distributions() -> None:
     try:
         from importlib import metadata
     except ImportError:  # Python 3.7 and older: no metadata; say so for each
-        metadata = None
+        metadata = None  # type: ignore[assignment]
     for key, dist in DISTRIBUTIONS:
         started = time.monotonic()
         if metadata is None:
@@ -62,9 +68,9 @@ def distributions():
 PINNED = ("torch", "ray", "transformers", "vllm")
 
 
-def pins(requires):
+def pins(requires: Iterable[str]) -> dict[str, str]:
     """{package: requirement} of this distribution's unconditional pins on ``PINNED`` packages."""
-    out = {}
+    out: dict[str, str] = {}
     for line in requires:
         head = line.split(";", 1)[0].strip()
         if ";" in line and "extra" in line.split(";", 1)[1]:
@@ -75,14 +81,14 @@ def pins(requires):
     return out
 
 
-def import_torch():
+def import_torch() -> Any:
     started = time.monotonic()
     try:
-        import torch
+        import torch  # type: ignore[import-not-found]
     except BaseException as exc:  # ImportError, OSError of a missing library, SystemExit of a broken build
         emit("import:torch", ok=False, error=describe(exc), elapsed=round(time.monotonic() - started, 3))
         return None
-    facts = {"ok": True, "version": getattr(torch, "__version__", None),
+    facts: dict[str, Any] = {"ok": True, "version": getattr(torch, "__version__", None),
              "cuda": getattr(getattr(torch, "version", None), "cuda", None),
              "cxx11_abi": bool(getattr(getattr(torch, "_C", None), "_GLIBCXX_USE_CXX11_ABI", False)),
              "file": getattr(torch, "__file__", None)}
@@ -96,15 +102,15 @@ def import_torch():
     return torch
 
 
-def import_flash_attn():
+def import_flash_attn() -> None:
     started = time.monotonic()
     try:
-        import flash_attn
+        import flash_attn  # type: ignore[import-not-found]
     except BaseException as exc:
         emit("import:flash_attn", ok=False, error=describe(exc), elapsed=round(time.monotonic() - started, 3))
         return
     try:  # the compiled kernels: where a wheel built for another torch, CUDA or C++ ABI fails
-        import flash_attn_2_cuda  # noqa: F401
+        import flash_attn_2_cuda  # type: ignore[import-not-found]  # noqa: F401
     except BaseException as exc:
         emit("import:flash_attn", ok=False, version=getattr(flash_attn, "__version__", None),
              error=describe(exc), elapsed=round(time.monotonic() - started, 3))
@@ -113,10 +119,10 @@ def import_flash_attn():
          elapsed=round(time.monotonic() - started, 3))
 
 
-def import_ajet():
+def import_ajet() -> None:
     started = time.monotonic()
     try:
-        import ajet
+        import ajet  # type: ignore[import-not-found]
     except BaseException as exc:
         emit("import:ajet", ok=False, error=describe(exc), elapsed=round(time.monotonic() - started, 3))
         return
@@ -139,7 +145,7 @@ def import_ajet():
          commit=commit, dirty=dirty, elapsed=round(time.monotonic() - started, 3))
 
 
-def main():
+def main() -> None:
     interpreter()
     distributions()
     import_torch()

@@ -7,12 +7,21 @@ interpreter (one rank on a single GPU: NCCL forbids two on one device). Each pri
 that cannot run says why (no torch, no GPU, no flash-attn), never that it passed.
 """
 
+from __future__ import annotations
+
 import json
 import os
 import socket
 import subprocess
 import sys
 import time
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: never evaluated on the host's Python 3.8
+    from collections.abc import Callable
+
+    #: (passed: True, False, or None when it could not run; what it measured; why it failed or was skipped)
+    Outcome = tuple[bool | None, str | None, str | None]
 
 #: One NCCL rank: RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT from the environment; prints the reduced sum.
 NCCL_RANK = """
@@ -28,18 +37,18 @@ dist.destroy_process_group()
 """
 
 
-def emit(name, **fields):
+def emit(name: str, **fields: Any) -> None:
     fields["name"] = name
     sys.stdout.write(json.dumps(fields, sort_keys=True) + "\n")
     sys.stdout.flush()
 
 
-def describe(exc):
+def describe(exc: BaseException) -> str:
     text = "%s: %s" % (type(exc).__name__, exc)
     return text if len(text) <= 800 else text[:400] + " ... " + text[-400:]
 
 
-def matmul(torch):
+def matmul(torch: Any) -> Outcome:
     a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
     torch.matmul(a, b)
@@ -55,9 +64,9 @@ def matmul(torch):
     return ok, "%.1f TFLOP/s, max relative error %.4f" % (2 * 4096 ** 3 / seconds / 1e12, error), None
 
 
-def flash_forward(torch):
+def flash_forward(torch: Any) -> Outcome:
     try:
-        from flash_attn import flash_attn_func
+        from flash_attn import flash_attn_func  # type: ignore[import-not-found]
     except BaseException as exc:
         return None, None, "flash_attn is not importable: " + describe(exc)
     q, k, v = (torch.randn(2, 512, 8, 64, device="cuda", dtype=torch.bfloat16) for _ in range(3))
@@ -68,19 +77,20 @@ def flash_forward(torch):
     return diff < 0.05, "max difference from torch's attention %.4f" % diff, None
 
 
-def free_port():
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
-def nccl(torch, timeout_s):
+def nccl(torch: Any, timeout_s: float) -> Outcome:
     world = min(2, torch.cuda.device_count())
     env = dict(os.environ, WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()),
                PROBE_TIMEOUT_S=str(int(max(10, timeout_s))))
     procs = [subprocess.Popen([sys.executable, "-c", NCCL_RANK], env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/") for r in range(world)]
-    results = []
+    results: list[tuple[int, str, str]] = []
     for proc in procs:
         try:
             out, err = proc.communicate(timeout=timeout_s)
@@ -97,11 +107,11 @@ def nccl(torch, timeout_s):
     return True, "%d rank(s) all-reduced to %g%s" % (world, expected, note), None
 
 
-def main():
+def main() -> None:
     args = json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}
     probes = args.get("gpu_probes") or ["matmul", "flash_attn", "nccl"]
     try:
-        import torch
+        import torch  # type: ignore[import-not-found]
     except BaseException as exc:
         for probe in probes:
             emit("gpu:" + probe, ok=None, skip="torch is not importable: " + describe(exc))
@@ -110,7 +120,8 @@ def main():
         for probe in probes:
             emit("gpu:" + probe, ok=None, skip="needs a GPU (torch sees none)")
         return
-    runners = {"matmul": lambda: matmul(torch), "flash_attn": lambda: flash_forward(torch),
+    runners: dict[str, Callable[[], Outcome]] = {
+        "matmul": lambda: matmul(torch), "flash_attn": lambda: flash_forward(torch),
                "nccl": lambda: nccl(torch, float(args.get("nccl_timeout_s") or 60))}
     for probe in probes:
         started = time.monotonic()
@@ -120,7 +131,7 @@ def main():
             ok, value, skip = False, None, None
             emit("gpu:" + probe, ok=False, error=describe(exc), elapsed=round(time.monotonic() - started, 3))
             continue
-        fields = {"ok": ok, "value": value, "elapsed": round(time.monotonic() - started, 3)}
+        fields: dict[str, Any] = {"ok": ok, "value": value, "elapsed": round(time.monotonic() - started, 3)}
         if skip:
             fields["skip" if ok is None else "error"] = skip
         emit("gpu:" + probe, **fields)

@@ -30,6 +30,10 @@ import re
 import subprocess
 import sys
 import time
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: never evaluated on the host's Python 3.8
+    Stage = dict[str, Any]
 
 MARKER_DIR = ".agentjet-swarm-skill"
 PREFIX = "[install] "
@@ -42,28 +46,28 @@ PROGRESS = re.compile(r"\[(\d+)/(\d+)\]")
 class Refused(Exception):
     """The environment's folder is not this program's to use (exit 3), or is in use (exit 75)."""
 
-    def __init__(self, message, code):
+    def __init__(self, message: str, code: int) -> None:
         Exception.__init__(self, message)
         self.code = code
 
 
-def log(message):
+def log(message: str) -> None:
     sys.stdout.write(PREFIX + message + "\n")
     sys.stdout.flush()
 
 
-def expand(path):
+def expand(path: str) -> str:
     return os.path.abspath(os.path.expanduser(path))
 
 
-def write_json(path, data):
+def write_json(path: str, data: Any) -> None:
     tmp = "%s.tmp-%d" % (path, os.getpid())
     with open(tmp, "w", encoding="utf-8") as handle:
         json.dump(data, handle, indent=1, sort_keys=True)
     os.replace(tmp, path)
 
 
-def read_json(path):
+def read_json(path: str) -> Any:
     try:
         with open(path, encoding="utf-8") as handle:
             return json.load(handle)
@@ -73,7 +77,7 @@ def read_json(path):
 
 # ---- ownership and the lock -----------------------------------------------------------------------
 
-def claim(plan):
+def claim(plan: dict[str, Any]) -> tuple[str, str]:
     """Create the environment's folder and mark it ours, or accept it if it is marked ours already."""
     env = expand(plan["env_path"])
     marker = os.path.join(env, MARKER_DIR)
@@ -83,10 +87,10 @@ def claim(plan):
     except FileExistsError:
         if read_json(owner) is None:
             raise Refused("%s exists and was not created by install_agentjet (no %s/owner.json): refusing to "
-                          "touch it; give a new path" % (env, MARKER_DIR), 3)
+                          "touch it; give a new path" % (env, MARKER_DIR), 3) from None
         return env, marker
     except FileNotFoundError:
-        raise Refused("the folder above %s does not exist: create it first" % env, 3)
+        raise Refused("the folder above %s does not exist: create it first" % env, 3) from None
     os.mkdir(marker, 0o755)
     write_json(owner, {"created_by": "agentjet-swarm-skill install_agentjet", "env_path": env,
                        "created_at": time.time(), "manager": plan["manager"], "host": os.uname()[1]})
@@ -94,7 +98,7 @@ def claim(plan):
     return env, marker
 
 
-def lock(marker):
+def lock(marker: str) -> IO[str]:
     """Hold the install lock for this process's life, or refuse."""
     import fcntl
 
@@ -104,7 +108,7 @@ def lock(marker):
     except OSError:
         handle.seek(0)
         holder = handle.read().strip() or "another process"
-        raise Refused("another install into this environment is running (%s): refused" % holder, 75)
+        raise Refused("another install into this environment is running (%s): refused" % holder, 75) from None
     handle.seek(0)
     handle.truncate()
     handle.write("pid %d on %s since %s" % (os.getpid(), os.uname()[1], time.strftime("%Y-%m-%d %H:%M:%S")))
@@ -114,13 +118,14 @@ def lock(marker):
 
 # ---- running commands -----------------------------------------------------------------------------
 
-def show(argv):
+def show(argv: list[str]) -> str:
     import shlex
 
     return " ".join(shlex.quote(a) for a in argv)
 
 
-def run(argv, env=None, cwd=None, progress=None):
+def run(argv: list[str], env: dict[str, str] | None = None, cwd: str | None = None,
+        progress: str | None = None) -> int:
     """Run ``argv`` with its output going to the log as it comes; its exit code."""
     log("$ " + show(argv))
     full = dict(os.environ)
@@ -133,6 +138,7 @@ def run(argv, env=None, cwd=None, progress=None):
         log("cannot run %s: %s" % (argv[0], exc.strerror or exc))
         return 127
     shown_at = 0.0
+    assert proc.stdout is not None
     for raw in proc.stdout:
         line = raw.decode("utf-8", "replace").rstrip("\n")
         sys.stdout.write(line + "\n")
@@ -145,7 +151,7 @@ def run(argv, env=None, cwd=None, progress=None):
     return proc.wait()
 
 
-def output(argv, env=None):
+def output(argv: list[str], env: dict[str, str] | None = None) -> tuple[int, str]:
     """(exit code, stdout) of a short command (verifications)."""
     full = dict(os.environ)
     full.update(env or {})
@@ -159,10 +165,10 @@ def output(argv, env=None):
 
 # ---- state for status -----------------------------------------------------------------------------
 
-STATE = {}
+STATE: dict[str, Any] = {}
 
 
-def state(**fields):
+def state(**fields: Any) -> None:
     STATE.update(fields)
     STATE["updated_at"] = time.time()
     if STATE.get("path"):
@@ -172,17 +178,17 @@ def state(**fields):
             pass  # a full disk must not hide the stage's own error
 
 
-def digest(stage):
+def digest(stage: Stage) -> str:
     return hashlib.sha256(json.dumps(stage, sort_keys=True).encode("utf-8")).hexdigest()[:16]
 
 
 # ---- verifications --------------------------------------------------------------------------------
 
-def python_of(env):
+def python_of(env: str) -> str:
     return os.path.join(env, "bin", "python")
 
 
-def verify(stage, env, marker):
+def verify(stage: Stage, env: str, marker: str | None) -> tuple[bool, str]:
     """(ok, what was seen) for a stage's verification (``stage["verify"]``)."""
     check = stage.get("verify") or {}
     kind = check.get("kind")
@@ -196,7 +202,8 @@ def verify(stage, env, marker):
         ok = code == 0 and (not want or head.startswith(want))
         return ok, "HEAD %s, wanted %s" % (head[:12], (want or "any")[:12]) if code == 0 else out.strip()[-300:]
     if kind == "python_version":
-        code, out = output([python_of(env), "-c", "import sys; print('%d.%d' % sys.version_info[:2]); print(sys.prefix)"])
+        code, out = output([python_of(env), "-c",
+                            "import sys; print('%d.%d' % sys.version_info[:2]); print(sys.prefix)"])
         parts = out.strip().split("\n")
         ok = code == 0 and len(parts) == 2 and parts[0] == check["version"] and expand(parts[1]) == env
         return ok, ("Python %s at %s" % tuple(parts)) if len(parts) == 2 else out.strip()[-300:]
@@ -204,7 +211,7 @@ def verify(stage, env, marker):
         code, out = output([python_of(env), "-c", "; ".join("import " + m for m in check["modules"])])
         return code == 0, (out.strip().splitlines() or ["imported"])[-1][:400]
     if kind == "file":
-        path = os.path.join(marker, check["name"])
+        path = os.path.join(marker or "", check["name"])
         ok = os.path.isfile(path) and os.path.getsize(path) > 0
         return ok, path if ok else "missing or empty: " + path
     if kind == "always":
@@ -214,7 +221,7 @@ def verify(stage, env, marker):
 
 # ---- the dynamic stages ---------------------------------------------------------------------------
 
-def torch_facts(env):
+def torch_facts(env: str) -> tuple[dict[str, Any] | None, str | None]:
     code, out = output([python_of(env), "-c", "import json, sys, torch; print(json.dumps([torch.__version__, "
                         "torch.version.cuda, bool(torch._C._GLIBCXX_USE_CXX11_ABI), list(sys.version_info[:2])]))"])
     if code != 0:
@@ -226,15 +233,16 @@ def torch_facts(env):
     return {"torch": version, "cuda": cuda, "abi": abi, "python": py}, None
 
 
-def wheel_name(version, facts):
-    torch_mm = ".".join(re.match(r"(\d+)\.(\d+)", facts["torch"]).groups())
+def wheel_name(version: str, facts: dict[str, Any]) -> str:
+    found = re.match(r"(\d+)\.(\d+)", facts["torch"])
+    torch_mm = ".".join(found.groups()) if found else facts["torch"]
     cuda_major = facts["cuda"].split(".")[0]
     py = "cp%d%d" % tuple(facts["python"])
     return "flash_attn-%s+cu%storch%scxx11abi%s-%s-%s-linux_x86_64.whl" % (
         version, cuda_major, torch_mm, "TRUE" if facts["abi"] else "FALSE", py, py)
 
 
-def wheel_location(base, version, name):
+def wheel_location(base: str | None, version: str, name: str) -> str:
     if not base or base.rstrip("/") == GITHUB_WHEELS:
         return "%s/v%s/%s" % (GITHUB_WHEELS, version, name)
     if "://" not in base:
@@ -242,15 +250,16 @@ def wheel_location(base, version, name):
     return base.rstrip("/") + "/" + name
 
 
-def toolkit_for(cuda, toolkits):
+def toolkit_for(cuda: str, toolkits: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The CUDA toolkit to build with: one of torch's CUDA major.minor, else of its major; else None."""
     want = cuda.split(".")
     exact = [t for t in toolkits if (t.get("version") or "").split(".")[:2] == want[:2]]
     major = [t for t in toolkits if (t.get("version") or "").split(".")[:1] == want[:1]]
-    return (exact or major or [None])[0]
+    chosen = exact or major
+    return chosen[0] if chosen else None
 
 
-def find_toolkits():
+def find_toolkits() -> list[dict[str, Any]]:
     found = []
     homes = [os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
     try:
@@ -269,7 +278,7 @@ def find_toolkits():
     return found
 
 
-def gpu_archs():
+def gpu_archs() -> str | None:
     """``FLASH_ATTN_CUDA_ARCHS`` for the GPUs here (80 for Ampere and Ada, 90 Hopper, 100 and 120 Blackwell)."""
     code, out = output(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"])
     archs = set()
@@ -281,7 +290,7 @@ def gpu_archs():
     return ";".join(sorted(archs, key=int)) or None
 
 
-def max_jobs(override):
+def max_jobs(override: int | None) -> int:
     if override:
         return int(override)
     available = 0
@@ -296,12 +305,12 @@ def max_jobs(override):
     return max(1, min(cpus, available // (GIB_PER_JOB * 1024 ** 3)))
 
 
-def flash_attn(stage, env, plan):
+def flash_attn(stage: Stage, env: str) -> int:
     """The prebuilt wheel whose tag matches the env, else a source build with CUDA_HOME aligned to torch's CUDA."""
     spec = stage["flash_attn"]
     facts, error = torch_facts(env)
     if facts is None:
-        log("flash_attn: torch does not import in the env: " + error)
+        log("flash_attn: torch does not import in the env: %s" % error)
         return 1
     if not facts.get("cuda"):
         log("flash_attn: torch %s is a CPU build: flash-attn needs torch built for CUDA" % facts["torch"])
@@ -325,7 +334,7 @@ def flash_attn(stage, env, plan):
     return source_build(spec, facts)
 
 
-def source_build(spec, facts):
+def source_build(spec: dict[str, Any], facts: dict[str, Any]) -> int:
     toolkit = toolkit_for(facts["cuda"], find_toolkits())
     if toolkit is None:
         log("flash_attn: refusing to build: no CUDA toolkit of torch's CUDA %s here (CUDA_HOME=%s). Install it "
@@ -343,7 +352,7 @@ def source_build(spec, facts):
     return run(spec["source_command"], env=build_env, progress="flash_attn build")
 
 
-def network(stage):
+def network(stage: Stage) -> tuple[int, dict[str, bool]]:
     """Reachability of the index and GitHub; what it finds decides later stages (a wheel from GitHub or not)."""
     import urllib.request
 
@@ -372,7 +381,7 @@ def network(stage):
 
 # ---- the stages -----------------------------------------------------------------------------------
 
-def run_stage(stage, env, marker, plan, number, total):
+def run_stage(stage: Stage, env: str, marker: str, number: int, total: int) -> tuple[bool, Any]:
     name = stage["name"]
     done_path = os.path.join(marker, "stages", name + ".json")
     started_path = os.path.join(marker, "stages", name + ".started")
@@ -398,7 +407,7 @@ def run_stage(stage, env, marker, plan, number, total):
         os.remove(done_path)  # our own marker: done again below, or not done
     started = time.time()
     code, result = execute(dict(stage, commands=stage["repair_commands"]) if repair and stage.get("repair_commands")
-                           else stage, env, marker, plan)
+                           else stage, env, marker)
     if code == 0:
         ok, seen = verify(stage, env, marker)
         if not ok and stage.get("verify", {}).get("kind") != "always":
@@ -412,14 +421,14 @@ def run_stage(stage, env, marker, plan, number, total):
     return False, None
 
 
-def execute(stage, env, marker, plan):
+def execute(stage: Stage, env: str, marker: str) -> tuple[int, Any]:
     """Run one stage's work: its commands, or its own logic; (exit code, result kept in its marker)."""
     kind = stage.get("kind", "commands")
     if kind == "network":
         return network(stage)
     if kind == "flash_attn":
         stage["flash_attn"]["github_reachable"] = (STATE.get("reached") or {}).get("github")
-        return flash_attn(stage, env, plan), None
+        return flash_attn(stage, env), None
     if kind == "lock":
         code, out = output(stage["freeze"])
         if code != 0:
@@ -441,7 +450,7 @@ def execute(stage, env, marker, plan):
     return 0, None
 
 
-def verify_env(stage, env, marker):
+def verify_env(stage: Stage, env: str, marker: str) -> int:
     """preflight's environment facts, from the env's own interpreter: kept for status, judged here minimally."""
     here = os.path.dirname(os.path.abspath(__file__))
     with open(os.path.join(here, "envprobe.py"), encoding="utf-8") as handle:
@@ -472,7 +481,7 @@ def verify_env(stage, env, marker):
     return 1 if problems else 0
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
     os.environ.pop("UV_VENV_CLEAR", None)  # uv would empty an existing folder: nothing is ever removed here
     plan = read_json(argv[1])
     if not plan:
@@ -490,7 +499,7 @@ def main(argv):
                   "status": "running", "failed": None})
     stages = plan["stages"]
     for number, stage in enumerate(stages, 1):
-        ok, result = run_stage(stage, env, marker, plan, number, len(stages))
+        ok, result = run_stage(stage, env, marker, number, len(stages))
         if stage.get("kind") == "network" and result is not None:
             STATE["reached"] = result
         if not ok:

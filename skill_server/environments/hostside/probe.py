@@ -23,9 +23,15 @@ import subprocess
 import sys
 import threading
 import time
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # annotations only: the types below are never evaluated on the host's Python 3.8
+    Fact = dict[str, Any]
+    #: (exit code or None, stdout, stderr, why it did not run)
+    Ran = tuple[int | None, str, str, str | None]
 
 #: module name -> source text, set by the bootstrap (``shipping``); read from the files when run in place
-SOURCES = {}
+SOURCES: dict[str, str] = {}
 MAX_TEXT = 600
 STARTED = time.monotonic()
 BUDGET = [30.0]
@@ -36,28 +42,29 @@ NETWORK_FS = ("nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "beegfs", "ceph",
 _LOCK = threading.Lock()
 
 
-def left():
+def left() -> float:
     return BUDGET[0] - (time.monotonic() - STARTED)
 
 
-def emit(section, name, **fields):
+def emit(section: str, name: str, **fields: Any) -> None:
     fields.update({"section": section, "name": name})
     with _LOCK:
         sys.stdout.write(json.dumps(fields, sort_keys=True) + "\n")
         sys.stdout.flush()
 
 
-def clip(text, limit=MAX_TEXT):
+def clip(text: str | None, limit: int = MAX_TEXT) -> str:
     text = (text or "").strip()
     return text if len(text) <= limit else text[: limit // 2] + " ... " + text[-limit // 2:]
 
 
-def run(argv, timeout=10.0, env=None, cwd=None):
+def run(argv: list[str], timeout: float = 10.0, env: dict[str, str] | None = None,
+        cwd: str | None = None) -> Ran:
     """(returncode or None, stdout, stderr, error) of ``argv``, bounded by ``timeout`` and the budget."""
     timeout = max(0.5, min(timeout, left() - 1.0))
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              timeout=timeout, env=env, cwd=cwd, check=False)
+        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout, env=env, cwd=cwd,
+                              check=False)
     except FileNotFoundError:
         return None, "", "", "not found"
     except subprocess.TimeoutExpired:
@@ -68,7 +75,7 @@ def run(argv, timeout=10.0, env=None, cwd=None):
             None)
 
 
-def first_line(text):
+def first_line(text: str | None) -> str:
     for line in (text or "").splitlines():
         if line.strip():
             return line.strip()[:MAX_TEXT]
@@ -77,7 +84,7 @@ def first_line(text):
 
 # ---- host -----------------------------------------------------------------------------------------
 
-def conda_candidates():
+def conda_candidates() -> list[str]:
     """conda as a non-interactive shell finds it (PATH, $CONDA_EXE), and where installers put it."""
     home = os.path.expanduser("~")
     found = [shutil.which("conda"), os.environ.get("CONDA_EXE"), shutil.which("mamba"), shutil.which("micromamba")]
@@ -91,7 +98,7 @@ def conda_candidates():
     return out
 
 
-def tools():
+def tools() -> None:
     emit("host", "python3", version=list(sys.version_info[:3]), executable=sys.executable)
     for name, argv in (("tmux", ["-V"]), ("git", ["--version"]), ("uv", ["--version"])):
         path = shutil.which(name)
@@ -108,7 +115,7 @@ def tools():
         emit("host", "tool:conda", path=path, version=first_line(out or err), error=error, returncode=code)
 
 
-def mounts():
+def mounts() -> list[tuple[str, str]]:
     """(mount point, fstype) pairs, longest first."""
     out = []
     try:
@@ -122,14 +129,14 @@ def mounts():
     return sorted(out, key=lambda m: -len(m[0]))
 
 
-def fstype(path, table):
+def fstype(path: str, table: list[tuple[str, str]]) -> str | None:
     for point, kind in table:
         if path == point or path.startswith(point.rstrip("/") + "/"):
             return kind
     return None
 
 
-def existing(path):
+def existing(path: str) -> str:
     """The nearest existing folder at or above ``path``."""
     path = os.path.abspath(os.path.expanduser(path))
     while not os.path.isdir(path) and os.path.dirname(path) != path:
@@ -137,7 +144,7 @@ def existing(path):
     return path
 
 
-def disks(paths):
+def disks(paths: dict[str, str] | None) -> None:
     table = mounts()
     for label, path in sorted((paths or {}).items()):
         if not path:
@@ -150,11 +157,11 @@ def disks(paths):
             continue
         kind = fstype(os.path.realpath(where), table)
         emit("host", "disk:" + label, path=path, checked=where, free=info.f_bavail * info.f_frsize,
-             total=info.f_blocks * info.f_frsize, fstype=kind, network=bool(kind) and (
+             total=info.f_blocks * info.f_frsize, fstype=kind, network=kind is not None and (
                  kind in NETWORK_FS or kind.startswith("fuse.")))
 
 
-def memory():
+def memory() -> None:
     values = {}
     try:
         with open("/proc/meminfo", encoding="ascii", errors="replace") as handle:
@@ -167,6 +174,7 @@ def memory():
         emit("host", "memory", error=str(exc))
         return
     emit("host", "memory", total=values.get("MemTotal"), available=values.get("MemAvailable"))
+    cpus: int | None
     try:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
@@ -174,7 +182,7 @@ def memory():
     emit("host", "cpus", count=cpus)
 
 
-def limits():
+def limits() -> None:
     try:
         import resource
 
@@ -189,9 +197,9 @@ def limits():
         emit("host", "shm", error=str(exc))
 
 
-def listeners():
+def listeners() -> dict[int, list[str]] | None:
     """{port: [socket inode]} of the TCP sockets in LISTEN state (IPv4 and IPv6), or None if unreadable."""
-    out = {}
+    out: dict[int, list[str]] = {}
     readable = False
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
@@ -209,7 +217,7 @@ def listeners():
     return out if readable else None
 
 
-def socket_owners(inodes):
+def socket_owners(inodes: list[str]) -> dict[str, tuple[int, str]]:
     """{inode: (pid, command)} for the sockets this user may see (every process's, as root)."""
     wanted = set("socket:[%s]" % i for i in inodes)
     found = {}
@@ -232,7 +240,7 @@ def socket_owners(inodes):
     return found
 
 
-def command_of(pid):
+def command_of(pid: str) -> str:
     try:
         with open("/proc/%s/cmdline" % pid, "rb") as handle:
             return clip(handle.read().replace(b"\0", b" ").decode("utf-8", "replace"), 200)
@@ -240,7 +248,7 @@ def command_of(pid):
         return ""
 
 
-def ports(wanted):
+def ports(wanted: list[int]) -> None:
     if not wanted:
         return
     table = listeners()
@@ -256,7 +264,7 @@ def ports(wanted):
         emit("host", "port:%d" % port, port=port, listening=bool(inodes), holders=holders)
 
 
-def processes():
+def processes() -> None:
     found = []
     ours = (os.getpid(), os.getppid())
     for entry in os.listdir("/proc"):
@@ -272,13 +280,13 @@ def processes():
     emit("host", "processes", found=found[:20], more=max(0, len(found) - 20), uid=os.getuid())
 
 
-def nvcc_version(path):
+def nvcc_version(path: str) -> tuple[str | None, str | None]:
     code, out, err, error = run([path, "--version"])
     match = re.search(r"release (\d+\.\d+)", out or "")
     return (match.group(1) if match else None), (error or (None if match else first_line(err or out)))
 
 
-def cuda():
+def cuda() -> None:
     """``CUDA_HOME`` and every CUDA toolkit found (its nvcc's release)."""
     candidates = []
     home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
@@ -310,7 +318,7 @@ def cuda():
     emit("host", "cuda", cuda_home=home, on_path=which, toolkits=toolkits[:8])
 
 
-def environment():
+def environment() -> None:
     """What the processes started here inherit: the variables the checks read (a key's value never leaves)."""
     names = ("SWANLAB_API_KEY", "HF_ENDPOINT", "HF_HOME", "PIP_INDEX_URL", "UV_INDEX_URL", "PIP_CACHE_DIR",
              "UV_CACHE_DIR", "TMPDIR", "RAY_TMPDIR", "CONDA_PREFIX", "CONDA_DEFAULT_ENV", "VIRTUAL_ENV")
@@ -319,7 +327,7 @@ def environment():
     emit("host", "environment", present=present, values=shown, home=os.path.expanduser("~"))
 
 
-def model(path):
+def model(path: str | None) -> None:
     if not path:
         return
     full = os.path.abspath(os.path.expanduser(path))
@@ -332,7 +340,7 @@ def model(path):
 MARKER_DIR = ".agentjet-swarm-skill"
 
 
-def install_facts(spec):
+def install_facts(spec: Fact) -> None:
     env_path = spec.get("env_path")
     if env_path:
         full = os.path.abspath(os.path.expanduser(env_path))
@@ -367,7 +375,7 @@ def install_facts(spec):
 
 # ---- network --------------------------------------------------------------------------------------
 
-def network(targets):
+def network(targets: list[Fact] | None) -> None:
     if not targets:
         return
     try:
@@ -385,12 +393,12 @@ def network(targets):
         thread.join(max(0.1, left() - 1.0))
 
 
-def mask(value):
+def mask(value: str) -> str:
     """A proxy URL without its password."""
     return re.sub(r"//([^:/@]+):[^@/]*@", r"//\1:***@", value)
 
 
-def reach(urllib_request, target):
+def reach(urllib_request: Any, target: Fact) -> None:
     started = time.monotonic()
     if target["url"].startswith("file://"):  # a mirror in a folder of the host
         from urllib.parse import unquote
@@ -416,14 +424,14 @@ def reach(urllib_request, target):
 
 # ---- the interpreter under test -------------------------------------------------------------------
 
-def source(name):
+def source(name: str) -> str:
     if name in SOURCES:
         return SOURCES[name]
     with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), name + ".py"), encoding="utf-8") as handle:
         return handle.read()
 
 
-def relay(section, argv, reserve=1.0):
+def relay(section: str, argv: list[str], reserve: float = 1.0) -> None:
     """Run ``argv`` (the interpreter under test), re-emitting its JSON lines under ``section`` as they come."""
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -431,8 +439,8 @@ def relay(section, argv, reserve=1.0):
     except OSError as exc:
         emit(section, "start", ok=False, error="cannot run %s: %s" % (argv[0], exc.strerror or exc))
         return
-    errors = []
-    reader = threading.Thread(target=lambda: errors.append(proc.stderr.read()), daemon=True)
+    errors: list[bytes] = []
+    reader = threading.Thread(target=lambda: errors.append(proc.stderr.read() if proc.stderr else b""), daemon=True)
     reader.start()
     lines = threading.Thread(target=forward, args=(section, proc.stdout), daemon=True)
     lines.start()
@@ -448,7 +456,7 @@ def relay(section, argv, reserve=1.0):
     emit(section, "exit", returncode=proc.returncode, stderr=clip(tail[-4000:]))
 
 
-def forward(section, stream):
+def forward(section: str, stream: IO[bytes]) -> None:
     for raw in stream:
         try:
             fact = json.loads(raw.decode("utf-8", "replace"))
@@ -460,7 +468,7 @@ def forward(section, stream):
             emit(section, name, **fact)
 
 
-def kill(proc):
+def kill(proc: subprocess.Popen[bytes]) -> None:
     import signal
 
     try:
@@ -470,7 +478,7 @@ def kill(proc):
     proc.wait()
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
     args = json.loads(argv[1]) if len(argv) > 1 else {}
     BUDGET[0] = float(args.get("budget_s") or 30.0)
     sections = set(args.get("sections") or ("host",))

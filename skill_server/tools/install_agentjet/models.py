@@ -12,11 +12,10 @@ from skill_server.experiments.models import SlurmSpec
 
 class InstallInput(ToolInput):
     action: Literal["plan", "run", "status"] = Field(
-        description="plan: the exact commands per stage, changing nothing. run: start them as a tracked experiment. "
-        "status: the stages done, running or failed.")
+        description="plan changes nothing, run starts the install, status reads its stages.")
     env_path: StrictStr = Field(
-        max_length=4096, description="Absolute path (or ~/...) of a NEW folder on the host for the environment. A "
-        "folder this tool did not create is refused; nothing is ever deleted.")
+        max_length=4096, description="A NEW folder on the host for the environment (absolute or ~/...). A folder this "
+        "tool did not create is refused; nothing is ever deleted.")
     host: StrictStr | None = Field(default=None, max_length=255, description="'local' (default) or an ssh "
                                    "destination.")
     manager: Literal["conda", "uv", "venv"] | None = Field(
@@ -27,22 +26,23 @@ class InstallInput(ToolInput):
         default="swarm_server", description="swarm_server (also classic): AgentJet's [verl] extra and flash-attn. "
         "client: AgentJet alone.")
     agentjet_root: StrictStr | None = Field(
-        default=None, max_length=4096, description="An AgentJet checkout on the host to install, used as it is (never "
-        "changed); a path that does not exist is cloned into. Default: a clone inside env_path.")
-    agentjet_ref: StrictStr | None = Field(default=None, max_length=200, description="Commit, tag or branch to clone "
-                                           "at. Default: the bundled release's commit.")
-    repo_url: StrictStr | None = Field(default=None, max_length=2000, description="Where to clone from (default "
-                                       "GitHub; a mirror or a local repository).")
-    index_url: StrictStr | None = Field(default=None, max_length=2000, description="A PyPI mirror for pip and uv, "
-                                        "e.g. https://mirrors.aliyun.com/pypi/simple/.")
+        default=None, max_length=4096, description="An AgentJet checkout on the host, used as it is. Never changed; a "
+        "path that does not exist is cloned into. Default: a clone inside env_path.")
+    agentjet_ref: StrictStr | None = Field(default=None, max_length=200, description="Commit, tag or branch to clone. "
+                                           "Default: the bundled release's commit.")
+    repo_url: StrictStr | None = Field(default=None, max_length=2000, description="Where to clone from. Default: "
+                                       "GitHub; a mirror or a local repository works.")
+    index_url: StrictStr | None = Field(default=None, max_length=2000, description="A PyPI mirror, e.g. "
+                                        "https://mirrors.aliyun.com/pypi/simple/.")
     flash_attn: Literal["auto", "wheel", "source", "skip"] = Field(
         default="auto", description="auto: the prebuilt wheel matching the env, else a source build.")
     flash_attn_wheels: StrictStr | None = Field(
-        default=None, max_length=2000, description="Where prebuilt flash-attn wheels are: a mirror URL or a folder on "
-        "the host. Default: flash-attention's GitHub releases.")
+        default=None, max_length=2000,
+        description="A mirror URL or host folder of prebuilt flash-attn wheels. Default: flash-attention's GitHub "
+        "releases.")
     max_jobs: PositiveInt | None = Field(default=None, le=1024, description="MAX_JOBS of a flash-attn source build. "
                                          "Default: min(CPUs, available RAM / 8 GiB).")
-    slurm: SlurmSpec | None = Field(default=None, description="run: as a Slurm job from host (its login node).")
+    slurm: SlurmSpec | None = Field(default=None, description="run: as a Slurm job from host, its login node.")
 
 
 class InstallStage(ToolOutput):
@@ -55,8 +55,6 @@ class InstallStage(ToolOutput):
 
 class InstallOutput(ToolOutput):
     summary: str
-    action: str
-    host: str
     env_path: str = Field(description="The env's folder as the host sees it.")
     manager: str
     python: str = Field(description="The env's interpreter (pass it as preflight's and launch_experiment's python).")
@@ -67,4 +65,3 @@ class InstallOutput(ToolOutput):
     id: str | None = Field(description="The install's experiment id: wait_experiment, experiment_status, watch, "
                            "stop_experiment take it.")
     log_path: str | None
-    attach: str | None

@@ -19,19 +19,20 @@ def install_agentjet(inp: InstallInput) -> InstallOutput:
         raise ToolInputError("only used with action run", field="slurm")
     if inp.action == "plan":
         plan, label = install.plan_only(req)
-        out = _output(inp, req, plan, label, "planned")
+        out = _output(plan, label, "planned")
         out.summary = _plan_summary(out, plan)
         return out
     if inp.action == "run":
         plan, label, launched = install.run(req, inp.slurm)
-        out = _output(inp, req, plan, label, "pending")
-        out.id, out.log_path, out.attach = launched["id"], launched["log_path"], launched["attach"]
+        out = _output(plan, label, "pending")
+        out.id, out.log_path = launched["id"], launched["log_path"]
         out.summary = (f"Installing {label} into {plan.env_path} with {plan.manager} as experiment {out.id} "
-                       f"({len(plan.stages)} stages; it resumes where it stopped if run again). Follow it with "
-                       f"wait_experiment {{\"id\": \"{out.id}\"}}; install_agentjet status shows the stages.")
+                       f"({len(plan.stages)} stages; run again, it resumes where it stopped). Follow it with "
+                       f"wait_experiment {{\"id\": \"{out.id}\"}}; install_agentjet status shows the stages; "
+                       f"watch it live: {launched['attach']}")
         return out
     state, plan, label = install.status(req)
-    out = _output(inp, req, plan, label, "pending")
+    out = _output(plan, label, "pending")
     for stage in out.stages:
         if stage.name in state.done:
             stage.status = "done"
@@ -44,12 +45,11 @@ def install_agentjet(inp: InstallInput) -> InstallOutput:
     return out
 
 
-def _output(inp: InstallInput, req: InstallRequest, plan: Plan, label: str, status: str) -> InstallOutput:
-    return InstallOutput(summary="", action=inp.action, host=req.host, env_path=plan.env_path, manager=plan.manager,
-                         python=plan.python, agentjet=label,
+def _output(plan: Plan, label: str, status: str) -> InstallOutput:
+    return InstallOutput(summary="", env_path=plan.env_path, manager=plan.manager, python=plan.python, agentjet=label,
                          stages=[InstallStage(name=s.name, status=status, commands=s.commands, verify=s.verify,  # type: ignore[arg-type]
                                               note=s.note) for s in plan.stages],
-                         root_steps=plan.root_steps, blockers=plan.blockers, id=None, log_path=None, attach=None)
+                         root_steps=plan.root_steps, blockers=plan.blockers, id=None, log_path=None)
 
 
 def _plan_summary(out: InstallOutput, plan: Plan) -> str:

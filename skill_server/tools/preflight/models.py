@@ -16,26 +16,25 @@ class PreflightInput(ToolInput):
     hosts: list[Annotated[StrictStr, Field(max_length=255)]] | None = Field(
         default=None, min_length=1, max_length=MAX_HOSTS,
         description="'local' or ssh destinations, asked in parallel. Default: ['local'].")
-    role: Role | None = Field(default=None, description="Check for this role only. Default: all three.")
+    role: Role | None = Field(default=None, description="Only this role. Default: all three.")
     python: StrictStr | None = Field(
         default=None, max_length=4096,
         description="The environment's interpreter on the hosts. Without it the environment checks are skipped.")
     agentjet_root: StrictStr | None = Field(
         default=None, max_length=4096,
-        description="The AgentJet checkout on the hosts: ajet must import from it; saved_experiments' disk is measured "
-        "there.")
+        description="The AgentJet checkout on the hosts. The env must import ajet from it; saved_experiments' "
+        "disk is measured there.")
     config: StrictStr | None = Field(
         default=None, max_length=4096,
         description="A client script or YAML on this machine. Read statically for the port, logger, model path and "
         "GPU count the checks compare with.")
-    network: StrictBool = Field(default=False, description="Also test GitHub, the package index, Hugging Face and "
-                                "ModelScope from each host.")
-    index_url: StrictStr | None = Field(default=None, max_length=2000,
-                                        description="The package index or mirror the network check tests.")
+    network: StrictBool = Field(default=False, description="Also test the network from each host. GitHub, the "
+                                "package index, Hugging Face and ModelScope.")
+    index_url: StrictStr | None = Field(default=None, max_length=2000, description="The index the network check tests.")
     gpu_probe: StrictBool = Field(
-        default=False, description="Also run a matmul, a flash-attn forward and an NCCL all-reduce on the GPUs.")
+        default=False, description="Also run GPU probes. A matmul, a flash-attn forward and an NCCL all-reduce.")
     slurm_job: Annotated[StrictStr, Field(pattern=r"^[0-9]{1,12}$")] | None = Field(
-        default=None, description="A running Slurm job: its nodes are checked through the login node (hosts[0]).")
+        default=None, description="A running Slurm job whose nodes to check, through the login node hosts[0].")
     timeout_s: StrictInt = Field(default=45, ge=5, le=600, description="Bound of the whole call, in seconds.")
 
 
