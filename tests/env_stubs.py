@@ -370,3 +370,17 @@ def cuda_toolkit(folder: Path, version: str = TORCH_CUDA) -> Path:
                     f"echo 'Cuda compilation tools, release {version}, V{version}.131'\n")
     nvcc.chmod(0o755)
     return folder
+
+
+class StubSet:
+    """Everything the environment tests install from, made once under ``root``: the index, the good and the
+    broken prebuilt flash-attn wheels (each in a folder of its own, as a mirror of flash-attention's releases)
+    and an AgentJet-shaped checkout with its commit."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.index = PackageIndex(root / "index")
+        self.good = prebuilt_flash_attn(root / "wheels-good").parent
+        self.bad = prebuilt_flash_attn(root / "wheels-bad", broken=True).parent
+        self.checkout = root / "AgentJet"
+        self.commit = agentjet_checkout(self.checkout)

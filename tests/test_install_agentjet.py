@@ -23,16 +23,7 @@ from typing import Any
 import pytest
 
 from skill_server.core.errors import ToolFailure, ToolInputError
-from tests.env_stubs import (
-    PIP_VARIABLES,
-    PackageIndex,
-    agentjet_checkout,
-    conda_shim,
-    cuda_toolkit,
-    pip_isolation,
-    prebuilt_flash_attn,
-    tree_digest,
-)
+from tests.env_stubs import PIP_VARIABLES, PackageIndex, StubSet, conda_shim, cuda_toolkit, pip_isolation, tree_digest
 from tests.experiment_helpers import call, status, tmux_socket, wait_until  # noqa: F401  (fixture by name)
 from tests.faults import FullDisk, have_root_mounts
 
@@ -42,16 +33,11 @@ pytestmark = pytest.mark.skipif(UV is None, reason="uv is a test dependency (pip
 ODD = "env 'q' \"dq\" $HOME x"
 
 
-class Lab:
-    """The stand-in index, wheels, checkout and toolkit (once a module), and where each test installs."""
+class Lab(StubSet):
+    """The stand-ins and two CUDA toolkits (once a module), and the arguments of an install from them."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
-        self.index = PackageIndex(root / "index")
-        self.good = prebuilt_flash_attn(root / "wheels-good").parent
-        self.bad = prebuilt_flash_attn(root / "wheels-bad", broken=True).parent
-        self.checkout = root / "AgentJet"
-        self.commit = agentjet_checkout(self.checkout)
+        super().__init__(root)
         self.cuda = cuda_toolkit(root / "cuda-12.4", "12.4")
         self.cuda_old = cuda_toolkit(root / "cuda-11.8", "11.8")
 

@@ -27,17 +27,7 @@ from skill_server.environments import shipping
 from skill_server.environments.facts import parse_driver, parse_probe
 from skill_server.hosts.ssh import close_masters
 from tests.conftest import REPO, cli_env
-from tests.env_stubs import (
-    C10_SYMBOL,
-    TORCH_FILES,
-    PackageIndex,
-    agentjet_checkout,
-    build_wheel,
-    conda_shim,
-    cuda_toolkit,
-    isolated_pip_env,
-    prebuilt_flash_attn,
-)
+from tests.env_stubs import C10_SYMBOL, TORCH_FILES, StubSet, build_wheel, conda_shim, cuda_toolkit, isolated_pip_env
 from tests.experiment_helpers import call
 from tests.gpu_helpers import A100, install_fake_smi
 from tests.sshd import LoopbackSshd
@@ -46,16 +36,8 @@ UV = shutil.which("uv", path=os.path.dirname(sys.executable)) or shutil.which("u
 pytestmark = pytest.mark.skipif(UV is None, reason="uv is a test dependency (pip install '.[test]')")
 
 
-class Stubs:
-    """The index, the prebuilt wheels, an AgentJet checkout and environments made from them (once a module)."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-        self.index = PackageIndex(root / "index")
-        self.good = prebuilt_flash_attn(root / "wheels-good").parent
-        self.bad = prebuilt_flash_attn(root / "wheels-bad", broken=True).parent
-        self.checkout = root / "AgentJet"
-        self.commit = agentjet_checkout(self.checkout)
+class Stubs(StubSet):
+    """The stand-ins (once a module) and environments made from them."""
 
     def env(self, name: str, *, flash: str | None = "good", after: tuple[str, ...] = ()) -> Path:
         """A venv with AgentJet's [verl] extra (and flash-attn from the good or broken wheel), by real uv; ``after``:
