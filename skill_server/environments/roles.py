@@ -19,7 +19,7 @@ CLIENT = ("python3", "python", "not_base_conda", "ajet")
 SERVER = ("python3", "tmux", "disk_env", "disk_tmp", "disk_experiments", "ram", "nofile", "shm", "stale_processes",
           "python", "not_base_conda", "torch", "vllm", "verl", "ray", "transformers", "flash_attn", "pins", "ajet",
           "swanlab_key", "model_path", "gpu_driver", "gpu_compute_capability", "gpu_count", "gpu_free_memory",
-          "ray_same")
+          "ray_same", "allocation")
 #: skips that only say "does not apply here"
 BENIGN_SKIPS = frozenset({"swanlab_key", "model_path", "gpu_count", "pins", "gpu_compute_capability",
                           "gpu_free_memory", "gpu_matmul", "gpu_flash_attn", "gpu_nccl", "ray_same"})
