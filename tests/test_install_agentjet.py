@@ -291,3 +291,28 @@ def test_a_disk_that_fills_mid_install_fails_with_its_signature_and_the_rerun_re
         assert any("env: done earlier, verified" in x for x in lines)
     finally:
         disk.unmount()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="the loopback sshd node needs root")
+def test_an_install_over_ssh_runs_on_the_node_with_its_own_python(lab: Lab, clean: Path,
+                                                                    monkeypatch: pytest.MonkeyPatch):
+    from skill_server.hosts.ssh import close_masters
+    from tests.sshd import LoopbackSshd
+
+    node = LoopbackSshd(("node1",)).start()
+    try:
+        monkeypatch.setenv("SKILL_SERVER_SSH_CONFIG", str(node.config))
+        monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+        env = clean / "remote env"
+        arguments = lab.arguments(env, host="node1", manager="venv")
+        plan = install("plan", **arguments)
+        assert plan["blockers"] == [] and plan["manager"] == "venv"
+        out = install("run", **arguments)
+        assert out["summary"].startswith("Installing") and "ssh" in out["summary"]
+        run = finish(out["id"])
+        assert run["state"] == "succeeded" and run["host"] == "node1", run.get("lines", [])[-20:]
+        state = install("status", **arguments)
+        assert [s["status"] for s in state["stages"]] == ["done"] * 7
+    finally:
+        close_masters()
+        node.stop()
