@@ -156,6 +156,9 @@ def test_uv_installs_as_a_tracked_run_into_an_odd_path_and_a_second_run_redoes_n
     state = install("status", **lab.arguments(env, manager="uv"))
     assert [s["status"] for s in state["stages"]] == ["done"] * 7 and state["summary"].startswith("Installed")
     assert state["id"] == out["id"]
+    verified = {c["id"]: c["status"] for c in state["checks"]}  # preflight's environment checks, on verify.json
+    assert verified["flash_attn"] == verified["verl"] == verified["torch"] == verified["ajet"] == "ok", verified
+    assert "verification: " in state["summary"] and "failing" not in state["summary"]
     ready = call("preflight", python=state["python"], role="client", agentjet_root=str(lab.checkout))
     assert ready["hosts"][0]["ready_for"] == {"client": True}
     again = finish(install("run", **lab.arguments(env, manager="uv"))["id"])

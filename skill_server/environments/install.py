@@ -23,6 +23,7 @@ from skill_server.agentjet.environment import EnvironmentFacts, environment_for
 from skill_server.core.errors import ToolFailure, ToolInputError
 from skill_server.environments import shipping
 from skill_server.environments.facts import HostFacts, parse_probe
+from skill_server.environments.models import Check
 from skill_server.environments.plan import MARKER_DIR, InstallRequest, Plan, make_plan
 from skill_server.hosts import HostUnreachable, call_hosts, client
 
@@ -188,6 +189,25 @@ def status(req: InstallRequest) -> tuple[InstallState, Plan, str]:
                         stage=state.get("stage"), failed=state.get("failed"), progress=state.get("progress"),
                         done=stages, run_id=last.get("id"), run_state=run_state, log_path=last.get("log_path"),
                         verify=verify), plan, label
+
+
+def verify_checks(state: InstallState, req: InstallRequest, python: str) -> list[Check]:
+    """The install's verification judged as preflight judges an environment: its facts (``verify.json``, what
+    the env's own interpreter said at the end of the last run) against the release, on the host."""
+    if not state.verify:
+        return []
+    from skill_server.environments import roles
+    from skill_server.environments.judge import ConfigFacts, Context
+
+    facts = HostFacts(complete=True)
+    for name, fact in state.verify.items():
+        if isinstance(fact, dict):
+            facts.lines[("env", name)] = [fact]
+    rel, label = release()
+    ctx = Context(release=rel, label=label, python=python, config=ConfigFacts())
+    role = "client" if req.role == "client" else "swarm_server"
+    checks = roles.build_checks(facts, ctx, (role,), roles.Plan(host=False, env=True, gpus=False))
+    return [c for c in checks if c.id != "cuda_toolkit"]  # a host fact, not the env's: preflight says it
 
 
 def _json(answer: Any) -> dict[str, Any] | None:

@@ -38,7 +38,7 @@ class ConfigFacts:
     """What a config says that preflight checks against (None: not given, or not known statically)."""
 
     source: str | None = None
-    port: int | None = None
+    #: the config's own interchange port (classic mode serves on it; ajet-swarm start uses --swarm-port, 10086)
     interchange_port: int | None = None
     logger: str | None = None
     model_path: str | None = None
@@ -215,8 +215,8 @@ def port(facts: HostFacts, ctx: Context, number: int, what: str) -> Check:
     holders = fact.get("holders") or []
     who = "; ".join(f"pid {h['pid']} ({h['command']})" for h in holders) or "a process this user cannot see"
     return make(check_id, "fail", f"held by {who}", expected, command, who,
-                f"stop what holds it if it is yours and stale (a Ray cluster: `ray stop`), or choose another port "
-                f"({'the config' if number == ctx.config.port else 'its setting'})")
+                "stop what holds it if it is yours and stale (a Ray cluster: `ray stop`), or choose another port "
+                "(ajet-swarm start --swarm-port, ray start --port / --dashboard-port, the config's interchange port)")
 
 
 def stale_processes(facts: HostFacts, ctx: Context) -> Check:

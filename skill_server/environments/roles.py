@@ -33,7 +33,7 @@ def required(role: str, ctx: Context) -> tuple[str, ...]:
     rel = ctx.release
     ports = [f"port_{rel.ray_gcs_port}", f"port_{rel.ray_dashboard_port}"]
     if role == "swarm_server":
-        ports.insert(0, f"port_{ctx.config.port or rel.swarm_port}")
+        ports.insert(0, f"port_{rel.swarm_port}")
     if ctx.config.interchange_port and role == "classic":
         ports.append(f"port_{ctx.config.interchange_port}")
     probes = tuple(judge.GPU_PROBES[p][0] for p in judge.GPU_PROBES) if ctx.gpu_probe else ()
@@ -54,7 +54,7 @@ def ports_to_check(ctx: Context, roles: tuple[str, ...]) -> list[tuple[int, str]
     rel = ctx.release
     out: list[tuple[int, str]] = []
     if "swarm_server" in roles:
-        out.append((ctx.config.port or rel.swarm_port, "the swarm server's port (ajet-swarm start --swarm-port)"))
+        out.append((rel.swarm_port, "the swarm server's port (ajet-swarm start --swarm-port's default)"))
     if "classic" in roles and ctx.config.interchange_port:
         out.append((ctx.config.interchange_port, "the config's interchange server port"))
     if any(r != "client" for r in roles):

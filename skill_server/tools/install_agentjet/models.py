@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, StrictStr
 
 from skill_server.core.models import PositiveInt, ToolInput, ToolOutput
+from skill_server.environments.models import Check
 from skill_server.experiments.models import SlurmSpec
 
 
@@ -62,6 +63,8 @@ class InstallOutput(ToolOutput):
     stages: list[InstallStage]
     root_steps: list[str] = Field(description="Steps that need root, as instructions: never run by this tool.")
     blockers: list[str] = Field(description="Why run refuses (plan and status say it in advance).")
+    checks: list[Check] = Field(description="status: the env's verification judged as preflight judges an "
+                                "environment (from the last run's verify stage).")
     id: str | None = Field(description="The install's experiment id: wait_experiment, experiment_status, watch, "
                            "stop_experiment take it.")
     log_path: str | None

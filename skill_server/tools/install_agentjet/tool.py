@@ -41,6 +41,7 @@ def install_agentjet(inp: InstallInput) -> InstallOutput:
         elif stage.name == state.stage and state.run_state in ("running", "queued", "stalled"):
             stage.status = "running"
     out.id, out.log_path = state.run_id, state.log_path
+    out.checks = install.verify_checks(state, req, plan.python)
     out.summary = _status_summary(out, state, plan)
     return out
 
@@ -49,7 +50,7 @@ def _output(plan: Plan, label: str, status: str) -> InstallOutput:
     return InstallOutput(summary="", env_path=plan.env_path, manager=plan.manager, python=plan.python, agentjet=label,
                          stages=[InstallStage(name=s.name, status=status, commands=s.commands, verify=s.verify,  # type: ignore[arg-type]
                                               note=s.note) for s in plan.stages],
-                         root_steps=plan.root_steps, blockers=plan.blockers, id=None, log_path=None)
+                         root_steps=plan.root_steps, blockers=plan.blockers, checks=[], id=None, log_path=None)
 
 
 def _plan_summary(out: InstallOutput, plan: Plan) -> str:
@@ -69,8 +70,11 @@ def _status_summary(out: InstallOutput, state: install.InstallState, plan: Plan)
         return f"{plan.env_path} exists and was not made by install_agentjet: it is never touched."
     done = [s.name for s in out.stages if s.status == "done"]
     run = f" (run {state.run_id}: {state.run_state or 'state unknown here'})" if state.run_id else ""
+    failing = [c.id for c in out.checks if c.status in ("fail", "unknown")]
+    verified = f"; verification: {len(out.checks) - len(failing)} of {len(out.checks)} environment checks pass" + (
+        f", failing: {', '.join(failing)}" if failing else "") if out.checks else ""
     if state.status == "installed":
-        return f"Installed: {plan.env_path} ({plan.python}), all {len(done)} stages done{run}."
+        return f"Installed: {plan.env_path} ({plan.python}), all {len(done)} stages done{run}{verified}."
     if state.failed:
         return (f"Failed at stage {state.failed}{run}: experiment_status {{\"id\": \"{state.run_id}\"}} shows the "
                 "log and its error signatures; run again after fixing it (done stages are kept).")
