@@ -319,3 +319,28 @@ def test_an_install_over_ssh_runs_on_the_node_with_its_own_python(lab: Lab, clea
     finally:
         close_masters()
         node.stop()
+
+
+def test_the_installer_runs_on_python_3_8(lab: Lab, clean: Path):
+    from skill_server.environments import install as install_mod
+    from skill_server.environments.plan import InstallRequest
+    from skill_server.environments.shipping import installer_files
+    from tests.test_preflight import python38
+
+    python = python38()
+    if python is None:
+        pytest.skip("no Python 3.8 on this machine")
+    env = clean / "py38-host"
+    req = InstallRequest(host="local", env_path=str(env), manager="venv", python_version=lab.arguments(env)[
+        "python_version"], role="client", agentjet_root=str(lab.checkout), agentjet_ref=None, repo_url=None,
+        index_url=lab.index.url, flash_attn="skip", flash_attn_wheels=None, max_jobs=None)
+    plan, _ = install_mod.plan_only(req)
+    assert plan.blockers == []
+    job = clean / "job"
+    job.mkdir()
+    for name, text in {**installer_files(), "plan.json": json.dumps(plan.data)}.items():
+        (job / name).write_text(text)
+    done = subprocess.run([python, "-I", str(job / "installer.py"), str(job / "plan.json")], capture_output=True,
+                          text=True, timeout=300, check=False, env={**os.environ})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "[install] installed:" in done.stdout and (env / ".agentjet-swarm-skill" / "verify.json").is_file()

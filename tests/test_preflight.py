@@ -325,3 +325,32 @@ def test_cuda_home_of_another_major_than_torch_fails(stubs: Stubs, tmp_path: Pat
     monkeypatch.setenv("CUDA_HOME", str(cuda_toolkit(tmp_path / "cuda-12.4", "12.4")))
     found = checks(preflight(python=str(stubs.env("good")), role="swarm_server")["hosts"][0])
     assert found["cuda_toolkit"]["status"] == "ok"
+
+
+def python38() -> str | None:
+    """A Python 3.8 here (the oldest a host may have), as tests/test_hosts.py finds one."""
+    import glob
+
+    for candidate in [shutil.which("python3.8"), *sorted(glob.glob(os.path.expanduser(
+            "~/.pyenv/versions/3.8*/bin/python3.8")))]:
+        if candidate and subprocess.run([candidate, "-c", "import sys; assert sys.version_info[:2] == (3, 8)"],
+                                        capture_output=True, timeout=30, check=False).returncode == 0:
+            return candidate
+    return None
+
+
+def test_the_probe_runs_on_python_3_8_and_checks_a_python_3_8_env(tmp_path: Path):
+    python = python38()
+    if python is None:
+        pytest.skip("no Python 3.8 on this machine")
+    argv = shipping.probe_argv(python, {"budget_s": 30, "sections": ["host", "env", "install", "network"],
+                                        "python": python, "paths": {"env": str(tmp_path)}, "ports": [10086],
+                                        "install": {"env_path": str(tmp_path / "e"), "python_version": "3.8"},
+                                        "network": [{"id": "index", "url": tmp_path.as_uri()}]})
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    facts = parse_probe(done.stdout)
+    assert facts.complete and facts.one("host", "python3")["version"][:2] == [3, 8]
+    assert facts.one("env", "python")["version"][:2] == [3, 8] and facts.one("env", "exit")["returncode"] == 0
+    assert facts.one("env", "import:torch")["ok"] is False and facts.one("install", "env_path")["exists"] is False
+    assert facts.one("network", "index")["ok"] is True
