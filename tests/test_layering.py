@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parents[1] / "skill_server"
 
 #: Package -> the packages it may import from (besides itself). ``tools`` stands for each tool package.
 ALLOWED: dict[str, set[str]] = {
-    "app": {"tools", "experiments", "analysis", "swarm", "gpus", "agentjet", "hosts", "core"},
-    "tools": {"experiments", "analysis", "swarm", "gpus", "agentjet", "hosts", "core"},
+    "app": {"tools", "experiments", "environments", "analysis", "swarm", "gpus", "agentjet", "hosts", "core"},
+    "tools": {"experiments", "environments", "analysis", "swarm", "gpus", "agentjet", "hosts", "core"},
+    "environments": {"experiments", "analysis", "gpus", "agentjet", "hosts", "core"},
     "swarm": {"experiments", "agentjet", "hosts", "core"},
     "experiments": {"gpus", "agentjet", "hosts", "core"},
     "analysis": {"agentjet", "core"},

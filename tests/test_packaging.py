@@ -241,7 +241,7 @@ def test_quick_start_works_as_written_then_the_skill_installs_lean(node22, tmp_p
     # The copy is the repository's tracked files and nothing else (above): the design card puts tests/ (about a
     # third of it) in the skill's folder, and the CLI reads no ignore file. What an assistant reads is bounded
     # apart (tests/test_budgets.py: SKILL.md's body and the tool list); this bound catches junk and bloat.
-    assert total < 3 * 1024 * 1024, f"{total} bytes installed"
+    assert total < 4 * 1024 * 1024, f"{total} bytes installed"
     stated = readme_install_size_mb()  # the README states the size as measured here
     assert abs(stated * 1e6 - total) <= 0.05 * total, \
         f"the README says about {stated} MB; measured {total / 1e6:.2f} MB: write that"

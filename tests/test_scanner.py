@@ -286,3 +286,99 @@ def test_overlapping_needles_are_each_found():
 def test_an_empty_needle_makes_its_row_run_on_every_line():
     table = scanner.Table([{"name": "e", "pattern": r"^\d+$", "flags": "", "needles": ["", "zz"]}])
     assert table.scan("12\nab\n7") == {"e": (2, "12", "7")}
+
+
+# ---- indented lines: where real tools indent them
+
+#: pip 24's report of a failed flash-attn build: the build's own output six spaces in, under "╰─>".
+PIP_BUILD_FAILURE = """\
+Collecting flash-attn==2.8.3
+  Downloading flash_attn-2.8.3.tar.gz (8.4 MB)
+  Preparing metadata (setup.py) ... error
+  error: subprocess-exited-with-error
+
+  × python setup.py egg_info did not run successfully.
+  │ exit code: 1
+  ╰─> [12 lines of output]
+      Traceback (most recent call last):
+        File "<string>", line 2, in <module>
+        File "<pip-setuptools-caller>", line 34, in <module>
+        File "/tmp/pip-install-3f2a/flash-attn_5c1e/setup.py", line 198, in <module>
+          CUDAExtension(
+        File "/venv/lib/python3.10/site-packages/torch/utils/cpp_extension.py", line 1076, in CUDAExtension
+          library_dirs += library_paths(cuda=True)
+        File "/venv/lib/python3.10/site-packages/torch/utils/cpp_extension.py", line 1207, in library_paths
+          if (not os.path.exists(_join_cuda_home(lib_dir)) and
+        File "/venv/lib/python3.10/site-packages/torch/utils/cpp_extension.py", line 2416, in _join_cuda_home
+          raise OSError('CUDA_HOME environment variable is not set. '
+      OSError: CUDA_HOME environment variable is not set. Please set it to your CUDA install root.
+      sh: 1: nvcc: not found
+      [end of output]
+
+  note: This error originates from a subprocess, and is likely not a problem with pip.
+error: metadata-generation-failed
+"""
+
+#: uv's report of the same failure: the build backend's stderr, six spaces in, after "[stderr]".
+UV_BUILD_FAILURE = "\n".join([
+    "  × Failed to build `flash-attn==2.8.3`",
+    "  ├─▶ The build backend returned an error",
+    "  ╰─▶ Call to `setuptools.build_meta:__legacy__.build_wheel` failed (exit status: 1)",
+    "",
+    "      [stderr]",
+    "      Traceback (most recent call last):",
+    '        File "<string>", line 14, in <module>',
+    "      RuntimeError: The detected CUDA version (11.8) mismatches the version that was used to compile PyTorch "
+    "(12.4). Please make sure to use the same CUDA versions.",
+    "",
+    "      hint: This usually indicates a problem with the package or the build environment.",
+]) + "\n"
+
+#: Python 3.11's report of an exception group: each sub-exception's lines after "| ".
+EXCEPTION_GROUP = """\
+  + Exception Group Traceback (most recent call last):
+  |   File "/work/client.py", line 9, in <module>
+  |     raise ExceptionGroup("episodes failed", [ValueError("bad reward"), KeyError("task")])
+  | ExceptionGroup: episodes failed (2 sub-exceptions)
+  +-+---------------- 1 ----------------
+    | ValueError: bad reward
+    +---------------- 2 ----------------
+    | KeyError: 'task'
+    +------------------------------------
+"""
+
+
+def _hits(text: str) -> dict[str, tuple[int, str, str]]:
+    table = scanner.Table(monitor_rows())
+    found = table.scan(text)
+    assert found == _naive(text)  # the fast scan agrees with every pattern on every line
+    return found
+
+
+def test_exceptions_indented_by_pip_uv_and_exception_groups_are_found():
+    pip = _hits(PIP_BUILD_FAILURE)
+    assert pip["python_exception"][:2] == (1, "OSError: CUDA_HOME environment variable is not set. Please set it to "
+                                              "your CUDA install root.")
+    assert pip["cuda_home_not_set"][0] == 2  # the raising source line and the exception
+    assert pip["nvcc_missing"][0] == 1
+    assert pip["command_not_found"][1] == "sh: 1: nvcc: not found"  # dash's form, indented
+    uv = _hits(UV_BUILD_FAILURE)
+    assert uv["python_exception"][0] == 1 and uv["cuda_home_mismatch"][0] == 1
+    assert uv["flash_attn_build_failed"][1] == "× Failed to build `flash-attn==2.8.3`"
+    group = _hits(EXCEPTION_GROUP)
+    assert group["python_exception"][0] == 2  # both sub-exceptions (the group's own line names no ...Error)
+    assert group["python_exception"][2] == "| KeyError: 'task'"
+
+
+def test_indented_lines_that_are_not_exceptions_are_not_taken_for_one():
+    """Traceback frames and source lines, pip's own framing and a YAML-ish key stay unmatched."""
+    text = "\n".join([
+        '        File "/x/setup.py", line 198, in <module>',
+        "          raise OSError('CUDA_HOME environment variable is not set. '",
+        "          CUDAExtension(",
+        "  │ exit code: 1",
+        "      [end of output]",
+        "    error_handler: ValueErrorHandler()",
+        "    ValueError(",
+    ])
+    assert "python_exception" not in _hits(text)

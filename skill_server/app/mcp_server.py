@@ -81,7 +81,8 @@ INSTRUCTIONS = (
     "blueprint, launch_experiment, wait_experiment (bounded, use next_wait_s), experiment_status (progress, ETA, "
     "checkpoints, metrics_history), compare_experiments, stop_experiment, collect_results (results.md and a "
     "metrics plot): experiments in tmux, on this machine or ssh hosts. gpu_status and ray_cluster: GPU hosts and "
-    "the Ray cluster multi-node training needs. Arguments are strict JSON (unknown names are "
+    "the Ray cluster multi-node training needs. preflight and install_agentjet: is a host ready, and installing "
+    "AgentJet there. Arguments are strict JSON (unknown names are "
     "refused, null means not given). Without MCP, the same tools run as "
     "`python -m skill_server call TOOL --json '{...}'` (`call TOOL --help` lists a tool's arguments)."
 )

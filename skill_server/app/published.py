@@ -2,8 +2,9 @@
 stays within the token budget (``tests/test_budgets.py``), typed enough that clients can validate.
 
 - Inputs keep their structure, types, bounds, defaults and enums, with each description cut to its first
-  sentence; model and property ``title``s (pydantic's echo of the name) and ``"default": null`` (every
-  optional argument's) are dropped.
+  sentence, asides in parentheses left out; model and property ``title``s (pydantic's echo of the name),
+  ``"default": null`` and the ``null`` branch (every optional argument's: not given is said by its absence
+  from ``required``) are dropped.
 - Outputs are an outline: every top-level field with its type, enum and whether it is required; an
   object a field holds is published as ``{"type": "object"}`` (open, so every field it may carry is
   allowed); descriptions, titles and defaults are dropped.
@@ -26,10 +27,20 @@ _NAMED = ("properties", "$defs", "patternProperties")
 _SENTENCE_END = re.compile(r"(?<!\be\.g)(?<!\bi\.e)(?<!\betc)\.\s+(?=[A-Z])")
 
 
+# an aside in parentheses (a default, an example, a reason), followed by a space, punctuation or the end
+_ASIDE = re.compile(r" \([^()]*\)(?=[\s.,;:]|$)")
+
+
 def first_sentence(text: str) -> str:
     """``text`` up to its first full stop (the rest is in references/tools.md)."""
     head = _SENTENCE_END.split(text, 1)[0]
     return head if head == text else head + "."
+
+
+def published_description(text: str) -> str:
+    """What the tool list says of an argument: its first sentence without asides in parentheses (defaults,
+    examples, reasons: references/tools.md keeps every word)."""
+    return _ASIDE.sub("", first_sentence(text))
 
 
 def _prune(node: Any, drop: frozenset[str], shorten: bool, open_objects: bool = False) -> Any:
@@ -50,7 +61,7 @@ def _prune(node: Any, drop: frozenset[str], shorten: bool, open_objects: bool = 
         elif key == "default" and value is None and shorten:
             continue  # not given is the default of every optional argument: said by its absence from required
         elif key == "description" and shorten and isinstance(value, str):
-            out[key] = first_sentence(value)
+            out[key] = published_description(value)
         else:
             out[key] = value
     return out
@@ -58,8 +69,36 @@ def _prune(node: Any, drop: frozenset[str], shorten: bool, open_objects: bool = 
 
 def input_schema(schema: dict[str, Any]) -> dict[str, Any]:
     """The published form of an input model's schema."""
-    published: dict[str, Any] = _prune(schema, frozenset({"title"}), shorten=True)
+    published: dict[str, Any] = _without_null_branches(_prune(schema, frozenset({"title"}), shorten=True))
     return published
+
+
+def _without_null_branches(node: Any) -> Any:
+    """``node`` with the ``{"type": "null"}`` branch of every optional argument left out, at every level: an
+    argument that is not given is left out (the server still takes ``null`` for "not given", as it always has),
+    so saying ``anyOf [..., null]`` for each one only costs the assistant tokens."""
+    if isinstance(node, list):
+        return [_without_null_branches(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _without_null_branches(value) for key, value in node.items()}
+    properties = out.get("properties")
+    if isinstance(properties, dict):
+        required = set(out.get("required", ()))
+        out["properties"] = {name: prop if name in required else _drop_null(prop)
+                             for name, prop in properties.items()}
+    return out
+
+
+def _drop_null(prop: Any) -> Any:
+    branches = prop.get("anyOf") if isinstance(prop, dict) else None
+    if not isinstance(branches, list) or {"type": "null"} not in branches:
+        return prop
+    rest = [branch for branch in branches if branch != {"type": "null"}]
+    out = {key: value for key, value in prop.items() if key != "anyOf"}
+    if len(rest) == 1 and isinstance(rest[0], dict) and not set(rest[0]) & set(out):
+        return {**rest[0], **out}
+    return {**out, "anyOf": rest}
 
 
 def output_schema(schema: dict[str, Any]) -> dict[str, Any]:

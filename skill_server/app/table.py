@@ -233,7 +233,11 @@ TOOLS: tuple[ToolSpec, ...] = (
             "(agentjet_version or agentjet_root; default the newest bundled), named in agentjet and in every "
             "version-dependent message. A value that depends on the environment, the command line or a missing or "
             "refused base YAML is null with the reason; checks that could not run are listed in skipped. The rules "
-            "are documented in [split-configuration.md](split-configuration.md)."
+            "are documented in [split-configuration.md](split-configuration.md): split-configuration, "
+            "kwarg-overrides-yaml, redundant-kwarg, unsupported-kwarg, kwarg-group-incomplete, escape-hatch-has-kwarg, "
+            "unknown-key, write-after-dump, length-budget, lora-rules, batch-not-divisible-by-gpus, "
+            "samples-below-world-size, base-yaml-missing, base-not-swarm, interchange-not-tcp, cap-not-divisible, "
+            "cap-limited-by-batch, tracker-threads-below-cap, no-checkpoints, no-total-steps, agentjet-refusal."
         ),
         read_only=True,
         idempotent=True,
@@ -433,6 +437,55 @@ TOOLS: tuple[ToolSpec, ...] = (
         idempotent=False,
         open_world=True,
         reports_progress=True,
+    ),
+    # --- environments: checking a host for AgentJet, and installing it there ---
+    ToolSpec(
+        name="preflight",
+        title="Is a host ready for AgentJet?",
+        description=(
+            "Read-only: are hosts (local, ssh, a Slurm allocation) ready for AgentJet? Host, environment (inside "
+            "python), GPUs, network: ready_for per role, each check's status, value, expected, evidence and fix."
+        ),
+        input_model="skill_server.tools.preflight.models:PreflightInput",
+        output_model="skill_server.tools.preflight.models:PreflightOutput",
+        run="skill_server.tools.preflight.tool:preflight",
+        details=(
+            "Statuses: ok, warn, fail, skip (does not apply, or not asked, with why), unknown (not looked at in time; "
+            "never ok). The environment checks run inside `python` on each host (torch with its CUDA and C++ ABI, "
+            "vLLM, verl against what the AgentJet release accepts, Ray, transformers, flash_attn and its kernels "
+            "imported, ajet with version and commit, not conda's base env). With slurm_job the login node gets the "
+            "host, environment and network checks and every node of the job the driver, GPU, memory and /dev/shm "
+            "checks. The whole call ends within timeout_s. What each check means: "
+            "[environments.md](environments.md)."
+        ),
+        read_only=True,
+        idempotent=True,
+        open_world=True,
+    ),
+    ToolSpec(
+        name="install_agentjet",
+        title="Install AgentJet into a new environment",
+        description=(
+            "Install AgentJet into a new environment (conda, uv or venv) it owns. plan: the exact commands, changing "
+            "nothing; run: a tracked, resumable experiment (wait_experiment takes its id); status: the stages."
+        ),
+        input_model="skill_server.tools.install_agentjet.models:InstallInput",
+        output_model="skill_server.tools.install_agentjet.models:InstallOutput",
+        run="skill_server.tools.install_agentjet.tool:install_agentjet",
+        details=(
+            "Stages: checkout (a given checkout as it is, or a clone at the pinned commit), env, network (the index "
+            "and GitHub), agentjet (pip install -e .[verl], or . for a client, with index_url), flash_attn (the "
+            "prebuilt wheel whose tag matches the env, else a source build with CUDA_HOME of torch's CUDA, refused "
+            "without one, FLASH_ATTN_CUDA_ARCHS from the GPUs and MAX_JOBS bounded by RAM), lock (pip freeze) and "
+            "verify (preflight's environment probe). Each stage has a done-marker and a verification: a run again "
+            "resumes where it stopped and redoes a broken stage. It never touches the base conda env, the system "
+            "Python, ~/.bashrc, pip's configuration, drivers or Docker, refuses a folder it did not create, never "
+            "deletes one, and prints root steps as instructions. See [environments.md](environments.md)."
+        ),
+        read_only=False,
+        destructive=False,
+        idempotent=False,
+        open_world=True,
     ),
     ToolSpec(
         name="collect_results",

@@ -51,8 +51,8 @@ class RunPolicy(ToolInput):
 
     # Each description's first sentence is what the tool list publishes; the rest is references/tools.md's.
     on_error: PolicyAction | None = Field(
-        default=None, description="On a matched error signature: notify, stop, or resume (a transient one such as "
-        "nccl_error; any other is stopped). Default null: errors are only reported (status, wait, notify_command). "
+        default=None, description="On a matched error signature: notify, stop, or resume, which relaunches only after "
+        "a transient one such as nccl_error. Default null: errors are only reported (status, wait, notify_command). "
         "resume stops the run, waits backoff_s and relaunches it from its newest global_step_N checkpoint, only after "
         "a signature classified transient (NCCL errors and collective timeouts); any other matched signature is "
         "stopped, never resumed.")
@@ -79,8 +79,8 @@ class RunPolicy(ToolInput):
         default=5, ge=1, le=1000, description="Stall bound in median step times. The bound is max(stall_floor_s, "
         "stall_k x median step time): a run stepping every 4 min stalls after 20 min at the default 5.")
     stall_floor_s: Duration = Field(
-        default=900, description="Shortest quiet time that counts as a stall, in seconds (the default outlasts NCCL's "
-        "600 s watchdog). So a collective that hangs shows first as the nccl_error signature when NCCL's watchdog "
+        default=900, description="Shortest quiet time that counts as a stall, in seconds; the default outlasts NCCL's "
+        "600 s watchdog. So a collective that hangs shows first as the nccl_error signature when NCCL's watchdog "
         "ends it (on_error), and a stall catches a hang that prints nothing; keep it above the run's longest quiet "
         "phase (a final validation, a checkpoint save), or on_stall stop ends a healthy run.")
     max_resumes: int = Field(

@@ -25,6 +25,10 @@ from typing import TYPE_CHECKING
 
 from skill_server.hosts.agent.findings import RAY_PREFIX
 
+#: Leading space, and the "| " that Python's exception groups put before each line of a sub-exception: lines
+#: that tools print indented (a pip or uv build's output, six spaces in) are matched wherever they start.
+INDENT = r"[ \t]*(?:\|[ \t]+)*"
+
 if TYPE_CHECKING:
     from skill_server.hosts.agent.protocol import MonitorConfig, MonitorPolicy, SignatureRow
 
@@ -142,7 +146,8 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(
         name="python_exception",
         title="Python traceback (uncaught exception)",
-        pattern=r"^" + RAY_PREFIX + r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::.*)?$",
+        # at any indentation: pip and uv indent a build's output by six spaces, Python's exception groups by "| "
+        pattern=r"^" + INDENT + RAY_PREFIX + r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*(?:Error|Exception)(?::.*)?$",
         severity="error",
         hint="A Python exception ended (part of) the run: read the traceback just above this line in the log "
         "and fix the code or config it names.",
@@ -285,13 +290,12 @@ SIGNATURES: tuple[Signature, ...] = (
     ),
     Signature(
         name="flash_attn_missing",
-        title="FlashAttention 2 not installed (or built for another torch)",
-        pattern=r"FlashAttention2 has been toggled on, but it cannot be used|No module named '?flash_attn"
-        r"|flash_attn_2_cuda\S*: undefined symbol",
+        title="FlashAttention 2 not installed",
+        pattern=r"FlashAttention2 has been toggled on, but it cannot be used|No module named '?flash_attn",
         severity="error",
-        hint="The model asks for flash_attention_2 but flash-attn is missing or was built for another torch/CUDA: "
-        "install it last in the training venv, matching its torch (`pip install flash-attn --no-deps "
-        "--no-build-isolation`), as AgentJet's install guides say.",
+        hint="The model asks for flash_attention_2 but flash-attn is not installed in the training env: install it "
+        "last, matching its torch (install_agentjet does: the prebuilt wheel for the env's torch, CUDA, C++ ABI and "
+        "Python, else `pip install flash-attn --no-deps --no-build-isolation`), as AgentJet's install guides say.",
         example="ImportError: FlashAttention2 has been toggled on, but it cannot be used due to the following error: "
         "the package flash_attn seems to be not installed. Please refer to the documentation of "
         "https://huggingface.co/docs/transformers/perf_infer_gpu_one#flashattention-2 to install Flash Attention 2.",
@@ -325,6 +329,133 @@ SIGNATURES: tuple[Signature, ...] = (
         source="PyTorch / CUDA runtime",
         needles=("driver", "compatib"),
     ),
+    # --- installing an environment (pip, uv, git, flash-attn's build): install_agentjet's log, or any run's
+    Signature(
+        name="flash_attn_build_failed",
+        title="flash-attn wheel build failed",
+        pattern=r"Failed (?:building wheel for|to build) `?flash[-_]attn"
+        r"|Failed to build installable wheels for some pyproject\.toml based projects.*flash[-_]attn",
+        severity="error",
+        hint="flash-attn's source build failed; its cause is in the lines above (CUDA_HOME, nvcc, RAM, the compiler): "
+        "prefer the prebuilt wheel whose tag matches the env's flash-attn, CUDA major, torch major.minor, C++ ABI and "
+        "Python (install_agentjet picks it), else fix the cause and rebuild with --no-build-isolation and MAX_JOBS "
+        "bounded by RAM.",
+        example="  ERROR: Failed building wheel for flash-attn",
+        source="pip / uv building flash-attn",
+        needles=("flash",),
+    ),
+    Signature(
+        name="flash_attn_source_fallback",
+        title="No prebuilt flash-attn wheel: building from source",
+        pattern=r"Precompiled wheel not found\. Building from source",
+        severity="warning",
+        hint="flash-attn's setup could not download a prebuilt wheel (GitHub unreachable, or none for this torch, "
+        "CUDA, C++ ABI and Python) and compiles instead, for 30 minutes to hours: give it a wheel that matches "
+        "(install_agentjet's flash_attn_wheels takes a mirror or a folder), or let it build with MAX_JOBS bounded by "
+        "RAM.",
+        example="      Precompiled wheel not found. Building from source...",
+        source="flash-attn setup.py",
+        needles=("Precompiled wheel not found",),
+    ),
+    Signature(
+        name="cuda_home_not_set",
+        title="CUDA_HOME is not set (extension build)",
+        pattern=r"CUDA_HOME environment variable is not set",
+        severity="error",
+        hint="A CUDA extension (flash-attn) is being compiled and torch found no CUDA toolkit: set CUDA_HOME to the "
+        "toolkit whose nvcc matches torch.version.cuda (preflight lists them), or install the prebuilt wheel instead.",
+        example="      OSError: CUDA_HOME environment variable is not set. Please set it to your CUDA install root.",
+        source="torch.utils.cpp_extension",
+        needles=("CUDA_HOME",),
+    ),
+    Signature(
+        name="nvcc_missing",
+        title="nvcc not found",
+        pattern=r"\bnvcc: (?:command )?not found|No such file or directory: '[^'\n]*nvcc'",
+        severity="error",
+        hint="The CUDA compiler is missing where the build runs: install the CUDA toolkit matching torch.version.cuda "
+        "(root: printed as an instruction, never run by this skill) and point CUDA_HOME at it, or use the prebuilt "
+        "flash-attn wheel.",
+        example="      FileNotFoundError: [Errno 2] No such file or directory: '/usr/local/cuda/bin/nvcc'",
+        source="torch.utils.cpp_extension / shell",
+        needles=("nvcc",),
+    ),
+    Signature(
+        name="cuda_home_mismatch",
+        title="CUDA_HOME's CUDA is not torch's",
+        pattern=r"The detected CUDA version \([\d.]+\) mismatches the version that was used to compile PyTorch",
+        severity="error",
+        hint="The toolkit at CUDA_HOME is another CUDA major than torch was built with: point CUDA_HOME at the toolkit "
+        "matching torch.version.cuda (install_agentjet refuses a mismatch before building).",
+        example="      RuntimeError: The detected CUDA version (11.8) mismatches the version that was used to compile "
+        "PyTorch (12.4). Please make sure to use the same CUDA versions.",
+        source="torch.utils.cpp_extension",
+        needles=("mismatches the version",),
+    ),
+    Signature(
+        name="torch_abi_mismatch",
+        title="Undefined torch (c10) symbol: an extension built for another torch",
+        pattern=r"undefined symbol: _ZNK?(?:3c10|2at|5torch)",
+        severity="error",
+        hint="A compiled extension (flash-attn, vLLM's kernels) was built against another torch version or C++ ABI "
+        "(torch._C._GLIBCXX_USE_CXX11_ABI): reinstall it for this torch, the prebuilt flash-attn wheel whose tag "
+        "names this torch major.minor, CUDA major and cxx11abi, or a build with --no-build-isolation --no-cache-dir.",
+        example="ImportError: /venv/lib/python3.10/site-packages/flash_attn_2_cuda.cpython-310-x86_64-linux-gnu.so: "
+        "undefined symbol: _ZN3c105ErrorC2ENS_14SourceLocationENSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEE",
+        source="dynamic loader importing a torch extension",
+        needles=("undefined symbol",),
+    ),
+    Signature(
+        name="pip_resolution_impossible",
+        title="Package versions conflict (resolver)",
+        pattern=r"ResolutionImpossible|No solution found when resolving dependencies"
+        r"|these package versions have conflicting dependencies",
+        severity="error",
+        hint="The resolver found no set of versions that satisfies every pin (verl, vLLM, torch and Ray pin each "
+        "other): install AgentJet's extra alone into a fresh env (`pip install -e .[verl]`), without other "
+        "pins, and add other packages afterwards with --no-deps.",
+        example="ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/en/latest/topics/dependency-resolution/",
+        source="pip / uv resolver",
+        needles=("ResolutionImpossible", "No solution found", "conflicting dependencies"),
+    ),
+    Signature(
+        name="network_timeout",
+        title="Network timeout or unreachable host",
+        pattern=r"ReadTimeoutError|ConnectTimeoutError|Read timed out|Connection timed out"
+        r"|Failed to establish a new connection|Could not resolve host|Temporary failure in name resolution"
+        r"|Network is unreachable",
+        severity="warning",
+        hint="A download could not reach its server (the package index, GitHub, Hugging Face): check the proxy "
+        "(HTTPS_PROXY) and use a reachable mirror (install_agentjet's index_url, HF_ENDPOINT); an install run again "
+        "resumes where it stopped.",
+        example="fatal: unable to access 'https://github.com/modelscope/AgentJet.git/': Failed to connect to "
+        "github.com port 443 after 130 ms: Connection timed out",
+        source="pip, uv, git, urllib",
+        needles=("timeout", "timed out", "failed to establish", "could not resolve", "name resolution",
+                 "network is unreachable"),
+    ),
+    Signature(
+        name="no_space_left",
+        title="No space left on device",
+        pattern=r"No space left on device|\[Errno 28\]",
+        severity="error",
+        hint="A file system ran full (the env, pip's or uv's cache, /tmp, checkpoints): free space or move the cache "
+        "(PIP_CACHE_DIR, UV_CACHE_DIR, TMPDIR) to a larger disk, then run again (an install resumes).",
+        example="      OSError: [Errno 28] No space left on device: '/tmp/pip-install-3f2a/flash-attn/build'",
+        source="operating system (ENOSPC)",
+        needles=("No space left", "Errno 28"),
+    ),
+    Signature(
+        name="build_oom_killed",
+        title="Compiler killed (out of memory during a build)",
+        pattern=r"died due to signal 9|Killed signal terminated program",
+        severity="error",
+        hint="The kernel killed a compiler for memory (each flash-attn nvcc job takes up to about 8 GB): lower "
+        "MAX_JOBS (install_agentjet bounds it by the RAM free), or install the prebuilt wheel.",
+        example="      nvcc error   : 'cicc' died due to signal 9 (Kill signal)",
+        source="nvcc / gcc under the OOM killer",
+        needles=("signal 9", "Killed signal"),
+    ),
     Signature(
         name="too_many_open_files",
         title="Too many open files",
@@ -340,7 +471,9 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature(
         name="command_not_found",
         title="Command not found (shell)",
-        pattern=r"^(?:\S{0,200}/)?(?:bash|sh|zsh|dash)(?:: line \d{1,9})?: \S{1,400}: (?:command )?not found\s*$",
+        # bash says "line N:", dash (Debian's sh) "N:"; pip and uv indent a build's output
+        pattern=r"^" + INDENT + r"(?:\S{0,200}/)?(?:bash|sh|zsh|dash)(?:: line \d{1,9}|: \d{1,9})?: \S{1,400}: "
+        r"(?:command )?not found\s*$",
         severity="error",
         hint="The shell could not find the program on that host's PATH (python vs python3, a venv or conda env "
         "not activated there): launch with `python` set to the interpreter to use, or give the full path.",
