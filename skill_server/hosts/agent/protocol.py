@@ -12,6 +12,13 @@ means a new ``PROTOCOL_VERSION`` (hosts cache the agent per source digest, so ol
 
 The types exist for type checkers only (``if TYPE_CHECKING:``; import them the same way): building them
 needs ``typing``, which the agent never loads at run time, so a call on a host pays nothing for them.
+Python 3.8 has no ``typing_extensions`` there either, so nothing here needs more than ``typing``.
+
+What comes back is typed as well as what goes: besides each op's reply, the documents a run's monitor
+writes on its host and the server reads (``MonitorDocument``, the observation's ``MonitorReport``, its
+``MonitorEvent``s and the resume policy's ``AttemptRecord``). A run lives on each host in its *backend*
+(``agent.backend``): the wire carries that as a ``Handle`` whose ``kind`` names the backend and whose other
+keys are the backend's own, and a scheduler's job comes back as ``JobFacts`` in a shape no backend owns.
 """
 
 from __future__ import annotations
@@ -21,12 +28,10 @@ import os
 #: ``typing.TYPE_CHECKING`` without importing typing: false at run time, taken as true by type checkers.
 TYPE_CHECKING = False
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 #: The environment variable every process of a run carries: ``<experiment id>/<role>``.
 RUN_MARKER = "AGENTJET_SKILL_RUN"
-#: Left in a run directory once the run's tmux session was removed (by its monitor, an observation or a stop).
-SESSION_REMOVED = "session.removed"
 #: What starts every line the wrapper and the run monitor write into a run's log.
 LOG_MARK = "[agentjet-swarm-skill]"
 #: How long a stop waits after SIGKILL before it reports what survived (callers add it to their bounds).
@@ -206,7 +211,8 @@ if TYPE_CHECKING:
         transient: list[str]  # the signature names a resume relaunches after
         max_resumes: int
         backoff_s: int
-        attempt: int  # 1: the launch; 2, 3...: its relaunches (``<id>.r2``...)
+        attempt: int  # 1: the launch; 2, 3...: its relaunches (``<lineage>.r2``...)
+        lineage: str  # the first attempt's id
         previous: str  # the attempt this one resumes
 
     class MonitorConfig(_MonitorRequired, total=False):
@@ -219,10 +225,8 @@ if TYPE_CHECKING:
     class _LaunchRequired(TypedDict):
         op: Literal["launch"]
         exp_id: str
-        session: str
-        socket_name: str
+        session: str  # the run's name (the tmux session's; a scheduler's job is named by ``exp_id``)
         dry_run: bool
-        replace_pids: list[int]
         python: str | None
         workdir: str
         result_dir: str
@@ -230,26 +234,33 @@ if TYPE_CHECKING:
         deadline_grace_s: int
         procs: list[LaunchProc]
 
-    class SlurmOptions(TypedDict, total=False):
-        """Where a Slurm run's job goes (``launch``'s ``slurm``): sbatch's options, each left out when None."""
+    class Handle(TypedDict):
+        """Where a run lives on one host, as its backend knows it: ``kind`` names the backend (``agent.backend``),
+        the other keys are that backend's own and nobody else reads them (tmux: the socket, the session's name
+        and id; a batch scheduler: the job's id). The registry stores it as it came."""
 
-        partition: str | None
-        nodes: int | None
-        gpus_per_node: int | None
-        cpus_per_task: int | None
-        mem: str | None
-        account: str | None
-        qos: str | None
-        extra_args: list[str] | None
+        kind: str
 
-    class SchedulerFacts(TypedDict):
-        """A Slurm job as the login node sees it: Slurm's own words (``JobState``, ``Reason``, ``ExitCode``
-        as ``EXIT:SIGNAL``, ``NodeList``), from ``scontrol`` ("slurm"), the job's ``job.json`` ("record") or
-        neither ("none": Slurm forgot a job that never wrote its record); ``error``: why Slurm could not be
-        asked (the state is then the record's, or UNKNOWN)."""
+    class _BackendRequired(TypedDict):
+        kind: str
 
+    class BackendChoice(_BackendRequired, total=False):
+        """Which backend starts a launch's processes on this host (missing: tmux) and its own options."""
+
+        options: dict[str, Any]
+
+    class JobFacts(TypedDict):
+        """A batch scheduler's job as the host that submitted it sees it, in no backend's shape: ``scheduler``
+        names it for people; ``state``, ``reason``, ``exit_code`` (``EXIT:SIGNAL``) and ``nodes`` are the
+        scheduler's own words; ``queued``: none of its processes has started (pending, held, suspended);
+        ``final``: it is over. ``source``: where the words came from (the scheduler, the job's own record, or
+        "none"); ``error``: why the scheduler could not be asked (the state is then the record's, or UNKNOWN)."""
+
+        scheduler: str
         job_id: str
         state: str
+        queued: bool
+        final: bool
         reason: str
         exit_code: str
         nodes: str
@@ -258,7 +269,7 @@ if TYPE_CHECKING:
 
     class LaunchRequest(_LaunchRequired, total=False):
         monitor: MonitorConfig  # missing: the monitor enforces the max time and scans for nothing
-        slurm: SlurmOptions  # the run is one batch job submitted from this host (no tmux, no monitor)
+        backend: BackendChoice  # missing: tmux
 
     class PlannedProc(TypedDict):
         role: str
@@ -268,7 +279,7 @@ if TYPE_CHECKING:
     class StartedProc(TypedDict):
         window_id: str
         pane_id: str
-        pid: int | None  # None: a Slurm run's process (it runs on a node of the job's allocation)
+        pid: int | None  # None: known only once it starts (inside a scheduler's job, on one of its nodes)
         start: str | None
         role: str
         workdir: str
@@ -276,10 +287,11 @@ if TYPE_CHECKING:
 
     class _LaunchWhere(Ok):
         run_dir: str
-        socket_path: str
         result_dir: str
         python: str
         host_identity: str  # ``host_identity()`` of the host that answered
+        handle: Handle  # the dry run's: what is known before anything started
+        attach: list[str]  # the command (argv, on that host) a user runs to watch the run there
 
     class LaunchPlan(_LaunchWhere):
         """The dry run's answer: where everything would go."""
@@ -288,8 +300,6 @@ if TYPE_CHECKING:
 
     class LaunchStarted(_LaunchWhere):
         procs: list[StartedProc]
-        session_id: str  # tmux's ``#{session_id}`` of the run's session (``$3``): with the panes, its identity
-        job_id: str | None  # a Slurm run's job id (None under tmux)
 
     # ---- stopping: what a stop saw and did (shared by discard and stop)
 
@@ -308,13 +318,10 @@ if TYPE_CHECKING:
     class _DiscardRequired(TypedDict):
         op: Literal["discard"]
         exp_id: str
-        socket_path: str
-        session: str
+        handle: Handle  # as far as it is known (the dry run's, when the start never answered)
 
     class DiscardRequest(_DiscardRequired, total=False):
-        session_id: str | None  # known once the start answered; else the run's sessions are found by marker
         run_dir: str | None  # the launch's run directory on this host (default: ``files.run_dir``)
-        slurm: bool  # a Slurm run: cancel its job (by the id it recorded, else by its name, the run's id)
 
     class DiscardReply(StopReport, Ok):
         session_removed: bool
@@ -332,15 +339,12 @@ if TYPE_CHECKING:
         op: Literal["stop"]
         exp_id: str
         run_dir: str
-        socket_path: str
-        session: str
+        handle: Handle
         grace_s: float
-        kill_session: bool
         procs: list[StopProc]
 
     class StopRequest(_StopRequired, total=False):
-        session_id: str | None  # recorded at launch (None for runs launched before it was)
-        job_id: str  # a Slurm run: scancel its job instead of signalling pids
+        keep_session: bool  # leave what holds the ended run (its tmux session) in place
 
     class StopReply(StopReport, Ok):
         exit_codes: dict[str, int | None]
@@ -359,21 +363,22 @@ if TYPE_CHECKING:
         start: str | None
         log_path: str
         reads: list[ReadSpan]  # the caller's own ranges (new lines, a pattern search)
+        handle: Handle  # its backend says whether it lives and how it ended
 
     class ObserveProc(_ObserveProcRequired, total=False):
-        exp_id: str  # with socket_path: whose tmux session an observation may remove once the run ended
-        socket_path: str
-        # where tmux keeps the exit code when no exit file could be written (the disk was full)
-        session_id: str | None
-        pane_id: str | None
+        exp_id: str  # whose leftovers (a finished tmux session) a healing observation may release
+        pane_id: str | None  # the process's pane, when it runs in one (tmux)
         scan: ReadSpan  # the range to scan, read only for a run without a monitor
         points: list[int]  # the caller's cursor in the monitor's points of this process ([seq, offset, generation])
-        job_id: str  # a Slurm run's job: liveness from Slurm and the job's record, not from a pid
 
-    class ObserveRequest(TypedDict):
+    class _ObserveRequired(TypedDict):
         op: Literal["observe"]
-        sockets: list[str]
         procs: list[ObserveProc]
+
+    class ObserveRequest(_ObserveRequired, total=False):
+        #: Also heal what this host can (missing: false, an observation only reads): start the monitor of a run
+        #: whose monitor died, release the finished session of a run without a live monitor.
+        heal: bool
 
     class Pane(TypedDict):
         session: str
@@ -393,17 +398,196 @@ if TYPE_CHECKING:
         skipped: int
         reset: bool
 
-    #: What the run monitor found for one process (``monitor.RoleFindings.to_json()``) plus ``run``: its
-    #: liveness, whether it ended, its run clock (``monitor.report``).
-    MonitorReport = dict[str, Any]
-    #: One metric point (``points.point``): {"seq", "step", "m": {name: value or None}}.
-    MetricPoint = dict[str, Any]
+    # ---- what a run's monitor writes on its host (``monitor.json``) and an observation reports
+
+    class ProgressDoc(TypedDict, total=False):
+        """Training progress of one process (``runstate.Progress``)."""
+
+        last_step_by_role: dict[str, int]
+        step_times: list[float]
+        tqdm_total: int | None
+        tqdm_step: int | None
+        tqdm_rate_s: float | None
+        batches: list[list[float]]
+        restarts: list[dict[str, Any]]
+
+    class ErrorHitDoc(TypedDict, total=False):
+        """One error signature's hits in one log: lines counted, the first and the last line, when (run clock)."""
+
+        count: int
+        line: str
+        first_line: str
+        first_at: float
+        last_at: float
+
+    class RoleFindings(TypedDict, total=False):
+        """What one process's log has said so far and how far it was read (``runstate.RoleFindings``); times
+        are on the run clock."""
+
+        log_path: str
+        start_offset: int
+        offset: int
+        size: int
+        unscannable: int
+        resets: int
+        sampled_bytes: int
+        drained: bool
+        first_step_seen: bool
+        first_step_at: float | None
+        first_step_not_before: float | None
+        first_step: int | None
+        global_step: int | None
+        metrics_step: int | None
+        last_metrics: dict[str, Any]
+        errors: dict[str, ErrorHitDoc]
+        grew_at: float | None
+        stepped_at: float | None
+        looked_at: float | None
+        points: list[int]
+        progress: ProgressDoc
+
+    _StallFields = TypedDict("_StallFields", {"from": float}, total=False)
+
+    class StallVerdict(_StallFields, total=False):
+        """The stall watch's verdict (empty: no stall can be judged): since what (``step``, ``output``) the
+        clock counts, from when, its bound, the last step, and when it was found stalled."""
+
+        stalled: bool
+        since: str
+        bound_s: float
+        last_step: int | None
+        stalled_at: float | None
+
+    class ActionRecord(TypedDict):
+        """One thing a policy did: when (run clock, wall clock), what triggered it, what it did, how it went."""
+
+        at: float
+        wall: float
+        trigger: str
+        action: str
+        result: str
+
+    class NotifyFailure(TypedDict):
+        at: float
+        event: str
+        error: str
+
+    class NotifyTally(TypedDict, total=False):
+        """What became of the notify command's runs."""
+
+        sent: int
+        failed: int
+        killed: int
+        dropped: int
+        last_failure: NotifyFailure
+
+    class PendingResume(TypedDict):
+        """A resume policy's relaunch, due after the backoff: what triggered it, when (run clock)."""
+
+        trigger: str
+        due: float
+
+    class _EventRequired(TypedDict):
+        at: float  # the run clock
+        kind: str  # phases.EVENTS
+        seq: int
+
+    class MonitorEvent(_EventRequired, total=False):
+        """One thing that happened to the run (``phases.Lifecycle``); the keys beside ``kind`` depend on it."""
+
+        role: str
+        signature: str
+        severity: str
+        line: str
+        step: int | None
+        exit_code: int | None
+        max_time_s: float
+        since: str
+        last_step: int | None
+        quiet_s: float
+        bound_s: float
+        stalled_s: float
+        trigger: str
+        action: str
+        result: str
+        state: str
+        exit_codes: dict[str, int | None]
+
+    class CheckpointRef(TypedDict):
+        step: int
+        path: str
+
+    class AttemptRecord(TypedDict, total=False):
+        """What a resume policy leaves in the run directory of the attempt it relaunched
+        (``next_attempt.json``): the new attempt's id and number, its lineage (the first attempt's id), the
+        attempt it follows, why, when, the checkpoint it continues from, and what its launch started."""
+
+        id: str
+        attempt: int
+        lineage: str
+        previous: str
+        trigger: str
+        wall: float
+        checkpoint: CheckpointRef | None
+        launch: LaunchStarted
+
+    class MonitorDocument(TypedDict, total=False):
+        """``monitor.json``: everything a run's monitor knows, written atomically as it goes (``runstate.Run``)."""
+
+        format: int
+        exp_id: str
+        pid: int
+        start: str | None
+        clock_s: float
+        written_at: float
+        ended: bool
+        phase: str  # phases.PHASES (missing in documents written before phases)
+        timed_out: bool
+        session_removed: bool
+        internal_errors: int
+        roles: dict[str, RoleFindings]
+        events: list[MonitorEvent]
+        event_seq: int
+        policy_seq: int
+        stall: StallVerdict
+        actions: list[ActionRecord]
+        notify: NotifyTally
+        pending_resume: PendingResume | None
+
+    class RunReport(TypedDict, total=False):
+        """What an observation says of the run on this host as its monitor left it: whether the monitor lives,
+        whether the run ended here, its phase and clock, and the policies' state; ``attempts``: what a resume
+        policy started after it."""
+
+        alive: bool
+        ended: bool
+        phase: str
+        clock_s: float | None
+        timed_out: bool
+        internal_errors: int
+        stall: StallVerdict
+        actions: list[ActionRecord]
+        notify: NotifyTally
+        pending_resume: PendingResume | None
+        attempts: list[AttemptRecord]
+
+    class MonitorReport(RoleFindings, total=False):
+        """What the run's monitor found for one process, plus ``run`` (``observer.report``)."""
+
+        run: RunReport
+
+    class MetricPoint(TypedDict):
+        """One metric point (``points.point``): its sequence number, step and metrics (None: not finite)."""
+
+        seq: int
+        step: int
+        m: dict[str, float | int | None]
 
     class _ObservedProcRequired(TypedDict):
-        alive: bool | None  # None: no pid recorded
+        alive: bool | None  # None: its backend cannot tell (its scheduler could not be asked)
         exit_code: int | None
-        #: Where the exit code came from: "file" (``<role>.exit``), "tmux_option" (``@ajs_exit_<role>``,
-        #: the wrapper could not write the file), "pane_status" (the dead pane's status); None: no code.
+        #: Where the exit code came from: "file" (``<role>.exit``), else the backend's own source ("tmux_option",
+        #: "pane_status": tmux kept what the wrapper could not write; a scheduler's name); None: no code.
         exit_source: str | None
         #: Seconds since the wrapper started, by the host's boot-relative clock (None when it has ended).
         elapsed_s: float | None
@@ -418,12 +602,12 @@ if TYPE_CHECKING:
         points: list[MetricPoint]  # the monitor's points after the caller's cursor
         points_cursor: list[int]
         points_more: bool  # more points are waiting for the next observation
-        scheduler: SchedulerFacts  # a Slurm run's job
+        scheduler: JobFacts  # a run that is a scheduler's job
 
     class ObserveReply(Ok):
-        panes: dict[str, list[Pane] | None]  # None: no tmux server at that socket
         procs: list[ObservedProc]
         host_identity: str
+        healed: list[str]  # what a healing observation did (a monitor started, a session released), in words
 
     # ---- checkpoints: global_step_N folders under a directory
 
