@@ -99,14 +99,7 @@ def report(run_dir: str, role: str, *, final: bool, cache: dict[str, Any], heal:
     here by the same rules (``catch_up``), without writing anything."""
     run = RunDir(run_dir)
     if run_dir not in cache:
-        if not run.monitored():
-            cache[run_dir] = None
-        else:
-            doc = run.findings()
-            alive, started = ensure_running(run, doc, heal)
-            if started and healed is not None:
-                healed.append("started the monitor of %s again" % ((doc or {}).get("exp_id") or run_dir))
-            cache[run_dir] = {"doc": doc, "alive": alive}
+        cache[run_dir] = _looked_up(run, heal, healed)
     entry = cache[run_dir]
     if entry is None:
         return None
@@ -119,6 +112,25 @@ def report(run_dir: str, role: str, *, final: bool, cache: dict[str, Any], heal:
     out: MonitorReport = dict(found) if found is not None else {}  # type: ignore[assignment]
     if found is not None and not found.get("drained") and not kept.get("ended"):
         out = catch_up(run_dir, kept, role, final) or out
+    out["run"] = _run_report(run, kept, entry)
+    return out
+
+
+def _looked_up(run: RunDir, heal: bool, healed: list[str] | None) -> dict[str, Any] | None:
+    """A run's cache entry for one observation: its monitor's document and whether the monitor lives (None: the
+    run has no monitor)."""
+    if not run.monitored():
+        return None
+    doc = run.findings()
+    alive, started = ensure_running(run, doc, heal)
+    if started and healed is not None:
+        named = (doc or {}).get("exp_id") or (run.spec() or {}).get("exp_id") or run.path
+        healed.append("started the monitor of %s again" % named)
+    return {"doc": doc, "alive": alive}
+
+
+def _run_report(run: RunDir, kept: MonitorDocument, entry: dict[str, Any]) -> RunReport:
+    """The run's part of a report: what the monitor's document says of the whole run here."""
     said: RunReport = {
         "alive": entry["alive"], "ended": bool(kept.get("ended")), "clock_s": kept.get("clock_s"),
         "timed_out": bool(kept.get("timed_out")), "internal_errors": kept.get("internal_errors", 0),
@@ -131,8 +143,7 @@ def report(run_dir: str, role: str, *, final: bool, cache: dict[str, Any], heal:
             entry["attempts"] = run.attempts_after()
         if entry["attempts"]:
             said["attempts"] = entry["attempts"]
-    out["run"] = said
-    return out
+    return said
 
 
 #: spec file -> (its modification time, the spec, its compiled table): an observation compiles a run's table once.

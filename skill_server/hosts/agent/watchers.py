@@ -33,8 +33,21 @@ if TYPE_CHECKING:
 
 #: While something changes, the log tails and the process watch look this often.
 TICK_S = 0.25
+#: The environment variable that sets ``IDLE_S`` (``TICK_S`` makes every watcher look as often as the probe, as
+#: monitors did before it: what ``bench/unattended.py`` compares an idle monitor's cost against).
+IDLE_ENV = "SKILL_SERVER_MONITOR_IDLE_S"
+
+
+def _idle_s() -> float:
+    try:
+        value = float(os.environ.get(IDLE_ENV) or 5.0)
+    except ValueError:
+        value = 5.0
+    return min(60.0, max(TICK_S, value))
+
+
 #: While nothing changes they look this rarely (the probe wakes them at once on a change).
-IDLE_S = 5.0
+IDLE_S = _idle_s()
 PERSIST_S = 2.0
 ORPHAN_CHECK_S = 10.0
 #: Most bytes of one log read in one look (a longer backlog is read in further looks right away).
