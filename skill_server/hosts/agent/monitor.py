@@ -28,10 +28,10 @@ import signal
 import sys
 import time
 
-from . import files, phases, policy, scanner, scheduler, stall, watchers
+from . import files, phases, policy, scanner, scheduler, stall, waker, watchers
 from .files import AgentError
 from .protocol import RUN_MARKER, TYPE_CHECKING
-from .rundir import FORMAT, LOCK, LOG, SESSION_REMOVED, SPEC, STAGE, RunDir
+from .rundir import EXIT, FORMAT, LOCK, LOG, PID, SESSION_REMOVED, SPEC, STAGE, STOP_REQUESTED, RunDir
 from .runstate import Run
 
 if TYPE_CHECKING:
@@ -193,11 +193,19 @@ def watch(run: Run, previous: Mapping[str, Any]) -> None:
         rules.processes_ended(run, codes)
 
     tails = {role.name: watchers.LogTail(run, role) for role in run.roles}
-    processes = watchers.Processes(tails, on_done)
-    rooms = [watchers.Probe(tails, processes), processes, *tails.values(), watchers.MaxTime(), stalls, rules,
-             policy.Resume(rules), watchers.Persist()]
+    woken = _waker(run)
+    processes = watchers.Processes(tails, on_done, woken.watch_pid)
+    for role in run.roles:
+        if isinstance(role.pid, int):
+            woken.watch_pid(role.pid)
+    probe = watchers.Probe(tails, processes, woken=woken.available)
+    rooms = [probe, processes, *tails.values(), watchers.MaxTime(), stalls, rules, policy.Resume(rules),
+             watchers.Persist()]
     run.save(ended=False)
-    scheduler.run(run, rooms, lambda: run.finished or run.phase == phases.ENDED)
+    try:
+        scheduler.run(run, rooms, lambda: run.finished or run.phase == phases.ENDED, woken, [probe])
+    finally:
+        woken.close()
     if run.discarded:
         return  # rolled back: leave nothing behind
     if run.phase != phases.ENDED:  # stopped from outside first: keep what was found; an observation resumes it
@@ -205,6 +213,20 @@ def watch(run: Run, previous: Mapping[str, Any]) -> None:
         return
     rules.flush(run)
     run.save(ended=True)
+
+
+def _waker(run: Run) -> waker.Waker:
+    """What wakes the monitor: each log growing (in its folder), a wrapper's pid or exit code written, a stop asked
+    for (and each wrapper ending: ``watch_pid``). None of it when watchers are told to look every tick
+    (``watchers.IDLE_ENV``)."""
+    if watchers.IDLE_S <= watchers.TICK_S:
+        return waker.Waker(())
+    grew = waker.IN_MODIFY | waker.IN_CREATE | waker.IN_MOVED_TO | waker.IN_CLOSE_WRITE
+    made = waker.IN_CREATE | waker.IN_MOVED_TO | waker.IN_CLOSE_WRITE | waker.IN_ATTRIB
+    watched = [(os.path.dirname(r.log_path), os.path.basename(r.log_path), grew) for r in run.roles]
+    watched += [(run.dir, r.name + suffix, made) for r in run.roles for suffix in (PID, EXIT)]
+    watched.append((run.dir, STOP_REQUESTED, made))
+    return waker.Waker(watched)
 
 
 def main(argv: list[str]) -> int:

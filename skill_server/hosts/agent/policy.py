@@ -30,7 +30,7 @@ from .notifier import NOTIFY_TIMEOUT_S, Notifier
 from .protocol import TYPE_CHECKING
 from .rundir import NEXT_ATTEMPT, STOP_REQUESTED
 from .stall import number
-from .watchers import IDLE_S, Watcher
+from .watchers import Watcher
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -67,8 +67,8 @@ class PolicyState:
 class Policy(Watcher):
     """Acts on the run's events as its launch asked; tells the notify command about them."""
 
-    wakes_on = "events"
-    pace_s = IDLE_S
+    wakes_on = ("events",)
+    pace_s = 3600.0  # new events wake it
 
     def __init__(self, run: Run, previous: Mapping[str, Any]) -> None:
         super().__init__()
@@ -214,7 +214,7 @@ class Resume(Watcher):
     continues from said first) and the record the controller imports is left (``rundir.NEXT_ATTEMPT``); a
     ``stop_experiment`` meanwhile cancels it. Either way the run has then ended here."""
 
-    wakes_on = "events"
+    wakes_on = ("events",)
     pace_s = 3600.0
 
     def __init__(self, policy: Policy) -> None:

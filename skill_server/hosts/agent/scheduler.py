@@ -1,11 +1,13 @@
 """The run monitor's scheduler: runs each watcher when it is due, sleeps until the next one is.
 
 A watcher says when it wants to run again; it is also run at once when what it waits for happened
-(``Watcher.wakes_on``: a new event, a change of what the document keeps, something urgent). While the run's
-logs and processes do not change, the cheap ``Probe`` is the only watcher that runs often (a ``stat`` per log,
-a signal 0 per wrapper), so an idle run costs little; a change wakes the watchers that act on it within one
-probe. A bug in one watcher never ends the monitor (it enforces the max time): it is counted, logged to
-``monitor.log`` and the watcher runs again a little later. Stdlib only, Python 3.8.
+(``Watcher.wakes_on``: a new event, a change of what the document keeps, something urgent). Between rounds it
+sleeps until the next watcher is due, or until the run's files change (``waker``: the kernel says so), which
+makes the cheap ``Probe`` due (a ``stat`` per log, a signal 0 per wrapper) and through it the watchers that act
+on the change. So a run that prints nothing wakes its monitor a few times a minute, and one that prints an
+error has it read at once; without the kernel's word the probe looks four times a second. A bug in one watcher
+never ends the monitor (it enforces the max time): it is counted, logged to ``monitor.log`` and the watcher runs
+again a little later. Stdlib only, Python 3.8.
 """
 
 from __future__ import annotations
@@ -19,10 +21,13 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Sequence
 
     from .runstate import Run
+    from .waker import Waker
     from .watchers import Watcher
 
 #: A watcher that failed runs again after this long.
 RETRY_S = 5.0
+#: Watchers due this soon run with those due now (one wake for both).
+SLACK_S = 0.05
 #: At most this many failures are written to the monitor's log.
 LOGGED_FAILURES = 20
 
@@ -41,32 +46,39 @@ def _tick(run: Run, watcher: Watcher, now: float) -> float | None:
         return RETRY_S
 
 
-def _marks(run: Run, watcher: Watcher) -> int:
-    """What ``watcher`` wakes on, as a count that only grows (0 for what it does not wait for)."""
-    if watcher.wakes_on == "events":
-        return run.life.seq
-    if watcher.wakes_on == "changes":
-        return run.changes
-    return 0
+def _marks(run: Run) -> tuple[int, int]:
+    """What a watcher may wake on, as counts that only grow: the run's events, its changes."""
+    return run.life.seq, run.changes
 
 
 def _woken(run: Run, watcher: Watcher) -> bool:
-    if watcher.wakes_on == "urgent":
-        return run.urgent
-    return bool(watcher.wakes_on) and _marks(run, watcher) != watcher.seen
+    wakes = watcher.wakes_on
+    if not wakes:
+        return False
+    seq, changes = watcher.seen
+    return (("urgent" in wakes and run.urgent) or ("events" in wakes and run.life.seq != seq)
+            or ("changes" in wakes and run.changes != changes))
 
 
-def run(run: Run, watchers: Sequence[Watcher], until: Callable[[], bool]) -> None:
-    """Run the watchers until ``until()`` (the run ended here, was discarded, or the monitor was told to stop)."""
+def run(run: Run, watchers: Sequence[Watcher], until: Callable[[], bool], waker: Waker | None = None,
+        woken: Sequence[Watcher] = ()) -> None:
+    """Run the watchers until ``until()`` (the run ended here, was discarded, or the monitor was told to stop).
+    With a ``waker``, an event of the run's files makes the ``woken`` watchers due at once."""
     while not until():
         for watcher in watchers:
             now = run.clock()
-            if now >= watcher.due or _woken(run, watcher):
-                watcher.seen = _marks(run, watcher)
+            if now + SLACK_S >= watcher.due or _woken(run, watcher):
+                watcher.seen = _marks(run)
                 wait = _tick(run, watcher, now)
                 watcher.due = run.clock() + (watcher.pace_s if wait is None else wait)
             if until():
                 return
         if any(_woken(run, w) for w in watchers):
             continue
-        time.sleep(max(0.0, min(w.due for w in watchers) - run.clock()))
+        pause = max(0.0, min(w.due for w in watchers) - run.clock())
+        if waker is not None and waker.available:
+            if waker.wait(pause):
+                for watcher in woken:
+                    watcher.due = run.clock()
+        else:
+            time.sleep(pause)

@@ -85,7 +85,7 @@ def quiet_from(run: Run, now: float) -> tuple[str, float, int | None] | None:
 class StallWatch(Watcher):
     """Decides whether the run is stalled when its logs change, and when the bound would run out."""
 
-    wakes_on = "changes"
+    wakes_on = ("changes",)
 
     def __init__(self, run: Run, previous: Mapping[str, Any]) -> None:
         super().__init__()

@@ -14,6 +14,8 @@
 * ``Persist``: the document (``monitor.json``) when something changed: at most every ``PERSIST_S``, and at once
   when a waiting caller wants it (a new event, a role's end).
 
+A watcher with nothing to do sleeps long (``IDLE_S``, or until what it waits for happens: ``scheduler``).
+
 Stdlib only, Python 3.8.
 """
 
@@ -40,13 +42,14 @@ IDLE_ENV = "SKILL_SERVER_MONITOR_IDLE_S"
 
 def _idle_s() -> float:
     try:
-        value = float(os.environ.get(IDLE_ENV) or 5.0)
+        value = float(os.environ.get(IDLE_ENV) or 15.0)
     except ValueError:
-        value = 5.0
+        value = 15.0
     return min(60.0, max(TICK_S, value))
 
 
-#: While nothing changes they look this rarely (the probe wakes them at once on a change).
+#: While nothing changes they look this rarely (the probe, or the kernel's word, wakes them at once on a change:
+#: this only bounds what both would miss, a write from another machine of a shared filesystem, say).
 IDLE_S = _idle_s()
 PERSIST_S = 2.0
 ORPHAN_CHECK_S = 10.0
@@ -64,11 +67,11 @@ class Watcher:
     (None: its ``pace_s``)."""
 
     pace_s = 1.0
-    wakes_on = ""
+    wakes_on: tuple[str, ...] = ()
 
     def __init__(self) -> None:
         self.due = 0.0
-        self.seen = 0  # the run's events or changes as of this watcher's last tick
+        self.seen = (0, 0)  # the run's events and changes as of this watcher's last tick
 
     def tick(self, run: Run, now: float) -> float | None:
         raise NotImplementedError
@@ -177,10 +180,13 @@ class Processes(Watcher):
 
     pace_s = IDLE_S
 
-    def __init__(self, tails: dict[str, LogTail], on_done: Callable[[Run], None]) -> None:
+    def __init__(self, tails: dict[str, LogTail], on_done: Callable[[Run], None],
+                 watch_pid: Callable[[int], bool] | None = None) -> None:
         super().__init__()
         self.tails = tails
         self.on_done = on_done
+        #: Told each wrapper's pid once it is known (the scheduler then wakes when that process ends).
+        self.watch_pid = watch_pid
 
     def tick(self, run: Run, now: float) -> float | None:
         if not run.files.has(SPEC):  # the run was discarded (rolled back): leave nothing behind
@@ -191,14 +197,17 @@ class Processes(Watcher):
                 self.check(run, role, now)
         if all(r.ended and r.found.drained for r in run.roles) and run.phase not in (phases.BACKOFF, phases.ENDED):
             self.on_done(run)
-        busy = any(not r.ended and (r.pid is None or r.orphans_checked > float("-inf")) for r in run.roles)
-        return TICK_S if busy else None  # a process not started yet, or orphans left: looked for often
+        busy = any(not r.ended and (r.pid is None or r.orphans_checked > float("-inf") or run.files.has_exit(r.name))
+                   for r in run.roles)
+        return TICK_S if busy else None  # not started yet, ending, or orphans left: looked at often
 
     def check(self, run: Run, role: Role, now: float) -> None:
         if role.pid is None:  # launched without a pid (inside a scheduler's job): known once its wrapper wrote it
             pid = run.files.pid(role.name)
             if pid is not None:
                 role.pid, role.start = pid, procs.start_time(pid)
+                if self.watch_pid is not None:
+                    self.watch_pid(pid)
             elif not run.files.has_exit(role.name) and not run.backend.started(run.dir, role.name):
                 return
         wrapper = role.wrapper()
@@ -221,14 +230,14 @@ class Processes(Watcher):
 class Probe(Watcher):
     """Whether anything changed since the last look, at the cost of a ``stat`` per log and a signal 0 per wrapper
     (no /proc read): a log whose size moved wakes its tail, a wrapper gone or a pid or exit code written wakes
-    the process watch."""
+    the process watch. Every tick, or (``woken``: the kernel tells the scheduler when the run's files change)
+    when the files changed and otherwise every ``IDLE_S``."""
 
-    pace_s = TICK_S
-
-    def __init__(self, tails: dict[str, LogTail], processes: Processes) -> None:
+    def __init__(self, tails: dict[str, LogTail], processes: Processes, woken: bool = False) -> None:
         super().__init__()
         self.tails = tails
         self.processes = processes
+        self.pace_s = IDLE_S if woken else TICK_S
 
     def tick(self, run: Run, now: float) -> float | None:
         for role in run.roles:
@@ -248,6 +257,8 @@ class Probe(Watcher):
 
     @staticmethod
     def _moved(run: Run, role: Role) -> bool:
+        if files.exists(run.files.of(role.name, EXIT)):
+            return True
         if isinstance(role.pid, int):
             try:
                 os.kill(role.pid, 0)
@@ -256,7 +267,7 @@ class Probe(Watcher):
             except OSError:
                 pass
             return False
-        return files.exists(run.files.of(role.name, PID)) or files.exists(run.files.of(role.name, EXIT))
+        return files.exists(run.files.of(role.name, PID))
 
 
 class MaxTime(Watcher):
@@ -291,10 +302,18 @@ class MaxTime(Watcher):
 class Persist(Watcher):
     """Writes ``monitor.json`` when the findings changed: at most every ``PERSIST_S``, at once when urgent."""
 
-    pace_s = PERSIST_S
-    wakes_on = "urgent"
+    pace_s = 3600.0
+    wakes_on = ("urgent", "changes")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = float("-inf")
 
     def tick(self, run: Run, now: float) -> float | None:
-        if run.dirty or run.urgent:
-            run.save(ended=False, only_if_changed=True)
+        if not run.dirty and not run.urgent:
+            return None  # nothing changed: the next change wakes it
+        if not run.urgent and now - self.written < PERSIST_S:
+            return PERSIST_S - (now - self.written)
+        run.save(ended=False, only_if_changed=True)
+        self.written = now
         return None
