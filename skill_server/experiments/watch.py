@@ -129,7 +129,7 @@ class Watcher:
     def _state_events(self, view: View) -> list[Event]:
         out: list[Event] = []
         row, step = view.row, view.scan.global_step
-        state = "queued" if queued(view) else view.state  # a Slurm job in the queue, then running
+        state = "queued" if queued(view) else view.state  # a job in its scheduler's queue, then running
         if not self.started:
             self.started = True
             out.append(Event("started", f"{row.id} state={state} host={row.host} "
