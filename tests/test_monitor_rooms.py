@@ -242,3 +242,35 @@ def test_an_observation_starts_a_dead_monitor_only_when_asked_to_heal(tmp_path: 
     assert doc["phase"] == phases.ENDED and doc["events"][-1]["state"] == "lost"
     assert wait_until(lambda: not pid_alive(doc["pid"]), timeout=15)
     assert observer.lock_free(where)
+
+
+# ---- waking on change
+
+
+def test_the_waker_wakes_on_a_watched_file_and_a_process_s_end_only(tmp_path: Path):
+    import subprocess
+
+    from skill_server.hosts.agent import waker
+
+    (tmp_path / "main.log").write_text("")
+    awake = waker.Waker([(str(tmp_path), "main.log", waker.IN_MODIFY), (str(tmp_path), "main.exit", waker.IN_MOVED_TO)])
+    try:
+        if not awake.available:
+            pytest.skip("no inotify here: the monitor looks every tick instead")
+        assert not awake.wait(0.2)  # nothing happened
+        (tmp_path / "other.txt").write_text("x")  # not a watched name
+        assert not awake.wait(0.3)
+        with open(tmp_path / "main.log", "a") as log:
+            log.write("step:1\n")
+        began = time.monotonic()
+        assert awake.wait(5.0) and time.monotonic() - began < 1.0
+        (tmp_path / "main.exit.tmp").write_text("0\n")
+        os.replace(tmp_path / "main.exit.tmp", tmp_path / "main.exit")
+        assert awake.wait(5.0)
+        child = subprocess.Popen(["sleep", "0.5"])
+        assert awake.watch_pid(child.pid)
+        began = time.monotonic()
+        assert awake.wait(10.0) and 0.2 < time.monotonic() - began < 5.0  # woken by its end, not before
+        child.wait()
+    finally:
+        awake.close()
