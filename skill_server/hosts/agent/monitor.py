@@ -198,7 +198,7 @@ def watch(run: Run, previous: Mapping[str, Any]) -> None:
     for role in run.roles:
         if isinstance(role.pid, int):
             woken.watch_pid(role.pid)
-    probe = watchers.Probe(tails, processes, woken=woken.available)
+    probe = watchers.Probe(tails, processes, (lambda: woken.quiet_until - run.origin) if woken.available else None)
     rooms = [probe, processes, *tails.values(), watchers.MaxTime(), stalls, rules, policy.Resume(rules),
              watchers.Persist()]
     run.save(ended=False)

@@ -45,6 +45,10 @@ class Waker:
         self.names: dict[int, dict[str, int]] = {}
         self.pids: dict[int, int] = {}  # pidfd -> the pid it watches
         self.last = float("-inf")
+        #: Until when (``time.monotonic``) the watched files are known not to have changed: the end of the last
+        #: wait (an event ends it as it happens), or its start when events came during a pause of the wait.
+        self.quiet_until = float("-inf")
+        self._returned = time.monotonic()
         self.libc: Any = None
         try:
             import ctypes
@@ -90,6 +94,7 @@ class Waker:
 
     def wait(self, timeout: float) -> bool:
         """Sleep up to ``timeout`` seconds or until an event that matters; whether one came."""
+        previous = self._returned
         gap = MIN_GAP_S - (time.monotonic() - self.last)
         if gap > 0:  # events keep coming: no more often than the ticks of a monitor that looks each time
             time.sleep(min(gap, timeout))
@@ -98,17 +103,20 @@ class Waker:
             ready, _, _ = select.select([self.fd, *self.pids], [], [], max(0.0, timeout))
         except (OSError, ValueError):
             time.sleep(max(0.0, timeout))
-            return False
+            ready = []
+        self._returned = time.monotonic()
+        # listening, an event ends the wait as it happens; one during the pause before may be from any time in it
+        self.quiet_until = previous if gap > 0 and ready else self._returned
         ended = [fd for fd in ready if fd in self.pids]
         for fd in ended:  # a process ended: its pidfd stays readable, so it is closed
             os.close(fd)
             del self.pids[fd]
-        if not ended and (not ready or not self._relevant()):
-            return False
-        if self.fd in ready:
-            self._relevant()
-        self.last = time.monotonic()
-        return True
+        relevant = bool(ended)
+        if self.fd in ready and self._relevant():
+            relevant = True
+        if relevant:
+            self.last = self._returned
+        return relevant
 
     def _relevant(self) -> bool:
         """Read every pending event; whether one is about a watched name (or the queue overflowed)."""

@@ -233,11 +233,15 @@ class Probe(Watcher):
     the process watch. Every tick, or (``woken``: the kernel tells the scheduler when the run's files change)
     when the files changed and otherwise every ``IDLE_S``."""
 
-    def __init__(self, tails: dict[str, LogTail], processes: Processes, woken: bool = False) -> None:
+    def __init__(self, tails: dict[str, LogTail], processes: Processes,
+                 quiet_until: Callable[[], float] | None = None) -> None:
         super().__init__()
         self.tails = tails
         self.processes = processes
-        self.pace_s = IDLE_S if woken else TICK_S
+        #: Until when (run clock) the kernel says the logs did not change (None: it says nothing; this probe
+        #: looks every tick instead).
+        self.quiet_until = quiet_until
+        self.pace_s = IDLE_S if quiet_until is not None else TICK_S
 
     def tick(self, run: Run, now: float) -> float | None:
         for role in run.roles:
@@ -247,7 +251,11 @@ class Probe(Watcher):
                     size = os.stat(role.log_path).st_size
                 except OSError:
                     size = -1
-                if size != tail.looked_size:
+                if size == tail.looked_size:
+                    tail.previous_look = now  # looked: nothing new (a first step printed later is after it)
+                else:
+                    if self.quiet_until is not None:  # the kernel said when it was still unchanged
+                        tail.previous_look = max(tail.previous_look, self.quiet_until())
                     tail.due = now
             if role.ended or self.processes.due <= now:
                 continue
