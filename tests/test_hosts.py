@@ -101,8 +101,12 @@ def test_ssh_errors_keep_ssh_words_and_say_what_to_do():
 
 def test_attach_commands_quote_paths(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("SKILL_SERVER_SSH_CONFIG", raising=False)
-    assert get_host("local").attach_command("/t/a b/sock", "ajet_x") == "tmux -S '/t/a b/sock' attach -t ajet_x"
-    assert get_host("gpu1").attach_command("/t/s", "ajet_x") == "ssh -t gpu1 'tmux -S /t/s attach -t ajet_x'"
+    attach = ["tmux", "-S", "/t/a b/sock", "attach", "-t", "ajet_x"]  # what the tmux backend says attaches
+    assert get_host("local").terminal_command(attach) == "tmux -S '/t/a b/sock' attach -t ajet_x"
+    quoted = "'\"'\"'/t/a b/sock'\"'\"'"  # the path's quotes, quoted again for the remote shell
+    assert get_host("gpu1").terminal_command(attach) == f"ssh -t gpu1 'tmux -S {quoted} attach -t ajet_x'"
+    assert get_host("gpu1").terminal_command(["tmux", "-S", "/t/s", "attach", "-t", "ajet_x"]) == \
+        "ssh -t gpu1 'tmux -S /t/s attach -t ajet_x'"
 
 
 def test_attach_command_names_the_ssh_config_by_its_absolute_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
@@ -111,7 +115,7 @@ def test_attach_command_names_the_ssh_config_by_its_absolute_path(monkeypatch: p
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("HOME", str(tmp_path))  # ssh -G below: nothing of the user's ~/.ssh is read
     monkeypatch.setenv("SKILL_SERVER_SSH_CONFIG", "my config")
-    assert get_host("gpu1").attach_command("/t/s", "ajet_x") == \
+    assert get_host("gpu1").terminal_command(["tmux", "-S", "/t/s", "attach", "-t", "ajet_x"]) == \
         f"ssh -t -F '{tmp_path}/my config' gpu1 'tmux -S /t/s attach -t ajet_x'"
     assert ssh_mod.configured_hostname("gpu1") == "127.0.0.1"  # ssh -G reads the same file
 
@@ -182,14 +186,16 @@ def test_run_is_bounded_in_time_and_output_and_kills_the_group():
 
 
 def test_each_client_function_builds_the_request_the_agent_reads():
-    """The wire, op by op (protocol version 1): what each client function sends, keys in order."""
+    """The wire, op by op (protocol version 3): what each client function sends, keys in order."""
     proc = {"role": "main", "command": "true", "workdir": "/w", "workdir_field": "workdir", "env": {},
             "log_path": "m.log", "log_field": "log_path", "wait_for_url": None, "wait_for_url_timeout_s": 0}
-    launch = client.launch("x-1", "ajet_x", "agentjet", replace_pids=[7], python=None, workdir="/w", result_dir="r",
+    tmux = {"kind": "tmux", "options": {"socket_name": "agentjet", "replace_pids": [7]}}
+    launch = client.launch("x-1", "ajet_x", backend=tmux, python=None, workdir="/w", result_dir="r",
                            max_time_s=60, deadline_grace_s=5, procs=[proc])
-    launched = {"op": "launch", "exp_id": "x-1", "session": "ajet_x", "socket_name": "agentjet", "dry_run": True,
-                "replace_pids": [7], "python": None, "workdir": "/w", "result_dir": "r", "max_time_s": 60,
-                "deadline_grace_s": 5, "procs": [proc]}
+    launched = {"op": "launch", "exp_id": "x-1", "session": "ajet_x", "dry_run": True, "backend": tmux,
+                "python": None, "workdir": "/w", "result_dir": "r", "max_time_s": 60, "deadline_grace_s": 5,
+                "procs": [proc]}
+    handle = {"kind": "tmux", "socket_path": "/s", "session": "ajet_x", "session_id": "$1"}
     cases = [
         (client.ping(), {"op": "ping"}),
         (client.run(["nvidia-smi", "-L"], timeout_s=20, max_output=1024),
@@ -203,15 +209,14 @@ def test_each_client_function_builds_the_request_the_agent_reads():
         (client.write("/p", data=b"\0", replace=True), {"op": "write", "path": "/p", "data": "AA==", "replace": True}),
         (launch.check, launched),
         (launch.start, {**launched, "dry_run": False}),
-        (client.discard("x-1", "/s", "ajet_x"), {"op": "discard", "exp_id": "x-1", "socket_path": "/s",
-                                                  "session": "ajet_x"}),
-        (client.observe(["/s"], [{"run_dir": "/r", "role": "main", "pid": 5, "start": "9", "log_path": "/l",
-                                  "reads": [{"offset": 0, "budget": 10}]}]),
-         {"op": "observe", "sockets": ["/s"], "procs": [{"run_dir": "/r", "role": "main", "pid": 5, "start": "9",
-                                                          "log_path": "/l", "reads": [{"offset": 0, "budget": 10}]}]}),
-        (client.stop("x-1", "/r", "/s", "ajet_x", grace_s=1.0, procs=[{"role": "main", "pid": None, "start": None}]),
-         {"op": "stop", "exp_id": "x-1", "run_dir": "/r", "socket_path": "/s", "session": "ajet_x", "grace_s": 1.0,
-          "kill_session": True, "procs": [{"role": "main", "pid": None, "start": None}]}),
+        (client.discard("x-1", handle), {"op": "discard", "exp_id": "x-1", "handle": handle}),
+        (client.observe([{"run_dir": "/r", "role": "main", "pid": 5, "start": "9", "log_path": "/l",
+                          "reads": [{"offset": 0, "budget": 10}], "handle": handle}], heal=True),
+         {"op": "observe", "procs": [{"run_dir": "/r", "role": "main", "pid": 5, "start": "9", "log_path": "/l",
+                                      "reads": [{"offset": 0, "budget": 10}], "handle": handle}], "heal": True}),
+        (client.stop("x-1", "/r", handle, grace_s=1.0, procs=[{"role": "main", "pid": None, "start": None}]),
+         {"op": "stop", "exp_id": "x-1", "run_dir": "/r", "handle": handle, "grace_s": 1.0,
+          "procs": [{"role": "main", "pid": None, "start": None}]}),
         (client.checkpoints("/c", max_depth=3, max_entries=20000, limit=50),
          {"op": "checkpoints", "path": "/c", "max_depth": 3, "max_entries": 20000, "limit": 50}),
         (client.reclaim_gpus([3, 4], 10.0), {"op": "reclaim_gpus", "pids": [3, 4], "grace_s": 10.0}),
@@ -410,7 +415,8 @@ def test_states_come_from_liveness_exit_codes_and_markers():
     assert process_state(f(alive=False, exit_code=None, markers=frozenset({"timedout"}))) == "timed_out"
     assert process_state(f(alive=False, exit_code=2)) == "failed"
     assert process_state(f(alive=False, exit_code=0, markers=frozenset({"survivors"}))) == "running"
-    assert process_state(f(alive=None, exit_code=None), pane_alive=True) == "running"  # rows without a pid
+    assert process_state(f(alive=None, exit_code=None)) == "lost"  # its backend could not tell, nothing else does
+    assert process_state(f(alive=True, exit_code=None, markers=frozenset({"queued"}))) == "waiting"
     assert run_state(["succeeded", "succeeded"], [0, 0]) == ("succeeded", 0, None)
     assert run_state(["stopped", "succeeded"], [130, 0]) == ("stopped", 130, None)
     assert run_state(["running", "unreachable"], [None, None])[0] == "unreachable"
@@ -460,10 +466,11 @@ def test_any_launch_arguments_validate_or_name_a_field(arguments: dict):
 
 
 def test_hosts_answer_an_agent_that_is_not_there():
-    reply = ops.handle({"v": PROTOCOL_VERSION, "ops": [{"op": "observe", "sockets": ["/nonexistent/sock"], "procs": [
+    reply = ops.handle({"v": PROTOCOL_VERSION, "ops": [{"op": "observe", "procs": [
         {"run_dir": "/nonexistent", "role": "main", "pid": 2**22 + 7, "start": "1", "log_path": "/nonexistent/log",
-         "reads": [{"offset": 0, "budget": 100}]}]}]})["results"][0]
-    assert reply["ok"] and reply["panes"] == {"/nonexistent/sock": None}
+         "reads": [{"offset": 0, "budget": 100}], "handle": {"kind": "tmux", "socket_path": "/nonexistent/sock"}}]}]}
+    )["results"][0]
+    assert reply["ok"] and reply["healed"] == []
     assert reply["procs"][0] == {"alive": False, "exit_code": None, "exit_source": None, "elapsed_s": None,
                                  "markers": [], "final": True, "size": None,
                                  "reads": [{"text": "", "end": 0, "skipped": 0, "reset": False}]}

@@ -1,6 +1,6 @@
-"""The run monitor (hosts/agent/monitor.py), with real processes and a real tmux server: every byte of a fast log
-scanned, a monitor that ends with its run and never outlives a stop, one that died replaced, finished sessions
-removed, and an observation whose cost does not grow with the runs a host had."""
+"""The run monitor (hosts/agent/monitor.py and its rooms), with real processes and a real tmux server: every byte of
+a fast log scanned, a monitor that ends with its run and never outlives a stop, one that died replaced, finished
+sessions removed, and an observation whose cost does not grow with the runs a host had."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import pytest
 from skill_server.experiments import history, observe
 from skill_server.experiments.spec import RunSpec
 from skill_server.experiments.store import open_registry
-from skill_server.hosts.agent import monitor, program
+from skill_server.hosts.agent import monitor, program, rundir
 from tests.experiment_helpers import (  # noqa: F401  (fixtures are used by name)
     PY,
     call,
@@ -72,11 +72,11 @@ def run_dir(exp_id: str) -> Path:
 
 
 def findings(exp_id: str) -> dict:
-    return json.loads((run_dir(exp_id) / monitor.FINDINGS).read_text())
+    return json.loads((run_dir(exp_id) / rundir.FINDINGS).read_text())
 
 
 def monitor_pid(exp_id: str) -> int:
-    return wait_until(lambda: (run_dir(exp_id) / monitor.FINDINGS).exists() and findings(exp_id)["pid"])
+    return wait_until(lambda: (run_dir(exp_id) / rundir.FINDINGS).exists() and findings(exp_id)["pid"])
 
 
 def test_a_log_at_100_mb_a_minute_is_scanned_to_its_last_byte(tmux_socket: str, workdir: Path):
@@ -138,7 +138,7 @@ def test_a_finished_run_leaves_no_session_and_no_monitor(tmux_socket: str, workd
     assert done["state"] == "succeeded" and done["global_step"] == 2
     wait_until(lambda: not pid_alive(pid))
     assert not libtmux.Server(socket_name=tmux_socket).has_session("ajet_fin")
-    assert (run_dir(out["id"]) / monitor.SESSION_REMOVED).exists() and findings(out["id"])["session_removed"]
+    assert (run_dir(out["id"]) / rundir.SESSION_REMOVED).exists() and findings(out["id"])["session_removed"]
     again = call("launch_experiment", name="fin", command="true", workdir=str(workdir))  # the name is free
     assert wait_exit(again["id"])["state"] == "succeeded"
 
@@ -180,12 +180,12 @@ def test_a_monitor_that_died_is_restarted_and_misses_nothing(tmux_socket: str, w
 def test_a_monitor_that_cannot_be_restarted_yet_is_said(tmux_socket: str, workdir: Path):
     out = call("launch_experiment", name="orphaned", command="sleep 60", workdir=str(workdir))
     first = monitor_pid(out["id"])
-    (run_dir(out["id"]) / monitor.RESTARTED).write_text("")  # as if a look had just started one
+    (run_dir(out["id"]) / rundir.RESTARTED).write_text("")  # as if a look had just started one
     os.kill(first, signal.SIGKILL)
     wait_until(lambda: not pid_alive(first))
     note = status(out["id"], max_lines=0)["note"]
     assert note and "monitor on local is not running" in note and "max time is not enforced" in note
-    os.utime(run_dir(out["id"]) / monitor.RESTARTED, (0, 0))  # long ago: the next look starts one
+    os.utime(run_dir(out["id"]) / rundir.RESTARTED, (0, 0))  # long ago: the next look starts one
     assert status(out["id"], max_lines=0)["note"] is None
     wait_until(lambda: pid_alive(findings(out["id"])["pid"]) and findings(out["id"])["pid"] != first)
     call("stop_experiment", id=out["id"], grace_s=1)
@@ -226,14 +226,15 @@ def test_a_thousand_finished_runs_are_not_in_an_observation(tmux_socket: str, wo
     with open_registry() as reg:
         requests, _ = observe._requests([reg.get(out["id"])], [observe.logs.ScanState(offsets=[0])], [[[]]])
     (request,) = requests["local"]
-    assert request.request["sockets"] == []  # type: ignore[typeddict-item]
-    assert len(request.request["procs"]) == 1  # type: ignore[typeddict-item]  # its one process, no other run's
+    asked = request.request["procs"]  # type: ignore[typeddict-item]
+    assert len(asked) == 1 and asked[0]["pid"] and asked[0]["handle"]["kind"] == "tmux"  # its one process, by pid
     assert status(out["id"], max_lines=0, checkpoints=False)["state"] == "running"
     call("stop_experiment", id=out["id"], grace_s=1)
 
 
-def test_the_reconcile_every_call_makes_reads_only_unfinished_launches_by_index():
-    """Each tool call looks for interrupted launches; with thousands of finished runs that must not be a scan."""
+def test_finishing_interrupted_launches_reads_only_unfinished_launches_by_index():
+    """Each healing tool call looks for interrupted launches; with thousands of finished runs that must not be a
+    scan."""
     from skill_server.experiments import store
 
     with store.open_registry() as reg:
@@ -245,7 +246,7 @@ def test_the_reconcile_every_call_makes_reads_only_unfinished_launches_by_index(
 def test_the_monitor_runs_on_python_3_8_syntax_and_the_program_lists_it():
     import ast
 
-    source = Path(monitor.__file__).read_text()
-    ast.parse(source, feature_version=(3, 8))
+    for name in program.MODULES:  # the monitor and every room of it
+        ast.parse((Path(monitor.__file__).parent / f"{name}.py").read_text(), feature_version=(3, 8))
     assert "monitor" in program.MODULES and "watchdog" not in program.MODULES
     assert sys.modules.get("typing") is not None  # (the test runner loads typing; the agent itself never does)

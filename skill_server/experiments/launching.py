@@ -1,21 +1,22 @@
 """Launching a run: check the arguments here, let every host check its paths, then start everywhere.
 
 A launch is two rounds, each one call per host in parallel: a dry run (each host resolves and checks
-its workdirs, interpreter, result and log paths, that tmux and bash exist, that the session name is
-free; with ``require_free_gpus`` the experiment's host also answers nvidia-smi's GPU and process
+its workdirs, interpreter, result and log paths, and its backend what it needs: tmux and bash, a free
+session name; with ``require_free_gpus`` the experiment's host also answers nvidia-smi's GPU and process
 queries in that round, and a GPU below the fraction refuses the launch) and the real start (run
-directory, wrapper scripts, one tmux session per host with one window per process, and the run's
-monitor). tmux is the arbiter of names: of two concurrent launches of one name on a host, one gets the
-session and the other is refused.
+directory, wrapper scripts, the processes in the run's backend, ``experiments.backends``: one tmux session
+per host with one window per process and the run's monitor, or a scheduler's job). tmux is the arbiter of
+names: of two concurrent launches of one name on a host, one gets the session and the other is refused.
 
 A launch is atomic from the registry's point of view: between the rounds it writes an *intent row*
 (phase ``launching``, with this machine's identity and the launching process's pid and start time),
 and marks it ``running`` once every host has started. If any host refuses, fails or cannot be asked,
 every host is rolled back by the run's identity and the row is deleted once all confirm. A launch
 interrupted anywhere (the process killed, a host partitioned, tmux hung) leaves its intent row, which
-the next call of any tool finishes rolling back (``store.reconcile``): the run is registered and
-visible, or gone from every host. A shutdown request (``core.deadline``) before the start round
-refuses the launch with nothing started. The whole launch ends by its deadline.
+the next call of a tool that heals finishes rolling back (``upkeep.finish_interrupted_launches``, as a
+launch does first): the run is registered and visible, or gone from every host. A shutdown request
+(``core.deadline``) before the start round refuses the launch with nothing started. The whole launch ends by
+its deadline.
 """
 
 from __future__ import annotations
@@ -24,18 +25,16 @@ import dataclasses
 import logging
 import re
 import secrets
-import shlex
 import sqlite3
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from skill_server.core.deadline import Deadline, shutdown_requested
 from skill_server.core.errors import ToolFailure, ToolInputError
-from skill_server.experiments import backends, sentences
+from skill_server.experiments import backends, sentences, upkeep
 from skill_server.experiments import blueprint as bp
-from skill_server.experiments.backends import Backend
-from skill_server.experiments.backends.slurm import Slurm
+from skill_server.experiments.backends import Backend, LaunchContext
 from skill_server.experiments.checks import (
     check_env,
     compile_pattern,
@@ -48,30 +47,23 @@ from skill_server.experiments.models import LaunchInput, LaunchOutput, ProcessIn
 from skill_server.experiments.observe import observe
 from skill_server.experiments.progress import iso
 from skill_server.experiments.signatures import monitor_config, policy_errors, transient_names
-from skill_server.experiments.spec import HostRecord, ProcessRecord, RunSpec
+from skill_server.experiments.spec import Handle, HostRecord, ProcessRecord, RunSpec
 from skill_server.experiments.store import (
     DISCARDING,
     LAUNCHING,
     RUNNING,
     Registry,
     controller_identity,
-    discard_everywhere,
     launcher_identity,
     open_registry,
 )
+from skill_server.experiments.upkeep import discard_everywhere
 from skill_server.gpus import nvidia_smi
 from skill_server.gpus.query import free_problems, from_reply
-from skill_server.hosts import LOCAL, HostUnreachable, Reply, call_hosts, client, expect, get_host, normalise
+from skill_server.hosts import HostUnreachable, Reply, call_hosts, client, expect, normalise
 
 if TYPE_CHECKING:
-    from skill_server.hosts.agent.protocol import (
-        LaunchPlan,
-        LaunchProc,
-        LaunchStarted,
-        MonitorPolicy,
-        SlurmOptions,
-        StartedProc,
-    )
+    from skill_server.hosts.agent.protocol import LaunchPlan, LaunchProc, LaunchStarted, MonitorPolicy, StartedProc
 
 log = logging.getLogger(__name__)
 
@@ -236,13 +228,13 @@ class _Launch:
 
     def ops(self, host: str, replace: list[int]) -> client.Launch:
         """This host's part of the launch, for both rounds."""
-        return self.backend.launch(self.exp_id, self.session, self.socket, replace_pids=replace, python=self.python,
-                                   workdir=self.workdir, result_dir=self.result_dir, max_time_s=self.max_time_s,
-                                   deadline_grace_s=DEADLINE_GRACE_S,
-                                   procs=[p.request() for p in self.procs if p.host == host],
-                                   monitor=monitor_config(self.inp.first_step_pattern, self.first_step_s,
-                                                          {**self.policy, "collect": True} if self.policy and host ==
-                                                          self.main_host else self.policy))
+        return backends.launch(self.backend, self.exp_id, self.session, replace_pids=replace, python=self.python,
+                               workdir=self.workdir, result_dir=self.result_dir, max_time_s=self.max_time_s,
+                               deadline_grace_s=DEADLINE_GRACE_S,
+                               procs=[p.request() for p in self.procs if p.host == host],
+                               monitor=monitor_config(self.inp.first_step_pattern, self.first_step_s,
+                                                      {**self.policy, "collect": True} if self.policy and host ==
+                                                      self.main_host else self.policy))
 
 
 def run_policy(policy: RunPolicy | None) -> MonitorPolicy:
@@ -258,7 +250,7 @@ def run_policy(policy: RunPolicy | None) -> MonitorPolicy:
         raise ToolInputError("only used with on_error", field="policy.errors")
     if "resume" in (policy.on_error, policy.on_stall):
         out.update({"transient": transient_names(), "max_resumes": policy.max_resumes, "backoff_s": policy.backoff_s,
-                    "attempt": 1})
+                    "attempt": 1})  # its lineage is the launch's id (``_decide``)
     if policy.on_stall is not None:
         out["on_stall"] = policy.on_stall
     if policy.on_end is not None:
@@ -286,31 +278,16 @@ def _decide(inp: LaunchInput, deadline: Deadline) -> _Launch:
     if inp.first_step_pattern is not None:  # None: the first step:N line proves the first step
         compile_pattern(inp.first_step_pattern, "first_step_pattern")
     policy = run_policy(inp.policy or defaults.get("policy"))
-    if "max_resumes" in policy and len({p.host for p in procs}) > 1:
-        raise ToolInputError("resume relaunches a run on one host: give every process the experiment's host, or "
-                             "use stop", field="policy")
-    return _Launch(inp, socket, main_host, session, exp_id, created, procs, workdir, python, result_dir,
-                   defaults.get("yaml_path"), max_time_s, first_step_s, policy, _backend(inp, procs, main_host, policy),
-                   defaults.get("source"))
-
-
-def _backend(inp: LaunchInput, procs: list[_Proc], main_host: str, policy: MonitorPolicy) -> Backend:
-    """tmux, or with ``slurm`` one batch job from the main host (the login node): every process runs inside
-    that job's allocation, so none names a host of its own, and the login node's GPUs say nothing."""
-    if inp.slurm is None:
-        return backends.of(None)
+    if "max_resumes" in policy:
+        if len({p.host for p in procs}) > 1:
+            raise ToolInputError("resume relaunches a run on one host: give every process the experiment's host, "
+                                 "or use stop", field="policy")
+        policy["lineage"] = exp_id
     elsewhere = next((p for p in procs if p.host != main_host), None)
-    if elsewhere is not None:
-        raise ToolInputError("with slurm every process runs in the job's allocation: give no host of its own",
-                             field=elsewhere.host_field)
-    if inp.require_free_gpus is not None:
-        raise ToolInputError("not with slurm: the job gets its GPUs from Slurm (slurm.gpus_per_node)",
-                             field="require_free_gpus")
-    if "max_resumes" in policy:  # a stop from inside the job cancels it; a relaunch is a new sbatch, not done here
-        field = "policy.on_error" if policy.get("on_error") == "resume" else "policy.on_stall"
-        raise ToolInputError("resume is not done with slurm: use stop (the job is cancelled) and launch again",
-                             field=field)
-    return Slurm(cast("SlurmOptions", inp.slurm.model_dump(exclude_none=True)))
+    backend = backends.for_launch(inp, LaunchContext(elsewhere.host_field if elsewhere else None,
+                                                     inp.require_free_gpus is not None, policy))
+    return _Launch(inp, socket, main_host, session, exp_id, created, procs, workdir, python, result_dir,
+                   defaults.get("yaml_path"), max_time_s, first_step_s, policy, backend, defaults.get("source"))
 
 
 def _check_previous(reg: Registry, socket: str, session: str, hosts: list[str], deadline: Deadline
@@ -321,7 +298,7 @@ def _check_previous(reg: Registry, socket: str, session: str, hosts: list[str], 
     previous = [row for row in reg.session_runs(socket, session) if set(row.hosts) & set(hosts)]
     if not previous:
         return replace
-    for view in observe(reg, previous, deadline=deadline.share(DRY_RUN_RESERVE_S)):
+    for view in observe(reg, previous, deadline=deadline.share(DRY_RUN_RESERVE_S), upkeep=upkeep.HEAL):
         if view.state == "running" or view.state == "unreachable":
             why = "is already running" if view.state == "running" else "may still be running (its host cannot be asked)"
             raise ToolFailure(f"an experiment named {session!r} {why} (id {view.row.id}); stop_experiment it or "
@@ -332,16 +309,6 @@ def _check_previous(reg: Registry, socket: str, session: str, hosts: list[str], 
             if pids:
                 replace[h] = pids
     return replace
-
-
-def _attach(d: _Launch, host: str, plan: LaunchPlan) -> str:
-    """How a user watches the run: its tmux session, or for a Slurm job its first process's log."""
-    if d.backend.name == "tmux":
-        return get_host(host).attach_command(plan["socket_path"], d.session)
-    if not plan["procs"]:
-        return ""
-    follow = "tail -F " + shlex.quote(plan["procs"][0]["log_path"])
-    return follow if host == LOCAL else f"ssh {shlex.quote(host)} {shlex.quote(follow)}"
 
 
 def _host_error(exc: HostUnreachable, procs: list[_Proc], main_host: str) -> ToolFailure:
@@ -355,13 +322,13 @@ def launch(inp: LaunchInput, deadline: Deadline | None = None) -> LaunchOutput:
     bound = deadline or Deadline.call()
     d = _decide(inp, bound)
     with open_registry() as reg:
+        upkeep.finish_interrupted_launches(reg)
         replace = _check_previous(reg, d.socket, d.session, d.hosts, bound)
         ops = {h: d.ops(h, replace[h]) for h in d.hosts}
         plans = _dry_run(d, ops, bound)
-        places = {h: HostRecord(run_dir=plans[h]["run_dir"], socket_path=plans[h]["socket_path"],
-                                attach=_attach(d, h, plans[h]), python=plans[h]["python"],
-                                identity=plans[h].get("host_identity"),
-                                backend=None if d.backend.name == "tmux" else d.backend.name)
+        places = {h: HostRecord(run_dir=plans[h]["run_dir"], attach=d.backend.attach(h, plans[h]),
+                                python=plans[h]["python"], identity=plans[h].get("host_identity"),
+                                handle=Handle.from_json(plans[h]["handle"]))
                   for h in d.hosts}
         if shutdown_requested():
             raise ToolFailure("the server is shutting down: nothing was started")
@@ -440,9 +407,8 @@ def _spec(d: _Launch, plans: dict[str, LaunchPlan], places: dict[str, HostRecord
         (h, x["role"]): x for h, answer in launched.items() for x in answer["procs"]}
     for p in d.procs:  # the intent row: nothing has started yet
         ids.setdefault((p.host, p.role), {})
-    places = {h: dataclasses.replace(where, session_id=launched[h]["session_id"] or None,
-                                     job_id=launched[h].get("job_id")) if h in launched else where
-              for h, where in places.items()}
+    places = {h: dataclasses.replace(where, handle=Handle.from_json(launched[h]["handle"])) if h in launched
+              else where for h, where in places.items()}
     return RunSpec(
         host=d.main_host, result_dir=plans[d.main_host]["result_dir"], workdir=d.workdir, python=d.python,
         blueprint=d.blueprint, yaml_path=d.yaml_path, max_time_s=d.max_time_s, first_step_timeout_s=d.first_step_s,
@@ -466,13 +432,13 @@ def _check_free_gpus(host: str, reply: Reply, required: float) -> None:
 def _roll_back(reg: Registry, d: _Launch, places: dict[str, HostRecord]) -> None:
     """Undo the launch on every host that starts processes (also those that did not answer: a start may
     have gone through there), by identity; forget the run once every host confirms, else leave its row
-    ``discarding`` for the next call of any tool (``store.reconcile``) to finish."""
+    ``discarding`` for the next call of a tool that heals (``upkeep.finish_interrupted_launches``) to finish."""
     try:
         reg.set_phase(d.exp_id, DISCARDING)
     except (ToolFailure, sqlite3.Error):
         log.warning("cannot mark %s discarding", d.exp_id)
     try:
-        done = discard_everywhere(d.exp_id, d.session, places, d.starting, Deadline(ROLLBACK_RESERVE_S))
+        done = discard_everywhere(d.exp_id, places, d.starting, Deadline(ROLLBACK_RESERVE_S))
         if done:
             reg.delete(d.exp_id)
     except (ToolFailure, sqlite3.Error) as exc:

@@ -20,8 +20,9 @@ from __future__ import annotations
 import functools
 import math
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from skill_server.core.text import shorten
 from skill_server.experiments.progress import ProgressState, StepLine
@@ -36,6 +37,9 @@ from skill_server.hosts.agent.findings import (
     step_lines,
 )
 from skill_server.hosts.agent.scanner import ANSI_RE, strip_ansi
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import MonitorReport, RoleFindings, RunReport
 
 __all__ = ["ANSI_RE", "MAX_EXACT_INT", "MAX_METRICS_PER_LINE", "Chunk", "ScanState",
            "count_matching_lines", "parse_metric_line", "parse_metric_pairs", "parse_number", "read_appended",
@@ -110,12 +114,12 @@ class ScanState:
     points_seq: int = 0
     progress: ProgressState = field(default_factory=ProgressState)
     #: Per role, what the run's monitor last reported (its times on the run clock); empty: no monitor.
-    monitor: dict[str, dict[str, Any]] = field(default_factory=dict)
+    monitor: dict[str, RoleFindings] = field(default_factory=dict)
     #: Per role, the cursor in the monitor's metric points copied so far (``[seq, offset, generation]``).
     mirrored: dict[str, list[int]] = field(default_factory=dict)
     #: Per role, what its host's monitor said of the whole run there: its stall verdict, the policies' actions,
-    #: the notify command's tally (``hosts.agent.policy``).
-    watchdog: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: the notify command's tally, a resume it waits for (``hosts.agent.policy``).
+    watchdog: dict[str, RunReport] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -158,10 +162,12 @@ class ScanState:
                 errors={str(k): dict(v) for k, v in dict(data.get("errors", {})).items() if isinstance(v, dict)},
                 points_seq=_step_or_none(data.get("points_seq")) or 0,
                 progress=ProgressState.from_json(data.get("progress")),
-                monitor={str(k): dict(v) for k, v in dict(data.get("monitor", {})).items() if isinstance(v, dict)},
+                monitor={str(k): cast("RoleFindings", dict(v)) for k, v in dict(data.get("monitor", {})).items()
+                         if isinstance(v, dict)},
                 mirrored={str(k): [int(x) for x in v][:3] for k, v in dict(data.get("mirrored", {})).items()
                           if isinstance(v, list) and all(isinstance(x, int) for x in v)},
-                watchdog={str(k): dict(v) for k, v in dict(data.get("watchdog", {})).items() if isinstance(v, dict)},
+                watchdog={str(k): cast("RunReport", dict(v)) for k, v in dict(data.get("watchdog", {})).items()
+                          if isinstance(v, dict)},
             )
         except (TypeError, ValueError, AttributeError):
             return cls(offsets=[0] * n_logs)
@@ -224,15 +230,15 @@ def scan_text(text: str, state: ScanState, first_step_re: re.Pattern[str] | None
 WATCHDOG_KEYS = ("stall", "actions", "notify", "pending_resume")
 
 
-def mirror(state: ScanState, reports: dict[str, dict[str, Any]], roles: list[str], created: float) -> None:
+def mirror(state: ScanState, reports: dict[str, MonitorReport], roles: list[str], created: float) -> None:
     """Take up the monitor's latest findings per role (``reports``; a role whose host was not asked keeps what
     it had) and derive the run's fields from all roles. The monitor's times are on the run clock (seconds
     since the run started); they become this machine's clock as ``created`` plus those seconds."""
     for role, found in reports.items():
-        state.monitor[role] = {k: v for k, v in found.items() if k != "run"}
+        state.monitor[role] = cast("RoleFindings", {k: v for k, v in found.items() if k != "run"})
         run = found.get("run")
         if isinstance(run, dict):
-            state.watchdog[role] = {k: run[k] for k in WATCHDOG_KEYS if k in run}
+            state.watchdog[role] = cast("RunReport", {k: v for k, v in run.items() if k in WATCHDOG_KEYS})
     known = [(role, state.monitor[role]) for role in roles if role in state.monitor]
     for i, role in enumerate(roles):
         if role in state.monitor:
@@ -242,10 +248,10 @@ def mirror(state: ScanState, reports: dict[str, dict[str, Any]], roles: list[str
     _mirror_first_step(state, [f for _, f in known], created)
     stepping = _newest(known, "stepped_at")
     if stepping is not None:
-        found = stepping[1]
-        state.global_step = _step_or_none(found.get("global_step"))
-        state.metrics_step = _step_or_none(found.get("metrics_step"))
-        state.last_metrics = dict(found.get("last_metrics") or {})
+        newest = stepping[1]
+        state.global_step = _step_or_none(newest.get("global_step"))
+        state.metrics_step = _step_or_none(newest.get("metrics_step"))
+        state.last_metrics = dict(newest.get("last_metrics") or {})
     looked = [t for _, f in known if (t := _finite_or_none(f.get("looked_at"))) is not None]
     state.scanned_at = created + max(looked) if looked else state.scanned_at
     state.progress = _merged_progress(known, stepping, created)
@@ -255,7 +261,7 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-def _newest(known: list[tuple[str, dict[str, Any]]], key: str) -> tuple[str, dict[str, Any]] | None:
+def _newest(known: Sequence[tuple[str, Mapping[str, Any]]], key: str) -> tuple[str, Mapping[str, Any]] | None:
     """The role whose ``key`` time is the latest (None when no role has one)."""
     timed = [(t, role, f) for role, f in known if (t := _finite_or_none(f.get(key))) is not None]
     if not timed:
@@ -264,7 +270,7 @@ def _newest(known: list[tuple[str, dict[str, Any]]], key: str) -> tuple[str, dic
     return role, found
 
 
-def _merged_errors(known: list[tuple[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+def _merged_errors(known: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, dict[str, Any]]:
     """One hit per signature over every role: the counts summed, the latest line and its role, the first line."""
     out: dict[str, dict[str, Any]] = {}
     for role, found in known:
@@ -286,7 +292,7 @@ def _merged_errors(known: list[tuple[str, dict[str, Any]]]) -> dict[str, dict[st
     return out
 
 
-def _mirror_first_step(state: ScanState, known: list[dict[str, Any]], created: float) -> None:
+def _mirror_first_step(state: ScanState, known: Sequence[Mapping[str, Any]], created: float) -> None:
     seen = [f for f in known if f.get("first_step_seen") and _finite_or_none(f.get("first_step_at")) is not None]
     if not seen:
         return
@@ -298,8 +304,8 @@ def _mirror_first_step(state: ScanState, known: list[dict[str, Any]], created: f
     state.first_step_not_before = created + before if before is not None else None
 
 
-def _merged_progress(known: list[tuple[str, dict[str, Any]]], stepping: tuple[str, dict[str, Any]] | None,
-                     created: float) -> ProgressState:
+def _merged_progress(known: Sequence[tuple[str, Mapping[str, Any]]],
+                     stepping: tuple[str, Mapping[str, Any]] | None, created: float) -> ProgressState:
     """Every role's step counter and restarts; the step times and observed batches of the role that steps;
     the newest tqdm bar."""
     parts = {role: dict(f.get("progress") or {}) for role, f in known}

@@ -1,13 +1,13 @@
 """Input and output models of the experiment tools (one place, so every tool speaks the same words).
 
 States: ``running``; ``succeeded`` (every process exited 0); ``failed`` (a process exited non-zero);
-``stopped`` (by ``stop_experiment``; a Slurm job cancelled); ``timed_out`` (stopped at its max time by the
-run's monitor on its host, or by Slurm's time limit); ``lost`` (a process vanished without an exit code:
+``stopped`` (by ``stop_experiment``; a scheduler's job cancelled); ``timed_out`` (stopped at its max time by the
+run's monitor on its host, or by its scheduler's time limit); ``lost`` (a process vanished without an exit code:
 its tmux server died or it was killed); ``unreachable`` (a host of the run could not be asked: nothing is
 known and nothing is recorded, the next call asks again). The first five final states are recorded once and
 never change. ``stalled`` is what status says of a running run whose processes live but whose progress
-stopped for longer than the bound its monitor derives from the run's pace (``hosts.agent.policy``); the
-registry keeps calling it running, as it does ``queued``: a Slurm run whose job is still in the queue.
+stopped for longer than the bound its monitor derives from the run's pace (``hosts.agent.stall``); the
+registry keeps calling it running, as it does ``queued``: a run whose scheduler's job is still in its queue.
 """
 
 from __future__ import annotations
@@ -17,15 +17,17 @@ from typing import Annotated, Literal
 from pydantic import Field, StrictInt, StrictStr
 
 from skill_server.core.models import PositiveInt, ToolInput, ToolOutput
+from skill_server.experiments.backends.slurm import SlurmSpec
 from skill_server.gpus.models import FreeFraction
+from skill_server.hosts.agent import outcome
 
 State = Literal["running", "succeeded", "failed", "stopped", "timed_out", "lost", "unreachable"]
 #: A run's state as status reports it: ``stalled`` is a running run whose progress stopped; ``queued`` one whose
-#: Slurm job waits in the queue.
+#: scheduler's job waits in its queue.
 StatusState = Literal["running", "queued", "stalled", "succeeded", "failed", "stopped", "timed_out", "lost",
                       "unreachable"]
 ProcessState = Literal["running", "waiting", "succeeded", "failed", "stopped", "timed_out", "lost", "unreachable"]
-TERMINAL = ("succeeded", "failed", "stopped", "timed_out", "lost")
+TERMINAL = outcome.TERMINAL
 
 #: Longest accepted max time or first-step deadline (arguments and blueprints alike): one leap year, in seconds.
 MAX_DURATION_S = 366 * 86400
@@ -108,20 +110,6 @@ class ProcessSpec(ToolInput):
     log_path: StrictStr | None = Field(default=None, max_length=4096,
                                        description="On its host. Default: <result_dir>/<id>/<session>.<role>.log (the "
                                        "run's own folder).")
-
-
-class SlurmSpec(ToolInput):
-    # sbatch's options for a run submitted as one Slurm job (references/remote-and-multinode.md)
-
-    partition: StrictStr | None = Field(default=None, max_length=200)
-    nodes: PositiveInt | None = Field(default=None, le=1024)
-    gpus_per_node: Annotated[int, Field(strict=True, ge=0, le=64)] | None = None
-    cpus_per_task: PositiveInt | None = Field(default=None, le=4096)
-    mem: StrictStr | None = Field(default=None, pattern=r"^[0-9]+[KMGT]?$")  # per node
-    account: StrictStr | None = Field(default=None, max_length=200)
-    qos: StrictStr | None = Field(default=None, max_length=200)
-    extra_args: list[Annotated[StrictStr, Field(pattern=r"^-", max_length=500)]] | None = Field(
-        default=None, max_length=20)  # more sbatch options
 
 
 class LaunchInput(ToolInput):
@@ -303,7 +291,7 @@ class ExperimentStatus(ToolOutput):
     checkpoints: CheckpointList | None = Field(default=None, description="global_step_N folders of the run "
                                                "(with id; checkpoints=false leaves them out).")
     metrics_history: MetricsHistory | None = Field(default=None, description="When asked for (metrics_history).")
-    scheduler: dict[str, str] | None = Field(default=None, description="Slurm's words on the job.")
+    scheduler: dict[str, str] | None = Field(default=None, description="Its scheduler's words on its job.")
 
 
 class RegistryProblem(ToolOutput):

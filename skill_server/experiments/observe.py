@@ -6,19 +6,21 @@ errors, steps, progress, first step, and the metric points after this registry's
 ``observe`` derives states (``states``), records final states once, and mirrors the monitor's findings
 into each experiment's scan state (``logs.mirror``). Runs launched before monitors existed have none:
 for them the host returns the scan range instead and it is scanned here (``logs.scan_text``). It never
-signals a run: enforcing the max time is the monitor's job on the run's host. (The one thing an
-observation may do there is housekeeping: start a monitor that died, and remove the tmux session of a
-run without a live monitor once every exit code is on disk.)
+signals a run: enforcing the max time is the monitor's job on the run's host. With ``upkeep=HEAL`` (a tool that
+asks for it by name, ``experiments.upkeep``) the same round trip also heals: the host starts a monitor that died
+and releases the tmux session of a run without a live monitor once every exit code is on disk, and the attempts
+a resume policy started are taken into the registry; otherwise an observation changes nothing on the hosts.
 
 The copied points and newly scanned step lines go to the metric history (``history``) in the same
 transaction as the scan state. ``extra_reads`` adds byte ranges of each process's log to the same round
 trip; ``extra_ops`` adds other agent operations (a YAML read, a checkpoint listing) to the request of a
-chosen host, their results land in ``View.extra``. Only processes recorded without a pid (the oldest
-runs) make the host list tmux panes, so an observation costs the same however many runs a host had.
+chosen host, their results land in ``View.extra``. A process is observed through its host's backend (its
+``handle``), so an observation costs the same however many runs a host had.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 import sqlite3
@@ -35,10 +37,21 @@ from skill_server.experiments.progress import StepLine
 from skill_server.experiments.spec import RunProcess
 from skill_server.experiments.states import ProcFacts, process_state, run_state
 from skill_server.experiments.store import Registry, Row, elsewhere_reason, launched_elsewhere
+from skill_server.experiments.upkeep import READ_ONLY, Upkeep
 from skill_server.hosts import LOCAL, HostUnreachable, Reply, call_hosts, client, result_of
 
 if TYPE_CHECKING:
-    from skill_server.hosts.agent.protocol import Appended, ObserveProc, ReadSpan
+    from skill_server.hosts.agent.protocol import (
+        Appended,
+        AttemptRecord,
+        JobFacts,
+        MetricPoint,
+        MonitorReport,
+        ObserveProc,
+        ReadSpan,
+    )
+
+log = logging.getLogger(__name__)
 
 #: Most log bytes one observation asks a host for (scan ranges of all its logs together).
 HOST_SCAN_BUDGET = 16 * 1024 * 1024
@@ -68,14 +81,14 @@ class ProcView:
     #: The scan range, for a run without a monitor.
     scan: logs.Chunk | None = None
     #: What the run's monitor found for this process (None: no monitor, or the host was not asked).
-    monitor: dict[str, Any] | None = None
+    monitor: MonitorReport | None = None
     #: The monitor's metric points after the registry's cursor, and the cursor after them.
-    points: list[dict[str, Any]] = field(default_factory=list)
+    points: list[MetricPoint] = field(default_factory=list)
     points_cursor: list[int] = field(default_factory=list)
     #: Not asked: a process on host ``local`` of a run another machine launched (``reason`` names it).
     elsewhere: bool = False
-    #: A Slurm run's job as its login node saw it (``SchedulerFacts``); None under tmux.
-    scheduler: dict[str, Any] | None = None
+    #: Its scheduler's job as the host that submitted it saw it (``JobFacts``); None for a run in no job.
+    scheduler: JobFacts | None = None
 
     @property
     def role(self) -> str:
@@ -107,29 +120,30 @@ def _scan_budgets(rows: list[Row]) -> dict[str, int]:
     return {h: max(MIN_SCAN_BUDGET, min(logs.SCAN_BUDGET, HOST_SCAN_BUDGET // n)) for h, n in counts.items()}
 
 
-def _requests(rows: list[Row], scans: list[logs.ScanState], extra: list[list[list[tuple[int, int]]]]
-              ) -> tuple[dict[str, list[client.Op[Any]]], dict[tuple[int, int], tuple[str, int]]]:
+#: Per host its ops; per (row, process) the host and the index of its answer in that host's observe op.
+Requests = tuple[dict[str, list[client.Op[Any]]], dict[tuple[int, int], tuple[str, int]]]
+
+
+def _requests(rows: list[Row], scans: list[logs.ScanState], extra: list[list[list[tuple[int, int]]]],
+              upkeep: Upkeep = READ_ONLY) -> Requests:
     """One ``observe`` op per host covering every process there (always first in the host's list); and where
     each process's answer is."""
     budgets = _scan_budgets(rows)
-    sockets: dict[str, list[str]] = {}
     procs: dict[str, list[ObserveProc]] = {}
     where: dict[tuple[int, int], tuple[str, int]] = {}
     for r, row in enumerate(rows):
         for i, p in enumerate(row.processes):
             if _not_here(row, p) is not None:
                 continue  # another machine's own process: not asked (``observe`` says where to ask)
-            on_host, watched = procs.setdefault(p.host, []), sockets.setdefault(p.host, [])
-            if p.socket_path and p.pid is None and p.socket_path not in watched:  # panes tell only those apart
-                watched.append(p.socket_path)
+            on_host = procs.setdefault(p.host, [])
             reads: list[ReadSpan] = [{"offset": o, "budget": b} for o, b in extra[r][i]]
             where[(r, i)] = (p.host, len(on_host))
-            on_host.append(backends.of(row.spec.hosts.get(p.host)).observe(p, {
-                "run_dir": p.run_dir, "role": p.role, "pid": p.pid, "start": p.start, "log_path": p.log_path,
-                "reads": reads, "exp_id": row.id, "socket_path": p.socket_path, "session_id": p.session_id,
-                "pane_id": p.pane_id, "scan": {"offset": scans[r].offsets[i], "budget": budgets[p.host]},
-                "points": scans[r].mirrored.get(p.role, [])}))
-    return {h: [client.observe(sockets[h], procs[h])] for h in procs}, where
+            entry = {"run_dir": p.run_dir, "role": p.role, "pid": p.pid, "start": p.start, "log_path": p.log_path,
+                     "reads": reads, "exp_id": row.id, "pane_id": p.pane_id,
+                     "scan": {"offset": scans[r].offsets[i], "budget": budgets[p.host]},
+                     "points": scans[r].mirrored.get(p.role, []), **backends.observe_entry(p)}
+            on_host.append(entry)  # type: ignore[arg-type]  # ObserveProc's keys
+    return {h: [client.observe(procs[h], heal=upkeep.heal)] for h in procs}, where
 
 
 def _not_here(row: Row, p: RunProcess) -> str | None:
@@ -144,13 +158,15 @@ def _chunk(raw: Appended) -> logs.Chunk:
 
 
 def observe(reg: Registry, rows: list[Row], *, extra_reads: ExtraReads | None = None,
-            extra_ops: ExtraOps | None = None, deadline: Deadline | None = None) -> list[View]:
+            extra_ops: ExtraOps | None = None, deadline: Deadline | None = None,
+            upkeep: Upkeep = READ_ONLY) -> list[View]:
     """Current view of each experiment; records final states; never signals or stops anything. The round
-    trips end by ``deadline`` (a host that has not answered by then is ``unreachable``)."""
+    trips end by ``deadline`` (a host that has not answered by then is ``unreachable``). ``upkeep``: what the
+    same round trip heals (``upkeep.HEAL``); by default nothing."""
     scans = [logs.ScanState.from_json(row.scan, len(row.processes)) for row in rows]
     extra: list[list[list[tuple[int, int]]]] = [
         extra_reads(row) if extra_reads else [[] for _ in row.processes] for row in rows]
-    requests, where = _requests(rows, scans, extra)
+    requests, where = _requests(rows, scans, extra, upkeep)
     added: list[list[tuple[str, int]]] = []
     for row in rows:
         placed = []
@@ -158,11 +174,13 @@ def observe(reg: Registry, rows: list[Row], *, extra_reads: ExtraReads | None = 
             if host == LOCAL and launched_elsewhere(row):
                 placed.append((host, -1))  # that machine's file: answered "no answer"
                 continue
-            ops = requests.setdefault(host, [client.observe([], [])])
+            ops = requests.setdefault(host, [client.observe([], heal=upkeep.heal)])
             ops.append(op)
             placed.append((host, len(ops) - 1))
         added.append(placed)
     replies = call_hosts(requests, timeout_s=OBSERVE_TIMEOUT_S, deadline=deadline) if requests else {}
+    if upkeep.heal:
+        _log_healed(replies)
     now = time.time()
     views = []
     for r, row in enumerate(rows):
@@ -175,21 +193,29 @@ def observe(reg: Registry, rows: list[Row], *, extra_reads: ExtraReads | None = 
             host, index = where[(r, i)]
             procs.append(_proc_view(p, replies.get(host), index))
         view = _view(reg, row, procs, scans[r], now)
-        chain = _attempts_after(procs)
-        if chain is not None:
-            view.row = attempts.take_up(reg, view.row, *chain)
+        chain = _attempts_after(procs) if upkeep.heal else None
+        if chain is not None and attempts.take_up(reg, view.row, *chain):
+            log.info("took up the attempts after %s", row.id)
         view.extra = [result_of(replies.get(host) if index >= 0 else None, max(index, 0)) for host, index in added[r]]
         views.append(view)
     return views
 
 
-def _attempts_after(procs: list[ProcView]) -> tuple[str, list[dict[str, Any]]] | None:
+def _attempts_after(procs: list[ProcView]) -> tuple[str, list[AttemptRecord]] | None:
     """(host, records) of the attempts a resume policy started after this run, as its monitor reported them."""
     for p in procs:
         chain = ((p.monitor or {}).get("run") or {}).get("attempts")
         if isinstance(chain, list) and chain:
             return p.proc.host, [c for c in chain if isinstance(c, dict)]
     return None
+
+
+def _log_healed(replies: dict[str, Reply]) -> None:
+    """What a healing observation did on each host (the monitors it started, the sessions it released)."""
+    for host, reply in replies.items():
+        answer = client.answer(result_of(reply), client.observe)
+        for done in answer.get("healed") or [] if answer["ok"] else []:
+            log.info("%s: %s", host, done)
 
 
 def _proc_view(p: RunProcess, reply: Reply | None, index: int) -> ProcView:
@@ -199,16 +225,14 @@ def _proc_view(p: RunProcess, reply: Reply | None, index: int) -> ProcView:
     result = client.answer(reply[0], client.observe)
     if not result["ok"]:
         return ProcView(p, "unreachable", None, None, False, None, reason=result["error"])
-    panes = result["panes"].get(p.socket_path) or []
     facts_raw = result["procs"][index]
     facts = ProcFacts(alive=facts_raw["alive"], exit_code=facts_raw["exit_code"],
                       markers=frozenset(facts_raw["markers"]), final=bool(facts_raw["final"]), size=facts_raw["size"])
-    pane_alive = any(x["pane_id"] == p.pane_id and not x["dead"] for x in panes) if p.pane_id else None
     scheduler = facts_raw.get("scheduler")
     if scheduler is not None and scheduler["error"] and facts.alive is None and facts.exit_code is None:
-        return ProcView(p, "unreachable", None, None, False, facts.size, reason=f"Slurm: {scheduler['error']}",
-                        scheduler=dict(scheduler))
-    state = process_state(facts, pane_alive)
+        return ProcView(p, "unreachable", None, None, False, facts.size,
+                        reason=f"{scheduler['scheduler']}: {scheduler['error']}", scheduler=scheduler)
+    state = process_state(facts)
     final = facts.final or state not in ("running", "waiting")
     chunks = [_chunk(x) for x in facts_raw["reads"]]
     scan = facts_raw.get("scan")
@@ -216,7 +240,7 @@ def _proc_view(p: RunProcess, reply: Reply | None, index: int) -> ProcView:
                     exit_source=facts_raw.get("exit_source"), elapsed_s=facts_raw.get("elapsed_s"),
                     scan=_chunk(scan) if scan is not None else None, monitor=facts_raw.get("monitor"),
                     points=facts_raw.get("points", []), points_cursor=facts_raw.get("points_cursor", []),
-                    scheduler=dict(scheduler) if scheduler is not None else None)
+                    scheduler=scheduler)
 
 
 def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, now: float) -> View:
@@ -257,12 +281,12 @@ def _host_notes(row: Row, procs: list[ProcView], state: str, clock: float) -> li
 
 
 def _scheduler_notes(procs: list[ProcView]) -> list[str]:
-    """A Slurm run whose login node could not ask Slurm but found the job's own record: what it says stands,
-    and why Slurm was not heard (the next call asks again)."""
-    errors = {p.proc.host: p.scheduler["error"] for p in procs
+    """A run in a scheduler's job whose host could not ask the scheduler but found the job's own record: what it
+    says stands, and why the scheduler was not heard (the next call asks again)."""
+    errors = {(p.proc.host, p.scheduler["scheduler"]): p.scheduler["error"] for p in procs
               if p.scheduler is not None and p.scheduler.get("error") and p.state != "unreachable"}
-    return [f"Slurm cannot be asked on {host} ({error}): the state is the job's own record (job.json); the next "
-            "call asks again" for host, error in sorted(errors.items())]
+    return [f"{name} cannot be asked on {host} ({error}): the state is the job's own record (job.json); the next "
+            "call asks again" for (host, name), error in sorted(errors.items())]
 
 
 def _unreachable_notes(procs: list[ProcView], state: str) -> list[str]:

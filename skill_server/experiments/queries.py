@@ -18,27 +18,33 @@ import math
 import sqlite3
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolInputError
+from skill_server.experiments import backends, fixes, history, lineage, logs, progress, runconfig
 from skill_server.experiments import blueprint as bp
 from skill_server.experiments import checkpoints as ckpt
-from skill_server.experiments import fixes, history, logs, progress, runconfig
 from skill_server.experiments.models import (
     DEFAULT_HISTORY_POINTS,
     TERMINAL,
     CheckpointList,
     ErrorHit,
+    ExperimentStatus,
     MetricsHistory,
     ProcessInfo,
     ProgressInfo,
     RestartInfo,
+    StatusState,
 )
 from skill_server.experiments.observe import View, observe
 from skill_server.experiments.signatures import SIGNATURES_BY_NAME
 from skill_server.experiments.store import Registry, Row
+from skill_server.experiments.upkeep import READ_ONLY, Upkeep
 from skill_server.hosts import call_hosts, client, result_of
+
+if TYPE_CHECKING:
+    from skill_server.hosts.agent.protocol import StallVerdict
 
 MAX_CURSOR_OFFSET = 2**62
 
@@ -130,7 +136,7 @@ def quiet(view: View) -> tuple[float | None, str | None]:
     return round(view.elapsed_s, 1), "output"  # nothing printed since the start
 
 
-def stall(view: View) -> dict[str, Any] | None:
+def stall(view: View) -> StallVerdict | None:
     """The stall verdict of a running run's monitors (the one with the longest bound among those saying
     stalled, else the longest bound), or None: not running, or no monitor judged it yet."""
     if view.state != "running":
@@ -142,12 +148,9 @@ def stall(view: View) -> dict[str, Any] | None:
 
 
 def queued(view: View) -> bool:
-    """Whether the run is a Slurm job still in the queue (PENDING, held, requeued, suspended): none of its
-    processes has started. The registry keeps calling it running."""
-    from skill_server.hosts.agent.slurm import QUEUED
-
-    return view.state == "running" and any(
-        p.scheduler is not None and p.scheduler.get("state") in QUEUED for p in view.procs)
+    """Whether the run is a scheduler's job still in its queue (pending, held, suspended): none of its processes
+    has started. The registry keeps calling it running."""
+    return view.state == "running" and any(p.scheduler is not None and p.scheduler["queued"] for p in view.procs)
 
 
 def shown_state(view: View) -> str:
@@ -200,10 +203,11 @@ def actions(view: View) -> list[ActionTaken]:
     return [seen[k] for k in sorted(seen)]
 
 
-def relaunch_pending(view: View, row: Row) -> bool:
+def relaunch_pending(view: View, next_attempt: str | None) -> bool:
     """The ended run's resume policy is about to relaunch it (its last resume action: stopped, relaunching
-    after the backoff) and ``row`` (the registry's now) has no next attempt yet: a wait or watch goes on."""
-    if row.spec.next_attempt:
+    after the backoff) and the registry knows no attempt after it yet (``next_attempt``): a wait or watch goes
+    on."""
+    if next_attempt:
         return False
     if any(w.get("pending_resume") for w in view.scan.watchdog.values()):
         return True  # the monitor set it before it stopped the processes, and clears it once relaunched
@@ -213,9 +217,11 @@ def relaunch_pending(view: View, row: Row) -> bool:
 
 def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int, *,
                   config: dict[str, Any] | None = None, checkpoints: CheckpointList | None = None,
-                  metrics_history: MetricsHistory | None = None, say_queued: bool = False) -> dict[str, Any]:
-    """Every ``ExperimentStatus`` field of one view (wait and stop add their own on top); ``say_queued``: a
-    Slurm job in the queue is ``queued`` (status, wait), else ``running`` as the registry says."""
+                  metrics_history: MetricsHistory | None = None, say_queued: bool = False,
+                  attempts: tuple[str | None, str | None] = (None, None)) -> ExperimentStatus:
+    """The ``ExperimentStatus`` of one view (its summary left for the tool to say; wait and stop add their own
+    fields on top); ``say_queued``: a job in its scheduler's queue is ``queued`` (status, wait), else ``running``
+    as the registry says; ``attempts``: the attempts before and after it in its lineage."""
     row = view.row
     max_time = row.spec.max_time_s or bp.DEFAULT_MAX_TIME_S
     first_step_s = float(row.spec.first_step_timeout_s or bp.DEFAULT_FIRST_STEP_S)
@@ -239,17 +245,18 @@ def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int,
     scheduler = scheduler_word(view)
     shown = shown_state(view)
     if shown == "queued":
-        overdue = False  # still in Slurm's queue: nothing could have printed a step yet
-    return dict(
-        id=row.id, session=row.session, socket=row.socket, host=row.host, attach=row.spec.attach,
-        state=shown if say_queued or shown != "queued" else view.state, exit_code=view.exit_code,
+        overdue = False  # still in its scheduler's queue: nothing could have printed a step yet
+    return ExperimentStatus(
+        summary="", id=row.id, session=row.session, socket=row.socket, host=row.host, attach=row.spec.attach,
+        state=cast("StatusState", shown if say_queued or shown != "queued" else view.state), exit_code=view.exit_code,
         started_at=row.started_at,
         elapsed_s=round(view.elapsed_s, 1),
         time_left_s=round(max(0.0, max_time - view.elapsed_s), 1) if view.state == "running" else None,
         max_time_s=max_time, first_step_seen=scan.first_step_seen, first_step_overdue=overdue,
-        global_step=scan.global_step, quiet_s=quiet_s, quiet_since=quiet_since,
+        global_step=scan.global_step, quiet_s=quiet_s,
+        quiet_since=cast("Literal['step', 'output'] | None", quiet_since),
         stall_bound_s=verdict.get("bound_s") if verdict else None, actions=[a.line() for a in actions(view)],
-        previous_attempt=row.spec.previous_attempt, next_attempt=row.spec.next_attempt,
+        previous_attempt=attempts[0], next_attempt=attempts[1],
         last_metrics=scan.last_metrics,
         errors=errors, lines=lines,
         cursor=",".join(str(c) for c in cursor), skipped_bytes=skipped, unscanned_bytes=scan.unscanned_bytes,
@@ -265,11 +272,13 @@ def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int,
 
 
 def scheduler_word(view: View) -> dict[str, str] | None:
-    """A Slurm run's job in Slurm's own words (job id, JobState, Reason, nodes, ExitCode), None under tmux."""
+    """A run's job in its scheduler's own words (the scheduler, job id, state, reason, nodes, exit code), None for
+    a run in no job."""
     facts = next((p.scheduler for p in view.procs if p.scheduler is not None), None)
     if facts is None:
         return None
-    return {k: str(facts[k]) for k in ("job_id", "state", "reason", "nodes", "exit_code") if facts.get(k)}
+    words: dict[str, object] = dict(facts)
+    return {k: str(words[k]) for k in ("scheduler", "job_id", "state", "reason", "nodes", "exit_code") if words.get(k)}
 
 
 def find(reg: Registry, key: str, field: str = "id") -> Row:
@@ -365,14 +374,14 @@ def _remember_profile(reg: Registry, view: View, plan: ExtraPlan, lines: list[st
 
 def _gpu_memory(reg: Registry, view: View, plan: ExtraPlan, deadline: Deadline | None, now: float) -> None:
     """Once a run hit vLLM's KV-cache limit, its host's GPU memory (nvidia-smi, one more call, cached with the
-    YAML's summary) for the utilization that fix computes; a Slurm run's GPUs are on its nodes: not asked."""
+    YAML's summary) for the utilization that fix computes; a scheduled run's GPUs are on its nodes: not asked."""
     from skill_server.gpus import nvidia_smi
     from skill_server.gpus.query import CALL_TIMEOUT_S, from_reply
 
     config = plan.config
     place = view.row.spec.hosts.get(view.row.host)
     if KV_SIGNATURE not in view.scan.errors or "gpu_total_mib" in config or config.get("gpu_problem") or \
-            (place is not None and place.backend is not None):
+            (place is not None and place.handle.kind != backends.DEFAULT):
         return
     host = view.row.host
     gpus = from_reply(host, call_hosts({host: nvidia_smi.query_ops()}, timeout_s=CALL_TIMEOUT_S,
@@ -402,29 +411,30 @@ def _checkpoints(plan: ExtraPlan, view: View, deadline: Deadline | None) -> Chec
 
 def observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_lines: int, *,
                        checkpoints: bool = False, history_request: HistoryRequest | None = None,
-                       deadline: Deadline | None = None, follow_attempts: bool = False) -> list[dict[str, Any]]:
-    """Observe ``rows`` (one round trip per host, ending by ``deadline``) and build their status fields with
-    new lines, progress and, when asked, checkpoints and metric history. ``follow_attempts`` (a listing): the
-    attempts this observation took into the registry (``attempts.take_up``) are observed too and come first,
-    as the newest runs."""
+                       deadline: Deadline | None = None, follow_attempts: bool = False,
+                       upkeep: Upkeep = READ_ONLY) -> list[ExperimentStatus]:
+    """Observe ``rows`` (one round trip per host, ending by ``deadline``; ``upkeep``: what it heals) and build
+    their status with new lines, progress and, when asked, checkpoints and metric history. ``follow_attempts``
+    (a listing): the attempts this observation took into the registry (``attempts.take_up``) are observed too
+    and come first, as the newest runs."""
     out = _observe_with_lines(reg, rows, since, max_lines, checkpoints=checkpoints,
-                              history_request=history_request, deadline=deadline)
+                              history_request=history_request, deadline=deadline, upkeep=upkeep)
     known = {row.id for row in rows}
-    for _ in range(50):  # a chain is followed link by link (each attempt's observation finds the next)
+    for _ in range(lineage.MAX_ATTEMPTS):  # followed link by link (each attempt's observation finds the next)
         if not follow_attempts:
             break
-        fresh = [r for f in out if (nxt := f.get("next_attempt")) and nxt not in known and (r := reg.get(nxt))]
+        fresh = [r for f in out if (nxt := f.next_attempt) and nxt not in known and (r := reg.get(nxt))]
         if not fresh:
             break
         known.update(r.id for r in fresh)
         out = _observe_with_lines(reg, fresh, since, max_lines, checkpoints=checkpoints,
-                                  history_request=history_request, deadline=deadline) + out
+                                  history_request=history_request, deadline=deadline, upkeep=upkeep) + out
     return out
 
 
 def _observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_lines: int, *,
                         checkpoints: bool, history_request: HistoryRequest | None,
-                        deadline: Deadline | None) -> list[dict[str, Any]]:
+                        deadline: Deadline | None, upkeep: Upkeep) -> list[ExperimentStatus]:
     now = time.time()
     starts: dict[str, list[int]] = {}
     plans: dict[str, ExtraPlan] = {}
@@ -432,7 +442,8 @@ def _observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_l
         starts[row.id] = parse_cursor(since, len(row.processes), "since") if since is not None else stored_cursor(row)
         plans[row.id] = plan_extras(reg, row, checkpoints, now)
     views = observe(reg, rows, extra_reads=lambda row: line_reads(row, starts[row.id], max_lines),
-                    extra_ops=lambda row: extra_ops(plans[row.id]), deadline=deadline)
+                    extra_ops=lambda row: extra_ops(plans[row.id]), deadline=deadline, upkeep=upkeep)
+    chains = lineage.links(reg, [view.row for view in views])  # with the attempts this look took up
     out = []
     for view in views:
         row = view.row
@@ -451,10 +462,10 @@ def _observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_l
                                           history_request.to_step, history_request.max_points,
                                           restarts=len(view.scan.progress.restarts))
         out.append(status_fields(view, lines, new, skipped, config=plan.config, checkpoints=listing,
-                                 metrics_history=wanted, say_queued=True))
+                                 metrics_history=wanted, say_queued=True, attempts=chains[row.id]))
     if reg.problem:  # say what this call could not record, in every answer it gives
-        for fields in out:
-            fields["note"] = "; ".join(filter(None, [fields["note"], f"not recorded: {reg.problem}"]))
+        for status in out:
+            status.note = "; ".join(filter(None, [status.note, f"not recorded: {reg.problem}"]))
     return out
 
 

@@ -111,11 +111,10 @@ def run_state(s: ExperimentStatus, *, hints: bool = True) -> str:
     """experiment_status (each run): where it is, the worst error seen with its hint (not without ``hints``:
     a chain's line keeps its room for the next call), and the next call."""
     head = f"Run {s.id} {_STATE_WORDS.get(s.state, s.state)}"
-    queued = s.scheduler is not None and s.scheduler.get("state") == "PENDING"
-    if s.state in ("running", "queued") and queued:
-        assert s.scheduler is not None
-        return _clip(f"Run {s.id} is queued by Slurm (job {s.scheduler.get('job_id')}, reason "
-                     f"{s.scheduler.get('reason')}); next: wait_experiment id={s.id} until=started.")
+    if s.state == "queued" and s.scheduler is not None:
+        return _clip(f"Run {s.id} is queued by {s.scheduler.get('scheduler') or 'its scheduler'} (job "
+                     f"{s.scheduler.get('job_id')}, reason {s.scheduler.get('reason')}); next: wait_experiment "
+                     f"id={s.id} until=started.")
     if s.state == "running":
         nxt = ("; first step overdue: read its lines and errors, stop_experiment if it hangs" if s.first_step_overdue
                else f"; next: wait_experiment id={s.id}" + (" until=first_step" if not s.first_step_seen else ""))
@@ -144,7 +143,7 @@ _WAIT_ENDS = {
     "exited": "the run ended",
     "first_step": "the first training step appeared",
     "pattern": "the pattern matched",
-    "started": "its Slurm job left the queue",
+    "started": "its job left its scheduler's queue",
     "error": "a new error signature appeared",
     "timeout": "nothing to act on yet",
     "unreachable": "its host did not answer",

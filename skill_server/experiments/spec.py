@@ -1,12 +1,14 @@
 """A run's spec: what its launch decided, typed, parsed once from the registry row's JSON.
 
 ``RunSpec.from_json`` reads the ``spec`` column (``store._row`` turns what it raises into that row's
-``CorruptRow``); ``to_json`` gives back the JSON a launch writes, key for key and in the same order, so
-registries written before and after this module read the same. Two shapes exist: format 2 (every launch
-since runs could span hosts) records per host where the run lives (``hosts``) and per process its host
-and wrapper identity; format 1 (one local host) kept ``run_dir`` and ``socket_path`` at the top level,
-and its processes have no host. A key that is missing or null reads as its default; a value of the
-wrong type makes the row unreadable rather than half-read.
+``CorruptRow``); ``to_json`` gives back the JSON a launch writes, key for key and in the same order. Three
+shapes exist, all read: format 3 (every launch since backends) records per host where the run lives
+(``hosts``: its run directory, attach command, interpreter, identity, and its backend's ``handle``) and per
+process its host and wrapper identity; format 2 kept what the handle holds as optional keys of the host's
+record (tmux's ``socket_path`` and ``session_id``, a scheduler's ``backend`` and ``job_id``), read into a handle
+and written back as format 3; format 1 (one local host) kept ``run_dir`` and ``socket_path`` at the top level,
+and its processes have no host (written back as it was). A key that is missing or null reads as its default;
+a value of the wrong type makes the row unreadable rather than half-read.
 """
 
 from __future__ import annotations
@@ -17,7 +19,33 @@ from typing import Any
 
 #: How the registry names this machine (``hosts.LOCAL``).
 LOCAL = "local"
-FORMAT = 2
+FORMAT = 3
+#: The backend of every run recorded before backends were (formats 1 and 2 without one).
+LEGACY_KIND = "tmux"
+#: What a format 2 host record kept of its backend's handle, as optional keys of its own.
+_LEGACY_HANDLE_KEYS = ("socket_path", "session_id", "job_id")
+
+
+@dataclass(frozen=True)
+class Handle:
+    """Where a run lives on one host, in its backend's own terms (``agent.protocol.Handle``): ``kind`` names the
+    backend (``experiments.backends``); ``values`` are that backend's own keys, read by it alone."""
+
+    kind: str
+    values: Mapping[str, Any] = field(default_factory=dict)
+
+    def get(self, key: str) -> Any:
+        return self.values.get(key)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind, **self.values}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Handle:
+        kind = data.get("kind")
+        if not isinstance(kind, str) or not kind:
+            raise TypeError("handle has no kind")
+        return cls(kind, {str(k): v for k, v in data.items() if k != "kind"})
 #: The largest max_time_s or first_step_timeout_s a row may hold (what JSON numbers carry exactly).
 MAX_SECONDS = 2**53
 
@@ -27,13 +55,10 @@ class HostRecord:
     """Where a run lives on one of its hosts."""
 
     run_dir: str
-    socket_path: str
-    attach: str  # the command a user types to watch the run's session there
+    attach: str  # the command a user types to watch the run there
     python: str | None  # the host agent's interpreter there
-    session_id: str | None = None  # tmux's id of the run's session there (``$3``); None before it was recorded
     identity: str | None = None  # the host's ``host_identity()`` (host name plus machine-id digest)
-    backend: str | None = None  # where the processes execute (``experiments.backends``): None is tmux, or "slurm"
-    job_id: str | None = None  # a Slurm run's job id, once sbatch gave it
+    handle: Handle = field(default_factory=lambda: Handle(LEGACY_KIND))  # its backend's, as the start gave it
 
 
 @dataclass(frozen=True)
@@ -65,7 +90,7 @@ class RayCluster:
 
 @dataclass(frozen=True)
 class RunProcess:
-    """One process of a run with where it lives resolved (its host's run directory and tmux socket)."""
+    """One process of a run with where it lives resolved (its host's run directory and backend handle)."""
 
     role: str
     command: str
@@ -74,12 +99,10 @@ class RunProcess:
     log_path: str
     wait_for_url: str | None
     run_dir: str
-    socket_path: str
     pid: int | None
     start: str | None
     pane_id: str | None
-    session_id: str | None = None
-    job_id: str | None = None  # a Slurm run's job
+    handle: Handle = field(default_factory=lambda: Handle(LEGACY_KIND))  # its host's
 
 
 @dataclass(frozen=True)
@@ -100,9 +123,6 @@ class RunSpec:
     format: int | None = FORMAT
     legacy_run_dir: str | None = None  # format 1
     legacy_socket_path: str | None = None  # format 1
-    #: The attempt this run resumes, and the one that resumed it (a resume policy's chain: ``experiments.attempts``).
-    previous_attempt: str | None = None
-    next_attempt: str | None = None
     #: The processes with their run directory and socket resolved (computed once).
     resolved: tuple[RunProcess, ...] = field(init=False, repr=False, compare=False)
 
@@ -111,12 +131,11 @@ class RunSpec:
 
     def _resolve(self, p: ProcessRecord) -> RunProcess:
         where = self.hosts.get(p.host)
+        handle = where.handle if where else Handle(LEGACY_KIND, {"socket_path": self.legacy_socket_path or ""})
         return RunProcess(
             role=p.role, command=p.command, host=p.host, workdir=p.workdir, log_path=p.log_path,
             wait_for_url=p.wait_for_url, run_dir=(where.run_dir if where else "") or self.legacy_run_dir or "",
-            socket_path=(where.socket_path if where else "") or self.legacy_socket_path or "",
-            pid=p.pid, start=p.start, pane_id=p.pane_id, session_id=where.session_id if where else None,
-            job_id=where.job_id if where else None)
+            pid=p.pid, start=p.start, pane_id=p.pane_id, handle=handle)
 
     def attach_on(self, host: str) -> str:
         """The command that attaches to the run's session on ``host`` ("" when unknown)."""
@@ -126,8 +145,9 @@ class RunSpec:
     # ---- the registry's JSON
 
     @classmethod
-    def from_json(cls, data: object) -> RunSpec:
-        """The spec a row holds; ``TypeError``/``ValueError``/``KeyError`` say what is wrong with it."""
+    def from_json(cls, data: object, session: str = "") -> RunSpec:
+        """The spec a row holds (``session``: the row's session name, which a format 2 tmux handle lacks);
+        ``TypeError``/``ValueError``/``KeyError`` say what is wrong with it."""
         spec = _object(data, "spec")
         hosts = _object(spec.get("hosts") or {}, "hosts")
         processes = spec["processes"]
@@ -140,16 +160,16 @@ class RunSpec:
             yaml_path=_maybe_text(spec, "yaml_path"), max_time_s=_seconds(spec, "max_time_s"),
             first_step_timeout_s=_seconds(spec, "first_step_timeout_s"),
             first_step_pattern=_maybe_text(spec, "first_step_pattern"),
-            hosts={str(name): _host(_object(where, f"hosts.{name}")) for name, where in hosts.items()},
+            hosts={str(name): _host(_object(where, f"hosts.{name}"), session) for name, where in hosts.items()},
             processes=tuple(_process(_object(p, f"processes.{i}")) for i, p in enumerate(processes)),
             attach=_text(spec, "attach"), ray_cluster=None if ray is None else _ray(_object(ray, "ray_cluster")),
             format=_maybe_int(spec, "format"), legacy_run_dir=_maybe_text(spec, "run_dir"),
-            legacy_socket_path=_maybe_text(spec, "socket_path"), previous_attempt=_maybe_text(spec, "previous_attempt"),
-            next_attempt=_maybe_text(spec, "next_attempt"))
+            legacy_socket_path=_maybe_text(spec, "socket_path"))
 
     def to_json(self) -> dict[str, Any]:
-        """The JSON a launch writes for this spec (format 1 rows keep their top-level paths)."""
-        out: dict[str, Any] = {} if self.format is None else {"format": self.format}
+        """The JSON a launch writes for this spec (format 1 rows keep their top-level paths; format 2 rows are
+        written as format 3)."""
+        out: dict[str, Any] = {} if self.format is None else {"format": FORMAT}
         out.update(
             host=self.host, result_dir=self.result_dir, workdir=self.workdir, python=self.python,
             blueprint=self.blueprint, yaml_path=self.yaml_path, max_time_s=self.max_time_s,
@@ -163,9 +183,6 @@ class RunSpec:
             out["run_dir"] = self.legacy_run_dir
         if self.legacy_socket_path is not None:
             out["socket_path"] = self.legacy_socket_path
-        for key in ("previous_attempt", "next_attempt"):  # only in a resume chain's rows
-            if getattr(self, key) is not None:
-                out[key] = getattr(self, key)
         if self.ray_cluster is not None:
             r = self.ray_cluster
             out["ray_cluster"] = {"head": r.head, "workers": list(r.workers), "port": r.port, "address": r.address,
@@ -205,24 +222,26 @@ def _seconds(data: Mapping[str, Any], key: str) -> int | None:
     return value
 
 
-def _host(where: Mapping[str, Any]) -> HostRecord:
-    return HostRecord(run_dir=_text(where, "run_dir"), socket_path=_text(where, "socket_path"),
-                      attach=_text(where, "attach"), python=_maybe_text(where, "python"),
-                      session_id=_maybe_text(where, "session_id"), identity=_maybe_text(where, "identity"),
-                      backend=_maybe_text(where, "backend"), job_id=_maybe_text(where, "job_id"))
+def _host(where: Mapping[str, Any], session: str) -> HostRecord:
+    handle = where.get("handle")
+    if handle is not None:
+        parsed = Handle.from_json(_object(handle, "handle"))
+    else:  # format 2: what the handle holds, as the record's own optional keys
+        kind = _maybe_text(where, "backend") or LEGACY_KIND
+        values = {key: value for key in _LEGACY_HANDLE_KEYS if (value := _maybe_text(where, key))}
+        if kind == LEGACY_KIND and session:
+            values["session"] = session
+        parsed = Handle(kind, values)
+    return HostRecord(run_dir=_text(where, "run_dir"), attach=_text(where, "attach"),
+                      python=_maybe_text(where, "python"), identity=_maybe_text(where, "identity"), handle=parsed)
 
 
 def _host_json(h: HostRecord) -> dict[str, Any]:
-    """A host's record as JSON; the identities only once known (older rows read and write back unchanged)."""
-    out: dict[str, Any] = {"run_dir": h.run_dir, "socket_path": h.socket_path, "attach": h.attach, "python": h.python}
-    if h.session_id is not None:
-        out["session_id"] = h.session_id
+    """A host's record as JSON; its identity only once known."""
+    out: dict[str, Any] = {"run_dir": h.run_dir, "attach": h.attach, "python": h.python}
     if h.identity is not None:
         out["identity"] = h.identity
-    if h.backend is not None:
-        out["backend"] = h.backend
-    if h.job_id is not None:
-        out["job_id"] = h.job_id
+    out["handle"] = h.handle.to_json()
     return out
 
 

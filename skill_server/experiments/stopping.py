@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolFailure
-from skill_server.experiments import backends, sentences
+from skill_server.experiments import backends, sentences, upkeep
 from skill_server.experiments.models import ProcessRef, StopOutput
 from skill_server.experiments.queries import observe_with_lines
 from skill_server.experiments.store import Row, elsewhere_reason, local_elsewhere, open_registry
@@ -34,12 +34,8 @@ def _requests(row: Row, grace: float) -> dict[str, client.Op[StopReply]]:
     for i, p in enumerate(row.processes):
         first.setdefault(p.host, i)
         procs.setdefault(p.host, []).append({"role": p.role, "pid": p.pid, "start": p.start, "pane_id": p.pane_id})
-    out = {}
-    for host, i in first.items():
-        where = row.processes[i]
-        out[host] = backends.of(row.spec.hosts.get(host)).stop(row.id, row.session, where, grace_s=grace,
-                                                              procs=procs[host])
-    return out
+    return {host: backends.stop(row.id, row.processes[i], grace_s=grace, procs=procs[host])
+            for host, i in first.items()}
 
 
 def stop_run(key: str, grace_s: float | None = None, deadline: Deadline | None = None) -> StopOutput:
@@ -49,6 +45,7 @@ def stop_run(key: str, grace_s: float | None = None, deadline: Deadline | None =
     grace = 10.0 if grace_s is None else float(grace_s)
     bound = deadline or Deadline.call()
     with open_registry() as reg:
+        upkeep.finish_interrupted_launches(reg)
         row = reg.find(key)
         if row is None:
             raise ToolFailure(f"no experiment {key!r} in this server's registry: stop_experiment only stops "
@@ -87,17 +84,17 @@ def stop_run(key: str, grace_s: float | None = None, deadline: Deadline | None =
             killed_roles += [p["role"] for p in result["terminated"] + result["killed"]]
             removed = removed and bool(result["session_removed"])
         fresh = reg.get(row.id) or row
-        status = observe_with_lines(reg, [fresh], None, 50, deadline=bound)[0]
-    notes = [status["note"]] if status.get("note") else []
+        status = observe_with_lines(reg, [fresh], None, 50, deadline=bound, upkeep=upkeep.HEAL)[0]
+    notes = [status.note] if status.note else []
     if alive:
         notes.append(f"{len(alive)} process(es) survived SIGKILL (uninterruptible or owned by another user): "
                      + ", ".join(f"{a.host} pid {a.pid}" for a in alive))
     if unreachable:
         notes.append("could not stop on " + "; ".join(unreachable) + " (nothing recorded; call stop again)")
-    if status.get("next_attempt"):  # a relaunch waiting for its backoff is cancelled by this stop; one done is not
-        notes.append(f"its policy resumed it as {status['next_attempt']}: stop that one too")
-    status["note"] = "; ".join(dict.fromkeys(notes)) or None
-    out = StopOutput(summary="", **status, interrupted=sorted(set(interrupted)), killed=sorted(set(killed_roles)),
+    if status.next_attempt:  # a relaunch waiting for its backoff is cancelled by this stop; one done is not
+        notes.append(f"its policy resumed it as {status.next_attempt}: stop that one too")
+    status.note = "; ".join(dict.fromkeys(notes)) or None
+    out = StopOutput(**dict(status), interrupted=sorted(set(interrupted)), killed=sorted(set(killed_roles)),
                      killed_processes=killed, still_alive=alive, session_removed=removed)
     out.summary = sentences.stopped(out)
     return out

@@ -9,10 +9,14 @@ over the same bytes never count an error or store a step twice; a final state is
 once (compare-and-set on ``final_state IS NULL``).
 
 A row's ``spec`` holds what the launch decided (``spec.RunSpec``, parsed once when the row is read),
-including, per process, the host it runs on and the pid and start time of its wrapper (``Row.processes``).
-Runs on other hosts keep their run directories (wrapper scripts, exit codes, markers) on those hosts;
-only this registry lives here. A row that cannot be read (hand-edited, truncated) is reported as a
-``CorruptRow`` for that id only.
+including, per process, the host it runs on and the pid and start time of its wrapper (``Row.processes``),
+and per host its backend's handle. Every row knows its *lineage* (the id of its first attempt: a run a resume
+policy relaunched is the same lineage's next ``attempt``; ``experiments.lineage``). Runs on other hosts keep
+their run directories (wrapper scripts, exit codes, markers) on those hosts; only this registry lives here. A
+row that cannot be read (hand-edited, truncated) is reported as a ``CorruptRow`` for that id only.
+
+This module only stores: opening the registry reads and writes nothing of any run. Finishing launches that
+were interrupted is a maintenance step a tool asks for by name (``experiments.upkeep``).
 """
 
 from __future__ import annotations
@@ -22,19 +26,16 @@ import json
 import logging
 import os
 import sqlite3
-import time
 import urllib.parse
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from skill_server.core import mounts
-from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolFailure
-from skill_server.experiments.spec import LOCAL, HostRecord, RunProcess, RunSpec
-from skill_server.hosts import call_hosts, result_of
+from skill_server.experiments.spec import LOCAL, RunProcess, RunSpec
 from skill_server.hosts.agent import procs
 from skill_server.hosts.agent.protocol import host_identity
 from skill_server.hosts.agent.protocol import state_dir as _host_state_dir
@@ -87,12 +88,16 @@ CREATE TABLE IF NOT EXISTS run_configs (
 #: ``seq``: registration order (lookups by name take the newest by it, never by wall-clock time);
 #: ``phase``: ``launching`` from the intent row until every host has started, then ``running`` (a launch
 #: being undone is ``discarding``); ``controller``: the identity of the machine that wrote the row;
-#: ``launcher``: JSON ``{"pid", "start"}`` of the process that launched it (to tell an interrupted launch).
+#: ``launcher``: JSON ``{"pid", "start"}`` of the process that launched it (to tell an interrupted launch);
+#: ``lineage``: the id of the run's first attempt (its own, unless a resume policy relaunched it);
+#: ``attempt``: its number in that lineage (1: the launch).
 _ADDED_COLUMNS = (
     ("seq", "INTEGER"),
     ("phase", "TEXT NOT NULL DEFAULT 'running'"),
     ("controller", "TEXT"),
     ("launcher", "TEXT"),
+    ("lineage", "TEXT"),
+    ("attempt", "INTEGER"),
 )
 #: The indexes every query of this module runs on, created in registries of every age (``_migrate``): a page of
 #: the listing (``phase = ? ORDER BY seq DESC``) and a lookup by session name walk their index in order and
@@ -104,6 +109,7 @@ _INDEXES = """
 CREATE INDEX IF NOT EXISTS experiments_by_seq ON experiments(seq);
 CREATE INDEX IF NOT EXISTS experiments_by_phase_seq ON experiments(phase, seq);
 CREATE INDEX IF NOT EXISTS experiments_by_session_seq ON experiments(session, phase, seq);
+CREATE INDEX IF NOT EXISTS experiments_by_lineage ON experiments(lineage, attempt);
 """
 RUNNING = "running"
 LAUNCHING = "launching"
@@ -128,6 +134,32 @@ def _migrate(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
             raise
     conn.executescript(_INDEXES)
+    if conn.execute("SELECT 1 FROM experiments WHERE lineage IS NULL LIMIT 1").fetchone():
+        _number_attempts(conn)
+
+
+def _number_attempts(conn: sqlite3.Connection) -> None:
+    """Give each row written before lineages (or by a version that knows none) its lineage and attempt number:
+    a resumed run's spec named the attempt it resumes (``previous_attempt``), a linked list followed here once."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        rows = conn.execute("SELECT id, spec, lineage, attempt FROM experiments ORDER BY seq").fetchall()
+        known = {str(i): (lineage, attempt) for i, _, lineage, attempt in rows if lineage is not None}
+        for exp_id, spec, lineage, _ in rows:
+            if lineage is not None:
+                continue
+            try:
+                previous = json.loads(spec).get("previous_attempt")
+            except (TypeError, ValueError, AttributeError, RecursionError):
+                previous = None
+            first, number = known.get(previous, (None, None)) if isinstance(previous, str) else (None, None)
+            place = (first, int(number or 1) + 1) if first is not None else (str(exp_id), 1)
+            known[str(exp_id)] = place
+            conn.execute("UPDATE experiments SET lineage = ?, attempt = ? WHERE id = ?", (*place, exp_id))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
 
 
 def state_dir() -> Path:
@@ -167,6 +199,9 @@ class Row:
     phase: str = RUNNING
     controller: str | None = None
     launcher: dict[str, Any] | None = None
+    #: The id of its lineage's first attempt, and its number in the lineage (``experiments.lineage``).
+    lineage: str = ""
+    attempt: int = 1
 
     @property
     def processes(self) -> tuple[RunProcess, ...]:
@@ -189,7 +224,7 @@ class Row:
 
 
 _COLUMNS = ("id, session, socket, created, started_at, spec, final_state, final_exit_code, ended, note, "
-            "read_cursor, scan, scan_version, timeouts, seq, phase, controller, launcher")
+            "read_cursor, scan, scan_version, timeouts, seq, phase, controller, launcher, lineage, attempt")
 _COLUMN_COUNT = _COLUMNS.count(",") + 1
 
 
@@ -205,7 +240,7 @@ def _row(values: tuple[Any, ...]) -> Row:
     """A readable row, or ``CorruptRow`` saying what is wrong with it."""
     values = tuple(values) + (None,) * (_COLUMN_COUNT - len(values))  # the added columns may be left out
     (id_, session, socket, created, started_at, spec, final_state, final_exit_code, ended, note, read_cursor,
-     scan, scan_version, timeouts, seq, phase, controller, launcher) = values
+     scan, scan_version, timeouts, seq, phase, controller, launcher, lineage, attempt) = values
     exp_id = str(id_)
     try:
         spec_data = json.loads(spec)
@@ -217,7 +252,7 @@ def _row(values: tuple[Any, ...]) -> Row:
             raise TypeError("not an object")
         if not isinstance(session, str) or not isinstance(created, (int, float)) or not isinstance(scan_version, int):
             raise TypeError("bad column")
-        parsed = RunSpec.from_json(spec_data)
+        parsed = RunSpec.from_json(spec_data, session)
         if not parsed.resolved or not all(p.role and p.log_path and p.run_dir for p in parsed.resolved):
             raise ValueError("no processes")
     except (KeyError, TypeError, ValueError) as exc:
@@ -225,7 +260,9 @@ def _row(values: tuple[Any, ...]) -> Row:
     return Row(exp_id, session, socket, created, started_at, parsed, final_state, final_exit_code, ended, note,
                read_cursor if isinstance(read_cursor, str) else "", scan_data, scan_version, timeouts,
                seq if isinstance(seq, int) else 0, phase if isinstance(phase, str) else RUNNING,
-               controller if isinstance(controller, str) else None, _launcher(launcher))
+               controller if isinstance(controller, str) else None, _launcher(launcher),
+               lineage if isinstance(lineage, str) and lineage else exp_id,
+               attempt if isinstance(attempt, int) and attempt > 0 else 1)
 
 
 def unwritable(directory: Path, exc: BaseException | None = None) -> str | None:
@@ -248,7 +285,7 @@ def unwritable(directory: Path, exc: BaseException | None = None) -> str | None:
     return None
 
 
-#: Rows not (yet, or no longer) ``running``, which every tool call's reconcile reads: two ranges around
+#: Rows not (yet, or no longer) ``running``, which finishing interrupted launches reads: two ranges around
 #: 'running' use the (phase, seq) index (``phase != ?`` reads every row, a cost that grew with each finished run);
 #: the few rows found are ordered by ``seq`` in Python.
 PENDING_SQL = f"SELECT {_COLUMNS} FROM experiments WHERE phase < ? OR phase > ?"
@@ -294,13 +331,16 @@ class Registry:
 
     # ---- writes
     def insert(self, *, id: str, session: str, socket: str, created: float, started_at: str, spec: RunSpec,
-               phase: str = RUNNING, controller: str | None = None, launcher: dict[str, Any] | None = None) -> None:
-        """Register a run (``phase`` ``launching`` for a launch's intent row); its ``seq`` is the next number."""
+               phase: str = RUNNING, controller: str | None = None, launcher: dict[str, Any] | None = None,
+               lineage: str | None = None, attempt: int = 1) -> None:
+        """Register a run (``phase`` ``launching`` for a launch's intent row); its ``seq`` is the next number;
+        ``lineage``: its first attempt's id (default: its own)."""
         self._write(
             "INSERT INTO experiments (id, session, socket, created, started_at, spec, phase, controller, launcher, "
-            "seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, (SELECT COALESCE(MAX(seq), 0) + 1 FROM experiments))",
+            "lineage, attempt, seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, "
+            "(SELECT COALESCE(MAX(seq), 0) + 1 FROM experiments))",
             (id, session, socket, created, started_at, json.dumps(spec.to_json()), phase, controller,
-             None if launcher is None else json.dumps(launcher)), required=True)
+             None if launcher is None else json.dumps(launcher), lineage or id, attempt), required=True)
 
     def set_phase(self, exp_id: str, phase: str, spec: RunSpec | None = None) -> None:
         """Move a launch on (``running`` once every host has started, with the spec that records them)."""
@@ -371,6 +411,29 @@ class Registry:
                 continue
         return out
 
+    def lineage(self, lineage: str) -> list[Row]:
+        """The readable registered attempts of a lineage, first attempt first (``experiments.lineage``)."""
+        out = []
+        for values in self.conn.execute(
+                f"SELECT {_COLUMNS} FROM experiments WHERE lineage = ? AND phase = ? ORDER BY attempt, seq",
+                (lineage, RUNNING)):
+            try:
+                out.append(_row(values))
+            except CorruptRow:
+                continue
+        return out
+
+    def lineage_ids(self, lineages: list[str]) -> dict[str, list[str]]:
+        """Lineage -> the ids of its registered attempts, first attempt first, for many lineages at once."""
+        out: dict[str, list[str]] = {}
+        for lo in range(0, len(lineages), 500):
+            part = lineages[lo:lo + 500]
+            for exp_id, lineage in self.conn.execute(
+                    f"SELECT id, lineage FROM experiments WHERE lineage IN ({', '.join('?' * len(part))}) "
+                    "AND phase = ? ORDER BY attempt, seq", (*part, RUNNING)):
+                out.setdefault(str(lineage), []).append(str(exp_id))
+        return out
+
     def count(self) -> int:
         """How many experiments are registered (launches under way aside)."""
         return int(self.conn.execute("SELECT COUNT(*) FROM experiments WHERE phase = ?", (RUNNING,)).fetchone()[0])
@@ -435,68 +498,12 @@ def launcher_identity() -> dict[str, Any]:
     return {"pid": os.getpid(), "start": procs.start_time(os.getpid())}
 
 
-def _launcher_gone(row: Row) -> bool:
-    """Whether the process that launched ``row`` has ended (judged only on the machine that launched it)."""
-    if row.controller != controller_identity():
-        return False  # another machine's launch: that machine's calls finish it
-    who = row.launcher or {}
-    pid, start = who.get("pid"), who.get("start")
-    if not isinstance(pid, int):
-        return True
-    return not procs.alive(pid, start if isinstance(start, str) else None)
-
-
 def local_elsewhere(row: Row) -> str | None:
     """The machine that launched ``row`` when that is another one and the row has processes on its host
     ``local``: only that machine can see, stop or undo those (a discard here would find nothing, "confirm",
     and forget a run that still lives there); None otherwise."""
     controller = launched_elsewhere(row)
     return controller if controller and any(p.host == LOCAL for p in row.processes) else None
-
-
-def discard_everywhere(exp_id: str, session: str, places: Mapping[str, HostRecord], hosts: Sequence[str],
-                       deadline: Deadline) -> bool:
-    """Undo run ``exp_id`` on ``hosts`` by its identity (sessions carrying its marker, its marked processes;
-    its run directory left marked ``discarded``); True when every host confirmed nothing of it is left."""
-    from skill_server.experiments import backends
-
-    ops = {h: [backends.of(places[h]).discard(exp_id, session, places[h])] for h in hosts if h in places}
-    replies = call_hosts(ops, deadline=deadline)
-    confirmed = True
-    for host, reply in replies.items():
-        answer = result_of(reply)
-        if not (answer.get("ok") and answer.get("confirmed")):
-            confirmed = False
-            log.warning("rolling back %s on %s: %s", exp_id, host, answer.get("error") or "not confirmed")
-    return confirmed
-
-
-#: How long one registry open spends finishing interrupted launches, and how soon it tries one again.
-RECONCILE_BUDGET_S = 8.0
-RECONCILE_RETRY_S = 20.0
-_TRIED: dict[str, float] = {}
-
-
-def reconcile(reg: Registry) -> None:
-    """Finish the launches that were interrupted: a row still ``launching`` whose launching process is gone
-    (on this machine), or one being undone (``discarding``), is rolled back on every host and deleted once
-    every host confirms; until then each later call tries again (at most every ``RECONCILE_RETRY_S``). A row
-    with processes on another machine's own host is left to that machine."""
-    pending = [row for row in reg.pending() if (row.phase == DISCARDING or _launcher_gone(row))
-               and not local_elsewhere(row)]
-    now = time.monotonic()
-    deadline = Deadline(RECONCILE_BUDGET_S)
-    for row in pending:
-        if now - _TRIED.get(row.id, -RECONCILE_RETRY_S) < RECONCILE_RETRY_S or deadline.expired():
-            continue
-        _TRIED[row.id] = now
-        if row.phase != DISCARDING:
-            reg.set_phase(row.id, DISCARDING)
-        hosts = list(dict.fromkeys(p.host for p in row.processes))
-        if discard_everywhere(row.id, row.session, row.spec.hosts, hosts, deadline):
-            reg.delete(row.id)
-            _TRIED.pop(row.id, None)
-            log.info("rolled back the interrupted launch %s", row.id)
 
 
 #: Where the registry lives when it must not be in the state directory (see ``registry_place``).
@@ -636,7 +643,8 @@ def open_registry(*, create: bool = True) -> Iterator[Registry]:
     ``create=False`` is for calls that only look runs up: before any launch there is no registry, and an
     empty one in memory answers instead, so they never create a state directory and database on disk.
     A registry that cannot be written (read-only, or its disk is full) is opened read-only: lookups and
-    observations work, writes are skipped and ``Registry.problem`` says why (a launch refuses)."""
+    observations work, writes are skipped and ``Registry.problem`` says why (a launch refuses). Opening it does
+    nothing to any run (``experiments.upkeep`` finishes interrupted launches, for the tools that ask)."""
     place = registry_place()
     directory = place.directory
     on_disk = create or registry_exists(place)
@@ -655,13 +663,7 @@ def open_registry(*, create: bool = True) -> Iterator[Registry]:
         except sqlite3.Error:
             raise ToolFailure(f"cannot open the experiment registry in {directory}: {problem}") from None
     try:
-        reg = Registry(conn, directory if on_disk else None, problem, place)
-        if on_disk and problem is None:
-            try:
-                reconcile(reg)
-            except ToolFailure as exc:  # the registry became unwritable meanwhile: the call goes on
-                log.warning("cannot finish interrupted launches: %s", exc)
-        yield reg
+        yield Registry(conn, directory if on_disk else None, problem, place)
     except sqlite3.Error as exc:
         problem = unwritable(directory, exc) if on_disk else None
         raise ToolFailure(f"experiment registry error ({directory / DB_NAME}): {problem or exc}") from None

@@ -15,8 +15,8 @@ once; the command ends by itself when the run does and its exit code says how th
   the end: a ``state`` line says so (``resumed as <id>.r2: following it``) and watching goes on with the
   next attempt, from its ``started`` line.
 
-It only observes (one round trip per host per poll, like ``experiment_status`` without lines), so it
-never moves the status cursor and never acts on the run. Exit codes: 0 succeeded, 10 failed, 11
+It only observes (one round trip per host per poll, like ``experiment_status`` without lines, healing as that
+does: ``upkeep``), so it never moves the status cursor and never acts on the run. Exit codes: 0 succeeded, 10 failed, 11
 stopped, 12 timed out, 13 lost; with ``--until``, watching also ends at the first of the named events:
 20 first step, 21 an error signature of severity error, 22 stalled; 1 a tool error (an unknown id), 2 a usage
 error, 124 ``--max-time`` passed first, 130 interrupted (Ctrl-C or SIGTERM); a closed output pipe ends it
@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from skill_server.experiments import fixes, history, plots
+from skill_server.experiments import fixes, history, lineage, plots, upkeep
 from skill_server.experiments.models import TERMINAL, ProgressInfo
 from skill_server.experiments.observe import View, observe
 from skill_server.experiments.progress import iso
@@ -129,7 +129,7 @@ class Watcher:
     def _state_events(self, view: View) -> list[Event]:
         out: list[Event] = []
         row, step = view.row, view.scan.global_step
-        state = "queued" if queued(view) else view.state  # a Slurm job in the queue, then running
+        state = "queued" if queued(view) else view.state  # a job in its scheduler's queue, then running
         if not self.started:
             self.started = True
             out.append(Event("started", f"{row.id} state={state} host={row.host} "
@@ -270,6 +270,7 @@ def watch(key: str, write: Callable[[str], None], *, every: int = DEFAULT_EVERY,
     previous = signal.signal(signal.SIGTERM, on_term) if _main_thread() else None
     try:
         with open_registry(create=False) as reg:
+            upkeep.finish_interrupted_launches(reg)
             row = find(reg, key)
         told_pending = False
         while True:
@@ -307,9 +308,9 @@ def _resumed(row: Row, view: View) -> tuple[Row | None, bool]:
     """For an ended run: its next attempt when the registry has taken it up, and whether its policy is still
     to relaunch it (after the backoff)."""
     with open_registry() as reg:
-        now = reg.get(row.id) or row
-        nxt = reg.get(now.spec.next_attempt) if now.spec.next_attempt else None
-    return nxt, nxt is None and relaunch_pending(view, now)
+        later = lineage.of(reg, reg.get(row.id) or row).after(row.id)
+    nxt = later[0] if later else None
+    return nxt, nxt is None and relaunch_pending(view, None)
 
 
 def _not_the_end(events: list[Event], view: View, nxt: Row | None, told_pending: bool) -> list[Event]:
@@ -329,7 +330,7 @@ def _look(row: Row, now: float) -> tuple[Row, View, ExtraPlan]:
     with open_registry() as reg:
         row = reg.get(row.id) or row
         plan = plan_extras(reg, row, False, now)
-        view = observe(reg, [row], extra_ops=lambda r: extra_ops(plan))[0]
+        view = observe(reg, [row], extra_ops=lambda r: extra_ops(plan), upkeep=upkeep.HEAL)[0]
         absorb_config(reg, view, plan, now)
     return row, view, plan
 

@@ -34,7 +34,7 @@ NOT_INSTALLED = ("nvidia-smi is not installed on this host (a machine without NV
 
 def query_ops(prefix: Sequence[str] = ()) -> list[client.Op[RunReply]]:
     """The two ``run`` ops (GPUs, then compute processes) to append to a host's request; ``prefix`` runs
-    nvidia-smi through another command (``srun --jobid ... --overlap``: on a node of a Slurm job)."""
+    nvidia-smi through another command (a scheduler's step on a node of its job, say)."""
     fmt = "--format=csv,noheader,nounits"
     return [client.run([*prefix, "nvidia-smi", "--query-gpu=" + ",".join(GPU_FIELDS), fmt],
                        timeout_s=QUERY_TIMEOUT_S, max_output=MAX_OUTPUT),

@@ -33,35 +33,6 @@ def query(hosts: list[str]) -> list[GpuHost]:
     return [from_reply(h, replies[h]) for h in hosts]
 
 
-#: The nodes of a Slurm job, one per line (``scontrol show hostnames`` of its NodeList, not of ReqNodeList or
-#: ExcNodeList), asked on the login node.
-_JOB_NODES = ('info=$(scontrol show job -o "$0") || exit 1; case "$info" in *" JobState=RUNNING "*) ;; '
-              '*) echo "$info" | grep -o "JobState=[^ ]*" >&2; exit 3;; esac; '
-              'nodes=$(echo "$info" | grep -o " NodeList=[^ ]*" | cut -d= -f2) && scontrol show hostnames "$nodes"')
-
-
-def in_job(login: str, job_id: str) -> list[GpuHost]:
-    """The GPUs of every node of a running Slurm job as the job's processes see them: from the login node,
-    nvidia-smi in an ``srun --jobid --overlap`` step per node (it starts at once even while the job's steps
-    hold every CPU). Two round trips: the job's nodes, then every node's two queries."""
-    where = f"{login}: Slurm job {job_id}"
-    reply = call_hosts({login: [client.run(["sh", "-c", _JOB_NODES, job_id], timeout_s=20)]},
-                       timeout_s=CALL_TIMEOUT_S)[login]
-    if isinstance(reply, HostUnreachable):
-        return [nvidia_smi.unreachable(where, reply.reason)]
-    listed = client.answer(reply[0], client.run)
-    if not listed["ok"] or listed["returncode"] != 0 or not listed["stdout"].split():
-        why = (listed.get("stderr") or "").strip().splitlines() if listed["ok"] else [listed["error"]]
-        return [nvidia_smi.unreachable(where, "no nodes: the job is not running (" + (why[-1] if why else
-                                                                                        "not queued or ended") + ")")]
-    nodes = listed["stdout"].split()[:64]
-    ops = [op for node in nodes for op in nvidia_smi.query_ops(
-        ["srun", f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}"])]
-    replies = call_hosts({login: ops}, timeout_s=CALL_TIMEOUT_S + 5 * len(nodes))[login]
-    return [from_reply(node, replies, first=2 * i) if not isinstance(replies, HostUnreachable)
-            else nvidia_smi.unreachable(node, replies.reason) for i, node in enumerate(nodes)]
-
-
 def _holders(processes: list[Any] | None) -> str:
     if processes is None:
         return "its processes are unknown"

@@ -47,11 +47,6 @@ class CommandResult:
     error: str | None
 
 
-def tmux_attach_argv(socket_path: str, session: str) -> list[str]:
-    """What attaches a terminal to ``session`` of the tmux server at ``socket_path`` (on its host)."""
-    return ["tmux", "-S", socket_path, "attach", "-t", session]
-
-
 class Host(ABC):
     """Where processes run and files live: this machine, or one reached over SSH."""
 
@@ -68,8 +63,9 @@ class Host(ABC):
         ``deadline`` (when given) and within ``timeout_s``; the agent is told what is left."""
 
     @abstractmethod
-    def attach_command(self, socket_path: str, session: str) -> str:
-        """The shell command a user types to watch a session of this host's tmux server."""
+    def terminal_command(self, argv: Sequence[str]) -> str:
+        """The shell command a user types, here, to run ``argv`` on this host in their terminal (what a run's
+        backend says attaches to it, say)."""
 
     def _request(self, ops: Sequence[Op[Any]], deadline: Deadline | None = None) -> Envelope:
         envelope: Envelope = {"v": PROTOCOL_VERSION, "ops": [op.request for op in ops]}

@@ -23,10 +23,12 @@ from skill_server.core.errors import ToolFailure, ToolInputError
 
 if TYPE_CHECKING:
     from skill_server.hosts.agent.protocol import (
+        BackendChoice,
         CheckpointsReply,
         DiscardReply,
         DiscardRequest,
         Failure,
+        Handle,
         LaunchPlan,
         LaunchProc,
         LaunchRequest,
@@ -34,13 +36,13 @@ if TYPE_CHECKING:
         MonitorConfig,
         ObserveProc,
         ObserveReply,
+        ObserveRequest,
         OpRequest,
         PingReply,
         ReadReply,
         ReclaimReply,
         RunReply,
         RunRequest,
-        SlurmOptions,
         StatReply,
         StopProc,
         StopReply,
@@ -153,62 +155,53 @@ class Launch:
     start: Op[LaunchStarted]
 
 
-def launch(exp_id: str, session: str, socket_name: str, *, replace_pids: Sequence[int], python: str | None,
-           workdir: str, result_dir: str, max_time_s: int, deadline_grace_s: int,
-           procs: Sequence[LaunchProc], monitor: MonitorConfig | None = None,
-           slurm: SlurmOptions | None = None) -> Launch:
-    """Start ``procs`` (this host's processes of run ``exp_id``) as windows of tmux session ``session`` on
-    the server named ``socket_name``, and the run's monitor there. ``check`` resolves and checks everything
-    and starts nothing; ``start`` creates the run directory and the session. ``replace_pids``: the panes of
-    an earlier run of ours whose finished session may be replaced. ``monitor``: what the run monitor scans
-    for (the signature table, the run's first-step pattern). ``slurm``: submit the processes as one batch job
-    from this host (its login node) instead, with these sbatch options."""
+def launch(exp_id: str, session: str, *, backend: BackendChoice, python: str | None, workdir: str,
+           result_dir: str, max_time_s: int, deadline_grace_s: int, procs: Sequence[LaunchProc],
+           monitor: MonitorConfig | None = None) -> Launch:
+    """Start ``procs`` (this host's processes of run ``exp_id``, named ``session``) in ``backend`` (its kind and
+    its own options: ``experiments.backends``), and the run's monitor where that backend runs it. ``check``
+    resolves and checks everything and starts nothing; ``start`` creates the run directory and starts the
+    processes. ``monitor``: what the run monitor scans for (the signature table, the run's first-step pattern)
+    and its policies."""
     request: LaunchRequest = {
-        "op": "launch", "exp_id": exp_id, "session": session, "socket_name": socket_name, "dry_run": True,
-        "replace_pids": list(replace_pids), "python": python, "workdir": workdir, "result_dir": result_dir,
-        "max_time_s": max_time_s, "deadline_grace_s": deadline_grace_s, "procs": list(procs)}
+        "op": "launch", "exp_id": exp_id, "session": session, "dry_run": True, "backend": backend, "python": python,
+        "workdir": workdir, "result_dir": result_dir, "max_time_s": max_time_s, "deadline_grace_s": deadline_grace_s,
+        "procs": list(procs)}
     if monitor is not None:
         request["monitor"] = monitor
-    if slurm is not None:
-        request["slurm"] = slurm
     start: LaunchRequest = {**request, "dry_run": False}
     return Launch(Op(request), Op(start))
 
 
-def discard(exp_id: str, socket_path: str, session: str, *, session_id: str | None = None,
-            run_dir: str | None = None, slurm: bool = False) -> Op[DiscardReply]:
-    """Undo a launch on the host: end the run's sessions (by identity: ``session_id`` when known, else the
-    run's marker in its panes) and marked processes, empty its run directory (``run_dir``, default the
-    host's own for ``exp_id``) and mark it discarded."""
-    request: DiscardRequest = {"op": "discard", "exp_id": exp_id, "socket_path": socket_path, "session": session}
-    if session_id is not None:
-        request["session_id"] = session_id
+def discard(exp_id: str, handle: Handle, *, run_dir: str | None = None) -> Op[DiscardReply]:
+    """Undo a launch on the host: its backend ends what it started there, by the run's identity (``handle``, as
+    far as it is known: a start that never answered left only the dry run's), and the run directory
+    (``run_dir``, default the host's own for ``exp_id``) is left marked discarded."""
+    request: DiscardRequest = {"op": "discard", "exp_id": exp_id, "handle": handle}
     if run_dir is not None:
         request["run_dir"] = run_dir
-    if slurm:
-        request["slurm"] = True
     return Op(request)
 
 
-def observe(sockets: Sequence[str], procs: Sequence[ObserveProc]) -> Op[ObserveReply]:
-    """The panes of the tmux servers at ``sockets`` (only needed for processes recorded without a pid), and
-    each process's liveness, exit code, markers, the requested appended ranges of its log and what the
-    run's monitor found (or, for a run without one, its scan range) with the metric points after its cursor."""
-    return Op({"op": "observe", "sockets": list(sockets), "procs": list(procs)})
+def observe(procs: Sequence[ObserveProc], *, heal: bool = False) -> Op[ObserveReply]:
+    """Each process's liveness and exit code (from its backend), markers, the requested appended ranges of its
+    log and what the run's monitor found (or, for a run without one, its scan range) with the metric points
+    after its cursor. ``heal``: also start dead monitors and release finished sessions there (``ObserveRequest``)."""
+    request: ObserveRequest = {"op": "observe", "procs": list(procs)}
+    if heal:
+        request["heal"] = True
+    return Op(request)
 
 
-def stop(exp_id: str, run_dir: str, socket_path: str, session: str, *, grace_s: float, procs: Sequence[StopProc],
-         kill_session: bool = True, session_id: str | None = None, job_id: str | None = None) -> Op[StopReply]:
-    """Stop every process of run ``exp_id`` on the host (Ctrl-C, ``grace_s``, SIGTERM, SIGKILL, verified)
-    and, with ``kill_session``, remove its tmux session: only a session that is the run's by identity
-    (``session_id`` and a recorded pane, or the run's marker in its panes), never one found by name."""
-    request: StopRequest = {"op": "stop", "exp_id": exp_id, "run_dir": run_dir, "socket_path": socket_path,
-                            "session": session, "grace_s": grace_s, "kill_session": kill_session,
+def stop(exp_id: str, run_dir: str, handle: Handle, *, grace_s: float, procs: Sequence[StopProc],
+         keep_session: bool = False) -> Op[StopReply]:
+    """Stop every process of run ``exp_id`` on the host as its backend does (Ctrl-C, ``grace_s``, SIGTERM,
+    SIGKILL, verified; a scheduler's job cancelled) and, unless ``keep_session``, remove what holds it there (only
+    a tmux session that is the run's by identity, never one found by name)."""
+    request: StopRequest = {"op": "stop", "exp_id": exp_id, "run_dir": run_dir, "handle": handle, "grace_s": grace_s,
                             "procs": list(procs)}
-    if session_id is not None:
-        request["session_id"] = session_id
-    if job_id is not None:  # a Slurm run: scancel its job (by name when the id is "")
-        request["job_id"] = job_id
+    if keep_session:
+        request["keep_session"] = True
     return Op(request)
 
 

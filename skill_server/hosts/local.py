@@ -8,7 +8,7 @@ from typing import Any
 
 from skill_server.core.deadline import Deadline, bounded
 from skill_server.hosts.agent import ops as agent_ops
-from skill_server.hosts.base import LOCAL, Host, tmux_attach_argv
+from skill_server.hosts.base import LOCAL, Host
 from skill_server.hosts.client import Op, Result
 
 
@@ -19,5 +19,5 @@ class LocalHost(Host):
              ) -> list[Result]:
         return self._results(agent_ops.handle(self._request(ops, bounded(deadline, timeout_s))), len(ops))
 
-    def attach_command(self, socket_path: str, session: str) -> str:
-        return shlex.join(tmux_attach_argv(socket_path, session))
+    def terminal_command(self, argv: Sequence[str]) -> str:
+        return shlex.join(argv)

@@ -48,7 +48,7 @@ from skill_server.core.deadline import Deadline, bounded
 from skill_server.core.errors import ToolFailure
 from skill_server.hosts.agent import program
 from skill_server.hosts.agent.protocol import state_dir
-from skill_server.hosts.base import Host, HostUnreachable, tmux_attach_argv
+from skill_server.hosts.base import Host, HostUnreachable
 from skill_server.hosts.client import Op, Result
 
 log = logging.getLogger(__name__)
@@ -441,10 +441,9 @@ class SshHost(Host):
         finally:
             session.lock.release()
 
-    def attach_command(self, socket_path: str, session: str) -> str:
-        """``ssh -t [-F <absolute config>] <dest> 'tmux ... attach'``: it works from any directory."""
-        argv = ["ssh", "-t", *config_arguments(), self.name]
-        return shlex.join(argv + [shlex.join(tmux_attach_argv(socket_path, session))])
+    def terminal_command(self, argv: Sequence[str]) -> str:
+        """``ssh -t [-F <absolute config>] <dest> '<argv>'``: it works from any directory."""
+        return shlex.join(["ssh", "-t", *config_arguments(), self.name, shlex.join(argv)])
 
 
 def _nonce() -> str:

@@ -1,54 +1,109 @@
-"""The Slurm backend: the run is one batch job submitted from its host (the login node); its processes run
-inside the allocation, and the host agent asks Slurm (and reads the job's ``job.json``) for their state."""
+"""The Slurm backend: the run is one batch job submitted from its host (the login node; the host agent's
+``backend_slurm``); its processes and its monitor run inside the allocation, and the host agent asks Slurm (and
+reads the job's ``job.json``) for their state. Its launch option is the launch input's ``slurm`` (``OPTIONS``:
+sbatch's options; references/remote-and-multinode.md)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import shlex
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated, Any
 
-from skill_server.hosts import client
+from pydantic import Field, StrictStr
+
+from skill_server.core.errors import ToolInputError
+from skill_server.core.models import PositiveInt, ToolInput
+from skill_server.hosts import LOCAL, HostUnreachable, call_hosts, client
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from skill_server.experiments.backends import LaunchContext
+    from skill_server.experiments.spec import HostRecord
+    from skill_server.gpus.models import GpuHost
+    from skill_server.hosts.agent.protocol import BackendChoice, LaunchPlan
 
-    from skill_server.experiments.spec import HostRecord, RunProcess
-    from skill_server.hosts.agent.protocol import (
-        DiscardReply,
-        LaunchProc,
-        MonitorConfig,
-        ObserveProc,
-        SlurmOptions,
-        StopProc,
-        StopReply,
-    )
+
+class SlurmSpec(ToolInput):
+    # sbatch's options for a run submitted as one Slurm job (references/remote-and-multinode.md)
+
+    partition: StrictStr | None = Field(default=None, max_length=200)
+    nodes: PositiveInt | None = Field(default=None, le=1024)
+    gpus_per_node: Annotated[int, Field(strict=True, ge=0, le=64)] | None = None
+    cpus_per_task: PositiveInt | None = Field(default=None, le=4096)
+    mem: StrictStr | None = Field(default=None, pattern=r"^[0-9]+[KMGT]?$")  # per node
+    account: StrictStr | None = Field(default=None, max_length=200)
+    qos: StrictStr | None = Field(default=None, max_length=200)
+    extra_args: list[Annotated[StrictStr, Field(pattern=r"^-", max_length=500)]] | None = Field(
+        default=None, max_length=20)  # more sbatch options
+
+
+OPTIONS = SlurmSpec
+
+#: The nodes of a Slurm job, one per line (``scontrol show hostnames`` of its NodeList, not of ReqNodeList or
+#: ExcNodeList), asked on the login node.
+_JOB_NODES = ('info=$(scontrol show job -o "$0") || exit 1; case "$info" in *" JobState=RUNNING "*) ;; '
+              '*) echo "$info" | grep -o "JobState=[^ ]*" >&2; exit 3;; esac; '
+              'nodes=$(echo "$info" | grep -o " NodeList=[^ ]*" | cut -d= -f2) && scontrol show hostnames "$nodes"')
 
 
 class Slurm:
     name = "slurm"
 
-    def __init__(self, options: SlurmOptions | None = None) -> None:
-        self.options: SlurmOptions = options or {}
+    def __init__(self, options: dict[str, Any] | None = None) -> None:
+        self.options: dict[str, Any] = options or {}
 
-    def launch(self, exp_id: str, session: str, socket: str, *, replace_pids: Sequence[int], python: str | None,
-               workdir: str, result_dir: str, max_time_s: int, deadline_grace_s: int, procs: Sequence[LaunchProc],
-               monitor: MonitorConfig | None) -> client.Launch:
+    def configure(self, options: Any, context: LaunchContext) -> Slurm:
+        """Every process runs inside the job's allocation (so none names a host of its own), which gets its GPUs
+        from Slurm (the login node's say nothing); a stop from inside the job cancels it, and a relaunch would be
+        a new sbatch, which is not done here."""
+        if context.other_host_field is not None:
+            raise ToolInputError("with slurm every process runs in the job's allocation: give no host of its own",
+                                 field=context.other_host_field)
+        if context.gpus_required:
+            raise ToolInputError("not with slurm: the job gets its GPUs from Slurm (slurm.gpus_per_node)",
+                                 field="require_free_gpus")
+        if "max_resumes" in context.policy:
+            field = "policy.on_error" if context.policy.get("on_error") == "resume" else "policy.on_stall"
+            raise ToolInputError("resume is not done with slurm: use stop (the job is cancelled) and launch again",
+                                 field=field)
+        return Slurm(options.model_dump(exclude_none=True))
+
+    def choice(self, replace_pids: Sequence[int]) -> BackendChoice:
         """The time limit is the run's max time (Slurm enforces it); the run's monitor runs inside the job."""
-        del replace_pids  # no tmux session to replace
-        return client.launch(exp_id, session, socket, replace_pids=[], python=python, workdir=workdir,
-                             result_dir=result_dir, max_time_s=max_time_s, deadline_grace_s=deadline_grace_s,
-                             procs=procs, monitor=monitor, slurm=self.options)
+        return {"kind": self.name, "options": dict(self.options)}
 
-    def observe(self, p: RunProcess, request: ObserveProc) -> ObserveProc:
-        if p.job_id:
-            request["job_id"] = p.job_id
-        return request
+    def attach(self, host: str, plan: LaunchPlan) -> str:
+        """Its first process's log, followed (``tail -F``; over ssh for a remote login node)."""
+        follow = shlex.join(plan["attach"])
+        if not follow:
+            return ""
+        return follow if host == LOCAL else f"ssh {shlex.quote(host)} {shlex.quote(follow)}"
 
-    def stop(self, exp_id: str, session: str, p: RunProcess, *, grace_s: float, procs: Sequence[StopProc]
-             ) -> client.Op[StopReply]:
-        return client.stop(exp_id, p.run_dir, "", session, grace_s=grace_s, procs=procs, kill_session=False,
-                           job_id=p.job_id or "")
+    def allocation_gpus(self, host: str, where: HostRecord) -> list[GpuHost] | None:
+        """The GPUs of every node of the running job as the job's processes see them: from the login node,
+        nvidia-smi in an ``srun --jobid --overlap`` step per node (it starts at once even while the job's steps
+        hold every CPU). Two round trips: the job's nodes, then every node's two queries."""
+        from skill_server.gpus import nvidia_smi
+        from skill_server.gpus.query import CALL_TIMEOUT_S, from_reply
 
-    def discard(self, exp_id: str, session: str, where: HostRecord) -> client.Op[DiscardReply]:
-        return client.discard(exp_id, "", session, run_dir=where.run_dir or None, slurm=True)
+        job_id = where.handle.get("job_id")
+        if not job_id:
+            raise ToolInputError("has no Slurm job (its launch did not finish)", field="experiment")
+        label = f"{host}: Slurm job {job_id}"
+        reply = call_hosts({host: [client.run(["sh", "-c", _JOB_NODES, str(job_id)], timeout_s=20)]},
+                           timeout_s=CALL_TIMEOUT_S)[host]
+        if isinstance(reply, HostUnreachable):
+            return [nvidia_smi.unreachable(label, reply.reason)]
+        listed = client.answer(reply[0], client.run)
+        if not listed["ok"] or listed["returncode"] != 0 or not listed["stdout"].split():
+            why = (listed.get("stderr") or "").strip().splitlines() if listed["ok"] else [listed["error"]]
+            return [nvidia_smi.unreachable(label, "no nodes: the job is not running (" + (
+                why[-1] if why else "not queued or ended") + ")")]
+        nodes = listed["stdout"].split()[:64]
+        ops = [op for node in nodes for op in nvidia_smi.query_ops(
+            ["srun", f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}"])]
+        replies = call_hosts({host: ops}, timeout_s=CALL_TIMEOUT_S + 5 * len(nodes))[host]
+        return [from_reply(node, replies, first=2 * i) if not isinstance(replies, HostUnreachable)
+                else nvidia_smi.unreachable(node, replies.reason) for i, node in enumerate(nodes)]
 
 
-SLURM = Slurm()
+BACKEND = Slurm()

@@ -1,46 +1,37 @@
-"""The tmux backend: one tmux session per host, a window per process, the run's monitor beside it."""
+"""The tmux backend: one tmux session per host, a window per process, the run's monitor beside it (the host
+agent's ``backend_tmux``). A launch of a name whose earlier run left a finished session on a host replaces
+that session (the panes that run recorded), never another one."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from skill_server.hosts import client
+from skill_server.experiments.checks import socket_name
+from skill_server.hosts import get_host
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
-
-    from skill_server.experiments.spec import HostRecord, RunProcess
-    from skill_server.hosts.agent.protocol import (
-        DiscardReply,
-        LaunchProc,
-        MonitorConfig,
-        ObserveProc,
-        StopProc,
-        StopReply,
-    )
+    from skill_server.experiments.backends import LaunchContext
+    from skill_server.experiments.spec import HostRecord
+    from skill_server.gpus.models import GpuHost
+    from skill_server.hosts.agent.protocol import BackendChoice, LaunchPlan
 
 
 class Tmux:
     name = "tmux"
 
-    def launch(self, exp_id: str, session: str, socket: str, *, replace_pids: Sequence[int], python: str | None,
-               workdir: str, result_dir: str, max_time_s: int, deadline_grace_s: int, procs: Sequence[LaunchProc],
-               monitor: MonitorConfig | None) -> client.Launch:
-        return client.launch(exp_id, session, socket, replace_pids=replace_pids, python=python, workdir=workdir,
-                             result_dir=result_dir, max_time_s=max_time_s, deadline_grace_s=deadline_grace_s,
-                             procs=procs, monitor=monitor)
+    def configure(self, options: Any, context: LaunchContext) -> Tmux:
+        return self
 
-    def observe(self, p: RunProcess, request: ObserveProc) -> ObserveProc:
-        return request
+    def choice(self, replace_pids: Sequence[int]) -> BackendChoice:
+        return {"kind": self.name, "options": {"socket_name": socket_name(), "replace_pids": list(replace_pids)}}
 
-    def stop(self, exp_id: str, session: str, p: RunProcess, *, grace_s: float, procs: Sequence[StopProc]
-             ) -> client.Op[StopReply]:
-        return client.stop(exp_id, p.run_dir, p.socket_path, session, grace_s=grace_s, procs=procs,
-                           session_id=p.session_id)
+    def attach(self, host: str, plan: LaunchPlan) -> str:
+        """``tmux -S <socket> attach -t <session>`` on the host (over ssh -t for a remote one)."""
+        return get_host(host).terminal_command(plan["attach"])
 
-    def discard(self, exp_id: str, session: str, where: HostRecord) -> client.Op[DiscardReply]:
-        return client.discard(exp_id, where.socket_path, session, session_id=where.session_id,
-                              run_dir=where.run_dir or None)
+    def allocation_gpus(self, host: str, where: HostRecord) -> list[GpuHost] | None:
+        return None
 
 
-TMUX = Tmux()
+BACKEND = Tmux()

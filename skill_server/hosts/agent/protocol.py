@@ -12,6 +12,13 @@ means a new ``PROTOCOL_VERSION`` (hosts cache the agent per source digest, so ol
 
 The types exist for type checkers only (``if TYPE_CHECKING:``; import them the same way): building them
 needs ``typing``, which the agent never loads at run time, so a call on a host pays nothing for them.
+Python 3.8 has no ``typing_extensions`` there either, so nothing here needs more than ``typing``.
+
+What comes back is typed as well as what goes: besides each op's reply, the documents a run's monitor
+writes on its host and the server reads (``MonitorDocument``, the observation's ``MonitorReport``, its
+``MonitorEvent``s and the resume policy's ``AttemptRecord``). A run lives on each host in its *backend*
+(``agent.backend``): the wire carries that as a ``Handle`` whose ``kind`` names the backend and whose other
+keys are the backend's own, and a scheduler's job comes back as ``JobFacts`` in a shape no backend owns.
 """
 
 from __future__ import annotations
@@ -21,12 +28,10 @@ import os
 #: ``typing.TYPE_CHECKING`` without importing typing: false at run time, taken as true by type checkers.
 TYPE_CHECKING = False
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 #: The environment variable every process of a run carries: ``<experiment id>/<role>``.
 RUN_MARKER = "AGENTJET_SKILL_RUN"
-#: Left in a run directory once the run's tmux session was removed (by its monitor, an observation or a stop).
-SESSION_REMOVED = "session.removed"
 #: What starts every line the wrapper and the run monitor write into a run's log.
 LOG_MARK = "[agentjet-swarm-skill]"
 #: How long a stop waits after SIGKILL before it reports what survived (callers add it to their bounds).
@@ -75,6 +80,24 @@ def host_identity() -> str:
 
 if TYPE_CHECKING:
     from typing import Any, Literal, TypedDict
+
+    # What a run's monitor writes on its host and an observation carries back (``documents``), re-exported: the
+    # server reads every shape the host gives it from this module.
+    from .documents import ActionRecord as ActionRecord
+    from .documents import AttemptRecord as AttemptRecord
+    from .documents import CheckpointRef as CheckpointRef
+    from .documents import ErrorHitDoc as ErrorHitDoc
+    from .documents import MetricPoint as MetricPoint
+    from .documents import MonitorDocument as MonitorDocument
+    from .documents import MonitorEvent as MonitorEvent
+    from .documents import MonitorReport as MonitorReport
+    from .documents import NotifyFailure as NotifyFailure
+    from .documents import NotifyTally as NotifyTally
+    from .documents import PendingResume as PendingResume
+    from .documents import ProgressDoc as ProgressDoc
+    from .documents import RoleFindings as RoleFindings
+    from .documents import RunReport as RunReport
+    from .documents import StallVerdict as StallVerdict
 
     # ---- results
 
@@ -220,7 +243,8 @@ if TYPE_CHECKING:
         transient: list[str]  # the signature names a resume relaunches after
         max_resumes: int
         backoff_s: int
-        attempt: int  # 1: the launch; 2, 3...: its relaunches (``<id>.r2``...)
+        attempt: int  # 1: the launch; 2, 3...: its relaunches (``<lineage>.r2``...)
+        lineage: str  # the first attempt's id
         previous: str  # the attempt this one resumes
 
     class MonitorConfig(_MonitorRequired, total=False):
@@ -233,10 +257,8 @@ if TYPE_CHECKING:
     class _LaunchRequired(TypedDict):
         op: Literal["launch"]
         exp_id: str
-        session: str
-        socket_name: str
+        session: str  # the run's name (the tmux session's; a scheduler's job is named by ``exp_id``)
         dry_run: bool
-        replace_pids: list[int]
         python: str | None
         workdir: str
         result_dir: str
@@ -244,26 +266,33 @@ if TYPE_CHECKING:
         deadline_grace_s: int
         procs: list[LaunchProc]
 
-    class SlurmOptions(TypedDict, total=False):
-        """Where a Slurm run's job goes (``launch``'s ``slurm``): sbatch's options, each left out when None."""
+    class Handle(TypedDict):
+        """Where a run lives on one host, as its backend knows it: ``kind`` names the backend (``agent.backend``),
+        the other keys are that backend's own and nobody else reads them (tmux: the socket, the session's name
+        and id; a batch scheduler: the job's id). The registry stores it as it came."""
 
-        partition: str | None
-        nodes: int | None
-        gpus_per_node: int | None
-        cpus_per_task: int | None
-        mem: str | None
-        account: str | None
-        qos: str | None
-        extra_args: list[str] | None
+        kind: str
 
-    class SchedulerFacts(TypedDict):
-        """A Slurm job as the login node sees it: Slurm's own words (``JobState``, ``Reason``, ``ExitCode``
-        as ``EXIT:SIGNAL``, ``NodeList``), from ``scontrol`` ("slurm"), the job's ``job.json`` ("record") or
-        neither ("none": Slurm forgot a job that never wrote its record); ``error``: why Slurm could not be
-        asked (the state is then the record's, or UNKNOWN)."""
+    class _BackendRequired(TypedDict):
+        kind: str
 
+    class BackendChoice(_BackendRequired, total=False):
+        """Which backend starts a launch's processes on this host (missing: tmux) and its own options."""
+
+        options: dict[str, Any]
+
+    class JobFacts(TypedDict):
+        """A batch scheduler's job as the host that submitted it sees it, in no backend's shape: ``scheduler``
+        names it for people; ``state``, ``reason``, ``exit_code`` (``EXIT:SIGNAL``) and ``nodes`` are the
+        scheduler's own words; ``queued``: none of its processes has started (pending, held, suspended);
+        ``final``: it is over. ``source``: where the words came from (the scheduler, the job's own record, or
+        "none"); ``error``: why the scheduler could not be asked (the state is then the record's, or UNKNOWN)."""
+
+        scheduler: str
         job_id: str
         state: str
+        queued: bool
+        final: bool
         reason: str
         exit_code: str
         nodes: str
@@ -272,7 +301,7 @@ if TYPE_CHECKING:
 
     class LaunchRequest(_LaunchRequired, total=False):
         monitor: MonitorConfig  # missing: the monitor enforces the max time and scans for nothing
-        slurm: SlurmOptions  # the run is one batch job submitted from this host (no tmux, no monitor)
+        backend: BackendChoice  # missing: tmux
 
     class PlannedProc(TypedDict):
         role: str
@@ -282,7 +311,7 @@ if TYPE_CHECKING:
     class StartedProc(TypedDict):
         window_id: str
         pane_id: str
-        pid: int | None  # None: a Slurm run's process (it runs on a node of the job's allocation)
+        pid: int | None  # None: known only once it starts (inside a scheduler's job, on one of its nodes)
         start: str | None
         role: str
         workdir: str
@@ -290,10 +319,11 @@ if TYPE_CHECKING:
 
     class _LaunchWhere(Ok):
         run_dir: str
-        socket_path: str
         result_dir: str
         python: str
         host_identity: str  # ``host_identity()`` of the host that answered
+        handle: Handle  # the dry run's: what is known before anything started
+        attach: list[str]  # the command (argv, on that host) a user runs to watch the run there
 
     class LaunchPlan(_LaunchWhere):
         """The dry run's answer: where everything would go."""
@@ -302,8 +332,6 @@ if TYPE_CHECKING:
 
     class LaunchStarted(_LaunchWhere):
         procs: list[StartedProc]
-        session_id: str  # tmux's ``#{session_id}`` of the run's session (``$3``): with the panes, its identity
-        job_id: str | None  # a Slurm run's job id (None under tmux)
 
     # ---- stopping: what a stop saw and did (shared by discard and stop)
 
@@ -322,13 +350,10 @@ if TYPE_CHECKING:
     class _DiscardRequired(TypedDict):
         op: Literal["discard"]
         exp_id: str
-        socket_path: str
-        session: str
+        handle: Handle  # as far as it is known (the dry run's, when the start never answered)
 
     class DiscardRequest(_DiscardRequired, total=False):
-        session_id: str | None  # known once the start answered; else the run's sessions are found by marker
         run_dir: str | None  # the launch's run directory on this host (default: ``files.run_dir``)
-        slurm: bool  # a Slurm run: cancel its job (by the id it recorded, else by its name, the run's id)
 
     class DiscardReply(StopReport, Ok):
         session_removed: bool
@@ -346,15 +371,12 @@ if TYPE_CHECKING:
         op: Literal["stop"]
         exp_id: str
         run_dir: str
-        socket_path: str
-        session: str
+        handle: Handle
         grace_s: float
-        kill_session: bool
         procs: list[StopProc]
 
     class StopRequest(_StopRequired, total=False):
-        session_id: str | None  # recorded at launch (None for runs launched before it was)
-        job_id: str  # a Slurm run: scancel its job instead of signalling pids
+        keep_session: bool  # leave what holds the ended run (its tmux session) in place
 
     class StopReply(StopReport, Ok):
         exit_codes: dict[str, int | None]
@@ -373,21 +395,22 @@ if TYPE_CHECKING:
         start: str | None
         log_path: str
         reads: list[ReadSpan]  # the caller's own ranges (new lines, a pattern search)
+        handle: Handle  # its backend says whether it lives and how it ended
 
     class ObserveProc(_ObserveProcRequired, total=False):
-        exp_id: str  # with socket_path: whose tmux session an observation may remove once the run ended
-        socket_path: str
-        # where tmux keeps the exit code when no exit file could be written (the disk was full)
-        session_id: str | None
-        pane_id: str | None
+        exp_id: str  # whose leftovers (a finished tmux session) a healing observation may release
+        pane_id: str | None  # the process's pane, when it runs in one (tmux)
         scan: ReadSpan  # the range to scan, read only for a run without a monitor
         points: list[int]  # the caller's cursor in the monitor's points of this process ([seq, offset, generation])
-        job_id: str  # a Slurm run's job: liveness from Slurm and the job's record, not from a pid
 
-    class ObserveRequest(TypedDict):
+    class _ObserveRequired(TypedDict):
         op: Literal["observe"]
-        sockets: list[str]
         procs: list[ObserveProc]
+
+    class ObserveRequest(_ObserveRequired, total=False):
+        #: Also heal what this host can (missing: false, an observation only reads): start the monitor of a run
+        #: whose monitor died, release the finished session of a run without a live monitor.
+        heal: bool
 
     class Pane(TypedDict):
         session: str
@@ -407,17 +430,11 @@ if TYPE_CHECKING:
         skipped: int
         reset: bool
 
-    #: What the run monitor found for one process (``monitor.RoleFindings.to_json()``) plus ``run``: its
-    #: liveness, whether it ended, its run clock (``monitor.report``).
-    MonitorReport = dict[str, Any]
-    #: One metric point (``points.point``): {"seq", "step", "m": {name: value or None}}.
-    MetricPoint = dict[str, Any]
-
     class _ObservedProcRequired(TypedDict):
-        alive: bool | None  # None: no pid recorded
+        alive: bool | None  # None: its backend cannot tell (its scheduler could not be asked)
         exit_code: int | None
-        #: Where the exit code came from: "file" (``<role>.exit``), "tmux_option" (``@ajs_exit_<role>``,
-        #: the wrapper could not write the file), "pane_status" (the dead pane's status); None: no code.
+        #: Where the exit code came from: "file" (``<role>.exit``), else the backend's own source ("tmux_option",
+        #: "pane_status": tmux kept what the wrapper could not write; a scheduler's name); None: no code.
         exit_source: str | None
         #: Seconds since the wrapper started, by the host's boot-relative clock (None when it has ended).
         elapsed_s: float | None
@@ -432,12 +449,12 @@ if TYPE_CHECKING:
         points: list[MetricPoint]  # the monitor's points after the caller's cursor
         points_cursor: list[int]
         points_more: bool  # more points are waiting for the next observation
-        scheduler: SchedulerFacts  # a Slurm run's job
+        scheduler: JobFacts  # a run that is a scheduler's job
 
     class ObserveReply(Ok):
-        panes: dict[str, list[Pane] | None]  # None: no tmux server at that socket
         procs: list[ObservedProc]
         host_identity: str
+        healed: list[str]  # what a healing observation did (a monitor started, a session released), in words
 
     # ---- checkpoints: global_step_N folders under a directory
 

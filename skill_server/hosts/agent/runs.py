@@ -1,40 +1,30 @@
 """Operations on experiment runs: launch (dry run or start), discard, observe, stop.
 
-A run's processes on this host are windows of one tmux session, watched by the run's monitor
-(``monitor``); its run directory holds the wrapper scripts, per role ``.pid``, ``.exit`` and marker files,
-and the monitor's spec, findings (``monitor.json``) and metric points. A Slurm run (``slurm`` in the
-launch) is one batch job submitted from this host, its login node (``slurm``): the same wrappers run inside
-the allocation, and its processes' liveness comes from Slurm and the job's ``job.json``, not from pids.
+What is the same for every run is here: the launch's paths checked and resolved, the run directory
+(``rundir``: a wrapper script per process, pid, exit and marker files, the monitor's documents), a process's
+markers, survivors, log reads and what its monitor found. Where the processes execute is the run's backend's
+(``backend``: tmux windows beside the run's monitor, or a scheduler's job), named by the run's ``Handle``: each
+op dispatches to it and never asks which one it is.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
-from . import deadline, files, procs, tmux
+from . import backend, deadline, files, procs
+from .backend import Launch
 from .files import AgentError
 from .generic import MAX_READ_BYTES
 from .protocol import KILL_WAIT_S, TYPE_CHECKING, host_identity
-from .request import need, need_or, number, objects, str_map, strings
+from .request import need, need_or, number, objects, str_map
+from .rundir import DISCARDED, LAUNCH_LOCK, LAUNCH_REQUEST, SCRIPT, SESSION_REMOVED, STOP_REQUESTED, RunDir
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any, TypedDict
 
-    from .protocol import (
-        Appended,
-        DiscardReply,
-        LaunchPlan,
-        LaunchStarted,
-        ObservedProc,
-        ObserveReply,
-        Pane,
-        SchedulerFacts,
-        StartedProc,
-        StopReply,
-    )
+    from .protocol import Appended, DiscardReply, LaunchPlan, LaunchStarted, ObservedProc, ObserveReply, StopReply
 
     class _Proc(TypedDict):
         """One process of a launch, its paths resolved on this host."""
@@ -52,8 +42,6 @@ if TYPE_CHECKING:
         virtual_env: str | None
         result_dir: str
         procs: list[_Proc]
-
-MARKERS = ("gate", "started", "stopped", "timedout")
 
 
 def _directory(raw: str, field: str) -> str:
@@ -93,17 +81,7 @@ def _resolve_proc(p: Mapping[str, object], result_dir: str) -> _Proc:
 
 
 def _resolve_launch(req: Mapping[str, object]) -> _Plan:
-    """Check and resolve a launch on this host without creating anything."""
-    import shutil
-
-    if req.get("slurm") is not None:
-        from . import slurm
-
-        slurm.check_clients()
-    for tool in ("tmux", "bash") if req.get("procs") and req.get("slurm") is None else ():
-        if shutil.which(tool) is None:
-            raise AgentError("%s is not installed on this host (experiments run in tmux under bash)" % tool,
-                             kind="no_" + tool)
+    """Check and resolve a launch's paths on this host without creating anything."""
     python = need_or(req, "python", str, None)
     path_prepend, virtual_env = _interpreter(python)
     top = files.expand(need(req, "workdir", str))
@@ -117,130 +95,44 @@ def _resolve_launch(req: Mapping[str, object]) -> _Plan:
     return {"path_prepend": path_prepend, "virtual_env": virtual_env, "result_dir": result_dir, "procs": resolved}
 
 
-def _lingering(socket: str, session: str, previous_pids: list[object]) -> str | None:
-    """The id of the session to replace when the name is taken by the finished session of an earlier run
-    of ours (its panes are exactly the pids that run recorded, all dead); None when the name is free. Any
-    other session of that name refuses the launch."""
-    panes = [p for p in (tmux.list_panes(socket) or []) if p["session"] == session]
-    if not panes:
-        return None
-    if previous_pids and all(p["pid"] in previous_pids and p["dead"] for p in panes) and len(
-            {p["session_id"] for p in panes}) == 1:
-        return panes[0]["session_id"]
-    raise AgentError("a tmux session named %r already exists on %s" % (session, socket), "name", kind="duplicate")
-
-
-#: In a host's run directory: held while a launch starts the run's windows, and taken by a discard.
-LAUNCH_LOCK = "launch.lock"
-#: Left by a discard: a launch of that run that reaches this host afterwards refuses to start.
-DISCARDED = "discarded"
-
-
 def op_launch(req: Mapping[str, object]) -> LaunchPlan | LaunchStarted:
-    """Start the processes of one experiment that run on this host, as windows of one tmux session
-    (``dry_run``: only check and resolve, and say where everything would go)."""
+    """Start the processes of one experiment that run on this host in its backend (``dry_run``: only check and
+    resolve, and say where everything would go)."""
     exp_id = need(req, "exp_id", str)
-    session = need(req, "session", str)
-    socket = tmux.socket_path(need(req, "socket_name", str))
-    plan = _resolve_launch(req)
-    scheduled = need_or(req, "slurm", dict, None)
-    if scheduled is not None:
-        socket = ""  # a Slurm run has no tmux session
-    replace = None if scheduled is not None else _lingering(socket, session, need_or(req, "replace_pids", list, []))
+    choice = need_or(req, "backend", dict, None) or {}
+    runner = backend.of(choice.get("kind") or backend.DEFAULT)
     rdir = files.run_dir(exp_id)
+    launch = Launch(req, exp_id, need(req, "session", str), rdir, {"procs": req.get("procs")},
+                    dict(choice.get("options") or {}))
+    runner.check(launch)
+    plan = launch.plan = dict(_resolve_launch(req))
+    runner.prepare(launch)
+    where = {"run_dir": rdir, "result_dir": plan["result_dir"], "python": sys.executable,
+             "host_identity": host_identity()}
     if need_or(req, "dry_run", bool, False):
-        if scheduled is not None:
-            from . import slurm
-
-            slurm.options(scheduled, exp_id, rdir, need(req, "max_time_s", int))  # extra_args refused here
-            slurm.ray_for(scheduled, plan["path_prepend"])
-        return {"run_dir": rdir, "socket_path": socket, "result_dir": plan["result_dir"], "python": sys.executable,
-                "host_identity": host_identity(),
-                "procs": [{"role": p["role"], "workdir": p["workdir"], "log_path": p["log_path"]}
-                          for p in plan["procs"]]}
-    max_time_s = need(req, "max_time_s", int)
-    if scheduled is not None:
-        return _submit(exp_id, rdir, plan, scheduled, max_time_s, need_or(req, "deadline_grace_s", int, 5),
-                       need_or(req, "monitor", dict, None))
-    grace_s = need_or(req, "deadline_grace_s", int, 5)
+        planned = [{"role": p["role"], "workdir": p["workdir"], "log_path": p["log_path"]} for p in plan["procs"]]
+        return dict(where, procs=planned, handle=launch.handle,  # type: ignore[return-value]
+                    attach=runner.attach(launch.handle, planned))
     from . import monitor  # loaded by the ops that use it: most calls never need the scanner's expressions
 
+    config = need_or(req, "monitor", dict, None)
+    monitor_spec = {"offsets": monitor.log_sizes({p["role"]: p["log_path"] for p in plan["procs"]}),
+                    "max_time_s": need(req, "max_time_s", int), "grace_s": need_or(req, "deadline_grace_s", int, 5),
+                    "config": config, "result_dir": plan["result_dir"]}
     _make_run_dir(rdir)
     with files.Locked(os.path.join(rdir, LAUNCH_LOCK), deadline.left(10.0)):
-        if files.exists(os.path.join(rdir, DISCARDED)):
-            raise AgentError("the launch of %s was rolled back before it reached this host" % exp_id)
-        started: list[StartedProc] = []
-        session_id: str | None = None
-        try:
-            _write_run_dir(exp_id, rdir, plan)
-            if "max_resumes" in (need_or(req, "monitor", dict, {}).get("policy") or {}):
-                from .actions import LAUNCH_REQUEST  # what the resume policy launches again (``relaunch_here``)
-
-                files.write_atomic(os.path.join(rdir, LAUNCH_REQUEST), json.dumps(dict(req)).encode("utf-8"),
-                                   replace=False, mode=0o600)
-            if replace:  # the finished session of an earlier run of ours with this name
-                tmux.kill_session(socket, replace)
-            offsets = monitor.log_sizes({p["role"]: p["log_path"] for p in plan["procs"]})
-            for i, p in enumerate(plan["procs"]):
-                proc, sid = _start(exp_id, socket, session, rdir, p, first=i == 0)
-                session_id = session_id or sid
-                started.append(proc)
-            monitor.start(rdir, monitor.spec_for(exp_id, socket, session, started, offsets, max_time_s, grace_s,
-                                                 need_or(req, "monitor", dict, None), plan["result_dir"]))
-        except BaseException:
-            _discard_locked(exp_id, socket, session_id, rdir)
-            raise
-    return {"run_dir": rdir, "socket_path": socket, "result_dir": plan["result_dir"], "python": sys.executable,
-            "host_identity": host_identity(), "procs": started, "session_id": session_id or "", "job_id": None}
-
-
-def _submit(exp_id: str, rdir: str, plan: _Plan, options: Mapping[str, object], max_time_s: int, grace_s: int,
-            config: Mapping[str, object] | None) -> LaunchStarted:
-    """A Slurm run: the wrappers, the monitor's spec and the batch script in the run directory (on the shared
-    filesystem), then sbatch; the monitor and the processes start when the job does, on its first node. A
-    failure cancels whatever was submitted (by the job's name, the run's id) and leaves the run directory
-    discarded."""
-    from . import monitor, slurm
-
-    started: list[StartedProc] = [
-        {"window_id": "", "pane_id": "", "pid": None, "start": None, "role": p["role"], "workdir": p["workdir"],
-         "log_path": p["log_path"]} for p in plan["procs"]]
-    _make_run_dir(rdir)
-    with files.Locked(os.path.join(rdir, LAUNCH_LOCK), deadline.left(10.0)):
-        if files.exists(os.path.join(rdir, DISCARDED)):
+        if RunDir(rdir).has(DISCARDED):
             raise AgentError("the launch of %s was rolled back before it reached this host" % exp_id)
         try:
-            _write_run_dir(exp_id, rdir, plan)
-            # Slurm enforces the time limit (TIMEOUT), so the monitor's own max time is off (0)
-            spec = monitor.spec_for(exp_id, "", "", started, monitor.log_sizes(
-                {p["role"]: p["log_path"] for p in plan["procs"]}), 0, grace_s, config, plan["result_dir"])
-            spec["slurm"] = True
-            job_id = slurm.submit(options, exp_id, rdir, [p["role"] for p in plan["procs"]], max_time_s,
-                                  ray=slurm.ray_for(options, plan["path_prepend"]),
-                                  monitor=monitor.job_line(rdir, spec))
+            _write_run_dir(exp_id, rdir, plan)  # type: ignore[arg-type]
+            if "max_resumes" in ((config or {}).get("policy") or {}):  # what a resume launches again (``actions``)
+                RunDir(rdir).write_json(LAUNCH_REQUEST, dict(req), replace=False)
+            started = runner.start(launch, monitor_spec)
         except BaseException:
-            _discard_slurm(exp_id, rdir)
+            runner.discard(launch.handle, exp_id, rdir)
             raise
-    return {"run_dir": rdir, "socket_path": "", "result_dir": plan["result_dir"], "python": sys.executable,
-            "host_identity": host_identity(), "procs": started, "session_id": "", "job_id": job_id}
-
-
-def _discard_slurm(exp_id: str, rdir: str) -> DiscardReply:
-    """Undo a Slurm launch: mark the run discarded first (a job that starts later exits at once), then cancel
-    its job (by id, or by name when sbatch's answer was lost) and verify."""
-    from . import slurm
-
-    try:
-        files.touch(os.path.join(rdir, DISCARDED))
-    except OSError:
-        pass
-    try:
-        ids, _ = slurm.cancel(slurm.job_of(rdir), exp_id, 5.0)
-        confirmed = True
-    except AgentError:
-        ids, confirmed = [], False
-    return {"interrupted": ["job " + i for i in ids], "terminated": [], "killed": [], "survivors": [],
-            "session_removed": True, "confirmed": confirmed}
+    return dict(where, procs=started, handle=launch.handle,  # type: ignore[return-value]
+                attach=runner.attach(launch.handle, list(started)))
 
 
 def _make_run_dir(rdir: str) -> None:
@@ -272,147 +164,67 @@ def _write_run_dir(exp_id: str, rdir: str, plan: _Plan) -> None:
             path_prepend=plan["path_prepend"], virtual_env=plan["virtual_env"], command=p["command"],
             log_path=p["log_path"], gate_url=p["wait_for_url"], gate_timeout_s=p["wait_for_url_timeout_s"],
             python=sys.executable)
-        files.write_atomic(os.path.join(rdir, p["role"] + ".sh"), script.encode("utf-8"), replace=False, mode=0o600)
-
-
-def _start(exp_id: str, socket: str, session: str, rdir: str, p: _Proc, first: bool) -> tuple[StartedProc, str]:
-    """One process as a window of the run's session (the first one creates the session); and the
-    session's id."""
-    from . import wrapper
-
-    argv = wrapper.pane_argv(exp_id, p["role"], os.path.join(rdir, p["role"] + ".sh"))
-    if first:
-        ids = tmux.new_session(socket, session, p["role"], rdir, argv)
-    else:
-        ids = tmux.new_window(socket, session, p["role"], rdir, argv)
-    return {"window_id": ids["window_id"], "pane_id": ids["pane_id"], "pid": ids["pid"],
-            "start": procs.start_time(ids["pid"]), "role": p["role"], "workdir": p["workdir"],
-            "log_path": p["log_path"]}, ids["session_id"]
-
-
-def _discard_locked(exp_id: str, socket: str, session_id: str | None, rdir: str) -> DiscardReply:
-    """Undo run ``exp_id`` on this host (its launch lock held): end its sessions and marked processes,
-    empty its run directory and leave the ``discarded`` mark in it."""
-    import shutil
-
-    removed, answered = tmux.kill_run_sessions(socket, exp_id, session_id, [])
-    report = procs.terminate([], exp_id + "/", 0.0)
-    try:
-        entries = os.listdir(rdir)
-    except OSError:
-        entries = []
-    for entry in entries:
-        if entry in (LAUNCH_LOCK, DISCARDED):
-            continue
-        path = os.path.join(rdir, entry)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-    try:
-        files.touch(os.path.join(rdir, DISCARDED))
-    except OSError:
-        pass
-    return {"interrupted": report["interrupted"], "terminated": report["terminated"], "killed": report["killed"],
-            "survivors": report["survivors"], "session_removed": removed,
-            "confirmed": answered and not report["survivors"]}
+        files.write_atomic(RunDir(rdir).of(p["role"], SCRIPT), script.encode("utf-8"), replace=False, mode=0o600)
 
 
 def op_discard(req: Mapping[str, object]) -> DiscardReply:
-    """Undo a launch on this host (another host refused it, or it was interrupted): end the run's sessions
-    (by identity) and marked processes, empty its run directory and mark it discarded, so that a start of
-    that launch arriving later refuses. Waits for a start in progress here to finish first."""
+    """Undo a launch on this host (another host refused it, or it was interrupted): the backend ends what it
+    started (by the run's identity) and the run directory is left marked discarded, so that a start of that
+    launch arriving later refuses. Waits for a start in progress here to finish first."""
     exp_id = need(req, "exp_id", str)
     rdir = need_or(req, "run_dir", str, None) or files.run_dir(exp_id)
-    socket = need(req, "socket_path", str)
+    handle = need(req, "handle", dict)
+    runner = backend.of_handle(handle)
     try:
         _make_run_dir(rdir)  # the launch never got here: the mark makes it refuse if it still comes
     except AgentError:
         pass
-    if need_or(req, "slurm", bool, False):
-        with files.Locked(os.path.join(rdir, LAUNCH_LOCK), deadline.left(30.0)):
-            return _discard_slurm(exp_id, rdir)
     if not os.path.isdir(rdir):  # cannot write here: still end what runs
-        removed, answered = tmux.kill_run_sessions(socket, exp_id, need_or(req, "session_id", str, None), [])
-        report = procs.terminate([], exp_id + "/", 0.0)
-        return {"interrupted": report["interrupted"], "terminated": report["terminated"],
-                "killed": report["killed"], "survivors": report["survivors"], "session_removed": removed,
-                "confirmed": answered and not report["survivors"]}
+        return runner.discard(handle, exp_id, rdir)
     with files.Locked(os.path.join(rdir, LAUNCH_LOCK), deadline.left(30.0)):
-        return _discard_locked(exp_id, socket, need_or(req, "session_id", str, None), rdir)
+        return runner.discard(handle, exp_id, rdir)
 
 
 def op_observe(req: Mapping[str, object]) -> ObserveReply:
-    """Everything status needs from this host in one go: panes per socket (asked only for processes recorded
-    without a pid), and for each process its liveness, exit code, markers, the requested appended ranges of
-    its log, and what the run's monitor found (or, for a run launched before monitors, the scan range)."""
-    panes: dict[str, list[Pane] | None] = {}
-    for socket in strings(req, "sockets"):
-        panes[socket] = tmux.list_panes(socket)
-    cache: dict[str, Any] = {}  # per run directory: its monitor's findings, read once; per Slurm job: its facts
+    """Everything status needs from this host in one go: for each process its liveness and exit code (from its
+    backend), markers, the requested appended ranges of its log, and what the run's monitor found (or, for a
+    run launched before monitors, the scan range). With ``heal`` it also starts the monitor of a run whose
+    monitor died and releases what holds a run that ended without one (``healed`` says what it did)."""
+    heal = need_or(req, "heal", bool, False)
     asked = objects(req, "procs")
-    jobs = {need(p, "job_id", str): need(p, "run_dir", str) for p in asked if need_or(p, "job_id", str, None)}
-    if jobs:
-        from . import slurm
-
-        cache.update({"slurm:" + job: facts for job, facts in slurm.query_all(jobs).items()})
-    observed = [_observe_proc(p, cache) for p in asked]
-    _remove_finished_sessions(asked, cache)
-    return {"panes": panes, "procs": observed, "host_identity": host_identity()}
-
-
-def _exit_code(p: Mapping[str, object], rdir: str, role: str, alive: bool | None) -> tuple[int | None, str | None]:
-    """The exit code and where it was found: the exit file; else, once the wrapper has ended, what tmux
-    kept (the option the wrapper set, the dead pane's status), written to the exit file when it can be."""
-    path = os.path.join(rdir, role + ".exit")
-    code = files.read_int(path)
-    if code is not None:
-        return code, "file"
-    if alive is not False:
-        return None, None
-    from . import wrapper
-
-    code, source = tmux.recorded_exit(need_or(p, "socket_path", str, ""), need_or(p, "session_id", str, None),
-                                      need_or(p, "pane_id", str, None), wrapper.exit_option(role))
-    if code is not None:
-        try:  # whoever finds a code and no file writes the file, once there is space
-            files.write_atomic(path, b"%d\n" % code, replace=False, mode=0o600)
-        except AgentError:
-            pass
-    return code, source
+    cache: dict[str, Any] = {}  # per run directory: its monitor's findings, read once; per backend: what it asked
+    by_kind: dict[str, list[tuple[Mapping[str, Any], str]]] = {}
+    for p in asked:
+        handle = need(p, "handle", dict)
+        by_kind.setdefault(str(handle.get("kind") or backend.DEFAULT), []).append((handle, need(p, "run_dir", str)))
+    for kind, handles in by_kind.items():
+        backend.of(kind).prefetch(handles, cache)
+    healed: list[str] = []
+    observed = [_observe_proc(p, cache, heal, healed) for p in asked]
+    if heal:
+        _release_finished(asked, cache, healed)
+    return {"procs": observed, "host_identity": host_identity(), "healed": healed}
 
 
-def _observe_proc(p: Mapping[str, object], cache: dict[str, Any]) -> ObservedProc:
-    from . import monitor, points
+def _observe_proc(p: Mapping[str, object], cache: dict[str, Any], heal: bool, healed: list[str]) -> ObservedProc:
+    from . import observer, points
 
     rdir, role = need(p, "run_dir", str), need(p, "role", str)
-    pid = need_or(p, "pid", int, None)
-    start = need_or(p, "start", str, None)
-    job_id = need_or(p, "job_id", str, None)
-    markers = [m for m in MARKERS if files.exists(os.path.join(rdir, "%s.%s" % (role, m)))]
-    scheduler: SchedulerFacts | None = None
-    if job_id is not None:
-        scheduler, alive, exit_code, exit_source = _scheduled(job_id, rdir, role, markers, cache)
-        elapsed = _job_age(rdir, scheduler["state"]) if alive else None
-    else:
-        # Liveness first, exit code second: a wrapper records its exit code before it exits, so a dead
-        # wrapper without one (in the file or in tmux) really died without recording one.
-        alive = procs.alive(pid, start) if pid else None
-        elapsed = procs.age(pid, start) if alive else None
-        exit_code, exit_source = _exit_code(p, rdir, role, alive)
-    if _survivors_alive(os.path.join(rdir, role + ".survivors")):
+    run = RunDir(rdir)
+    seen = backend.of_handle(need(p, "handle", dict)).observe(p, need(p, "handle", dict), cache)
+    markers = run.markers(role)
+    markers += [m for m in seen.markers if m not in markers]
+    if _survivors_alive(run, role):
         markers.append("survivors")
-    final = exit_code is not None or alive is False
+    final = seen.exit_code is not None or seen.alive is False
     log_path = need(p, "log_path", str)
     reads = [_read(log_path, r, final) for r in objects(p, "reads", required=False)]
-    out: ObservedProc = {"alive": alive, "exit_code": exit_code, "exit_source": exit_source, "elapsed_s": elapsed,
-                         "markers": markers, "final": final, "size": files.file_size(log_path), "reads": reads}
-    if scheduler is not None:
-        out["scheduler"] = scheduler
-    found = monitor.report(rdir, role, final=final, cache=cache)
+    out: ObservedProc = {"alive": seen.alive, "exit_code": seen.exit_code, "exit_source": seen.exit_source,
+                         "elapsed_s": seen.elapsed_s, "markers": markers, "final": final,
+                         "size": files.file_size(log_path), "reads": reads}
+    if seen.job is not None:
+        out["scheduler"] = seen.job
+    found = observer.report(rdir, role, final=final, cache=cache, heal=heal, healed=healed)
     if found is None:
         scan = need_or(p, "scan", dict, None)
         if scan is not None:
@@ -420,71 +232,12 @@ def _observe_proc(p: Mapping[str, object], cache: dict[str, Any]) -> ObservedPro
         return out
     out["monitor"] = found
     cursor = [x for x in need_or(p, "points", list, []) if isinstance(x, int)]
-    new, out["points_cursor"], more = points.read_after(os.path.join(rdir, role + ".metrics.jsonl"), cursor)
+    new, out["points_cursor"], more = points.read_after(run.points(role), cursor)
     if new:
-        out["points"] = new
+        out["points"] = new  # type: ignore[typeddict-item]  # points.point's shape (protocol.MetricPoint)
     if more:
         out["points_more"] = True
     return out
-
-
-def _scheduled(job_id: str, rdir: str, role: str, markers: list[str], cache: dict[str, Any]
-               ) -> tuple[SchedulerFacts, bool | None, int | None, str | None]:
-    """A Slurm run's process: (the job's facts, alive, exit code, its source). Queued: alive, marked
-    ``queued``. Running: alive until its wrapper's exit file exists. Ended: the exit file's code, else
-    Slurm's (a process killed with its job wrote none); cancelled and timed-out jobs mark their processes
-    ``stopped`` and ``timedout``. Slurm cannot be asked and the record is not final: liveness unknown (None)."""
-    from . import slurm
-
-    key = "slurm:" + job_id
-    if key not in cache:  # one scontrol per job and observation, whatever its number of processes
-        cache[key] = slurm.query(job_id, rdir)
-    facts: SchedulerFacts = cache[key]
-    code = files.read_int(os.path.join(rdir, role + ".exit"))
-    source = "file" if code is not None else None
-    state = facts["state"]
-    mine = slurm.record(rdir) if code is not None and state not in slurm.FINAL else None
-    if mine is not None and mine.get("source") == "job" and mine.get("state") in slurm.FINAL:
-        # the job recorded its own end (its SIGTERM trap: TIMEOUT or CANCELLED) while Slurm still winds it down
-        # (the batch script waits for the monitor): that end decides, not the process's 143 alone
-        state = str(mine["state"])
-        facts = facts.copy()  # the cached answer stays Slurm's
-        facts["state"], facts["reason"] = state, str(mine.get("reason") or facts["reason"])
-        facts["exit_code"] = str(mine.get("exit_code") or facts["exit_code"])
-        facts["nodes"] = str(mine.get("nodes") or facts["nodes"])  # all it got, not the node still completing
-    if state in slurm.QUEUED:
-        markers.append("queued")
-        return facts, True, code, source
-    if state not in slurm.FINAL:
-        if facts["error"] is not None and state == "UNKNOWN":
-            return facts, None, code, source
-        return facts, code is None and state != "UNKNOWN", code, source
-    if state == "CANCELLED" and "stopped" not in markers:
-        markers.append("stopped")
-    if state == "TIMEOUT" and "timedout" not in markers:
-        markers.append("timedout")
-    if code is None:  # killed with its job: Slurm's code, unless it says 0 for a job that did not complete
-        code = slurm.exit_status(facts["exit_code"])
-        if code == 0 and state != "COMPLETED":
-            code = None
-        source = "slurm" if code is not None else None
-    return facts, False, code, source
-
-
-def _job_age(rdir: str, state: str) -> float | None:
-    """How long a Slurm run's job has run (0 while it is queued), by the start the job recorded: a run's clock
-    (its max time, its first-step deadline) starts when its job does, not when it was queued."""
-    from . import slurm
-
-    if state in slurm.QUEUED:
-        return 0.0
-    mine = slurm.record(rdir)
-    at = mine.get("at") if mine is not None and mine.get("source") == "job" else None
-    if isinstance(at, (int, float)) and not isinstance(at, bool):
-        import time
-
-        return max(0.0, time.time() - float(at))
-    return None
 
 
 def _read(log_path: str, span: Mapping[str, object], final: bool) -> Appended:
@@ -492,81 +245,48 @@ def _read(log_path: str, span: Mapping[str, object], final: bool) -> Appended:
     return files.read_appended(log_path, max(0, need(span, "offset", int)), budget, final)
 
 
-def _remove_finished_sessions(asked: list[Mapping[str, object]], cache: dict[str, Any]) -> None:
-    """A run whose every process here has its exit code on disk no longer needs its tmux session: its monitor
-    removes it when it ends; for a run without a live monitor (launched before monitors, or its monitor
-    gone) the observation that finds the codes does, once."""
-    from .protocol import SESSION_REMOVED
-
-    runs: dict[str, tuple[str, str, bool]] = {}
+def _release_finished(asked: list[Mapping[str, object]], cache: dict[str, Any], healed: list[str]) -> None:
+    """A run whose every process here has its exit code on disk no longer needs what holds it (its tmux session):
+    its monitor releases it when it ends; for a run without a live monitor (launched before monitors, or its
+    monitor gone) the healing observation that finds the codes does, once."""
+    runs: dict[str, tuple[str, Mapping[str, Any], bool]] = {}
     for p in asked:
         rdir, exp_id = need(p, "run_dir", str), need_or(p, "exp_id", str, None)
-        socket = need_or(p, "socket_path", str, None)
-        if exp_id is None or not socket or need_or(p, "job_id", str, None) is not None:
+        if exp_id is None:
             continue
-        on_disk = files.exists(os.path.join(rdir, need(p, "role", str) + ".exit"))  # not only in tmux's memory
-        done = runs.get(rdir, (exp_id, socket, True))[2] and on_disk
-        runs[rdir] = (exp_id, socket, done)
-    for rdir, (exp_id, socket, done) in runs.items():
+        on_disk = RunDir(rdir).has_exit(need(p, "role", str))  # not only in tmux's memory
+        done = runs.get(rdir, (exp_id, {}, True))[2] and on_disk
+        runs[rdir] = (exp_id, need(p, "handle", dict), done)
+    for rdir, (exp_id, handle, done) in runs.items():
         entry = cache.get(rdir)
-        marker = os.path.join(rdir, SESSION_REMOVED)
-        if not done or (entry is not None and entry["alive"]) or files.exists(marker):
+        run = RunDir(rdir)
+        if not done or (entry is not None and entry["alive"]) or run.has(SESSION_REMOVED):
             continue
-        if tmux.remove_finished(socket, exp_id):
-            try:
-                files.touch(marker)
-            except OSError:
-                pass
+        if backend.of_handle(handle).release(handle, exp_id) and run.touch(SESSION_REMOVED):
+            healed.append("released what held the ended run %s" % exp_id)
 
 
-def _survivors_alive(path: str) -> bool:
-    """True while a process that survived a stop's SIGKILL (recorded by ``op_stop``) still lives."""
-    if not files.exists(path):
-        return False
+def _survivors_alive(run: RunDir, role: str) -> bool:
+    """True while a process that survived a stop's SIGKILL (recorded by the stop) still lives."""
     try:
-        recorded = json.loads(files.read_small(path, 64 * 1024) or "[]")
-        return any(procs.alive(int(x["pid"]), x.get("start")) for x in recorded)
+        return any(procs.alive(int(x["pid"]), x.get("start")) for x in run.survivors(role))
     except (ValueError, TypeError, KeyError):
         return False
 
 
-def _stop_job(job_id: str, exp_id: str, rdir: str, roles: list[str], grace: float) -> StopReply:
-    """A Slurm run: cancel its job and verify that Slurm no longer queues or runs it (raises otherwise: the
-    caller records nothing). The job's processes get SIGTERM from Slurm, SIGKILL after KillWait."""
-    from . import slurm
-
-    ids, killed = slurm.cancel(job_id, exp_id, grace)
-    if job_id:
-        slurm.query(job_id, rdir)  # Slurm's final word into job.json while it still remembers the job
-    codes = {role: files.read_int(os.path.join(rdir, role + ".exit")) for role in roles}
-    del killed  # Slurm's SIGKILL: the job's state says it (its ExitCode's signal)
-    return {"interrupted": roles if ids else [], "terminated": [], "killed": [], "survivors": [],
-            "exit_codes": codes, "session_removed": True}
-
-
 def op_stop(req: Mapping[str, object]) -> StopReply:
-    """Stop every process of one experiment on this host and verify (see ``procs.terminate``)."""
+    """Stop every process of one experiment on this host and verify, as its backend stops them."""
     exp_id = need(req, "exp_id", str)
     rdir = need(req, "run_dir", str)
+    handle = need(req, "handle", dict)
     grace = number(req, "grace_s", 10)
     rest = deadline.remaining()
     if rest is not None:  # SIGTERM and SIGKILL still get their waits inside the caller's deadline
         grace = max(0.0, min(grace, rest - procs.TERM_WAIT_S - KILL_WAIT_S - 1.0))
-    from .actions import STOP_REQUESTED, mark_stopped, stop_here
-
     if os.path.isdir(rdir):
-        try:
-            files.touch(os.path.join(rdir, STOP_REQUESTED))
-        except OSError:
-            pass
+        RunDir(rdir).touch(STOP_REQUESTED)  # a resume waiting for its backoff is cancelled
     roles: list[dict[str, object]] = [{"role": need(p, "role", str), "pid": need_or(p, "pid", int, None),
                                        "start": need_or(p, "start", str, None),
                                        "pane_id": need_or(p, "pane_id", str, None)} for p in objects(req, "procs")]
-    job_id = need_or(req, "job_id", str, None)
-    if job_id is not None:  # a Slurm run: Slurm stops the job's processes; the roles are marked stopped first
-        names = [str(r["role"]) for r in roles]
-        mark_stopped(rdir, names)
-        return _stop_job(job_id, exp_id, rdir, names, grace)
-    kill = need_or(req, "kill_session", bool, True)
-    socket = need(req, "socket_path", str) if kill else ""
-    return stop_here(exp_id, rdir, roles, grace, socket, need_or(req, "session_id", str, None), kill_session=kill)
+    return backend.of_handle(handle).stop(handle, exp_id, rdir, roles, grace,
+                                          keep_session=need_or(req, "keep_session", bool, False))

@@ -1,4 +1,5 @@
-"""A run as one Slurm batch job, seen from the login node: submit, query, cancel (stdlib only).
+"""Slurm's commands, seen from the login node: submit a run's batch job, query it, cancel it (stdlib only; the
+Slurm backend, ``backend_slurm``, is built on them).
 
 The run directory is on the filesystem every node shares (the user's home): the batch script
 (``job.sh``), generated there, runs each process's wrapper (pid, exit and log files as under tmux) inside
@@ -20,15 +21,16 @@ import shlex
 import subprocess
 import time
 
-from . import deadline, files
+from . import deadline, files, rundir
 from .files import AgentError
 from .protocol import RUN_MARKER, TYPE_CHECKING
+from .rundir import DISCARDED, EXIT, LOCK, RunDir
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-    from .protocol import SchedulerFacts
+    from .protocol import JobFacts
 
 #: In a Slurm run's directory: the batch script, the job id sbatch gave, the job's own record, its output.
 SCRIPT, JOB_ID, RECORD, OUTPUT = "job.sh", "job.id", "job.json", "job.out"
@@ -134,6 +136,7 @@ def render(exp_id: str, rdir: str, roles: list[str], ray: str | None = None, pyt
     Ray across the nodes (``ray``: a run on several nodes), start each process's wrapper (with the run's marker),
     wait for all, and record the end in ``job.json``."""
     q = shlex.quote
+    run = RunDir(rdir)
     lines = [
         "#!/bin/bash",
         "# agentjet-swarm-skill batch script of experiment %s. Generated; do not edit." % exp_id,
@@ -153,15 +156,15 @@ def render(exp_id: str, rdir: str, roles: list[str], ray: str | None = None, pyt
         "}",
         "trap __ajs_term TERM",
         "trap : INT",
-        "if [ -e \"$__ajs_run/discarded\" ]; then echo 'this launch was rolled back before the job started'; "
-        "__ajs_record CANCELLED 0:0 RolledBack; exit 0; fi",
+        "if [ -e \"$__ajs_run/%s\" ]; then echo 'this launch was rolled back before the job started'; "
+        "__ajs_record CANCELLED 0:0 RolledBack; exit 0; fi" % DISCARDED,
         "__ajs_record RUNNING 0:0 None",
         *([monitor] if monitor else []),
         *(_ray_lines(ray, python, rdir) if ray else []),
         "__ajs_pids=()",
     ]
     for role in roles:
-        lines.append("env %s=%s bash %s &" % (RUN_MARKER, q(exp_id + "/" + role), q(os.path.join(rdir, role + ".sh"))))
+        lines.append("env %s=%s bash %s &" % (RUN_MARKER, q(exp_id + "/" + role), q(run.of(role, rundir.SCRIPT))))
         lines.append("__ajs_pids+=($!)")
     lines += [
         "for __ajs_p in \"${__ajs_pids[@]}\"; do",
@@ -171,7 +174,7 @@ def render(exp_id: str, rdir: str, roles: list[str], ray: str | None = None, pyt
         "__ajs_code=0",
     ]
     for role in roles:  # the first non-zero exit code of a process is the job's
-        path = q(os.path.join(rdir, role + ".exit"))
+        path = q(run.of(role, EXIT))
         lines.append("if [ \"$__ajs_code\" = 0 ]; then __ajs_code=$(cat %s 2>/dev/null); "
                      "case \"$__ajs_code\" in ''|*[!0-9]*) __ajs_code=1;; esac; fi" % path)
     lines += [
@@ -181,8 +184,8 @@ def render(exp_id: str, rdir: str, roles: list[str], ray: str | None = None, pyt
         "fi",
         # the job's end ends what runs in its cgroup: give the monitor (holding its lock) the time to read the
         # logs to their end, tell the notify command and collect (bounded; at once when it is gone)
-        "if command -v flock >/dev/null 2>&1; then flock -w %d \"$__ajs_run/monitor.lock\" true 2>/dev/null; fi"
-        % MONITOR_END_WAIT_S,
+        "if command -v flock >/dev/null 2>&1; then flock -w %d \"$__ajs_run/%s\" true 2>/dev/null; fi"
+        % (MONITOR_END_WAIT_S, LOCK),
         "exit \"$__ajs_code\"",
     ]
     return "\n".join(lines) + "\n"
@@ -242,7 +245,7 @@ def record(rdir: str) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _write_record(rdir: str, facts: SchedulerFacts) -> None:
+def _write_record(rdir: str, facts: JobFacts) -> None:
     """Slurm's word on the end into ``job.json``, so that it outlives Slurm's memory of the job."""
     data = {"job_id": facts["job_id"], "state": facts["state"], "exit_code": facts["exit_code"],
             "reason": facts["reason"], "nodes": facts["nodes"], "source": "slurm", "at": int(time.time())}
@@ -252,7 +255,7 @@ def _write_record(rdir: str, facts: SchedulerFacts) -> None:
         pass
 
 
-def query(job_id: str, rdir: str) -> SchedulerFacts:
+def query(job_id: str, rdir: str) -> JobFacts:
     """What is known of the job: Slurm's word while it remembers the job (written to ``job.json`` once it is
     final), else the job's own record; ``error`` says why neither could tell."""
     mine = record(rdir)
@@ -260,10 +263,8 @@ def query(job_id: str, rdir: str) -> SchedulerFacts:
         return _facts(job_id, mine, "record")
     shown = _show(job_id)
     if isinstance(shown, dict):
-        facts: SchedulerFacts = {
-            "job_id": job_id, "state": shown.get("JobState", "UNKNOWN"), "reason": shown.get("Reason", "None"),
-            "exit_code": shown.get("ExitCode", ""), "nodes": _nodes(shown.get("NodeList", "")), "source": "slurm",
-            "error": None}
+        facts = facts_of(job_id, shown.get("JobState", "UNKNOWN"), shown.get("Reason", "None"),
+                         shown.get("ExitCode", ""), _nodes(shown.get("NodeList", "")), "slurm")
         if facts["state"] in FINAL:
             _write_record(rdir, facts)
         return facts
@@ -273,17 +274,15 @@ def query(job_id: str, rdir: str) -> SchedulerFacts:
             facts["error"] = shown
         return facts
     if shown is None:  # forgotten, and the job never wrote a word: it never started (or its node died at once)
-        return {"job_id": job_id, "state": "UNKNOWN", "reason": "None", "exit_code": "", "nodes": "",
-                "source": "none", "error": None}
-    return {"job_id": job_id, "state": "UNKNOWN", "reason": "None", "exit_code": "", "nodes": "", "source": "none",
-            "error": shown}
+        return facts_of(job_id, "UNKNOWN", "None", "", "", "none")
+    return facts_of(job_id, "UNKNOWN", "None", "", "", "none", error=shown)
 
 
-def query_all(jobs: Mapping[str, str]) -> dict[str, SchedulerFacts]:
+def query_all(jobs: Mapping[str, str]) -> dict[str, JobFacts]:
     """``query`` for many jobs (job id -> run directory) at the cost of one ``squeue`` of the user's jobs, plus
     one ``scontrol`` per job seen final for the first time (squeue has no exit code); a job whose final word
     is recorded already costs nothing. A single job is asked directly."""
-    out: dict[str, SchedulerFacts] = {}
+    out: dict[str, JobFacts] = {}
     ask = {}
     for job_id, rdir in jobs.items():
         mine = record(rdir)
@@ -306,12 +305,11 @@ def query_all(jobs: Mapping[str, str]) -> dict[str, SchedulerFacts]:
             # squeue failed, the job is final (its exit code), or forgotten (its record): as for one job
             out[job_id] = query(job_id, rdir) if code == 0 else _unasked(job_id, rdir, err)
             continue
-        out[job_id] = {"job_id": job_id, "state": cells[1], "reason": cells[2], "exit_code": "",
-                       "nodes": _nodes(cells[3]), "source": "slurm", "error": None}
+        out[job_id] = facts_of(job_id, cells[1], cells[2], "", _nodes(cells[3]), "slurm")
     return out
 
 
-def _unasked(job_id: str, rdir: str, err: str) -> SchedulerFacts:
+def _unasked(job_id: str, rdir: str, err: str) -> JobFacts:
     """What the job's record says when squeue failed (``error`` says why, unless the record is final)."""
     why = (err.strip().splitlines() or ["squeue failed"])[-1]
     mine = record(rdir)
@@ -320,18 +318,23 @@ def _unasked(job_id: str, rdir: str, err: str) -> SchedulerFacts:
         if facts["state"] not in FINAL:
             facts["error"] = why
         return facts
-    return {"job_id": job_id, "state": "UNKNOWN", "reason": "None", "exit_code": "", "nodes": "", "source": "none",
-            "error": why}
+    return facts_of(job_id, "UNKNOWN", "None", "", "", "none", error=why)
 
 
 def _nodes(value: str) -> str:
     return "" if value in ("(null)", "None") else value
 
 
-def _facts(job_id: str, data: Mapping[str, Any], source: str) -> SchedulerFacts:
-    return {"job_id": job_id, "state": str(data.get("state") or "UNKNOWN"), "reason": str(data.get("reason") or "None"),
-            "exit_code": str(data.get("exit_code") or ""), "nodes": str(data.get("nodes") or ""), "source": source,
-            "error": None}
+def facts_of(job_id: str, state: str, reason: str, exit_code: str, nodes: str, source: str,
+             error: str | None = None) -> JobFacts:
+    """The job in the shape no backend owns (``protocol.JobFacts``): Slurm's words, and whether it is queued or over."""
+    return {"scheduler": "Slurm", "job_id": job_id, "state": state, "queued": state in QUEUED, "final": state in FINAL,
+            "reason": reason, "exit_code": exit_code, "nodes": nodes, "source": source, "error": error}
+
+
+def _facts(job_id: str, data: Mapping[str, Any], source: str) -> JobFacts:
+    return facts_of(job_id, str(data.get("state") or "UNKNOWN"), str(data.get("reason") or "None"),
+                    str(data.get("exit_code") or ""), str(data.get("nodes") or ""), source)
 
 
 def exit_status(exit_code: str) -> int | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import shlex
 
 from .protocol import LOG_MARK, RUN_MARKER
+from .rundir import EXIT, PID
 
 # Runs with the host agent's interpreter (stdlib only). Any HTTP answer below 500 counts as "up";
 # proxies are bypassed because the URL is normally the swarm server of this experiment.
@@ -47,11 +48,11 @@ def render(exp_id: str, role: str, run_dir: str, workdir: str, env: dict[str, st
         "__ajs_run=" + q(run_dir),
         "__ajs_log=" + q(log_path),
         "__ajs_role=" + q(role),
-        'echo $$ > "$__ajs_run/$__ajs_role.pid"',
+        'echo $$ > "$__ajs_run/$__ajs_role%s"' % PID,
         "__ajs_finish() {",
-        '  { printf \'%s\\n\' "$1" > "$__ajs_run/$__ajs_role.exit.tmp" && '
-        'mv -f "$__ajs_run/$__ajs_role.exit.tmp" "$__ajs_run/$__ajs_role.exit"; } 2>/dev/null || '
-        'rm -f "$__ajs_run/$__ajs_role.exit.tmp"',
+        '  { printf \'%%s\\n\' "$1" > "$__ajs_run/$__ajs_role%(exit)s.tmp" && '
+        'mv -f "$__ajs_run/$__ajs_role%(exit)s.tmp" "$__ajs_run/$__ajs_role%(exit)s"; } 2>/dev/null || '
+        'rm -f "$__ajs_run/$__ajs_role%(exit)s.tmp"' % {"exit": EXIT},
         # The exit code survives a full disk: tmux keeps it in memory (a session option of the pane's
         # session, read by observe when the file is missing) besides the pane's own dead status. Bounded:
         # a hung tmux server must not keep the wrapper from exiting.
@@ -73,7 +74,7 @@ def render(exp_id: str, role: str, run_dir: str, workdir: str, env: dict[str, st
     if gate_url:
         gave_up = "wait_for_url gave up after %d s: %s" % (gate_timeout_s, gate_url)
         lines += [
-            ': > "$__ajs_run/$__ajs_role.gate"',
+            ': > "$__ajs_run/$__ajs_role.gate"',  # the markers: ``rundir.MARKERS``
             "__ajs_note " + q("waiting up to %d s for %s" % (gate_timeout_s, gate_url)),
             "if ! %s - %s %d <<'AJS_GATE_EOF'" % (q(python), q(gate_url), int(gate_timeout_s)),
             GATE_PY.rstrip("\n"),

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from skill_server.core.errors import ToolFailure, ToolInputError
 from skill_server.core.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
-from skill_server.experiments import history, plots, runconfig, sentences
+from skill_server.experiments import history, lineage, plots, runconfig, sentences, upkeep
 from skill_server.experiments.checks import host_path
-from skill_server.experiments.models import ErrorHit, MetricsHistory
+from skill_server.experiments.models import ErrorHit, ExperimentStatus, MetricsHistory
 from skill_server.experiments.observe import observe
 from skill_server.experiments.queries import find, status_fields
 from skill_server.experiments.spec import RunSpec
@@ -144,7 +144,7 @@ class _Run:
 
     row: Row | None = None
     overlays: list[Row] = field(default_factory=list)
-    status: dict[str, Any] | None = None
+    status: ExperimentStatus | None = None
     #: The metric history as (validation, training) series: the tables when no markdown file has lines.
     val_series: Table = field(default_factory=Table)
     train_series: Table = field(default_factory=Table)
@@ -155,22 +155,22 @@ class _Run:
 
     @property
     def state(self) -> str | None:
-        return self.status["state"] if self.status is not None else None
+        return self.status.state if self.status is not None else None
 
     @property
     def exit_code(self) -> int | None:
-        return self.status["exit_code"] if self.status is not None else None
+        return self.status.exit_code if self.status is not None else None
 
     @property
     def errors(self) -> list[ErrorHit]:
-        return self.status["errors"] if self.status is not None else []
+        return self.status.errors if self.status is not None else []
 
     @property
     def log_paths(self) -> list[str]:
         if self.status is None or self.row is None:
             return []
         host = self.row.host
-        return [p.log_path if p.host == host else f"{p.host}:{p.log_path}" for p in self.status["processes"]]
+        return [p.log_path if p.host == host else f"{p.host}:{p.log_path}" for p in self.status.processes]
 
 
 def _check_arguments(inp: CollectInput) -> None:
@@ -186,17 +186,8 @@ def _check_arguments(inp: CollectInput) -> None:
 def _attempts_note(reg: Registry, row: Row) -> str | None:
     """Which attempt of a resumed run these results cover, and where its metrics went on (each attempt is its
     own run: a resumed run's steps continue in the next one); None for a run that was never resumed."""
-    seen = {row.id}
-
-    def walk(link: Row, step: str) -> list[str]:
-        out = []
-        while (nxt := getattr(link.spec, step)) and nxt not in seen and (found := reg.get(nxt)) is not None:
-            out.append(nxt)
-            seen.add(nxt)
-            link = found
-        return out
-
-    before, after = walk(row, "previous_attempt")[::-1], walk(row, "next_attempt")
+    attempts = lineage.of(reg, row)
+    before, after = [a.id for a in attempts.before(row.id)], [a.id for a in attempts.after(row.id)]
     if not before and not after:
         return None
     chain = ", ".join([*before, f"{row.id} (this one)", *after])
@@ -208,11 +199,12 @@ def _attempts_note(reg: Registry, row: Row) -> str | None:
 def _read_run(inp: CollectInput, exp_key: str, want_plot: bool, notes: list[str]) -> _Run:
     """The run, its overlays, its status, its metric history and the curves to draw, in one registry session."""
     with open_registry() as reg:
+        upkeep.finish_interrupted_launches(reg)
         row = find(reg, exp_key)
         overlays = [find(reg, key, f"overlay_ids.{i}") for i, key in enumerate(inp.overlay_ids or [])]
-        view = observe(reg, [row])[0]
-        status = status_fields(view, [], [0] * len(view.procs), 0)
-        row = reg.get(view.row.id) or view.row  # with the attempts this look took up
+        view = observe(reg, [row], upkeep=upkeep.HEAL)[0]
+        row = reg.get(view.row.id) or view.row
+        status = status_fields(view, [], [0] * len(view.procs), 0, attempts=lineage.links(reg, [row])[row.id])
         run = _Run(row, overlays, status, *_history_tables(reg, row.id), attempts=_attempts_note(reg, row))
         if run.attempts:
             notes.append(run.attempts)
@@ -300,7 +292,7 @@ def _holds_other_runs(label: str, rows: list[dict[str, float]], run: _Run) -> st
     steps = [r["training/global_step"] for r in rows if isinstance(r.get("training/global_step"), (int, float))]
     if any(b <= a for a, b in zip(steps, steps[1:])):
         return "its training/global_step starts again"
-    reached = run.status.get("global_step") if run.status is not None else None
+    reached = run.status.global_step if run.status is not None else None
     if label == "training" and isinstance(reached, int) and len(rows) > reached:
         return f"{len(rows)} step lines, and this run reached step {reached}"
     return None
@@ -427,18 +419,18 @@ def _best_at(m: MetricSummary) -> str:
     return f"point {m.best_point} of {m.n}" if m.best_point is not None else "-"
 
 
-def _render(spec: RunSpec | None, status: dict[str, Any] | None, host: str, result_dir: str,
+def _render(spec: RunSpec | None, status: ExperimentStatus | None, host: str, result_dir: str,
             val_metrics: list[MetricSummary], train_metrics: list[MetricSummary],
             sources: dict[str, str], plateau: dict[str, bool], errors: list[ErrorHit], log_paths: list[str],
             notes: list[str], plot_name: str | None) -> str:
     out = ["# Experiment results", ""]
     if status is not None:
         out += [
-            f"- experiment: `{status['id']}` (tmux session `{status['session']}`)",
-            f"- final state: **{status['state']}**, exit code {status['exit_code']}",
-            f"- started: {status['started_at']}, elapsed {status['elapsed_s']:.0f} s",
-            f"- first step seen: {status['first_step_seen']} (overdue: {status['first_step_overdue']}), "
-            f"last global step: {status['global_step']}",
+            f"- experiment: `{status.id}` (tmux session `{status.session}`)",
+            f"- final state: **{status.state}**, exit code {status.exit_code}",
+            f"- started: {status.started_at}, elapsed {status.elapsed_s:.0f} s",
+            f"- first step seen: {status.first_step_seen} (overdue: {status.first_step_overdue}), "
+            f"last global step: {status.global_step}",
         ]
         commands = [p.command for p in spec.processes] if spec else []
         out += [f"- command: `{c}`" for c in commands]
@@ -453,9 +445,9 @@ def _render(spec: RunSpec | None, status: dict[str, Any] | None, host: str, resu
         out += [""]
     out += ["## Validation metrics", "", f"Source: {sources.get('validation', 'none')}.", ""] + _table(val_metrics)
     out += ["## Training metrics", "", f"Source: {sources.get('training', 'none')}.", ""] + _table(train_metrics)
-    if status is not None and status.get("last_metrics"):
-        out += [f"## Last metric line in the log (step {status['global_step']})", ""]
-        out += [f"- {k}: {_fmt(v)}" for k, v in list(status["last_metrics"].items())[:40]] + [""]
+    if status is not None and status.last_metrics:
+        out += [f"## Last metric line in the log (step {status.global_step})", ""]
+        out += [f"- {k}: {_fmt(v)}" for k, v in list(status.last_metrics.items())[:40]] + [""]
     out += ["## Errors seen in the log", ""]
     if errors:
         out += ["| signature | count | last line | fix |", "| --- | --- | --- | --- |"]

@@ -20,7 +20,7 @@ from skill_server.core.errors import ToolInputError
 from skill_server.core.models import ImageAttachment
 from skill_server.experiments import history, plots, runconfig, sentences
 from skill_server.experiments.checks import host_path
-from skill_server.experiments.models import MetricsHistory
+from skill_server.experiments.models import ExperimentStatus, MetricsHistory
 from skill_server.experiments.queries import find, observe_with_lines
 from skill_server.experiments.store import Registry, Row, open_registry
 from skill_server.experiments.summaries import lower_is_better
@@ -210,12 +210,14 @@ def _unlike_runs(rows: list[Row], table: dict[str, dict[str, MetricStats]], prim
     return notes
 
 
-def _run_summary(row: Row, fields: dict[str, Any], config_file: str | None, metrics: list[MetricStats]) -> RunSummary:
-    progress = fields["progress"]
-    return RunSummary(id=row.id, session=row.session, host=row.host, state=fields["state"],
-                      global_step=fields["global_step"], total_steps=progress.total_steps,
+def _run_summary(row: Row, status: ExperimentStatus, config_file: str | None, metrics: list[MetricStats]
+                 ) -> RunSummary:
+    progress = status.progress
+    assert progress is not None  # every observation's status has it
+    return RunSummary(id=row.id, session=row.session, host=row.host, state=status.state,
+                      global_step=status.global_step, total_steps=progress.total_steps,
                       steps_per_hour=progress.steps_per_hour, steps_per_hour_source=progress.seconds_per_step_source,
-                      elapsed_s=fields["elapsed_s"], config_file=config_file, metrics=metrics)
+                      elapsed_s=status.elapsed_s, config_file=config_file, metrics=metrics)
 
 
 def _image(rows: list[Row], curves: list[plots.Curve], with_data: bool, notes: list[str]) -> ImageAttachment | None:

@@ -3,16 +3,15 @@
 Cursors: one byte offset per process log (``"1234"`` or ``"1234,88"``). Without ``since`` a call continues
 from the cursor stored by the previous status or wait call of that experiment; an explicit ``since``
 reads independently. The observation itself (one round trip per host, the YAML and checkpoint reads
-riding along) is ``experiments.queries``.
+riding along) is ``experiments.queries``; it heals what it finds broken (``experiments.upkeep``: a launch left
+half done, a dead monitor, a finished session, a resumed run's new attempts), as every status call did.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolInputError
-from skill_server.experiments import logs, sentences
+from skill_server.experiments import lineage, logs, sentences, upkeep
 from skill_server.experiments.models import DEFAULT_HISTORY_POINTS, ExperimentStatus, RegistryProblem
 from skill_server.experiments.queries import HistoryRequest, find, observe_with_lines
 from skill_server.experiments.store import DB_NAME, Registry, open_registry
@@ -40,24 +39,19 @@ def history_request(inp: StatusInput) -> HistoryRequest | None:
                           inp.history_points or DEFAULT_HISTORY_POINTS)
 
 
-def later_attempts(reg: Registry, first: dict[str, Any], deadline: Deadline) -> list[ExperimentStatus]:
-    """The attempts after a resumed run (``first``: its status fields), each observed (no lines, no cursor
-    moved), oldest first: what happened overnight in the one call about the id the user knows."""
+def later_attempts(reg: Registry, first: ExperimentStatus, deadline: Deadline) -> list[ExperimentStatus]:
+    """The attempts after a resumed run (``first``: its status), each observed (no lines, no cursor moved),
+    oldest first: what happened overnight in the one call about the id the user knows."""
     chain: list[ExperimentStatus] = []
-    seen = {first["id"]}
-    nxt = first.get("next_attempt")
-    while nxt and nxt not in seen and len(seen) < 50:
-        ids = []
-        while nxt and nxt not in seen and (row := reg.get(nxt)) is not None:  # what the registry knows now
-            ids.append(nxt)
-            seen.add(nxt)
-            nxt = row.spec.next_attempt
-        if not ids:
+    last = reg.get(first.id)
+    seen = {first.id}
+    while last is not None and len(seen) < lineage.MAX_ATTEMPTS:
+        rows = [row for row in lineage.of(reg, last).after(last.id) if row.id not in seen]  # what it knows now
+        if not rows:
             break
-        rows = [row for i in ids if (row := reg.get(i)) is not None]
-        observed = {f["id"]: f for f in observe_with_lines(reg, rows, None, 0, deadline=deadline)}
-        chain += [ExperimentStatus(summary="", **observed[i]) for i in ids if i in observed]
-        nxt = chain[-1].next_attempt if chain else None  # observing the last may have taken up more
+        seen.update(row.id for row in rows)
+        chain += observe_with_lines(reg, rows, None, 0, deadline=deadline, upkeep=upkeep.HEAL)
+        last = reg.get(rows[-1].id)  # observing the last may have taken up more
     return chain
 
 
@@ -70,6 +64,7 @@ def experiment_status(inp: StatusInput) -> StatusOutput:
     if inp.id is not None and inp.offset is not None:
         raise ToolInputError("only used when listing all (without id)", field="offset")
     with open_registry(create=False) as reg:
+        upkeep.finish_interrupted_launches(reg)
         if inp.id is not None:
             rows = [find(reg, inp.id)]
             max_lines = logs.MAX_LINES if inp.max_lines is None else inp.max_lines
@@ -83,13 +78,12 @@ def experiment_status(inp: StatusInput) -> StatusOutput:
             more = max(0, total - offset - limit)
             next_offset = offset + limit if more else None
         listing = inp.checkpoints if inp.checkpoints is not None else inp.id is not None
-        fields = observe_with_lines(reg, rows, inp.since, max_lines, checkpoints=listing, history_request=wanted,
-                                    deadline=deadline, follow_attempts=inp.id is None)
-        chain = later_attempts(reg, fields[0], deadline) if inp.id is not None and fields else []
+        runs = observe_with_lines(reg, rows, inp.since, max_lines, checkpoints=listing, history_request=wanted,
+                                  deadline=deadline, follow_attempts=inp.id is None, upkeep=upkeep.HEAL)
+        chain = later_attempts(reg, runs[0], deadline) if inp.id is not None and runs else []
         place = reg.place
     registry = None if place is None else RegistryInfo(
         path=str(place.directory / DB_NAME), mode=place.mode, filesystem=place.filesystem, warning=place.warning)
-    runs = [ExperimentStatus(summary="", **f) for f in fields]
     for run in runs:
         run.summary = sentences.run_state(run)
     if chain:

@@ -15,7 +15,8 @@ class GpuStatusInput(ToolInput):
         default=None, min_length=1, max_length=MAX_HOSTS,
         description="Hosts to ask in parallel: 'local' or ssh destinations. For example 'gpu1', 'user@10.0.0.5', "
         "'ssh://user@host:2222'. Default: ['local'].")
-    experiment: StrictStr | None = Field(default=None, max_length=200, description="Or a Slurm run's id.")
+    experiment: StrictStr | None = Field(default=None, max_length=200,
+                                         description="Or the id of a run in a scheduler's job.")
 
 
 class GpuStatusOutput(ToolOutput):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from skill_server.core.errors import ToolInputError
 from skill_server.gpus.models import GpuHost
-from skill_server.gpus.query import NO_SMI_ADVICE, in_job, query
+from skill_server.gpus.query import NO_SMI_ADVICE, query
 from skill_server.hosts import LOCAL, normalise
 from skill_server.tools.gpu_status.models import GpuStatusInput, GpuStatusOutput
 
@@ -19,22 +19,26 @@ def gpu_status(inp: GpuStatusInput) -> GpuStatusOutput:
 
 
 def _job_nodes(inp: GpuStatusInput) -> list[GpuHost]:
-    """The GPUs of the nodes a Slurm run's job holds, asked through its login node."""
+    """The GPUs of the nodes a scheduled run's job holds, asked through the host that submitted it (its backend
+    knows how: ``experiments.backends``)."""
+    from skill_server.experiments import backends
     from skill_server.experiments.store import open_registry
 
     if inp.hosts is not None:
         raise ToolInputError("give hosts or experiment, not both", field="hosts")
     assert inp.experiment is not None
-    with open_registry() as reg:
+    with open_registry(create=False) as reg:
         row = reg.find(inp.experiment)
     if row is None:
         raise ToolInputError(f"no experiment {inp.experiment!r} in this server's registry", field="experiment")
     where = row.spec.hosts.get(row.host)
-    if where is None or where.backend != "slurm":
-        raise ToolInputError(f"{row.id} is not a Slurm run: ask its hosts instead", field="experiment")
-    if not where.job_id:
-        raise ToolInputError(f"{row.id} has no Slurm job (its launch did not finish)", field="experiment")
-    return in_job(row.host, where.job_id)
+    try:
+        found = backends.of(where).allocation_gpus(row.host, where) if where is not None else None
+    except ToolInputError as exc:
+        raise ToolInputError(f"{row.id} {exc.message}", field=exc.field) from None
+    if found is None:
+        raise ToolInputError(f"{row.id} runs in no scheduler's job: ask its hosts instead", field="experiment")
+    return found
 
 
 #: What "free" means in the summary: AgentJet's launcher wants this share of a GPU's memory free.

@@ -8,7 +8,7 @@ from pydantic import Field, StrictStr
 
 from skill_server.core.models import PositiveInt, ToolInput, ToolOutput
 from skill_server.environments.models import Check
-from skill_server.experiments.models import SlurmSpec
+from skill_server.experiments.backends.slurm import SlurmSpec
 
 
 class InstallInput(ToolInput):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolInputError
 from skill_server.experiments.checks import session_name, socket_name
+from skill_server.experiments.models import ExperimentStatus
 from skill_server.experiments.spec import RayCluster
 from skill_server.experiments.store import Registry, Row, elsewhere_reason, local_elsewhere
 from skill_server.hosts import HostUnreachable, call_hosts, client
@@ -122,9 +123,9 @@ def node_fields(view: RayView) -> dict[str, Any]:
             "resources": resources(status.resources), "pending": status.pending, "failures": status.failures}
 
 
-def run_fields(fields: dict[str, Any] | None) -> dict[str, Any]:
-    """The answer's id, session, state, processes and lines from the run's status fields (or none)."""
-    if fields is None:
+def run_fields(status: ExperimentStatus | None) -> dict[str, Any]:
+    """The answer's id, session, state, processes and lines from the run's status (or none)."""
+    if status is None:
         return {"id": None, "session": None, "state": None, "processes": [], "lines": []}
-    return {"id": fields["id"], "session": fields["session"], "state": fields["state"],
-            "processes": fields["processes"], "lines": fields["lines"]}
+    return {"id": status.id, "session": status.session, "state": status.state, "processes": status.processes,
+            "lines": status.lines}

@@ -19,6 +19,7 @@ import time
 from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolFailure, ToolInputError
 from skill_server.core.models import Progress
+from skill_server.experiments import upkeep
 from skill_server.experiments.checks import check_env
 from skill_server.experiments.launching import launch
 from skill_server.experiments.models import WAIT_DEFAULT_S, WAIT_MAX_S, LaunchInput, ProcessSpec
@@ -160,9 +161,10 @@ def start_cluster(inp: RayClusterInput, head: str, progress: Progress | None) ->
     answer = Deadline.call()  # the whole start (checks, launch, the wait for the nodes) answers by it
     notes: list[str] = []
     with open_registry() as reg:
+        upkeep.finish_interrupted_launches(reg)
         found = find_cluster(reg, inp, head)
-        if found is not None and observe(reg, [found[0]], deadline=answer.share(40.0))[0].state not in (
-                "running", "unreachable"):
+        if found is not None and observe(reg, [found[0]], deadline=answer.share(40.0),
+                                         upkeep=upkeep.HEAL)[0].state not in ("running", "unreachable"):
             found = None  # an ended cluster of the same name: start a new one
     version: str | None = None
     if found is not None:
@@ -210,7 +212,7 @@ def _wait(exp_id: str, head: str, workers: list[str], port: int, ray: str, versi
         ended: str | None = None
         ray_view = RayView(version, None, "not asked yet")
         while True:
-            view = observe(reg, [row], deadline=looks)[0]
+            view = observe(reg, [row], deadline=looks, upkeep=upkeep.HEAL)[0]
             ended = _ended(view)
             left = deadline - time.monotonic()
             if ended is None:
@@ -226,7 +228,8 @@ def _wait(exp_id: str, head: str, workers: list[str], port: int, ray: str, versi
                          f"{alive if alive is not None else '?'}/{expected} nodes alive")
             time.sleep(min(POLL_S, max(0.1, deadline - time.monotonic())))
             row = reg.get(exp_id) or row
-        fields = observe_with_lines(reg, [reg.get(exp_id) or row], None, MAX_LINES, deadline=answer)[0]
+        fields = observe_with_lines(reg, [reg.get(exp_id) or row], None, MAX_LINES, deadline=answer,
+                                    upkeep=upkeep.HEAL)[0]
     ready, reason = _readiness(ray_view, expected, ended)
     waited = round(time.monotonic() - started, 2)
     if progress is not None:

@@ -130,7 +130,7 @@ def stop_cluster(inp: RayClusterInput, head: str) -> RayClusterOutput:
     notes = [stopped.note] if stopped.note else []
     if left:
         notes.append(f"{len(left)} process(es) still hold GPU memory: see gpu_processes_left")
-    # a stop's answer is never "stalled" (nor "queued": a Ray cluster is no Slurm job)
+    # a stop's answer is never "stalled" (nor "queued": a Ray cluster is no scheduler's job)
     state = "running" if stopped.state == "stalled" or stopped.state == "queued" else stopped.state
     return RayClusterOutput(
         summary="",  # ray_cluster() writes it

@@ -5,6 +5,7 @@ from __future__ import annotations
 from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolInputError
 from skill_server.core.models import Progress
+from skill_server.experiments import upkeep
 from skill_server.experiments.models import TERMINAL
 from skill_server.experiments.queries import observe_with_lines
 from skill_server.experiments.store import open_registry
@@ -71,9 +72,11 @@ def cluster_status(inp: RayClusterInput, head: str) -> RayClusterOutput:
     fields = None
     answer = Deadline.call()
     with open_registry() as reg:
+        upkeep.finish_interrupted_launches(reg)
         found = find_cluster(reg, inp, head)
         if found is not None:
-            fields = observe_with_lines(reg, [found[0]], None, MAX_LINES, deadline=answer.share(20.0))[0]
+            fields = observe_with_lines(reg, [found[0]], None, MAX_LINES, deadline=answer.share(20.0),
+                                        upkeep=upkeep.HEAL)[0]
     note = None
     if found is not None:
         meta = found[1]
@@ -86,8 +89,8 @@ def cluster_status(inp: RayClusterInput, head: str) -> RayClusterOutput:
         address = f"{host}:{port}"
         note = "not a cluster this server started: ray status asked on the head at " + address
     expected = 1 + len(workers)
-    if fields is not None and fields["state"] in TERMINAL:  # its nodes are gone: ray status would only time out
-        view = RayView(None, None, f"the cluster's run is {fields['state']} (ray_cluster start starts a new one)")
+    if fields is not None and fields.state in TERMINAL:  # its nodes are gone: ray status would only time out
+        view = RayView(None, None, f"the cluster's run is {fields.state} (ray_cluster start starts a new one)")
     else:
         view = ask_ray(head, ray, address, with_version=True, deadline=answer)
     nodes = node_fields(view)

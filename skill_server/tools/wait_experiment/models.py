@@ -15,7 +15,7 @@ class WaitInput(ToolInput):
     timeout_s: NonNegativeInt | None = Field(default=None, le=3600,
                                              description="Default 30; values above 50 are clamped to 50.")
     until: Literal["exit", "first_step", "pattern", "stall", "error", "end", "started"] | None = Field(
-        default=None, description="Default 'exit' (also 'error', 'end'); 'started': a Slurm job left the queue.")
+        default=None, description="Default 'exit' (also 'error', 'end'); 'started': a queued job started.")
     pattern: StrictStr | None = Field(default=None, max_length=500, description="Regex, for until='pattern'.")
     stall_s: PositiveInt | None = Field(default=None, ge=5, le=7 * 86400,
                                         description="Also end ('stalled') once the run is quiet this long (quiet_s).")

@@ -1,12 +1,12 @@
 """wait_experiment: block (bounded) until a run exits, shows its first step, prints a pattern or an error.
 
-Read-only: it observes (one round trip per host every half second) and never acts on the run; the max
-time is enforced by the run's monitor on its host. It answers within ``timeout_s`` plus
-``WAIT_MARGIN_S`` whatever its hosts do (a partition, a hung tmux): the looks stop at ``timeout_s``, the
-closing status gets what is left. A host that could not be asked is asked again at every look, the
-pattern search too; the pattern counts only output appended while waiting, from the first look that
-reached every host. ``next_wait_s`` follows the blueprint skills' back-off (30 s, 1, 2, 4, 8, then
-16 min), advancing with each wait that ends in ``timeout``.
+It observes (one round trip per host every half second, healing as a status call does: ``experiments.upkeep``)
+and never acts on the run; the max time is enforced by the run's monitor on its host. It answers within
+``timeout_s`` plus ``WAIT_MARGIN_S`` whatever its hosts do (a partition, a hung tmux): the looks stop at
+``timeout_s``, the closing status gets what is left. A host that could not be asked is asked again at every
+look, the pattern search too; the pattern counts only output appended while waiting, from the first look that
+reached every host. ``next_wait_s`` follows the blueprint skills' back-off (30 s, 1, 2, 4, 8, then 16 min),
+advancing with each wait that ends in ``timeout``.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from skill_server.core.deadline import ANSWER_MARGIN_S, WAIT_MARGIN_S, Deadline, shutdown_requested
 from skill_server.core.errors import ToolInputError
 from skill_server.core.models import Progress
-from skill_server.experiments import logs, sentences
+from skill_server.experiments import lineage, logs, sentences, upkeep
 from skill_server.experiments.checks import compile_pattern
 from skill_server.experiments.models import TERMINAL, WAIT_DEFAULT_S, WAIT_MAX_S
 from skill_server.experiments.observe import View, observe
@@ -94,12 +94,12 @@ class _Wait:
         the pattern reads in the same round trip; search what came back."""
         bound = self.polling if not self.polling.expired() else self.answer.within(FIRST_LOOK_S)
         if self.pattern is None or self.offsets is None:
-            view = observe(reg, [row], deadline=bound)[0]
+            view = observe(reg, [row], deadline=bound, upkeep=upkeep.HEAL)[0]
             if self.pattern is not None and all(p.state != "unreachable" for p in view.procs):
                 self.offsets = [p.size or 0 for p in view.procs]
             return view
         reads = [[(o, logs.SCAN_BUDGET)] for o in self.offsets]
-        view = observe(reg, [row], extra_reads=lambda r: reads, deadline=bound)[0]
+        view = observe(reg, [row], extra_reads=lambda r: reads, deadline=bound, upkeep=upkeep.HEAL)[0]
         self.matched, self.offsets = _match(view, self.offsets, self.pattern)
         return view
 
@@ -131,14 +131,19 @@ def _elsewhere(view: View) -> bool:
 def _newest_attempt(reg: Registry, wait: _Wait, row: Row, view: View) -> tuple[Row, View]:
     """Follow a resumed run to its newest attempt (each look takes up the attempts its host recorded), so
     that a wait on the id the user knows waits on the attempt that runs now."""
-    for _ in range(50):
-        current = reg.get(row.id) or row
-        nxt = reg.get(current.spec.next_attempt) if current.spec.next_attempt else None
-        if nxt is None:
+    for _ in range(lineage.MAX_ATTEMPTS):
+        later = lineage.of(reg, reg.get(row.id) or row).after(row.id)
+        if not later:
             break
-        row = nxt
+        row = later[0]
         view = wait.look(reg, row)
     return row, view
+
+
+def _pending(reg: Registry, view: View) -> bool:
+    """The ended attempt's resume policy is still to relaunch it (``queries.relaunch_pending``)."""
+    row = reg.get(view.row.id) or view.row
+    return relaunch_pending(view, lineage.of(reg, row).next(row.id))
 
 
 def _poll(reg: Registry, view: View, wait: _Wait, timeout: int, started: float,
@@ -148,7 +153,7 @@ def _poll(reg: Registry, view: View, wait: _Wait, timeout: int, started: float,
     last_progress = -1.0
     while True:
         reason = wait.reason(view)
-        if reason == "exited" and relaunch_pending(view, reg.get(view.row.id) or view.row):
+        if reason == "exited" and _pending(reg, view):
             reason = None  # the next attempt comes after the backoff: wait on it
         if reason == "exited":
             row, newer = _newest_attempt(reg, wait, view.row, view)
@@ -200,6 +205,7 @@ def wait_experiment(inp: WaitInput, progress: Progress | None = None) -> WaitOut
     started = time.monotonic()
     answer = Deadline(timeout + WAIT_MARGIN_S - ANSWER_MARGIN_S)
     with open_registry(create=False) as reg:
+        upkeep.finish_interrupted_launches(reg)
         asked = row = find(reg, inp.id)
         wait = _Wait(until, pattern, {}, Deadline(float(timeout)), answer, stall_s=inp.stall_s)
         if pattern is not None and inp.since is not None:
@@ -210,14 +216,14 @@ def wait_experiment(inp: WaitInput, progress: Progress | None = None) -> WaitOut
         view, reason = _poll(reg, view, wait, timeout, started, progress)
         row = view.row
         status = observe_with_lines(reg, [reg.get(row.id) or view.row], None, logs.MAX_LINES, checkpoints=True,
-                                    deadline=answer)[0]
-        if reason == "timeout" and status["state"] == "unreachable":  # the closing look decides, not a cut one
+                                    deadline=answer, upkeep=upkeep.HEAL)[0]
+        if reason == "timeout" and status.state == "unreachable":  # the closing look decides, not a cut one
             reason = "unreachable"
-        pending = relaunch_pending(view, reg.get(row.id) or view.row)
-        reason, next_wait = _settle(reg, row.id, status["state"], reason, _elsewhere(view), pending)
+        pending = _pending(reg, view)
+        reason, next_wait = _settle(reg, row.id, status.state, reason, _elsewhere(view), pending)
     if progress is not None:
         progress(float(timeout), float(timeout), f"{view.row.session}: {reason}")
-    out = WaitOutput(summary="", **status, reason=reason, next_wait_s=next_wait,
+    out = WaitOutput(**dict(status), reason=reason, next_wait_s=next_wait,
                      waited_s=round(time.monotonic() - started, 2), timeout_s=timeout, matched_line=wait.matched)
     out.summary = sentences.waited(out, reason, next_wait, followed=asked.id if asked.id != row.id else None)
     return out

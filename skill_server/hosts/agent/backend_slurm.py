@@ -1,0 +1,179 @@
+"""The Slurm backend: a run is one batch job submitted from this host, its login node (``slurm``'s commands).
+
+The run directory is on the filesystem the nodes share: the batch script (``job.sh``) runs each process's
+wrapper inside the allocation (pid, exit and log files as under tmux) and starts the run's monitor on the job's
+first node, so the monitor never runs here. Its handle is the job's id (None until sbatch answered: a rollback
+then cancels the job by its name, the run's id). A process's liveness comes from Slurm and the job's own record
+(``job.json``), not from a pid. Slurm enforces the time limit, so the monitor's own max time is off; a resume
+is not done here (a relaunch would be a new sbatch). Stdlib only, Python 3.8.
+"""
+
+from __future__ import annotations
+
+import os
+
+from . import slurm
+from .backend import Backend, Launch, Liveness
+from .files import AgentError
+from .protocol import TYPE_CHECKING
+from .rundir import DISCARDED, RunDir
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import Any
+
+    from .protocol import DiscardReply, Handle, JobFacts, StartedProc, StopReply
+
+
+class Slurm(Backend):
+    kind = "slurm"
+    monitor_in_job = True
+    can_resume = False
+    scheduler = "Slurm"
+
+    def check(self, launch: Launch) -> None:
+        slurm.check_clients()
+
+    def prepare(self, launch: Launch) -> None:
+        launch.handle = {"kind": self.kind, "job_id": None}
+        max_time_s = int(launch.req["max_time_s"])  # type: ignore[call-overload]  # checked by ``runs``
+        slurm.options(launch.options, launch.exp_id, launch.rdir, max_time_s)  # extra_args refused here
+        launch.options["ray"] = slurm.ray_for(launch.options, launch.plan["path_prepend"])
+
+    def attach(self, handle: Mapping[str, Any], procs: Sequence[Mapping[str, Any]]) -> list[str]:
+        """Its first process's log, followed (the job's processes run on its nodes, in no terminal)."""
+        return ["tail", "-F", str(procs[0]["log_path"])] if procs else []
+
+    def start(self, launch: Launch, monitor_spec: dict[str, Any]) -> list[StartedProc]:
+        """The monitor's spec and the batch script in the run directory, then sbatch; the monitor and the processes
+        start when the job does, on its first node."""
+        from . import monitor
+
+        started: list[StartedProc] = [
+            {"window_id": "", "pane_id": "", "pid": None, "start": None, "role": p["role"], "workdir": p["workdir"],
+             "log_path": p["log_path"]} for p in launch.plan["procs"]]
+        spec = monitor.spec_for(launch.exp_id, launch.handle, started, dict(monitor_spec, max_time_s=0))
+        options = {k: v for k, v in launch.options.items() if k != "ray"}
+        launch.handle["job_id"] = slurm.submit(
+            options, launch.exp_id, launch.rdir, [p["role"] for p in launch.plan["procs"]],
+            int(monitor_spec["max_time_s"]), ray=launch.options.get("ray"),
+            monitor=monitor.shell_line(launch.rdir, spec))
+        return started
+
+    def discard(self, handle: Mapping[str, Any], exp_id: str, rdir: str) -> DiscardReply:
+        """Mark the run discarded first (a job that starts later exits at once), then cancel its job (by id, or by
+        name when sbatch's answer was lost) and verify."""
+        RunDir(rdir).touch(DISCARDED)
+        try:
+            ids, _ = slurm.cancel(handle.get("job_id") or slurm.job_of(rdir), exp_id, 5.0)
+            confirmed = True
+        except AgentError:
+            ids, confirmed = [], False
+        return {"interrupted": ["job " + i for i in ids], "terminated": [], "killed": [], "survivors": [],
+                "session_removed": True, "confirmed": confirmed}
+
+    def prefetch(self, asked: list[tuple[Mapping[str, Any], str]], cache: dict[str, Any]) -> None:
+        """One squeue for every job asked about (``slurm.query_all``)."""
+        jobs = {str(h["job_id"]): rdir for h, rdir in asked if h.get("job_id")}
+        if jobs:
+            cache.update({"slurm:" + job: facts for job, facts in slurm.query_all(jobs).items()})
+
+    def observe(self, p: Mapping[str, object], handle: Mapping[str, Any], cache: dict[str, Any]) -> Liveness:
+        """Queued: alive, marked ``queued``. Running: alive until its wrapper's exit file exists. Ended: the exit
+        file's code, else Slurm's (a process killed with its job wrote none); cancelled and timed-out jobs mark
+        their processes ``stopped`` and ``timedout``. Slurm cannot be asked and the record is not final: liveness
+        unknown (None). A job never submitted (its launch did not finish) is unknown too."""
+        rdir, role = str(p["run_dir"]), str(p["role"])
+        job_id = handle.get("job_id")
+        if not job_id:
+            return Liveness(None)
+        key = "slurm:" + str(job_id)
+        if key not in cache:  # one scontrol per job and observation, whatever its number of processes
+            cache[key] = slurm.query(str(job_id), rdir)
+        facts: JobFacts = cache[key]
+        run = RunDir(rdir)
+        code = run.exit_code(role)
+        source = "file" if code is not None else None
+        mine = slurm.record(rdir) if code is not None and not facts["final"] else None
+        if mine is not None and mine.get("source") == "job" and mine.get("state") in slurm.FINAL:
+            # the job recorded its own end (its SIGTERM trap: TIMEOUT or CANCELLED) while Slurm still winds it down
+            # (the batch script waits for the monitor): that end decides, not the process's 143 alone
+            facts = slurm.facts_of(facts["job_id"], str(mine["state"]), str(mine.get("reason") or facts["reason"]),
+                                   str(mine.get("exit_code") or facts["exit_code"]),
+                                   str(mine.get("nodes") or facts["nodes"]), facts["source"],  # all it got
+                                   error=facts["error"])
+        state = facts["state"]
+        if facts["queued"]:
+            return Liveness(True, 0.0, code, source, ["queued"], facts)
+        if not facts["final"]:
+            if facts["error"] is not None and state == "UNKNOWN":
+                return Liveness(None, None, code, source, [], facts)
+            alive = code is None and state != "UNKNOWN"
+            return Liveness(alive, self._age(rdir) if alive else None, code, source, [], facts)
+        markers = {"CANCELLED": ["stopped"], "TIMEOUT": ["timedout"]}.get(state, [])
+        if code is None:  # killed with its job: Slurm's code, unless it says 0 for a job that did not complete
+            code = slurm.exit_status(facts["exit_code"])
+            if code == 0 and state != "COMPLETED":
+                code = None
+            source = "slurm" if code is not None else None
+        return Liveness(False, None, code, source, markers, facts)
+
+    @staticmethod
+    def _age(rdir: str) -> float | None:
+        """How long the job has run, by the start it recorded: a run's clock (its max time, its first-step deadline)
+        starts when its job does, not when it was queued."""
+        mine = slurm.record(rdir)
+        at = mine.get("at") if mine is not None and mine.get("source") == "job" else None
+        if isinstance(at, (int, float)) and not isinstance(at, bool):
+            import time
+
+            return max(0.0, time.time() - float(at))
+        return None
+
+    def release(self, handle: Mapping[str, Any], exp_id: str) -> bool | None:
+        return None  # nothing holds an ended job here (and no observation marks one released)
+
+    def stop(self, handle: Mapping[str, Any], exp_id: str, rdir: str, procs: list[dict[str, object]],
+             grace_s: float, keep_session: bool = False) -> StopReply:
+        """The roles marked stopped first, then the job cancelled and verified: Slurm no longer queues or runs it
+        (raises otherwise: the caller records nothing). Its processes get SIGTERM from Slurm, SIGKILL after
+        KillWait."""
+        run = RunDir(rdir)
+        roles = [str(p["role"]) for p in procs]
+        run.mark_stopped(roles)
+        job_id = handle.get("job_id") or ""
+        ids, _ = slurm.cancel(job_id or None, exp_id, grace_s)
+        if job_id:
+            slurm.query(str(job_id), rdir)  # Slurm's final word into job.json while it still remembers the job
+        return {"interrupted": roles if ids else [], "terminated": [], "killed": [], "survivors": [],
+                "exit_codes": {role: run.exit_code(role) for role in roles}, "session_removed": True}
+
+    def own_job(self, handle: Mapping[str, Any], rdir: str) -> str | None:
+        """``SLURM_JOB_ID``, else the run's recorded id."""
+        found = os.environ.get("SLURM_JOB_ID") or handle.get("job_id") or slurm.job_of(rdir)
+        return str(found) if found else None
+
+    def cancel_own_job(self, handle: Mapping[str, Any], rdir: str) -> str:
+        """Cancel the job this process runs in (``own_job``); its id. Raises ``AgentError`` with scancel's word when
+        it refused (its exit code says nothing of a job it does not know, but this one runs)."""
+        job_id = self.own_job(handle, rdir)
+        if not job_id:
+            raise AgentError("no Slurm job id here (SLURM_JOB_ID unset, no job.id)")
+        code, _, err = slurm.client(["scancel", str(job_id)])
+        if code != 0:
+            raise AgentError("scancel %s: %s" % (job_id, (err.strip().splitlines() or ["exit %d" % code])[-1]))
+        return str(job_id)
+
+    def started(self, rdir: str, role: str) -> bool:
+        """Not before its wrapper wrote its pid, unless the job ended without starting it."""
+        mine = slurm.record(rdir)
+        return mine is not None and mine.get("state") in slurm.FINAL
+
+    def legacy_handle(self, spec: Mapping[str, Any]) -> Handle | None:
+        if not spec.get("slurm"):
+            return None
+        handle: dict[str, Any] = {"kind": self.kind, "job_id": None}
+        return handle  # type: ignore[return-value]  # Slurm's own key besides kind
+
+
+BACKEND = Slurm()

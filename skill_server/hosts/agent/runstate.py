@@ -1,0 +1,280 @@
+"""What a run's monitor knows of the run: its spec, its processes and what their logs said, its clock and its
+life (``phases.Lifecycle``), shared by the monitor's watchers; and ``monitor.json``, the document it is kept in.
+
+Each room keeps its own state and writes its own part of the document: the log tails the findings per role
+(``RoleFindings``), the lifecycle the phase and the events, the stall watch its verdict, the policy its actions,
+the notify command's tally and a pending resume (each registers itself in ``Run.parts``). A later monitor of
+the same run (the first one died and an observation started another) takes up where the document left off.
+
+Times are on the *run clock*: seconds since the run's first wrapper started, from /proc (boot-relative, so a
+step of the wall clock changes no duration); wall times are for display only. Stdlib only, Python 3.8.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from . import backend, outcome, phases, procs, scanner
+from .protocol import LOG_MARK, TYPE_CHECKING
+from .rundir import FORMAT, RunDir
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from typing import Any, Protocol
+
+    from .protocol import MonitorDocument
+    from .protocol import RoleFindings as RoleFindingsDoc
+
+    class Part(Protocol):
+        """A room's own part of ``monitor.json``."""
+
+        def to_json(self) -> dict[str, Any]: ...
+
+
+class Progress:
+    """Training progress of one role (``findings.ProgressLike``)."""
+
+    KEYS = ("last_step_by_role", "step_times", "tqdm_total", "tqdm_step", "tqdm_rate_s", "batches", "restarts")
+
+    def __init__(self) -> None:
+        self.last_step_by_role: dict[str, int] = {}
+        self.step_times: list[float] = []
+        self.tqdm_total: int | None = None
+        self.tqdm_step: int | None = None
+        self.tqdm_rate_s: float | None = None
+        self.batches: list[list[float]] = []
+        self.restarts: list[dict[str, Any]] = []
+
+    def to_json(self) -> dict[str, Any]:
+        return {key: getattr(self, key) for key in self.KEYS}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Progress:
+        out = cls()
+        for key in cls.KEYS:
+            if key in data:
+                setattr(out, key, data[key])
+        return out
+
+
+class RoleFindings:
+    """What one role's log has said so far, and how far it was read (``protocol.RoleFindings``)."""
+
+    SCALARS = ("log_path", "start_offset", "offset", "size", "unscannable", "resets", "sampled_bytes", "drained",
+               "first_step_seen", "first_step_at", "first_step_not_before", "first_step", "global_step",
+               "metrics_step", "last_metrics", "errors", "grew_at", "stepped_at", "looked_at", "points")
+
+    def __init__(self, log_path: str, start_offset: int) -> None:
+        self.log_path = log_path
+        self.start_offset = start_offset  # bytes the log had before the run: never this run's output
+        self.offset = start_offset  # read up to here
+        self.size = start_offset
+        self.unscannable = 0  # bytes that could not be read (should stay 0)
+        self.resets = 0  # times the log shrank (rotated or truncated) and was read again from 0
+        self.sampled_bytes = 0  # bytes whose step lines were only sampled for metrics (a flood)
+        self.drained = False  # the process ended and its log was read to the end
+        self.first_step_seen = False
+        self.first_step_at: float | None = None
+        self.first_step_not_before: float | None = None  # the look before the one that saw it
+        self.first_step: int | None = None
+        self.global_step: int | None = None
+        self.metrics_step: int | None = None
+        self.last_metrics: dict[str, Any] = {}
+        self.errors: dict[str, dict[str, Any]] = {}
+        self.grew_at: float | None = None  # run clock when the log last grew
+        self.stepped_at: float | None = None  # ... when the global step last moved
+        self.looked_at: float | None = None  # ... of the last look that brought bytes
+        self.points: list[int] = [0, 0, 0]  # [last seq written, count in file, points dropped]
+        self.progress = Progress()
+
+    def to_json(self) -> RoleFindingsDoc:
+        out: dict[str, Any] = {key: getattr(self, key) for key in self.SCALARS}
+        out["progress"] = self.progress.to_json()
+        return out  # type: ignore[return-value]  # SCALARS are protocol.RoleFindings' keys
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> RoleFindings:
+        out = cls(str(data.get("log_path", "")), int(data.get("start_offset", 0)))
+        for key in cls.SCALARS:
+            if key in data:
+                setattr(out, key, data[key])
+        out.progress = Progress.from_json(data.get("progress") or {})
+        return out
+
+
+def _age_s(start: str | None) -> float | None:
+    """Seconds since a process with this start-time token started (Linux: ticks since boot), or None."""
+    if not start or not start.isdigit() or not procs.USE_PROC:
+        return None
+    try:
+        with open("/proc/uptime", "rb") as handle:
+            uptime = float(handle.read().split()[0])
+        return max(0.0, uptime - int(start) / float(os.sysconf("SC_CLK_TCK")))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class Role:
+    """One process of the run on this host, as the spec recorded it, with its findings."""
+
+    def __init__(self, spec: Mapping[str, Any], found: RoleFindings) -> None:
+        self.name = str(spec["role"])
+        self.pid = spec.get("pid")
+        self.start = spec.get("start")
+        self.log_path = str(spec["log_path"])
+        self.spec = spec
+        self.found = found
+        self.ended = False  # the wrapper is gone and nothing it left behind still runs
+        self.exit_code: int | None = None
+        self.orphans_checked = float("-inf")  # when its orphans were last looked for (the first look is at once)
+
+    def wrapper(self) -> procs.Wrapper | None:
+        if not isinstance(self.pid, int):
+            return None
+        return {"role": self.name, "pid": self.pid, "start": self.start if isinstance(self.start, str) else None}
+
+
+def _compile(pattern: str) -> Any:
+    import re
+
+    try:
+        return re.compile(pattern, re.MULTILINE)
+    except (re.error, RecursionError, OverflowError):
+        return None
+
+
+class Run:
+    """Everything the watchers share: the spec, the roles and their findings, the clock, the lifecycle."""
+
+    def __init__(self, run_dir: str, spec: Mapping[str, Any], previous: MonitorDocument | None,
+                 table: scanner.Table | None = None) -> None:
+        previous = previous or {}
+        self.dir = run_dir
+        self.files = RunDir(run_dir)
+        self.spec = spec
+        self.exp_id = str(spec["exp_id"])
+        self.handle: dict[str, Any] = dict(spec.get("handle") or {})
+        self.table = table if table is not None else scanner.Table(spec.get("signatures") or [])
+        self.severity = {str(r.get("name")): str(r.get("severity") or "error") for r in spec.get("signatures") or []
+                         if isinstance(r, dict)}
+        pattern = spec.get("first_step_pattern")
+        self.first_step_re = _compile(pattern) if isinstance(pattern, str) and pattern else None
+        old_roles: Mapping[str, Any] = previous.get("roles") or {}
+        self.roles = []
+        for r in spec["roles"]:
+            old = old_roles.get(r["role"])
+            found = RoleFindings.from_json(old) if isinstance(old, dict) else RoleFindings(
+                str(r["log_path"]), int(r.get("start_offset") or 0))
+            self.roles.append(Role(r, found))
+        self.timed_out = bool(previous.get("timed_out"))
+        self.session_removed = bool(previous.get("session_removed"))
+        self.internal_errors = int(previous.get("internal_errors") or 0)
+        self.origin = time.monotonic() - self._age(previous)
+        #: Where a previous monitor of this run left the run clock (0: this is the first one).
+        clock = previous.get("clock_s")
+        self.resumed_at = float(clock) if isinstance(clock, (int, float)) else 0.0
+        seen = any(r.found.first_step_seen for r in self.roles)
+        self.life = phases.Lifecycle(self.clock, previous, phases.resumed_phase(previous, seen, False))
+        #: The rooms' own parts of the document (the stall watch's, the policy's), in the order they registered.
+        self.parts: list[Part] = []
+        #: Something changed since the document was last written (``dirty``), or a waiting caller wants it now
+        #: (``urgent``: a new event, a role's end); ``changes`` counts changes (the scheduler wakes on them).
+        self.dirty = True
+        self.urgent = True
+        self.changes = 0
+        #: Leave the watch now: the run was discarded (rolled back) or the monitor was told to stop.
+        self.finished = False
+        self.discarded = False
+        self._written = ""
+
+    def _age(self, previous: Mapping[str, Any]) -> float:
+        """The run clock's reading now: the first wrapper's age, else where a previous monitor left it."""
+        for role in self.roles:
+            age = _age_s(role.start if isinstance(role.start, str) else None)
+            if age is not None and procs.alive(role.pid if isinstance(role.pid, int) else None, role.start):
+                return age
+        clock = previous.get("clock_s")
+        return float(clock) if isinstance(clock, (int, float)) else 0.0
+
+    @property
+    def backend(self) -> backend.Backend:
+        return backend.of_handle(self.handle)
+
+    def clock(self) -> float:
+        return time.monotonic() - self.origin
+
+    def changed(self, urgent: bool = False) -> None:
+        """Something the document keeps changed (``urgent``: write it at once)."""
+        self.dirty = True
+        self.changes += 1
+        if urgent:
+            self.urgent = True
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        """Record an event within the phase (``phases.Lifecycle.emit``); it is written at once."""
+        self.life.emit(kind, **fields)
+        self.changed(urgent=True)
+
+    def move(self, phase: str, event: str | None = None, **fields: Any) -> None:
+        """Enter ``phase``, recording its move's event (``phases.Lifecycle.move``); written at once."""
+        self.life.move(phase, event, **fields)
+        self.changed(urgent=True)
+
+    @property
+    def phase(self) -> str:
+        return self.life.phase
+
+    def note(self, role: Role, text: str) -> None:
+        """A line in the role's log, as the wrapper writes its own."""
+        try:
+            with open(role.log_path, "a", encoding="utf-8") as handle:
+                handle.write("%s %s\n" % (LOG_MARK, text))
+        except OSError:
+            pass
+
+    def end_state(self) -> str:
+        """How the run ended on this host, from its exit codes and markers (``outcome``: as the server says it)."""
+        return outcome.ended_as([self.files.exit_code(r.name) for r in self.roles],
+                                [self.files.markers(r.name) for r in self.roles])
+
+    def document(self, ended: bool) -> MonitorDocument:
+        doc: dict[str, Any] = {
+            "format": FORMAT, "exp_id": self.exp_id, "pid": os.getpid(), "start": procs.start_time(os.getpid()),
+            "clock_s": round(self.clock(), 3), "written_at": time.time(), "ended": ended, "timed_out": self.timed_out,
+            "session_removed": self.session_removed, "internal_errors": self.internal_errors,
+            "roles": {r.name: r.found.to_json() for r in self.roles}}
+        doc.update(self.life.to_json())
+        for part in self.parts:
+            doc.update(part.to_json())
+        return doc  # type: ignore[return-value]  # protocol.MonitorDocument's keys, each room its own
+
+    def persist(self) -> None:
+        """Write the document now (before a stop that ends this monitor too, say)."""
+        self.save(ended=False)
+
+    def save(self, ended: bool, only_if_changed: bool = False) -> None:
+        """Write ``monitor.json`` (atomically); ``only_if_changed``: not when it would say what it said last time
+        (apart from the clock). Nothing is written into what is left of a discarded run's directory; a full disk
+        is tried again at the next change."""
+        import json
+
+        from .files import AgentError
+        from .rundir import FINDINGS, SPEC
+
+        doc = self.document(ended)
+        stable = json.dumps({k: v for k, v in doc.items() if k not in ("clock_s", "written_at")}, sort_keys=True)
+        self.dirty = False
+        if only_if_changed and stable == self._written:
+            self.urgent = False
+            return
+        if not self.files.has(SPEC):
+            self.urgent = False
+            return
+        try:
+            self.files.write_json(FINDINGS, doc, replace=True)
+        except AgentError:
+            self.dirty, self.urgent = True, False  # a full disk: tried again at the persist watch's pace
+            return
+        self.urgent = False
+        self._written = stable
