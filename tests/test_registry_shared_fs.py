@@ -150,6 +150,30 @@ def test_an_explicit_registry_dir_on_sshfs_is_honoured_with_a_warning(sshfs_moun
 
 # ---- two controllers, one registry ---------------------------------------------------------------------
 
+def test_a_registry_that_another_process_is_creating_is_waited_for_not_locked(tmp_path: Path):
+    """The cause of the load-dependent "database is locked" of two controllers' first launches: SQLite turns
+    a new database into WAL by upgrading a read transaction, without its busy handler, so the second of two
+    processes creating the registry at once failed at once. Here the other process holds the new database's
+    write lock for half a second: opening it waits and comes out in WAL mode."""
+    path = tmp_path / store.DB_NAME
+    other = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("CREATE TABLE being_created (x)")
+    release = threading.Timer(0.5, other.execute, ("COMMIT",))
+    conn = store._connect(path)
+    try:
+        started = time.monotonic()
+        release.start()
+        store._prepare(conn, True)
+        waited = time.monotonic() - started
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert waited >= 0.4, waited
+    finally:
+        release.join()
+        conn.close()
+        other.close()
+
+
 LAUNCHES = 10
 
 
