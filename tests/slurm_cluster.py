@@ -57,6 +57,7 @@ from pathlib import Path
 import pytest
 
 from tests.sshd import PrivateNetwork
+from tests.system_packages import MissingProgram, require
 from tests.tmp_dirs import short_tmp_dir
 
 SLURMCTLD = "/usr/sbin/slurmctld"
@@ -183,9 +184,7 @@ class SlurmCluster:
 
     def __init__(self, nodes: tuple[str, ...] = NODES, *, gpus_per_node: int = 2, cpus_per_node: int = 8,
                  min_job_age: int = 5, kill_wait: int = 3) -> None:
-        missing = [p for p in (SLURMCTLD, SLURMD, MUNGED) if not Path(p).exists()]
-        if missing:
-            raise RuntimeError(f"{', '.join(missing)} missing: apt-get install -y slurm-wlm munge (.ci/run does)")
+        require("slurmctld", "slurmd", "munged", "sbatch", "ip")
         if os.getuid() != 0:
             raise RuntimeError("slurmd, mknod and network namespaces need root")
         self.nodes = tuple(nodes)
@@ -428,7 +427,9 @@ def slurm() -> Iterator[SlurmCluster]:
     """A two-node cluster per test module (it starts in seconds; jobs of one module never meet another's)."""
     if os.getuid() != 0:
         pytest.skip("slurmd, mknod and network namespaces need root; CI runs as root")
-    if not all(Path(p).exists() for p in (SLURMCTLD, SLURMD, MUNGED)):
-        pytest.fail("slurm-wlm or munge is missing: apt-get install -y slurm-wlm munge (.ci/run does it)")
+    try:
+        require("slurmctld", "slurmd", "munged", "sbatch", "ip")
+    except MissingProgram as exc:
+        pytest.fail(str(exc), pytrace=False)
     with SlurmCluster() as cluster:
         yield cluster

@@ -20,6 +20,7 @@ import pytest
 
 from skill_server.app.table import TOOLS
 from tests.conftest import REPO, cli_env
+from tests.system_packages import require
 from tests.test_http_transport import TOKEN, http_server
 from tests.tokens import CACHE, node22_bin
 
@@ -99,6 +100,7 @@ def npx_env(node_bin: Path, home: Path) -> dict[str, str]:
 
 def export_checkout(dest: Path) -> Path:
     """The working tree as a checkout holds it: tracked and untracked-but-not-ignored files only."""
+    require("git")
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
                             capture_output=True, check=True).stdout.decode().split("\0")
     for rel in filter(None, listed):

