@@ -16,8 +16,31 @@ from typing import Any
 import pytest
 from hypothesis.configuration import set_hypothesis_home_dir
 
-from tests import system_packages
-from tests.tmp_dirs import (
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _redirect_bytecode() -> list[Path]:
+    """Bytecode of this session and every process it starts goes to the suite's cache, never beside the
+    sources: a checkout the suite ran in stays as cloned (the Claude Code plugin installed from a checkout
+    copies every file it holds). Only what Python wrote before this file ran (tests/__init__ and this
+    file's own pytest-rewritten code) lands in tests/__pycache__: those files, when this process wrote
+    them, are returned, and removed at the end of the session."""
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "agentjet-swarm-skill-tests"
+    sys.pycache_prefix = str(base / "pycache")
+    os.environ["PYTHONPYCACHEPREFIX"] = sys.pycache_prefix
+    with open("/proc/self/stat", "rb") as handle:
+        ticks = int(handle.read().rsplit(b")", 1)[1].split()[19])
+    with open("/proc/stat", "rb") as handle:
+        boot = next(int(line.split()[1]) for line in handle if line.startswith(b"btime "))
+    started = boot + ticks / os.sysconf("SC_CLK_TCK") - 2.0  # btime is whole seconds
+    early = REPO / "tests" / "__pycache__"
+    return [p for p in early.glob("*.pyc") if p.stat().st_mtime >= started] if early.is_dir() else []
+
+
+_EARLY_BYTECODE = _redirect_bytecode()
+
+from tests import system_packages  # noqa: E402  (after the bytecode redirection)
+from tests.tmp_dirs import (  # noqa: E402
     SESSION_MARKER,
     SSH_FALLBACK,
     end_marked_processes,
@@ -27,9 +50,7 @@ from tests.tmp_dirs import (
     process_tmp_dir,
     short_tmp_dir,
 )
-from tests.tokens import CACHE  # resolved from the user's own $HOME / $XDG_CACHE_HOME, before they change below
-
-REPO = Path(__file__).resolve().parents[1]
+from tests.tokens import CACHE  # noqa: E402  (resolved from the user's $HOME / $XDG_CACHE_HOME, before they change)
 
 # Hypothesis keeps its example database and caches in ./.hypothesis by default, which would land in the
 # checkout (and from there in every installed copy of the skill): a temp folder of this session instead.
@@ -72,6 +93,19 @@ def untracked_in_checkout() -> set[str] | None:
 
 
 _SSH_FALLBACK_EXISTED = os.path.lexists(SSH_FALLBACK)
+
+
+def bytecode_folders() -> set[str]:
+    """The __pycache__ folders among the checkout's sources (this session's early files aside)."""
+    found = set()
+    for top in ("skill_server", "tests", "bench", "bin"):
+        for folder in (REPO / top).rglob("__pycache__"):
+            if any(p not in _EARLY_BYTECODE for p in folder.iterdir()):
+                found.add(str(folder.relative_to(REPO)))
+    return found
+
+
+_PYCACHE_AT_START = bytecode_folders()
 _UNTRACKED_AT_START = untracked_in_checkout()
 
 
@@ -88,6 +122,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     added = sorted(now - _UNTRACKED_AT_START) if now is not None and _UNTRACKED_AT_START is not None else []
     if added:
         problems.append(f"tests left {len(added)} new files in the checkout: {', '.join(added[:10])}")
+    for path in _EARLY_BYTECODE:  # what Python wrote beside the sources before the redirection
+        path.unlink(missing_ok=True)
+    if _EARLY_BYTECODE and not any(_EARLY_BYTECODE[0].parent.iterdir()):
+        _EARLY_BYTECODE[0].parent.rmdir()
+    bytecode = sorted(bytecode_folders() - _PYCACHE_AT_START)
+    if bytecode:
+        problems.append(f"tests left bytecode in the checkout: {', '.join(bytecode[:10])}")
     for home, before in _HOME_AT_START.items():
         new = sorted(home_listing(home, _CACHE) - before)
         if new:

@@ -94,7 +94,7 @@ async def test_a_2026_client_gets_log_messages_only_when_it_opts_in(private_tmux
 
 
 async def test_read_only_mode_publishes_and_runs_only_what_changes_nothing(tmp_path: Path):
-    assert READ_ONLY_TOOLS and READ_ONLY_TOOLS != {spec.name for spec in TOOLS}
+    assert READ_ONLY_TOOLS and {spec.name for spec in TOOLS} != READ_ONLY_TOOLS
     async with Client(stdio(**{READ_ONLY_ENV: "1"})) as client:
         listed = {t.name: t for t in (await client.list_tools()).tools}
         assert set(listed) == READ_ONLY_TOOLS and all(t.annotations.read_only_hint for t in listed.values())

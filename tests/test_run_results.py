@@ -166,3 +166,26 @@ def test_a_wait_ends_when_the_run_goes_quiet(tmux_socket: str, workdir: Path):
         call("stop_experiment", id=run["id"], grace_s=1)
     ended = call("experiment_status", id=out["id"], max_lines=0)
     assert ended.get("quiet_s") is None and ended.get("quiet_since") is None  # only a running run is quiet
+
+
+def test_a_first_plot_says_nothing_on_stderr_about_matplotlibs_font_cache(tmp_path: Path):
+    """A fresh matplotlib config folder: the first plot builds the font list (matplotlib says so on stderr when
+    that takes over 5 s, from a timer: the notice is sent here as the timer would, after a real first draw);
+    the notice is dropped, other warnings of the font manager still show."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, cli_env
+
+    code = ("import logging\n"
+            "from skill_server.experiments.plots import Curve, render\n"
+            "picture = render([Curve('run', 'loss', [1, 2, 3], [0.5, 0.4, 0.3])], 'first plot')\n"
+            "assert picture.png.startswith(b'\\x89PNG')\n"
+            "font_manager = logging.getLogger('matplotlib.font_manager')\n"
+            "font_manager.warning('Matplotlib is building the font cache; this may take a moment.')\n"
+            "font_manager.warning('findfont: a real warning')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300,
+                          env=cli_env(MPLCONFIGDIR=str(tmp_path / "mpl")), check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "findfont: a real warning\n"
+    assert list((tmp_path / "mpl").glob("fontlist-*.json"))  # it was a first plot: the font list was built
