@@ -31,7 +31,7 @@ import pytest
 import skill_server
 from tests.conftest import REPO, cli_env
 from tests.system_packages import require
-from tests.test_packaging import CACHE, SKILL_NAME, clean_clone
+from tests.test_packaging import CACHE, SKILL_NAME, clean_clone, uv_bin  # noqa: F401  (uv_bin: a fixture)
 
 CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.332"
 PLUGIN = "agentjet-swarm"
@@ -271,17 +271,6 @@ def test_claude_code_validates_installs_and_starts_the_plugin(claude, tmp_path):
                           text=True, env=env, cwd=project, timeout=60, check=False)
     assert done.returncode == 0 and json.loads(done.stdout)["episode_cap"] == 256, done.stderr
     assert done.stderr == ""  # a ready venv: not a word on stderr either
-
-
-@pytest.fixture(scope="session")
-def uv_bin() -> Path:
-    """A bin folder holding uv (the PyPI package ships the binary), in the tests' cache."""
-    target = CACHE / "uv"
-    if not (target / "bin" / "uv").exists():
-        proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(target), "uv"],
-                              capture_output=True, text=True, timeout=600, check=False)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-    return target / "bin"
 
 
 def test_with_uv_on_path_the_first_start_takes_seconds(uv_bin, tmp_path):
