@@ -31,7 +31,13 @@ import pytest
 import skill_server
 from tests.conftest import REPO, cli_env
 from tests.system_packages import require
-from tests.test_packaging import CACHE, SKILL_NAME, clean_clone, uv_bin  # noqa: F401  (uv_bin: a fixture)
+from tests.test_packaging import (
+    CACHE,
+    SKILL_NAME,
+    clean_clone,
+    export_checkout,
+    uv_bin,  # noqa: F401  (a fixture)
+)
 
 CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.332"
 PLUGIN = "agentjet-swarm"
@@ -134,6 +140,28 @@ def test_given_an_interpreter_the_launcher_runs_it_as_is(tmp_path):
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["episode_cap"] == 128 and done.stderr == ""
     assert not (tmp_path / "cache").exists()
+
+
+def test_the_launcher_runs_its_own_folders_files_and_writes_no_bytecode_there(tmp_path):
+    """Started from a folder that holds another skill_server (a checkout the assistant works in), the launcher
+    still runs the files beside it; the bytecode goes to its cache, so a plugin copy stays as installed."""
+    plugin = export_checkout(tmp_path / "plugin")
+    work = tmp_path / "work"
+    (work / "skill_server").mkdir(parents=True)
+    (work / "skill_server" / "__init__.py").write_text("raise SystemExit('the skill_server of the current folder')\n")
+    env = {k: v for k, v in launcher_env(tmp_path).items()
+           if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    env["SKILL_SERVER_PYTHON"] = sys.executable
+    launcher_copy = str(plugin / "bin" / "agentjet-swarm-skill")
+    done = subprocess.run([launcher_copy, "--version"], capture_output=True, text=True, env=env, cwd=work,
+                          timeout=60, check=False)
+    assert done.returncode == 0 and done.stdout == f"agentjet-swarm-skill {project_version()} " \
+        f"({plugin / 'skill_server'})\n", done.stdout + done.stderr
+    done = subprocess.run([launcher_copy, "call", "episode_cap", "max_env_worker=8", "num_repeat=2"],
+                          capture_output=True, text=True, env=env, cwd=work, timeout=60, check=False)
+    assert done.returncode == 0 and json.loads(done.stdout)["episode_cap"] == 8 and done.stderr == ""
+    assert not list(plugin.rglob("__pycache__"))
+    assert list((tmp_path / "cache" / "agentjet-swarm-skill" / "pycache").rglob("cli.cpython-*.pyc"))
 
 
 def test_a_cache_folder_that_cannot_be_made_is_one_line(tmp_path):
@@ -262,7 +290,13 @@ def test_claude_code_validates_installs_and_starts_the_plugin(claude, tmp_path):
     proc = run_claude(claude, env, project, "mcp", "list")
     line = next((x for x in proc.stdout.splitlines() if x.startswith(f"plugin:{PLUGIN}:agentjet-swarm:")), "")
     assert line.endswith("✔ Connected"), proc.stdout + proc.stderr
-    assert "bin/agentjet-swarm-skill" in line
+    # the server Claude Code started is the plugin's copy (its cache), not the checkout it was installed from
+    (copy,) = [p.parent.parent for p in (tmp_path / "home" / ".claude" / "plugins").rglob("bin/agentjet-swarm-skill")]
+    assert f"{copy}/bin/agentjet-swarm-skill" in line, (copy, line)
+    assert not list(copy.rglob("__pycache__")) and not (copy / ".git").exists()  # it ran and wrote no bytecode
+    version = subprocess.run([str(copy / "bin" / "agentjet-swarm-skill"), "--version"], capture_output=True,
+                             text=True, env=env, cwd=checkout, timeout=60, check=False)  # in the checkout, even
+    assert version.stdout.endswith(f"({copy / 'skill_server'})\n"), version.stdout + version.stderr
     installer_done(venv.parent / f"{venv.name}.lock", timeout=600)
     assert (venv / ".ajs-plots-ready").exists(), log.read_text()[-3000:]
     # and the venv's server answers from the CLI too, as the assistant's shell runs it (on PATH in Claude Code)

@@ -56,12 +56,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    import skill_server
-
     parser = _Parser(prog=PROG, description="AgentJet swarm skill: MCP server and CLI.")
-    parser.add_argument("--version", action="version", help="the version, and the folder the server runs from",
-                        version=f"agentjet-swarm-skill {skill_server.__version__} "
-                                f"({os.path.dirname(os.path.abspath(skill_server.__file__))})")
+    parser.add_argument("--version", action="store_true", help="the version, and the folder the server runs from")
     sub = parser.add_subparsers(dest="command")
 
     serve = sub.add_parser("serve", help="run the MCP server (default: stdio)")
@@ -452,6 +448,15 @@ def main(argv: list[str] | None = None) -> int:
         _end_by_sigterm()
 
 
+def _version() -> int:
+    """``--version``: the version and the folder this server's code is read from (one line)."""
+    import skill_server
+
+    _write_stdout(f"agentjet-swarm-skill {skill_server.__version__} "
+                  f"({os.path.dirname(os.path.abspath(skill_server.__file__))})\n")
+    return EXIT_OK
+
+
 def _check_read_only_setting() -> None:
     """SKILL_SERVER_READ_ONLY must say on or off: a usage error otherwise, before anything runs."""
     from skill_server.app.table import read_only_mode
@@ -475,6 +480,8 @@ def _main(argv: list[str] | None = None) -> int:
             if args.command != "call" or any(e.startswith("-") for e in extra):
                 raise _UsageError(f"unrecognized arguments: {' '.join(extra)}")
             args.pairs += extra
+        if args.version:
+            return _version()
         if args.command in (None, "serve", "tools", "call"):
             _check_read_only_setting()
         if args.command in (None, "serve"):
