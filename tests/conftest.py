@@ -69,6 +69,11 @@ _USER_HOMES = sorted({os.path.realpath(os.path.expanduser("~")), os.path.realpat
 _HOME_AT_START = {home: home_listing(home, _CACHE) for home in _USER_HOMES}
 SESSION_HOME = process_tmp_dir("ajs-home")
 _SESSION = uuid.uuid4().hex
+# Toolchain shims on PATH find their installation through $HOME unless told (rustup's: pip runs `rustc
+# --version` for its user agent): they keep the user's, read only, as outside the suite.
+for _name, _folder in (("RUSTUP_HOME", ".rustup"), ("CARGO_HOME", ".cargo")):
+    if _name not in os.environ and os.path.isdir(os.path.join(os.path.expanduser("~"), _folder)):
+        os.environ[_name] = os.path.join(os.path.expanduser("~"), _folder)
 os.environ.update({
     "HOME": SESSION_HOME,
     **{name: os.path.join(SESSION_HOME, sub) for name, sub in (
