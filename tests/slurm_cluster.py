@@ -119,7 +119,10 @@ class Daemon:
         try:
             self.namespace = self._namespace()
         except BaseException:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:  # it ended by itself (the error says why): nothing to kill
+                pass
             self.proc.wait(timeout=10)
             raise
 
@@ -259,7 +262,9 @@ class SlurmCluster:
         """``argv`` on a node itself (its slurmd's PID, mount, UTS and network namespaces): to look at the
         processes of its jobs without going through Slurm."""
         target = self.daemons[f"slurmd-{node}"].init_pid
-        return subprocess.run(["nsenter", f"--target={target}", "--pid", "--mount", "--uts", "--net", "--", *argv],
+        # --root: the daemon's root directory (entering a mount namespace would reset it to the namespace's)
+        return subprocess.run(["nsenter", f"--target={target}", "--pid", "--mount", "--root", "--uts", "--net", "--",
+                               *argv],
                               capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
                               check=False)
 

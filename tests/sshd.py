@@ -265,7 +265,11 @@ class LoopbackSshd:
         steps = [f"mount --bind {r / 'passwd'} /etc/passwd", "mount -t tmpfs -o mode=755 tmpfs /run",
                  "mkdir -p /run/sshd"]
         if self.shared_home and node is not None:  # a machine of its own: host name and machine id
-            steps += [f"hostname {node}", f"mount --bind {r / node / 'machine-id'} /etc/machine-id"]
+            # without /etc/machine-id (a system without systemd, a container) there is nothing to mount over:
+            # the node gets a copy of /etc in its own /run, holding one
+            steps += [f"hostname {node}", "{ [ -e /etc/machine-id ] || { cp -a /etc /run/ajs-etc && "
+                      "mount --bind /run/ajs-etc /etc && : > /etc/machine-id; }; }",
+                      f"mount --bind {r / node / 'machine-id'} /etc/machine-id"]
         if self.private_tmp:  # the node's own /tmp and /dev/shm; what it must still see stays where it is
             kept = self.kept_in_tmp()
             steps += [f"mkdir -p /run/ajs-keep/{i} && mount --bind {shlex.quote(path)} /run/ajs-keep/{i}"
@@ -358,7 +362,10 @@ class LoopbackSshd:
         proc = self.procs[node]  # unshare (nsenter execs it): its child is sshd, pid 1 of the node
         target = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[0])
         uts = ["--uts"] if self.shared_home else []
-        return subprocess.run(["nsenter", f"--target={target}", "--pid", "--mount", *uts, "--net", "--", *argv],
+        # --root: sshd's root directory (entering a mount namespace would reset it to the namespace's own,
+        # which is not the machine's / when the tests themselves run in a chroot)
+        return subprocess.run(["nsenter", f"--target={target}", "--pid", "--mount", "--root", *uts, "--net", "--",
+                               *argv],
                               capture_output=True, text=True, timeout=timeout, check=False)
 
     def trust_port(self, alias: str, port: int) -> None:
