@@ -198,8 +198,9 @@ class LoopbackSshd:
         """The config of one sshd; ``variables`` are set in every session (sshd's ``SetEnv``), with the test
         session's marker, so that what a test starts "remotely" is found if it is left running."""
         r = self.root
-        marker = os.environ.get(SESSION_MARKER)
-        variables = {**({SESSION_MARKER: marker} if marker else {}), **variables}
+        # and the session's bytecode folder: Python started "remotely" from the checkout writes none into it
+        inherited = {name: os.environ[name] for name in (SESSION_MARKER, "PYTHONPYCACHEPREFIX") if os.environ.get(name)}
+        variables = {**inherited, **variables}
         extra = ["SetEnv " + " ".join(f"{k}={v}" for k, v in variables.items())] if variables else []
         (r / name).write_text("\n".join([
             *(f"Port {p}" for p in ports),

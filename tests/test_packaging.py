@@ -280,7 +280,7 @@ def test_quick_start_works_as_written_then_the_skill_installs_lean(node22, tmp_p
     code, tools = list_tools_over_stdio([str(installed / "bin" / "agentjet-swarm-skill")],
                                         bare_env | {"SKILL_SERVER_PYTHON": str(venv / "bin" / "python"),
                                                     "XDG_CACHE_HOME": str(tmp_path / "cache")}, tmp_path)
-    assert code == 0 and "episode_cap" in tools and not (tmp_path / "cache").exists()
+    assert code == 0 and "episode_cap" in tools and not (tmp_path / "cache" / "agentjet-swarm-skill" / "venvs").exists()
 
     # the installed copy answers from its own folder with the venv's interpreter, no PYTHONPATH
     call = run([str(venv / "bin" / "python"), "-m", "skill_server", "call", "episode_cap", "max_env_worker=512",
@@ -300,8 +300,14 @@ def inspector(node_bin: Path, home: Path, *args: str) -> tuple[int, dict]:
     return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def inspector_env() -> list[str]:
+    """The Inspector starts a stdio server with a short list of its own variables: pass the session's bytecode
+    folder on, so the server it starts in the checkout writes no bytecode there."""
+    return ["-e", f"PYTHONPYCACHEPREFIX={os.environ['PYTHONPYCACHEPREFIX']}"]
+
+
 def test_inspector_cli_over_stdio(node22, tmp_path):
-    stdio = ["--cwd", str(REPO), sys.executable, "-m", "skill_server"]
+    stdio = [*inspector_env(), "--cwd", str(REPO), sys.executable, "-m", "skill_server"]
     code, listing = inspector(node22, tmp_path, *stdio, "--method", "tools/list")
     assert code == 0 and {"episode_cap", "build_config"} <= {t["name"] for t in listing["result"]["tools"]}
     code, result = inspector(node22, tmp_path, *stdio, "--method", "tools/call", "--tool-name", "episode_cap",
@@ -331,7 +337,8 @@ def readme_install_size_mb() -> float:
 
 def test_inspector_finds_no_schema_portability_problem(node22, tmp_path):
     """The MCP Inspector's strict lint, over every tool's input and output schema (0 errors, 0 warnings)."""
-    args = ["--strict", "--cwd", str(REPO), sys.executable, "-m", "skill_server", "--method", "tools/list"]
+    args = ["--strict", *inspector_env(), "--cwd", str(REPO), sys.executable, "-m", "skill_server", "--method",
+            "tools/list"]
     proc = run(["npx", "-y", INSPECTOR, "--cli", "--format", "json", *args], env=npx_env(node22, tmp_path),
                cwd=REPO, timeout=300)
     envelope = json.loads(proc.stdout.strip().splitlines()[-1])

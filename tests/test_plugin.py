@@ -30,7 +30,6 @@ import pytest
 
 import skill_server
 from tests.conftest import REPO, cli_env
-from tests.system_packages import require
 from tests.test_packaging import (
     CACHE,
     SKILL_NAME,
@@ -38,6 +37,7 @@ from tests.test_packaging import (
     export_checkout,
     uv_bin,  # noqa: F401  (a fixture)
 )
+from tests.tokens import npm_install
 
 CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.332"
 PLUGIN = "agentjet-swarm"
@@ -139,7 +139,7 @@ def test_given_an_interpreter_the_launcher_runs_it_as_is(tmp_path):
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["episode_cap"] == 128 and done.stderr == ""
-    assert not (tmp_path / "cache").exists()
+    assert not (tmp_path / "cache" / "agentjet-swarm-skill" / "venvs").exists()  # no venv made (bytecode only)
 
 
 def test_the_launcher_runs_its_own_folders_files_and_writes_no_bytecode_there(tmp_path):
@@ -213,10 +213,7 @@ def claude() -> Path:
     version = CLAUDE_CODE.rsplit("@", 1)[1]
     if not binary.exists() or version not in subprocess.run([str(binary), "--version"], capture_output=True,
                                                             text=True, timeout=60, check=False).stdout:
-        require("npm")
-        prefix.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", CLAUDE_CODE],
-                              capture_output=True, text=True, timeout=900, check=False)
+        proc = npm_install(prefix, CLAUDE_CODE)
         assert proc.returncode == 0, f"installing {CLAUDE_CODE} failed: {proc.stderr[-2000:]}"
     return binary
 
