@@ -24,7 +24,8 @@ def test_a_session_that_leaves_a_process_or_writes_under_home_fails_and_the_proc
     (tmp_path / "test_probe.py").write_text(PROBE)
     # the inner session takes this session's home as the user's: what it writes there is removed below
     user_home = Path(os.environ["HOME"])
-    env = {k: v for k, v in cli_env(AJS_PROBE_USER_HOME=str(user_home)).items() if k != "PYTEST_ADDOPTS"}
+    env = {k: v for k, v in cli_env(AJS_PROBE_USER_HOME=str(user_home), XDG_CACHE_HOME=str(tmp_path / "cache")).items()
+           if k != "PYTEST_ADDOPTS"}
     try:
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "tests.conftest", "-p", "no:cacheprovider",
                                "--rootdir", str(tmp_path), str(tmp_path / "test_probe.py")],

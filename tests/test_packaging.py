@@ -216,7 +216,8 @@ def test_quick_start_works_as_written_then_the_skill_installs_lean(node22, tmp_p
     # a user's shell: no bytecode redirection (the inner suite makes its own), and the system packages only
     # reported (a test never installs any; this machine has what the inner slice needs)
     env = {k: v for k, v in cli_env().items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_ADDOPTS",
-                                                            "PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE")}
+                                                            "PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE")
+           and not k.startswith("XDG_")}  # the user's folders are under HOME below
     env.update(HOME=str(home), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
                PIP_CACHE_DIR=str(CACHE / "pip"), PIP_DISABLE_PIP_VERSION_CHECK="1", PYTEST_ADDOPTS=INNER_PYTEST,
                AJS_SYSTEM_PACKAGES="report")

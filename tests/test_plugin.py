@@ -149,9 +149,7 @@ def test_the_launcher_runs_its_own_folders_files_and_writes_no_bytecode_there(tm
     work = tmp_path / "work"
     (work / "skill_server").mkdir(parents=True)
     (work / "skill_server" / "__init__.py").write_text("raise SystemExit('the skill_server of the current folder')\n")
-    env = {k: v for k, v in launcher_env(tmp_path).items()
-           if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
-    env["SKILL_SERVER_PYTHON"] = sys.executable
+    env = launcher_env(tmp_path) | {"SKILL_SERVER_PYTHON": sys.executable}
     launcher_copy = str(plugin / "bin" / "agentjet-swarm-skill")
     done = subprocess.run([launcher_copy, "--version"], capture_output=True, text=True, env=env, cwd=work,
                           timeout=60, check=False)
@@ -162,6 +160,40 @@ def test_the_launcher_runs_its_own_folders_files_and_writes_no_bytecode_there(tm
     assert done.returncode == 0 and json.loads(done.stdout)["episode_cap"] == 8 and done.stderr == ""
     assert not list(plugin.rglob("__pycache__"))
     assert list((tmp_path / "cache" / "agentjet-swarm-skill" / "pycache").rglob("cli.cpython-*.pyc"))
+
+
+def claude_records(plugins: Path, marketplace: Path, copy: Path, project: Path) -> None:
+    """Claude Code's records of a marketplace added from a local folder and this plugin installed from it (their
+    shape as Claude Code 2.1.332 writes them)."""
+    plugins.mkdir(parents=True)
+    (plugins / "known_marketplaces.json").write_text(json.dumps({MARKETPLACE: {
+        "source": {"source": "directory", "path": str(marketplace)}, "installLocation": str(marketplace)}}))
+    (plugins / "installed_plugins.json").write_text(json.dumps({"version": 2, "plugins": {f"{PLUGIN}@{MARKETPLACE}": [
+        {"scope": "project", "projectPath": "/elsewhere", "installPath": "/nonexistent/copy", "version": "0.1.0"},
+        {"scope": "user", "installPath": str(copy), "version": project_version()}]}}))
+
+
+def test_started_from_a_local_marketplace_the_launcher_runs_the_installed_copy(tmp_path):
+    """Claude Code starts a plugin's server from a local marketplace's folder (CLAUDE_PLUGIN_ROOT is that
+    folder), not from the copy it installed: the launcher runs the copy, as installed, found through Claude
+    Code's records. Without records, or started as the copy, or in another folder, it runs its own files."""
+    live, copy = export_checkout(tmp_path / "live"), export_checkout(tmp_path / "copy")
+    plugins = tmp_path / "home" / ".claude" / "plugins"
+    claude_records(plugins, live, copy, tmp_path)
+    env = launcher_env(tmp_path) | {"SKILL_SERVER_PYTHON": sys.executable, "CLAUDE_PLUGIN_ROOT": str(live),
+                                    "CLAUDE_PLUGIN_DATA": str(plugins / "data" / f"{PLUGIN}-{MARKETPLACE}")}
+
+    def version(launcher_root: Path, **changes: str) -> str:
+        done = subprocess.run([str(launcher_root / "bin" / "agentjet-swarm-skill"), "--version"], capture_output=True,
+                              text=True, env=env | changes, cwd=tmp_path, timeout=60, check=False)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        return done.stdout.rsplit("(", 1)[1].rstrip(")\n")
+
+    assert version(live) == str(copy / "skill_server")
+    assert version(copy, CLAUDE_PLUGIN_ROOT=str(copy)) == str(copy / "skill_server")
+    assert version(live, CLAUDE_PLUGIN_ROOT=str(tmp_path)) == str(live / "skill_server")  # not Claude Code's start
+    (plugins / "installed_plugins.json").write_text("{}")
+    assert version(live) == str(live / "skill_server")  # no record of an install: as Claude Code asked
 
 
 def test_a_cache_folder_that_cannot_be_made_is_one_line(tmp_path):
@@ -193,8 +225,10 @@ def test_an_install_that_fails_says_why_in_one_line_and_the_next_start_tries_aga
 
 
 def launcher_env(tmp_path: Path) -> dict[str, str]:
-    """A user's environment with nothing of this machine's: own HOME, launcher cache and Claude Code temp."""
-    env = {k: v for k, v in cli_env().items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_ADDOPTS")}
+    """A user's environment with nothing of this machine's: own HOME, launcher cache and Claude Code temp, and
+    Python writing bytecode where it would for a user (the launcher puts it into its cache)."""
+    env = {k: v for k, v in cli_env().items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_ADDOPTS",
+                                                            "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     (tmp_path / "cctmp").mkdir(mode=0o700, exist_ok=True)
@@ -287,13 +321,14 @@ def test_claude_code_validates_installs_and_starts_the_plugin(claude, tmp_path):
     proc = run_claude(claude, env, project, "mcp", "list")
     line = next((x for x in proc.stdout.splitlines() if x.startswith(f"plugin:{PLUGIN}:agentjet-swarm:")), "")
     assert line.endswith("✔ Connected"), proc.stdout + proc.stderr
-    # the server Claude Code started is the plugin's copy (its cache), not the checkout it was installed from
+    # Claude Code starts the marketplace folder's launcher (the line names it), which runs the installed copy:
+    # the bytecode of the server's modules is the copy's (the launcher's cache mirrors the source paths)
+    assert f"{checkout}/bin/agentjet-swarm-skill" in line, line
     (copy,) = [p.parent.parent for p in (tmp_path / "home" / ".claude" / "plugins").rglob("bin/agentjet-swarm-skill")]
-    assert f"{copy}/bin/agentjet-swarm-skill" in line, (copy, line)
-    assert not list(copy.rglob("__pycache__")) and not (copy / ".git").exists()  # it ran and wrote no bytecode
-    version = subprocess.run([str(copy / "bin" / "agentjet-swarm-skill"), "--version"], capture_output=True,
-                             text=True, env=env, cwd=checkout, timeout=60, check=False)  # in the checkout, even
-    assert version.stdout.endswith(f"({copy / 'skill_server'})\n"), version.stdout + version.stderr
+    pycache = tmp_path / "cache" / "agentjet-swarm-skill" / "pycache"
+    assert list((pycache / str(copy).lstrip("/") / "skill_server" / "app").glob("mcp_server.*.pyc")), copy
+    assert not list((pycache / str(checkout).lstrip("/")).rglob("mcp_server.*.pyc"))
+    assert not list(copy.rglob("__pycache__")) and not (copy / ".git").exists()  # as installed
     installer_done(venv.parent / f"{venv.name}.lock", timeout=600)
     assert (venv / ".ajs-plots-ready").exists(), log.read_text()[-3000:]
     # and the venv's server answers from the CLI too, as the assistant's shell runs it (on PATH in Claude Code)
