@@ -6,6 +6,7 @@ import json
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import sys
 import uuid
@@ -38,6 +39,11 @@ def _redirect_bytecode() -> list[Path]:
 
 
 _EARLY_BYTECODE = _redirect_bytecode()
+
+# Ctrl-C as from a terminal, whatever started the suite: a shell that runs it in the background starts it with
+# SIGINT ignored, which every process it starts would inherit (tests send SIGINT and expect exit 130).
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 from tests import system_packages  # noqa: E402  (after the bytecode redirection)
 from tests.tmp_dirs import (  # noqa: E402
