@@ -87,6 +87,7 @@ os.environ.update({
         ("XDG_DATA_HOME", ".local/share"))},
     "MPLCONFIGDIR": str(CACHE / "matplotlib"), "PIP_CACHE_DIR": str(CACHE / "pip"),
     "npm_config_cache": str(CACHE / "npm"), "UV_CACHE_DIR": str(CACHE / "uv-cache"),
+    "NODE_COMPILE_CACHE": str(CACHE / "node-compile-cache"),  # Node 22 would keep it in /tmp
     SESSION_MARKER: _SESSION,
 })
 
