@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -33,7 +32,7 @@ from tests.experiment_helpers import (  # noqa: F401  (fixtures are used by name
     workdir,
 )
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+pytestmark = pytest.mark.needs("tmux")
 
 #: Writes ``rate`` bytes a second for ``seconds`` (verl-like step lines and short INFO lines), with one CUDA OOM
 #: line half-way; notes the wall time of the OOM line in ``mark``. Prints ``wrote N bytes, S steps`` at the end.

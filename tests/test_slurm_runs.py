@@ -171,6 +171,7 @@ def test_a_running_run_is_on_a_node_with_its_gpu_and_stop_cancels_it(lab: Lab):
     assert lab.status(run["id"])["state"] == "stopped"
 
 
+@pytest.mark.needs("pgrep")
 def test_a_run_that_ignores_sigterm_is_stopped_only_once_slurm_has_killed_it(lab: Lab):
     run = lab.launch("stubborn", STUBBORN)
     lab.wait_for(run["id"], lambda s: "stubborn" in s["lines"], timeout=60)

@@ -56,6 +56,7 @@ class _Parser(argparse.ArgumentParser):
 
 def _build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="AgentJet swarm skill: MCP server and CLI.")
+    parser.add_argument("--version", action="store_true", help="the version, and the folder the server runs from")
     sub = parser.add_subparsers(dest="command")
 
     serve = sub.add_parser("serve", help="run the MCP server (default: stdio)")
@@ -239,6 +240,12 @@ def _call(tool_name: str, json_args: str | None, pairs: list[str]) -> int:
     arguments.update(_parse_pairs(pairs, spec.input_schema.get("properties", {})))
 
     def run() -> int:  # a parsed but unusable value (too deep, out of range, a lone surrogate) is a bad argument
+        from skill_server.app.table import refusal
+        from skill_server.core.errors import ToolFailure
+
+        refused = refusal(spec)  # read-only mode and a tool that changes things
+        if refused is not None:
+            raise ToolFailure(refused)
         result = spec.invoke(arguments)
         _write_stdout(json.dumps(spec.dump(result), separators=(",", ":"), ensure_ascii=False) + "\n")
         return EXIT_OK
@@ -283,9 +290,11 @@ def _tool_help(tool_name: str) -> int:
 # ------------------------------------------------------------------------------------------- tools
 
 def _list_tools(as_json: bool) -> int:
-    from skill_server.app.table import TOOLS, schema_manifest
+    """The published tools (in read-only mode only those that change nothing), as text or JSON."""
+    from skill_server.app.table import published_tools, schema_manifest
 
     _require_shell_packages()
+    tools = published_tools()
     if as_json:
         manifest = schema_manifest()
         listing = [
@@ -300,12 +309,12 @@ def _list_tools(as_json: bool) -> int:
                 "input_schema": manifest[t.name]["input"],
                 "output_schema": manifest[t.name]["output"],
             }
-            for t in TOOLS
+            for t in tools
         ]
         sys.stdout.write(json.dumps(listing) + "\n")
     else:
-        width = max(len(t.name) for t in TOOLS)
-        for t in TOOLS:
+        width = max(len(t.name) for t in tools)
+        for t in tools:
             sys.stdout.write(f"{t.name.ljust(width)}  {t.title}\n")
         sys.stdout.write(f"\n{PROG} call TOOL --help  shows a tool's arguments\n")
     return EXIT_OK
@@ -440,6 +449,26 @@ def main(argv: list[str] | None = None) -> int:
         _end_by_sigterm()
 
 
+def _version() -> int:
+    """``--version``: the version and the folder this server's code is read from (one line)."""
+    import skill_server
+
+    _write_stdout(f"agentjet-swarm-skill {skill_server.__version__} "
+                  f"({os.path.dirname(os.path.abspath(skill_server.__file__))})\n")
+    return EXIT_OK
+
+
+def _check_read_only_setting() -> None:
+    """SKILL_SERVER_READ_ONLY must say on or off: a usage error otherwise, before anything runs."""
+    from skill_server.app.table import read_only_mode
+    from skill_server.core.errors import ToolInputError
+
+    try:
+        read_only_mode()
+    except ToolInputError as exc:
+        raise _UsageError(str(exc)) from None
+
+
 def _main(argv: list[str] | None = None) -> int:
     args_list = sys.argv[1:] if argv is None else argv
     serving = not args_list or args_list[0] == "serve"
@@ -452,6 +481,10 @@ def _main(argv: list[str] | None = None) -> int:
             if args.command != "call" or any(e.startswith("-") for e in extra):
                 raise _UsageError(f"unrecognized arguments: {' '.join(extra)}")
             args.pairs += extra
+        if args.version:
+            return _version()
+        if args.command in (None, "serve", "tools", "call"):
+            _check_read_only_setting()
         if args.command in (None, "serve"):
             return _serve(getattr(args, "transport", "stdio"), getattr(args, "host", "127.0.0.1"),
                           getattr(args, "port", 8765), getattr(args, "allowed_host", []))
