@@ -402,12 +402,14 @@ class Registry:
             values = self.conn.execute(BY_NAME_SQL, (key, RUNNING)).fetchone()
         return _row(values) if values else None
 
-    def session_runs(self, socket: str, session: str) -> list[Row]:
-        """Readable experiments with this session name on this socket name, newest first (a few)."""
+    def session_runs(self, socket: str | None, session: str) -> list[Row]:
+        """Readable experiments with this session name on this socket name (None: on any), newest first (a
+        few)."""
         out = []
+        where, args = ("socket = ? AND ", (socket,)) if socket is not None else ("", ())
         for values in self.conn.execute(
-                f"SELECT {_COLUMNS} FROM experiments WHERE socket = ? AND session = ? AND phase = ? "
-                "ORDER BY seq DESC LIMIT 20", (socket, session, RUNNING)):
+                f"SELECT {_COLUMNS} FROM experiments WHERE {where}session = ? AND phase = ? "
+                "ORDER BY seq DESC LIMIT 20", (*args, session, RUNNING)):
             try:
                 out.append(_row(values))
             except CorruptRow:
