@@ -261,6 +261,19 @@ def test_an_unexpected_exception_is_one_line(monkeypatch, capsys):
     assert err.startswith("episode_cap: internal error: ZeroDivisionError: division by zero second line")
 
 
+def test_main_called_with_arguments_leaves_the_garbage_collector_alone(capsys):
+    """Only a process running one call from its own command line collects less often and freezes what is alive
+    before it ends; a caller of main(argv) (an embedder, these tests) keeps its collector as it was."""
+    import gc
+
+    from skill_server.app import cli
+
+    before = (gc.get_threshold(), gc.get_freeze_count(), gc.isenabled())
+    code = cli.main(["call", "episode_cap", "max_env_worker=8", "num_repeat=2"])
+    assert code == 0 and json.loads(capsys.readouterr().out)["episode_cap"] == 8
+    assert (gc.get_threshold(), gc.get_freeze_count(), gc.isenabled()) == before
+
+
 def test_a_python_without_the_dependencies_says_what_to_install(tmp_path):
     """A bare interpreter (a venv without packages) gets one line naming what to install, exit 3."""
     venv = tmp_path / "bare"

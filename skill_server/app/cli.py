@@ -447,6 +447,31 @@ def main(argv: list[str] | None = None) -> int:
         return _main(argv)
     except _Terminated:
         _end_by_sigterm()
+    finally:
+        if argv is None:  # this process's own command line: the process ends when main returns
+            _skip_final_collection()
+
+
+#: Allocations between young-generation collections while a command-line call runs (Python's default: 700).
+CALL_GC_THRESHOLD = 10_000
+
+
+def _collect_less_often() -> None:
+    """This process runs one tool call and ends: collect garbage less often meanwhile. Each older-generation
+    collection walks everything alive (every imported module, a checked script's hundred thousand syntax-tree
+    nodes); a young generation of 10,000 keeps at most that many unreachable cycles waiting."""
+    import gc
+
+    gc.set_threshold(CALL_GC_THRESHOLD, *gc.get_threshold()[1:])
+
+
+def _skip_final_collection() -> None:
+    """The process is about to end and free everything: move what is alive to the collector's permanent
+    generation, so that the interpreter's collections at exit do not walk it all once more (atexit handlers
+    still run and streams are still flushed): a seventh of the CPU time of checking a 5,000-line script."""
+    import gc
+
+    gc.freeze()
 
 
 def _version() -> int:
@@ -497,6 +522,8 @@ def _main(argv: list[str] | None = None) -> int:
         _unwind_on_sigterm()
         if args.command == "watch":
             return _watch(args)
+        if argv is None:
+            _collect_less_often()
         return _call(args.tool, args.json_args, args.pairs)
     except _UsageError as exc:
         sys.stderr.write(f"usage error: {one_line(str(exc))} (see {PROG} --help)\n")
