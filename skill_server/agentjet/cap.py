@@ -334,6 +334,10 @@ def plan_for(inp: EpisodeCapInput, r: EpisodeCapResult, world_size: int | None =
     if clients is not None and clients < target:
         notes.append(f"the clients together run {clients} at once: the gauge reaches {target} only once they run "
                      f"{target} (more clients, or larger client pools)")
+    if new_tbs is not None and tbs is not None and new_tbs != tbs:
+        notes.append(f"a train_batch_size of {new_tbs} also changes the training itself: each step learns from "
+                     f"{new_tbs} tasks x {n} = {new_tbs * n} samples instead of {tbs * n} (fewer steps per epoch; "
+                     "the learning rate may want a look)")
     if changes:
         notes.append(f"num_repeat stays {n} (the GRPO group size the algorithm uses)")
     return CapPlan(target=target, aim=aim, changes=changes, episode_cap=cap, reaches=cap >= target, notes=notes)

@@ -35,7 +35,21 @@ def _worst_error(s: ExperimentStatus, hint: bool = True) -> str:
         return ""
     e = s.errors[0]
     more = f" (+{len(s.errors) - 1} more)" if len(s.errors) > 1 else ""
-    return f"; {e.severity} {e.title!r} seen {e.count}x{more}: {e.hint.rstrip('. ')}" if hint else ""
+    return f"; {e.severity} {e.title!r} seen {e.count}x{more}: {_hint_head(e.hint)}" if hint else ""
+
+
+#: How much of an error's hint a summary quotes; a longer one (a computed fix) is cut at a sentence's end.
+HINT_IN_SUMMARY = 360
+
+
+def _hint_head(hint: str) -> str:
+    """The hint, or its first whole sentences and where the rest is: a summary is bounded, a cut mid-word hides
+    the very number a computed fix is about."""
+    text = " ".join(hint.split()).rstrip(". ")
+    if len(text) <= HINT_IN_SUMMARY:
+        return text
+    cut = text.rfind(". ", 0, HINT_IN_SUMMARY)
+    return (text[:cut] if cut > 0 else text[:HINT_IN_SUMMARY].rsplit(" ", 1)[0]) + " (all of it: errors[0].hint)"
 
 
 def _acts(s: ExperimentStatus) -> list[tuple[str, str, str]]:
