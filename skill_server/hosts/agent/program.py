@@ -28,9 +28,10 @@ from .protocol import STATE_DIR_ENV, state_dir
 #: Load order: a module comes after the modules it imports at load time.
 #: The backends (``backend_<kind>``) come after everything they import; ``backend.kinds`` lists them from here.
 MODULES = ("protocol", "documents", "deadline", "files", "procs", "rundir", "outcome", "phases", "tmux", "request",
-           "scanner", "findings", "points", "backend", "wrapper", "runstate", "watchers", "stall", "notifier",
-           "results", "actions", "checkpoints", "policy", "waker", "scheduler", "program", "monitor", "observer",
-           "slurm", "backend_tmux", "backend_slurm", "generic", "runs", "reclaim", "ops")
+           "scanner", "findings", "points", "backend", "wrapper", "heartbeat", "runstate", "daemon", "watchers",
+           "stall", "notifier", "results", "actions", "checkpoints", "policy", "resume", "waker", "scheduler",
+           "supervisor", "program", "monitor", "observer", "slurm", "backend_tmux", "backend_slurm", "generic",
+           "runs", "reclaim", "ops")
 PACKAGE = "ajs_agent"
 #: What ``python3 -c`` runs on the host, with ``READY`` and the nonce as its arguments: say ready, skip blank
 #: lines, check the frame's nonce, run that many bytes of compressed program. No quotes or backslashes, so

@@ -95,6 +95,7 @@ if TYPE_CHECKING:
     from .documents import NotifyTally as NotifyTally
     from .documents import PendingResume as PendingResume
     from .documents import ProgressDoc as ProgressDoc
+    from .documents import Replacement as Replacement
     from .documents import RoleFindings as RoleFindings
     from .documents import RunReport as RunReport
     from .documents import StallVerdict as StallVerdict
@@ -378,9 +379,16 @@ if TYPE_CHECKING:
     class StopRequest(_StopRequired, total=False):
         keep_session: bool  # leave what holds the ended run (its tmux session) in place
 
-    class StopReply(StopReport, Ok):
+    class _StopDone(StopReport, Ok):
         exit_codes: dict[str, int | None]
         session_removed: bool
+
+    class StopReply(_StopDone, total=False):
+        #: Roles whose ``stopped`` mark could not be written (a read-only run directory): the caller records
+        #: the stop itself.
+        unmarked: list[str]
+        #: Why the stop could not be confirmed (a scheduler that does not answer), and what was done instead.
+        unconfirmed: str
 
     # ---- observe: everything status needs from this host in one go
 
@@ -450,6 +458,7 @@ if TYPE_CHECKING:
         points_cursor: list[int]
         points_more: bool  # more points are waiting for the next observation
         scheduler: JobFacts  # a run that is a scheduler's job
+        elsewhere: str  # why this host cannot judge it (launched on another machine with this host's identity)
 
     class ObserveReply(Ok):
         procs: list[ObservedProc]

@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 import time
 
-from . import backend, outcome, phases, procs, scanner
+from . import backend, heartbeat, outcome, phases, procs, scanner
 from .protocol import LOG_MARK, TYPE_CHECKING
-from .rundir import FORMAT, RunDir
+from .rundir import BEAT, FORMAT, RunDir
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -187,15 +187,42 @@ class Run:
         self.finished = False
         self.discarded = False
         self._written = ""
+        #: The monitor's lock (held while it lives) and heartbeat; a Run an observation builds has neither.
+        self.lock: heartbeat.Lock | None = None
+        self.heart = heartbeat.Beat(self.files.file(BEAT))
 
     def _age(self, previous: Mapping[str, Any]) -> float:
-        """The run clock's reading now: the first wrapper's age, else where a previous monitor left it."""
+        """The run clock's reading now: the first wrapper's age; else, on the same boot, from where a previous
+        monitor put the clock's zero on the machine's boot clock (a resume's backoff goes on where it was); else
+        where a previous monitor left it."""
         for role in self.roles:
             age = _age_s(role.start if isinstance(role.start, str) else None)
             if age is not None and procs.alive(role.pid if isinstance(role.pid, int) else None, role.start):
                 return age
+        origin = previous.get("origin") or {}
+        zero = origin.get("uptime")
+        if isinstance(zero, (int, float)) and origin.get("space") and procs.same_boot(origin.get("space")):
+            return max(0.0, procs.uptime() - float(zero))
         clock = previous.get("clock_s")
         return float(clock) if isinstance(clock, (int, float)) else 0.0
+
+    # ---- the monitor's own life (``heartbeat``, ``supervisor``)
+
+    def beat(self, busy_s: float = 0.0, force: bool = False) -> None:
+        """A sign of life (``busy_s``: and busy for that long, a slow step ahead); nothing for an observation's Run."""
+        if self.lock is not None:
+            self.heart.beat(busy_s, force)
+
+    def superseded(self) -> bool:
+        """Whether a replacement fenced this monitor off (it writes nothing more and ends)."""
+        return self.lock is not None and self.lock.superseded()
+
+    def beat_fields(self) -> dict[str, Any]:
+        """What the heartbeat's record tells the supervisor: the phase, whether the max time was enforced, and
+        when (boot clock) the max time falls (None: no max time here)."""
+        limit = float(self.spec.get("max_time_s") or 0)
+        deadline = round(procs.uptime() + limit - self.clock(), 1) if limit > 0 else None
+        return {"phase": self.phase, "timed_out": self.timed_out, "deadline": deadline}
 
     @property
     def backend(self) -> backend.Backend:
@@ -217,9 +244,12 @@ class Run:
         self.changed(urgent=True)
 
     def move(self, phase: str, event: str | None = None, **fields: Any) -> None:
-        """Enter ``phase``, recording its move's event (``phases.Lifecycle.move``); written at once."""
+        """Enter ``phase``, recording its move's event (``phases.Lifecycle.move``); written at once, and told to
+        the supervisor (``beat_fields``)."""
         self.life.move(phase, event, **fields)
         self.changed(urgent=True)
+        if self.lock is not None:
+            self.heart.update(phase=self.phase, timed_out=self.timed_out)
 
     @property
     def phase(self) -> str:
@@ -243,6 +273,7 @@ class Run:
             "format": FORMAT, "exp_id": self.exp_id, "pid": os.getpid(), "start": procs.start_time(os.getpid()),
             "clock_s": round(self.clock(), 3), "written_at": time.time(), "ended": ended, "timed_out": self.timed_out,
             "session_removed": self.session_removed, "internal_errors": self.internal_errors,
+            "origin": {"space": procs.pid_space(), "uptime": round(procs.uptime() - self.clock(), 3)},
             "roles": {r.name: r.found.to_json() for r in self.roles}}
         doc.update(self.life.to_json())
         for part in self.parts:
@@ -253,28 +284,31 @@ class Run:
         """Write the document now (before a stop that ends this monitor too, say)."""
         self.save(ended=False)
 
-    def save(self, ended: bool, only_if_changed: bool = False) -> None:
+    def save(self, ended: bool, only_if_changed: bool = False) -> bool:
         """Write ``monitor.json`` (atomically); ``only_if_changed``: not when it would say what it said last time
-        (apart from the clock). Nothing is written into what is left of a discarded run's directory; a full disk
-        is tried again at the next change."""
+        (apart from the clock). Nothing is written into what is left of a discarded run's directory, nor by a
+        monitor a replacement fenced off; a full disk is tried again at the next change. False when it could not
+        be written."""
         import json
 
         from .files import AgentError
         from .rundir import FINDINGS, SPEC
 
         doc = self.document(ended)
-        stable = json.dumps({k: v for k, v in doc.items() if k not in ("clock_s", "written_at")}, sort_keys=True)
+        stable = json.dumps({k: v for k, v in doc.items() if k not in ("clock_s", "written_at", "origin")},
+                            sort_keys=True)
         self.dirty = False
         if only_if_changed and stable == self._written:
             self.urgent = False
-            return
-        if not self.files.has(SPEC):
+            return True
+        if not self.files.has(SPEC) or self.superseded():
             self.urgent = False
-            return
+            return True
         try:
             self.files.write_json(FINDINGS, doc, replace=True)
         except AgentError:
             self.dirty, self.urgent = True, False  # a full disk: tried again at the persist watch's pace
-            return
+            return False
         self.urgent = False
         self._written = stable
+        return True
