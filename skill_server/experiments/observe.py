@@ -285,11 +285,21 @@ def _host_notes(row: Row, procs: list[ProcView], state: str, clock: float) -> li
 
 def _scheduler_notes(procs: list[ProcView]) -> list[str]:
     """A run in a scheduler's job whose host could not ask the scheduler but found the job's own record: what it
-    says stands, and why the scheduler was not heard (the next call asks again)."""
+    says stands, and why the scheduler was not heard (the next call asks again); a job the scheduler requeued (the
+    same run started again in it); one the scheduler forgot, judged from what was left of it."""
     errors = {(p.proc.host, p.scheduler["scheduler"]): p.scheduler["error"] for p in procs
               if p.scheduler is not None and p.scheduler.get("error") and p.state != "unreachable"}
-    return [f"{name} cannot be asked on {host} ({error}): the state is the job's own record (job.json); the next "
-            "call asks again" for (host, name), error in sorted(errors.items())]
+    notes = [f"{name} cannot be asked on {host} ({error}): the state is the job's own record (job.json); the next "
+             "call asks again" for (host, name), error in sorted(errors.items())]
+    facts = next((p.scheduler for p in procs if p.scheduler is not None), None)
+    if facts is not None and int(facts.get("restarts") or 0) > 0:
+        n = int(facts.get("restarts") or 0)
+        notes.append(f"{facts['scheduler']} requeued job {facts['job_id']} ({n} time{'s' if n > 1 else ''}): the same "
+                     "run starts again in it, as the same attempt (its log goes on; what the earlier start left is "
+                     "in requeued.N/ of its run directory)")
+    if facts is not None and facts.get("said"):
+        notes.append(str(facts["said"]))
+    return notes
 
 
 def _unreachable_notes(procs: list[ProcView], state: str) -> list[str]:

@@ -31,7 +31,9 @@ from skill_server.hosts import HostUnreachable, call_hosts, client
 if TYPE_CHECKING:
     from skill_server.hosts.agent.protocol import StopProc, StopReply
 
-STOP_EXTRA_S = 30.0
+#: A stop's bound beyond its grace: a scheduler that does not answer takes 20 s to say so, and the run's monitor
+#: then stops the processes where they run.
+STOP_EXTRA_S = 45.0
 #: Of a stop's deadline, what the stop round leaves for the status observation after it.
 STATUS_RESERVE_S = 8.0
 

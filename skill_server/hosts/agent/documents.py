@@ -186,6 +186,7 @@ if TYPE_CHECKING:
         notify: NotifyTally
         pending_resume: PendingResume | None
         origin: dict[str, Any]  # the run clock's zero on the machine's boot clock: {"space", "uptime"}
+        generation: int  # which start of the run's processes in its directory (a requeue starts them again)
 
     class RunReport(TypedDict, total=False):
         """What an observation says of the run on this host as its monitor left it: whether the monitor lives

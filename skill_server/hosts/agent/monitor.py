@@ -187,7 +187,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        watch(run, previous)
+        watch(run, run.previous)
     finally:
         lock.release()
     return 0

@@ -102,19 +102,24 @@ def uptime() -> float:
     return found if found is not None else time.monotonic()
 
 
+_SPACE: list[str] = []
+
+
 def pid_space() -> str:
     """Where this process's pids mean something: the kernel's boot id and its PID namespace ("" when unknown). Two
     machines (or containers) that share a host name, a machine id and a home directory still differ here, and a
     reboot changes it: a pid recorded in another pid space says nothing about the processes of this one."""
     if not USE_PROC:
         return ""
-    try:
-        with open("/proc/sys/kernel/random/boot_id", "rb") as handle:
-            boot = handle.read(64).decode("ascii", "replace").strip()
-        space = os.readlink("/proc/self/ns/pid")
-    except OSError:
-        return ""
-    return "%s/%s" % (boot, space.replace("pid:", "").strip("[]"))
+    if not _SPACE:
+        try:
+            with open("/proc/sys/kernel/random/boot_id", "rb") as handle:
+                boot = handle.read(64).decode("ascii", "replace").strip()
+            space = os.readlink("/proc/self/ns/pid")
+        except OSError:
+            return ""
+        _SPACE.append("%s/%s" % (boot, space.replace("pid:", "").strip("[]")))
+    return _SPACE[0]
 
 
 def same_boot(space: object) -> bool:
@@ -302,7 +307,10 @@ def terminate(wrappers: list[Wrapper], prefix: str, grace_s: float) -> StopRepor
     live_w, live_p = _live(wrappers, prefix)
     interrupted = sorted({w["role"] for w in live_w})
     for w in live_w:  # what Ctrl-C in the pane does: SIGINT to the foreground process group
-        _send(w["pid"], signal.SIGINT, group=True)
+        if not _send(w["pid"], signal.SIGINT, group=True):  # not a group leader (a batch job's): its processes
+            for p in live_p:
+                if p["role"] == w["role"]:
+                    _send(p["pid"], signal.SIGINT, group=False)
     terminated: list[SeenProc] = []
     killed: list[SeenProc] = []
     if live_w or live_p:

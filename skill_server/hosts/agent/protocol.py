@@ -282,13 +282,7 @@ if TYPE_CHECKING:
 
         options: dict[str, Any]
 
-    class JobFacts(TypedDict):
-        """A batch scheduler's job as the host that submitted it sees it, in no backend's shape: ``scheduler``
-        names it for people; ``state``, ``reason``, ``exit_code`` (``EXIT:SIGNAL``) and ``nodes`` are the
-        scheduler's own words; ``queued``: none of its processes has started (pending, held, suspended);
-        ``final``: it is over. ``source``: where the words came from (the scheduler, the job's own record, or
-        "none"); ``error``: why the scheduler could not be asked (the state is then the record's, or UNKNOWN)."""
-
+    class _JobFactsRequired(TypedDict):
         scheduler: str
         job_id: str
         state: str
@@ -299,6 +293,19 @@ if TYPE_CHECKING:
         nodes: str
         source: str
         error: str | None
+
+    class JobFacts(_JobFactsRequired, total=False):
+        """A batch scheduler's job as the host that submitted it sees it, in no backend's shape: ``scheduler``
+        names it for people; ``state``, ``reason``, ``exit_code`` (``EXIT:SIGNAL``) and ``nodes`` are the
+        scheduler's own words (``LOST``: the tools' word for a job the scheduler forgot whose end nobody recorded);
+        ``queued``: none of its processes has started (pending, held, suspended); ``final``: it is over.
+        ``source``: where the words came from (the scheduler, the job's own record, "judged" from what remains of
+        a job the scheduler forgot, or "none"); ``error``: why the scheduler could not be asked (the state is
+        then the record's, or UNKNOWN). ``restarts``: times the scheduler requeued it (it ran again: the same
+        run); ``said``: how a judged end was judged, in words."""
+
+        restarts: int
+        said: str
 
     class LaunchRequest(_LaunchRequired, total=False):
         monitor: MonitorConfig  # missing: the monitor enforces the max time and scans for nothing
@@ -356,11 +363,16 @@ if TYPE_CHECKING:
     class DiscardRequest(_DiscardRequired, total=False):
         run_dir: str | None  # the launch's run directory on this host (default: ``files.run_dir``)
 
-    class DiscardReply(StopReport, Ok):
+    class _Discarded(StopReport, Ok):
         session_removed: bool
         #: Nothing of the run is left on this host (its tmux server answered, no session or process of it
         #: remains): the caller may forget the run there.
         confirmed: bool
+
+    class DiscardReply(_Discarded, total=False):
+        #: The run had already run to its end here (a scheduler's job): no launch to undo; its handle, so that the
+        #: caller keeps the run instead of forgetting it.
+        ran: Handle
 
     class StopProc(TypedDict):
         role: str

@@ -45,8 +45,9 @@ BEAT, SUPERVISOR_LOCK, SUPERVISOR_BEAT, REPLACED, PID_SPACE = (
 SESSION_REMOVED, NEXT_ATTEMPT, LAUNCH_REQUEST, STOP_REQUESTED = (
     "session.removed", "next_attempt.json", "launch.json", "stop.requested")
 #: The run's: ``stop_experiment`` asks the run's monitor to stop the processes where they run (the scheduler of
-#: the run's job could not be asked to end it: ``watchers.StopAsked``).
-STOP_HERE = "stop.here"
+#: the run's job could not be asked to end it: ``watchers.StopAsked``); the processes were started again in this
+#: directory (a scheduler requeued the job): which start this is and each log's size then (``runstate.new_life``).
+STOP_HERE, RESTART = "stop.here", "restart.json"
 #: Held while a launch starts the run's processes, taken by a rollback; left by a rollback (a start that arrives
 #: later refuses).
 LAUNCH_LOCK, DISCARDED = "launch.lock", "discarded"

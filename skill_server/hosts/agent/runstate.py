@@ -17,7 +17,7 @@ import time
 
 from . import backend, heartbeat, outcome, phases, procs, scanner
 from .protocol import LOG_MARK, TYPE_CHECKING
-from .rundir import BEAT, FORMAT, RunDir
+from .rundir import BEAT, FORMAT, RESTART, RunDir
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -149,10 +149,18 @@ class Run:
 
     def __init__(self, run_dir: str, spec: Mapping[str, Any], previous: MonitorDocument | None,
                  table: scanner.Table | None = None) -> None:
-        previous = previous or {}
         self.dir = run_dir
         self.files = RunDir(run_dir)
         self.spec = spec
+        restart = self.files.read_json(RESTART, 64 * 1024) if self.files.has(RESTART) else None
+        #: Which start of the run's processes in this directory this is (a scheduler's requeue starts them again).
+        self.generation = int((restart or {}).get("generation") or 0)
+        taken: Mapping[str, Any] = previous or {}
+        if restart is not None and int(taken.get("generation") or 0) != self.generation:
+            taken = new_life(taken, restart)
+        #: The document this monitor takes up (its rooms take up their parts from it).
+        self.previous = taken
+        offsets = (restart or {}).get("offsets") or {}
         self.exp_id = str(spec["exp_id"])
         self.handle: dict[str, Any] = dict(spec.get("handle") or {})
         self.table = table if table is not None else scanner.Table(spec.get("signatures") or [])
@@ -160,22 +168,23 @@ class Run:
                          if isinstance(r, dict)}
         pattern = spec.get("first_step_pattern")
         self.first_step_re = _compile(pattern) if isinstance(pattern, str) and pattern else None
-        old_roles: Mapping[str, Any] = previous.get("roles") or {}
+        old_roles: Mapping[str, Any] = taken.get("roles") or {}
         self.roles = []
         for r in spec["roles"]:
             old = old_roles.get(r["role"])
+            at = offsets.get(r["role"]) if isinstance(offsets.get(r["role"]), int) else r.get("start_offset")
             found = RoleFindings.from_json(old) if isinstance(old, dict) else RoleFindings(
-                str(r["log_path"]), int(r.get("start_offset") or 0))
+                str(r["log_path"]), int(at or 0))
             self.roles.append(Role(r, found))
-        self.timed_out = bool(previous.get("timed_out"))
-        self.session_removed = bool(previous.get("session_removed"))
-        self.internal_errors = int(previous.get("internal_errors") or 0)
-        self.origin = time.monotonic() - self._age(previous)
+        self.timed_out = bool(taken.get("timed_out"))
+        self.session_removed = bool(taken.get("session_removed"))
+        self.internal_errors = int(taken.get("internal_errors") or 0)
+        self.origin = time.monotonic() - self._age(taken)
         #: Where a previous monitor of this run left the run clock (0: this is the first one).
-        clock = previous.get("clock_s")
+        clock = taken.get("clock_s")
         self.resumed_at = float(clock) if isinstance(clock, (int, float)) else 0.0
         seen = any(r.found.first_step_seen for r in self.roles)
-        self.life = phases.Lifecycle(self.clock, previous, phases.resumed_phase(previous, seen, False))
+        self.life = phases.Lifecycle(self.clock, taken, phases.resumed_phase(taken, seen, False))
         #: The rooms' own parts of the document (the stall watch's, the policy's), in the order they registered.
         self.parts: list[Part] = []
         #: Something changed since the document was last written (``dirty``), or a waiting caller wants it now
@@ -273,6 +282,7 @@ class Run:
             "format": FORMAT, "exp_id": self.exp_id, "pid": os.getpid(), "start": procs.start_time(os.getpid()),
             "clock_s": round(self.clock(), 3), "written_at": time.time(), "ended": ended, "timed_out": self.timed_out,
             "session_removed": self.session_removed, "internal_errors": self.internal_errors,
+            "generation": self.generation,
             "origin": {"space": procs.pid_space(), "uptime": round(procs.uptime() - self.clock(), 3)},
             "roles": {r.name: r.found.to_json() for r in self.roles}}
         doc.update(self.life.to_json())
@@ -312,3 +322,23 @@ class Run:
         self.urgent = False
         self._written = stable
         return True
+
+
+#: What a monitor keeps of an earlier start of the run's processes (``new_life``).
+_KEPT_OVER_A_RESTART = ("format", "exp_id", "events", "event_seq", "policy_seq", "actions", "notify", "internal_errors")
+
+
+def new_life(previous: Mapping[str, Any], restart: Mapping[str, Any]) -> dict[str, Any]:
+    """The document a monitor takes up when the run's processes were started again in its directory (a scheduler
+    requeued its job: ``rundir.RESTART``, which the job's script writes) and the last document is of an earlier
+    start: what was found so far is kept (errors, steps, metric points, events, the policies' actions), but the
+    phase, the end, the max time, the stall verdict and the processes' state are a new start's, and each log is
+    read from its size at the restart (what the earlier start printed is not read again)."""
+    offsets = restart.get("offsets") or {}
+    roles = {}
+    for name, found in (previous.get("roles") or {}).items():
+        if isinstance(found, dict):
+            at = offsets.get(name)
+            roles[name] = dict(found, drained=False, **({"offset": at, "size": at} if isinstance(at, int) else {}))
+    kept = {k: v for k, v in previous.items() if k in _KEPT_OVER_A_RESTART}
+    return dict(kept, roles=roles, generation=restart.get("generation"))

@@ -331,7 +331,10 @@ class StopAsked(Watcher):
             run.note(role, "stop_experiment: stopping %s here (its scheduler could not be asked)" % role.name)
         if run.phase in phases.LIVE:
             run.move(phases.STOPPING)
-        grace = float(run.spec.get("grace_s") or 5)
+        try:  # the stop's own grace, as it asked
+            grace = float((files.read_small(run.files.file(STOP_HERE), 64) or "").strip())
+        except ValueError:
+            grace = float(run.spec.get("grace_s") or 5)
         run.beat(busy_s=grace + 30)
         report = procs.terminate([w for w in (r.wrapper() for r in live) if w is not None], run.exp_id + "/", grace)
         said = ["SIGINT to %s" % ", ".join(report["interrupted"]) if report["interrupted"] else "nothing was running"]
