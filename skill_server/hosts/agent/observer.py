@@ -19,7 +19,18 @@ import time
 from . import backend, files, heartbeat, procs, scanner
 from .files import AgentError
 from .protocol import TYPE_CHECKING
-from .rundir import BEAT, LOCK, NEXT_ATTEMPT, RESTARTED, SPEC, STOP_REQUESTED, SUPERVISOR_LOCK, RunDir, spec_of
+from .rundir import (
+    BEAT,
+    LOCK,
+    NEXT_ATTEMPT,
+    RESTARTED,
+    SPEC,
+    STOP_REQUESTED,
+    SUPERVISOR_BEAT,
+    SUPERVISOR_LOCK,
+    RunDir,
+    spec_of,
+)
 
 if TYPE_CHECKING:
     from typing import Any
@@ -58,8 +69,8 @@ def ensure_running(run: RunDir, doc: MonitorDocument | None, heal: bool) -> tupl
     if doc is not None and doc.get("ended"):
         return False, False
     alive = not lock_free(run.path)
-    if not heal or (alive and not _frozen_alone(run)):
-        return alive, False
+    if not heal or not _supervisor_down(run) or (alive and not _frozen(run)):
+        return alive, False  # its supervisor does it (it may be spacing out replacements that died young)
     spec = run.spec()
     if spec is None or backend.of_handle(spec.get("handle")).monitor_in_job or _restarted_lately(run):
         return alive, False
@@ -69,15 +80,22 @@ def ensure_running(run: RunDir, doc: MonitorDocument | None, heal: bool) -> tupl
         pass
     from . import supervisor
 
-    why = "it gave no sign of life and no supervisor runs" if alive else "neither it nor its supervisor runs"
+    why = "it gave no sign of life and no supervisor replaces it" if alive else "neither it nor its supervisor runs"
     return supervisor.replace_monitor(run, why, "a status call") is None, True
 
 
-def _frozen_alone(run: RunDir) -> bool:
-    """The monitor lives but has not beaten for ``heartbeat.STALE_S``, and no supervisor runs to replace it."""
-    _, beat_at = heartbeat.read(run.file(BEAT))
-    age = heartbeat.age(beat_at)
-    return age is not None and age > heartbeat.STALE_S and heartbeat.lock_free(run.file(SUPERVISOR_LOCK))
+def _frozen(run: RunDir) -> bool:
+    """The monitor has not beaten for ``heartbeat.STALE_S``."""
+    age = heartbeat.age(heartbeat.read(run.file(BEAT))[1])
+    return age is not None and age > heartbeat.STALE_S
+
+
+def _supervisor_down(run: RunDir) -> bool:
+    """No supervisor runs to replace the monitor (none holds its lock, or the one that does is frozen)."""
+    if heartbeat.lock_free(run.file(SUPERVISOR_LOCK)):
+        return True
+    age = heartbeat.age(heartbeat.read(run.file(SUPERVISOR_BEAT))[1])
+    return age is not None and age > heartbeat.STALE_S
 
 
 def _role_of(doc: MonitorDocument | None, role: str) -> RoleFindings | None:
