@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -27,7 +26,7 @@ import pytest
 from skill_server.hosts.agent import heartbeat, rundir
 from tests.conftest import REPO
 from tests.slurm_cluster import SlurmCluster, _in_namespace, slurm  # noqa: F401  (fixtures are used by name)
-from tests.test_slurm_runs import Lab, forgotten
+from tests.test_slurm_runs import Lab, forgotten, launch_killed_after_sbatch
 from tests.test_unattended import kinds, told
 
 #: Step lines, then (once the file ``go`` exists) an NCCL collective timeout, then a hang, as a hung rank does.
@@ -200,19 +199,7 @@ def test_an_sbatch_that_found_no_controller_leaves_no_rollback_behind(lab: Lab, 
 def test_a_job_that_ran_while_its_launch_was_interrupted_stays_visible(lab: Lab, tmp_path: Path):
     """sbatch answers, the launching CLI is killed before it records the job, and the job runs to its end and is
     forgotten before any other call: that call keeps the run (its job ran), it does not roll it back to nothing."""
-    slow = tmp_path / "bin"
-    slow.mkdir()
-    real = shutil.which("sbatch")
-    (slow / "sbatch").write_text(f"#!/bin/sh\n{real} \"$@\"; code=$?; touch {tmp_path}/submitted; sleep 60; "
-                                 "exit $code\n")
-    (slow / "sbatch").chmod(0o755)
-    env = {**lab.env, "PATH": f"{slow}:{lab.env['PATH']}"}
-    args = {"name": "ran_anyway", "command": "echo ran to its end", "workdir": str(lab.work), "slurm": {}}
-    proc = subprocess.Popen(lab.argv("launch_experiment", args), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=REPO)
-    wait_for(lambda: (tmp_path / "submitted").exists() or proc.poll() is not None, 60, "sbatch never answered")
-    os.kill(proc.pid, signal.SIGKILL)
-    proc.communicate()
+    launch_killed_after_sbatch(lab, tmp_path, "ran_anyway", "echo ran to its end")
     rdir = wait_for(lambda: next(iter((lab.state / "runs").glob("ajet_ran_anyway-*/*")), None), 10, "no run dir")
     wait_for(lambda: record(rdir).get("state") == "COMPLETED", 90, "the job did not complete")
     forgotten(lab, int(record(rdir)["job_id"]))

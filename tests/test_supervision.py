@@ -161,13 +161,19 @@ def test_a_relaunch_a_full_disk_refused_is_said_failed_and_done_once_there_is_sp
         disk.unmount()
 
 
-def test_a_stop_on_the_first_id_stops_the_attempt_its_policy_started(tmux_socket: str, workdir: Path):
+def relaunched_at_once(workdir: Path, name: str) -> str:
+    """A run whose first start fails (an NCCL timeout) and that its resume policy relaunches at once as
+    ``<id>.r2``, which trains on: its first id, once the relaunch is done (no tool call)."""
     script, ckpt, starts, events = workdir / "r.py", workdir / "ckpt", workdir / "starts", workdir / "ev.jsonl"
     script.write_text(RESUMES_ONCE)
-    out = call("launch_experiment", name="chainstop", workdir=str(workdir), command=f"{PY} {script} {ckpt} {starts} 50",
+    out = call("launch_experiment", name=name, workdir=str(workdir), command=f"{PY} {script} {ckpt} {starts} 50",
                policy={"on_error": "resume", "max_resumes": 1, "backoff_s": 0, "notify_command": f"cat >> {events}"})
-    first = out["id"]
-    wait_until(lambda: f"relaunched as {first}.r2" in results(events), timeout=40, interval=0.1)
+    wait_until(lambda: f"relaunched as {out['id']}.r2" in results(events), timeout=40, interval=0.1)
+    return out["id"]
+
+
+def test_a_stop_on_the_first_id_stops_the_attempt_its_policy_started(tmux_socket: str, workdir: Path):
+    first = relaunched_at_once(workdir, "chainstop")
     wait_until(lambda: marked_pids(f"{first}.r2/"), timeout=10)
     stopped = call("stop_experiment", id=first, grace_s=1)  # the id the user knows
     assert marked_pids(f"{first}.r2/") == []
@@ -176,12 +182,7 @@ def test_a_stop_on_the_first_id_stops_the_attempt_its_policy_started(tmux_socket
 
 
 def test_an_attempt_s_own_id_is_found_before_anything_took_it_up(tmux_socket: str, workdir: Path):
-    script, ckpt, starts, events = workdir / "r.py", workdir / "ckpt", workdir / "starts", workdir / "ev.jsonl"
-    script.write_text(RESUMES_ONCE)
-    out = call("launch_experiment", name="byattempt", workdir=str(workdir), command=f"{PY} {script} {ckpt} {starts} 50",
-               policy={"on_error": "resume", "max_resumes": 1, "backoff_s": 0, "notify_command": f"cat >> {events}"})
-    first = out["id"]
-    wait_until(lambda: f"relaunched as {first}.r2" in results(events), timeout=40, interval=0.1)
+    first = relaunched_at_once(workdir, "byattempt")
     with open_registry() as reg:
         assert reg.get(f"{first}.r2") is None  # nothing has taken it up yet
     seen = status(f"{first}.r2", max_lines=0)  # the id its notifications carry

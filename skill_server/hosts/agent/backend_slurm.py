@@ -107,21 +107,8 @@ class Slurm(Backend):
         key = "slurm:" + str(job_id)
         if key not in cache:  # one scontrol per job and observation, whatever its number of processes
             cache[key] = slurm.query(str(job_id), rdir)
-        facts: JobFacts = cache[key]
-        run = RunDir(rdir)
-        mine = slurm.record(rdir)
-        earlier = facts["queued"] or (mine is not None and facts["source"] == "slurm" and not facts["final"]
-                                      and int(mine.get("restarts") or 0) < int(facts.get("restarts") or 0))
-        code = None if earlier else run.exit_code(role)
+        facts, code = self._this_start(cache[key], RunDir(rdir), role)
         source = "file" if code is not None else None
-        if code is not None and not facts["final"] and mine is not None and mine.get("source") == "job" \
-                and mine.get("state") in slurm.FINAL:
-            # the job recorded its own end (its SIGTERM trap: TIMEOUT or CANCELLED) while Slurm still winds it down
-            # (the batch script waits for the monitor): that end decides, not the process's 143 alone
-            facts = slurm.facts_of(facts["job_id"], str(mine["state"]), str(mine.get("reason") or facts["reason"]),
-                                   str(mine.get("exit_code") or facts["exit_code"]),
-                                   str(mine.get("nodes") or facts["nodes"]), facts["source"],  # all it got
-                                   error=facts["error"], restarts=int(facts.get("restarts") or 0))
         state = facts["state"]
         if facts["queued"]:
             return Liveness(True, 0.0, None, None, ["queued"], facts)
@@ -137,6 +124,24 @@ class Slurm(Backend):
                 code = None
             source = "slurm" if code is not None else None
         return Liveness(False, None, code, source, markers, facts)
+
+    @staticmethod
+    def _this_start(facts: JobFacts, run: RunDir, role: str) -> tuple[JobFacts, int | None]:
+        """(the job's facts, the process's exit code) as of the job's current start: an exit code an earlier start
+        left (the job is queued again, or Slurm's ``Restarts`` is past its record's) is not this start's; and the
+        job's own record of its end (its SIGTERM trap: TIMEOUT or CANCELLED) decides while Slurm still winds the
+        job down (the batch script waits for the monitor), not the process's 143 alone."""
+        mine = slurm.record(run.path)
+        earlier = facts["queued"] or (mine is not None and facts["source"] == "slurm" and not facts["final"]
+                                      and int(mine.get("restarts") or 0) < int(facts.get("restarts") or 0))
+        code = None if earlier else run.exit_code(role)
+        if code is not None and not facts["final"] and mine is not None and mine.get("source") == "job" \
+                and mine.get("state") in slurm.FINAL:
+            facts = slurm.facts_of(facts["job_id"], str(mine["state"]), str(mine.get("reason") or facts["reason"]),
+                                   str(mine.get("exit_code") or facts["exit_code"]),
+                                   str(mine.get("nodes") or facts["nodes"]), facts["source"],  # all it got
+                                   error=facts["error"], restarts=int(facts.get("restarts") or 0))
+        return facts, code
 
     @staticmethod
     def _age(rdir: str) -> float | None:

@@ -11,8 +11,9 @@ compiling them; an install that failed, or the leftover of one whose writer is g
 the package and serves framed requests (``ops.serve``); if that directory cannot be written it loads the
 sources in memory instead. Requests and replies are framed alike: ``AJS <nonce> <length>\n<JSON>``.
 ``program_text()`` is a single self-contained file that runs without anything else on the host. The run
-monitor a launch starts runs this same program through stage one, with ``monitor <run dir>`` after the
-bootstrap's arguments (so it uses, or makes, the version-cached install; no run keeps a copy).
+monitor a launch starts, and its supervisor, run this same program (``daemon``): from the version-cached install,
+or where it is missing through stage one, with ``monitor <run dir>`` (or ``supervisor <run dir>``) after the
+bootstrap's arguments (so it makes the install; no run keeps a copy).
 """
 
 from __future__ import annotations

@@ -160,7 +160,6 @@ class Run:
             taken = new_life(taken, restart)
         #: The document this monitor takes up (its rooms take up their parts from it).
         self.previous = taken
-        offsets = (restart or {}).get("offsets") or {}
         self.exp_id = str(spec["exp_id"])
         self.handle: dict[str, Any] = dict(spec.get("handle") or {})
         self.table = table if table is not None else scanner.Table(spec.get("signatures") or [])
@@ -168,14 +167,7 @@ class Run:
                          if isinstance(r, dict)}
         pattern = spec.get("first_step_pattern")
         self.first_step_re = _compile(pattern) if isinstance(pattern, str) and pattern else None
-        old_roles: Mapping[str, Any] = taken.get("roles") or {}
-        self.roles = []
-        for r in spec["roles"]:
-            old = old_roles.get(r["role"])
-            at = offsets.get(r["role"]) if isinstance(offsets.get(r["role"]), int) else r.get("start_offset")
-            found = RoleFindings.from_json(old) if isinstance(old, dict) else RoleFindings(
-                str(r["log_path"]), int(at or 0))
-            self.roles.append(Role(r, found))
+        self.roles = _roles(spec, taken, (restart or {}).get("offsets") or {})
         self.timed_out = bool(taken.get("timed_out"))
         self.session_removed = bool(taken.get("session_removed"))
         self.internal_errors = int(taken.get("internal_errors") or 0)
@@ -322,6 +314,19 @@ class Run:
         self.urgent = False
         self._written = stable
         return True
+
+
+def _roles(spec: Mapping[str, Any], taken: Mapping[str, Any], offsets: Mapping[str, Any]) -> list[Role]:
+    """The run's roles with what was found of each so far (``taken``: the document taken up); a role with nothing
+    found yet is read from its log's size before the run (or at a restart: ``offsets``)."""
+    old_roles: Mapping[str, Any] = taken.get("roles") or {}
+    roles = []
+    for r in spec["roles"]:
+        old = old_roles.get(r["role"])
+        at = offsets.get(r["role"]) if isinstance(offsets.get(r["role"]), int) else r.get("start_offset")
+        found = RoleFindings.from_json(old) if isinstance(old, dict) else RoleFindings(str(r["log_path"]), int(at or 0))
+        roles.append(Role(r, found))
+    return roles
 
 
 #: What a monitor keeps of an earlier start of the run's processes (``new_life``).
