@@ -339,6 +339,8 @@ def test_a_stop_during_the_backoff_cancels_the_resume(tmux_socket: str, workdir:
     assert "collect_results" not in during["summary"]
     stopped = call("stop_experiment", id=out["id"], grace_s=1)
     assert stopped["state"] == "stopped"
+    assert "the relaunch its resume policy had pending is cancelled" in stopped["summary"], stopped["summary"]
+    assert "relaunches it" not in stopped["summary"] and "collect_results" in stopped["summary"]
     wait_until(lambda: any(e.get("result") == "cancelled: stop_experiment was called" for e in told(events)),
                timeout=30)
     assert starts.read_text() == "1" and status(out["id"], max_lines=0)["next_attempt"] is None

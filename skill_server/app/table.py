@@ -388,7 +388,10 @@ TOOLS: tuple[ToolSpec, ...] = (
         details=(
             "Ctrl-C is SIGINT to each process group; grace_s defaults to 10; SIGTERM and SIGKILL also reach processes "
             "that left the group (setsid, double fork). The run is never reported stopped while a process of it "
-            "lives. Its tmux sessions are removed; sessions not in the registry are never touched."
+            "lives. Its tmux sessions are removed; sessions not in the registry are never touched. Any id of a "
+            "resumed run stops its later attempts too and cancels a relaunch waiting for its backoff (the summary "
+            "says so). A Slurm job whose controller does not answer is stopped by the run's monitor on its node, "
+            "and the summary says the stop could not be confirmed."
         ),
         read_only=False,
         destructive=True,

@@ -9,6 +9,8 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from skill_server.experiments.models import ExperimentStatus, LaunchOutput, StopOutput
 
 MAX_SUMMARY = 600
@@ -52,7 +54,7 @@ def _hint_head(hint: str) -> str:
     return (text[:cut] if cut > 0 else text[:HINT_IN_SUMMARY].rsplit(" ", 1)[0]) + " (all of it: errors[0].hint)"
 
 
-def _acts(s: ExperimentStatus) -> list[tuple[str, str, str]]:
+def acts(s: ExperimentStatus) -> list[tuple[str, str, str]]:
     """(trigger, action, result) of each of the run's policy actions ('<time> <trigger> -> <action>: <result>')."""
     out = []
     for line in s.actions:
@@ -68,22 +70,26 @@ def _stopped_by(s: ExperimentStatus) -> str:
     to a relaunch says only its trigger: the next attempt tells the rest)."""
     if s.state != "stopped":
         return ""
-    for trigger, action, result in _acts(s):
+    for trigger, action, result in acts(s):
         if action in ("stop", "resume") and result.startswith("stopped"):
             relaunched = action == "resume" and "relaunching" in result
             return f" by its policy on {trigger}" + ("" if relaunched else f" ({result})")
     return ""
 
 
-def _after_end(s: ExperimentStatus) -> str:
-    """The next call for an ended run: its next attempt when it was resumed; the results its monitor already
-    collected (collect_results then gives the full page); else collect_results."""
+def _after_end(s: ExperimentStatus, cancelled: bool = False) -> str:
+    """The next call for an ended run: its next attempt when it was resumed; its relaunch when it is to come, or
+    failed (tried again); the results its monitor already collected (collect_results then gives the full page);
+    else collect_results. ``cancelled``: a stop just cancelled its pending relaunch."""
     if s.next_attempt:
         return f"resumed as {s.next_attempt}: experiment_status id={s.next_attempt}"
-    resumes = [result for _, action, result in _acts(s) if action == "resume"]
-    if resumes and " relaunching" in resumes[-1]:  # the backoff runs: not the end of the chain
+    resumes = [result for _, action, result in acts(s) if action == "resume"]
+    if resumes and not cancelled and resumes[-1].startswith("relaunch failed"):
+        return (f"its resume could not be carried out ({resumes[-1]}): experiment_status id={s.id} says when it "
+                "is relaunched")
+    if resumes and not cancelled and " relaunching" in resumes[-1]:  # the backoff runs: not the end of the chain
         return f"its resume policy relaunches it ({resumes[-1]}): wait_experiment id={s.id} follows it"
-    for _, action, result in _acts(s):
+    for _, action, result in acts(s):
         if action == "collect" and result.startswith("results.md"):
             return (f"its monitor wrote {s.result_dir.rstrip('/')}/{s.id}/results.md and finish.flag; "
                     f"collect_results id={s.id} gives the full page")
@@ -96,7 +102,7 @@ _RELAUNCHING = re.compile(r"relaunching as (\S+), (?:continuing from (global_ste
 
 def _resumed_from(previous: ExperimentStatus, attempt: str) -> str:
     """Where ``attempt`` continued from, as the attempt before it (which relaunched it) recorded."""
-    for _, action, result in _acts(previous):
+    for _, action, result in acts(previous):
         found = _RELAUNCHING.match(result) if action == "resume" else None
         if found and found.group(1) == attempt:
             return f"(from {found.group(2)})" if found.group(2) else "(started over)"
@@ -176,16 +182,26 @@ def waited(s: ExperimentStatus, reason: str, next_wait_s: int, followed: str | N
     return _clip(f"Wait ended{moved}: {_WAIT_ENDS.get(reason, reason)}. {run_state(s)}{again}")
 
 
-def stopped(out: StopOutput) -> str:
-    """stop_experiment: the run's state after the stop, and what is still alive."""
+def stopped(out: StopOutput, unconfirmed: Sequence[str] = (), also: Sequence[str] = (), cancelled: bool = False) -> str:
+    """stop_experiment: the run's state after the stop, and what is still alive; a stop its hosts could not
+    confirm (``unconfirmed``: per host why, and what was done instead); the lineage's other runs it stopped
+    (``also``) and a pending relaunch it cancelled."""
+    if unconfirmed:
+        return _clip(f"Run {out.id}: the stop could not be confirmed ({'; '.join(unconfirmed)}); its processes are "
+                     f"marked stopped: experiment_status id={out.id} shows them end, stop_experiment again once it "
+                     "can be confirmed.")
     alive = f"; {len(out.still_alive)} process(es) survived SIGKILL (see still_alive)" if out.still_alive else ""
     if out.killed:
         how = f" after SIGTERM/SIGKILL of {', '.join(out.killed)}"
     elif out.interrupted:
         how = " after Ctrl-C"
     else:
-        how = _stopped_by(out) or " (nothing was running to stop)"
-    return _clip(f"Run {out.id} {_STATE_WORDS.get(out.state, out.state)}{how}{alive}; {_after_end(out)}.")
+        how = _stopped_by(out) or (" (nothing of it was running)" if also or cancelled
+                                   else " (nothing was running to stop)")
+    more = f"; also stopped {', '.join(also)}" if also else ""
+    more += "; the relaunch its resume policy had pending is cancelled" if cancelled else ""
+    return _clip(f"Run {out.id} {_STATE_WORDS.get(out.state, out.state)}{how}{alive}{more}; "
+                 f"{_after_end(out, cancelled)}.")
 
 
 def compared(leader: str | None, metric: str | None, value: float | None, runner_up: str | None,

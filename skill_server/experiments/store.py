@@ -379,6 +379,9 @@ class Registry:
         )
         return cur is None or cur.rowcount == 1  # not recordable: this call's answer stands alone
 
+    def set_note(self, exp_id: str, note: str) -> None:
+        self._write("UPDATE experiments SET note = ? WHERE id = ?", (note, exp_id))
+
     def save_cursor(self, exp_id: str, cursor: str) -> None:
         self._write("UPDATE experiments SET read_cursor = ? WHERE id = ?", (cursor, exp_id))
 
@@ -499,8 +502,9 @@ def elsewhere_reason(controller: str) -> str:
 
 
 def launcher_identity() -> dict[str, Any]:
-    """This process as a launch records it: pid and start time (a pid alone may be reused)."""
-    return {"pid": os.getpid(), "start": procs.start_time(os.getpid())}
+    """This process as a launch records it: pid and start time (a pid alone may be reused), and where its pid
+    means something (``procs.pid_space``: a machine that shares this one's host identity is another space)."""
+    return {"pid": os.getpid(), "start": procs.start_time(os.getpid()), "space": procs.pid_space()}
 
 
 def local_elsewhere(row: Row) -> str | None:

@@ -27,7 +27,7 @@ from skill_server.experiments import history, lineage, plots, runconfig, sentenc
 from skill_server.experiments.checks import host_path
 from skill_server.experiments.models import ErrorHit, ExperimentStatus, MetricsHistory
 from skill_server.experiments.observe import observe
-from skill_server.experiments.queries import find, status_fields
+from skill_server.experiments.queries import find, find_any, status_fields
 from skill_server.experiments.spec import RunSpec
 from skill_server.experiments.store import Registry, Row, elsewhere_reason, launched_elsewhere, open_registry
 from skill_server.experiments.summaries import MetricSummary, metric_rows, summarise, summarise_series
@@ -200,7 +200,7 @@ def _read_run(inp: CollectInput, exp_key: str, want_plot: bool, notes: list[str]
     """The run, its overlays, its status, its metric history and the curves to draw, in one registry session."""
     with open_registry() as reg:
         upkeep.finish_interrupted_launches(reg)
-        row = find(reg, exp_key)
+        row = find_any(reg, exp_key)
         overlays = [find(reg, key, f"overlay_ids.{i}") for i, key in enumerate(inp.overlay_ids or [])]
         view = observe(reg, [row], upkeep=upkeep.HEAL)[0]
         row = reg.get(view.row.id) or view.row

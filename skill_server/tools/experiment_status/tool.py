@@ -13,7 +13,7 @@ from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolInputError
 from skill_server.experiments import lineage, logs, sentences, upkeep
 from skill_server.experiments.models import DEFAULT_HISTORY_POINTS, ExperimentStatus, RegistryProblem
-from skill_server.experiments.queries import HistoryRequest, find, observe_with_lines
+from skill_server.experiments.queries import HistoryRequest, find_any, observe_with_lines
 from skill_server.experiments.store import DB_NAME, Registry, open_registry
 from skill_server.tools.experiment_status.models import RegistryInfo, StatusInput, StatusOutput
 
@@ -66,7 +66,7 @@ def experiment_status(inp: StatusInput) -> StatusOutput:
     with open_registry(create=False) as reg:
         upkeep.finish_interrupted_launches(reg)
         if inp.id is not None:
-            rows = [find(reg, inp.id)]
+            rows = [find_any(reg, inp.id, deadline)]
             max_lines = logs.MAX_LINES if inp.max_lines is None else inp.max_lines
             total, more, next_offset = 1, 0, None
         else:
