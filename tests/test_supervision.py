@@ -161,6 +161,64 @@ def test_a_relaunch_a_full_disk_refused_is_said_failed_and_done_once_there_is_sp
         disk.unmount()
 
 
+def ended_here(exp_id: str) -> bool:
+    """The run's monitor wrote its last document (after its last notifications)."""
+    try:
+        return bool(json.loads((run_dir(exp_id) / rundir.FINDINGS).read_text()).get("ended"))
+    except (OSError, ValueError):
+        return False
+
+
+def test_notifications_still_queued_when_the_run_ends_are_all_sent_by_a_slow_notify_command(tmux_socket: str,
+                                                                                             workdir: Path):
+    script, events = workdir / "hang.py", workdir / "events.jsonl"
+    script.write_text(HANGS)
+    out = call("launch_experiment", name="slowtell", workdir=str(workdir), command=f"{PY} {script} nccl -",
+               policy={"on_error": "stop", "on_end": "collect", "notify_command": f"sleep 3; cat >> {events}"})
+    # no tool call: five events 3 s each, four of them still queued when the run has ended (about 2 s in)
+    wait_until(lambda: ended_here(out["id"]), timeout=60, interval=0.2)
+    assert kinds(events) == ["first_step", "error", "action", "ended", "action"]
+    assert told(events)[-1]["action"] == "collect"
+    seen = status(out["id"], max_lines=0)
+    assert seen["state"] == "stopped" and not [a for a in seen["actions"] if "-> notify" in a], seen["actions"]
+
+
+def test_a_hanging_notify_command_still_gets_the_end_and_what_it_never_got_is_recorded(tmux_socket: str,
+                                                                                       workdir: Path):
+    script, events = workdir / "hang.py", workdir / "events.jsonl"
+    script.write_text(HANGS)
+    hangs_but_on_the_end = (f"read -r line; printf '%s\\n' \"$line\" >> {events}; "
+                            "case \"$line\" in *'\"event\": \"ended\"'*) ;; *) exec sleep 60;; esac")
+    out = call("launch_experiment", name="hangtell", workdir=str(workdir), command=f"{PY} {script} nccl -",
+               policy={"on_error": "stop", "on_end": "collect", "notify_command": hangs_but_on_the_end})
+    # no tool call: each notification hangs (killed at 10 s) while the rest queue up behind it
+    wait_until(lambda: ended_here(out["id"]), timeout=80, interval=0.2)
+    got = kinds(events)  # what the command was given: the first ones in order, then the end before the rest
+    assert got[0] == "first_step" and got[-2:] == ["ended", "action"] and len(got) < 5, got
+    seen = status(out["id"], max_lines=0)
+    line = next((a for a in seen["actions"] if "-> notify: not sent" in a), None)
+    assert line is not None and line.endswith(f"-> notify: not sent ({5 - len(got)} so far): the notify command hung")
+    never = line.split(" -> ")[0].split(" ", 1)[1].split(", ")
+    assert sorted(got + never) == sorted(["first_step", "error", "action", "ended", "action"]), (got, never)
+    assert any(f"-> notify: failed ({len(got) - 1} so far, {len(got) - 1} killed at the time bound): killed after"
+               in a for a in seen["actions"]), seen["actions"]
+
+
+def test_a_notify_command_that_floods_its_output_leaves_a_bounded_notify_log(tmux_socket: str, workdir: Path):
+    script, events = workdir / "one.py", workdir / "events.jsonl"
+    script.write_text('print("step:1 - critic/score/mean:0.1 - training/global_step:1", flush=True)\n')
+    floods = f"cat >> {events}; head -c 30000000 /dev/zero; echo oops >&2"
+    out = call("launch_experiment", name="floods", workdir=str(workdir), command=f"{PY} {script}",
+               policy={"notify_command": floods})
+    wait_until(lambda: ended_here(out["id"]), timeout=60, interval=0.2)  # no tool call
+    assert kinds(events) == ["first_step", "ended"]
+    log = run_dir(out["id"]) / rundir.NOTIFY_LOG
+    text = log.read_bytes()
+    assert len(text) < 2 * (64 * 1024 + 100), len(text)  # 60 MB written: 64 KiB kept of each run
+    assert text.count(b"more bytes of output not kept]") == 2
+    assert not [a for a in status(out["id"], max_lines=0)["actions"] if "-> notify" in a]
+
+
 def relaunched_at_once(workdir: Path, name: str) -> str:
     """A run whose first start fails (an NCCL timeout) and that its resume policy relaunches at once as
     ``<id>.r2``, which trains on: its first id, once the relaunch is done (no tool call)."""

@@ -200,6 +200,12 @@ def actions(view: View) -> list[ActionTaken]:
             seen[(when, str(failure.get("event")), "notify")] = ActionTaken(
                 at=progress.iso(when), trigger=str(failure.get("event")), action="notify",
                 result=f"failed ({int(tally.get('failed') or 0)} so far{over}): {failure.get('error')}")
+        lost = tally.get("lost")
+        if isinstance(lost, dict) and isinstance(lost.get("at"), (int, float)):
+            when = view.row.created + float(lost["at"])
+            seen[(when, "notify", "not sent")] = ActionTaken(
+                at=progress.iso(when), trigger=", ".join(map(str, lost.get("events") or [])), action="notify",
+                result=f"not sent ({int(tally.get('dropped') or 0)} so far): {lost.get('why')}")
     done = [seen[k] for k in sorted(seen)]
     return done + _failed_resumes(view, done)
 

@@ -88,14 +88,23 @@ if TYPE_CHECKING:
         event: str
         error: str
 
+    class NotifyLoss(TypedDict):
+        """Events the notify command was never given (``notifier.Notifier.lost``): when (run clock), which, why."""
+
+        at: float
+        events: list[str]
+        why: str
+
     class NotifyTally(TypedDict, total=False):
-        """What became of the notify command's runs."""
+        """What became of the notify command's runs (``dropped``: events never given to it; ``lost``: the last
+        such loss)."""
 
         sent: int
         failed: int
         killed: int
         dropped: int
         last_failure: NotifyFailure
+        lost: NotifyLoss
 
     class _PendingRequired(TypedDict):
         trigger: str

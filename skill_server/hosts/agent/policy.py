@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 
 from . import files, phases, results
-from .notifier import NOTIFY_TIMEOUT_S, Notifier
+from .notifier import FLUSH_S, Notifier
 from .protocol import TYPE_CHECKING
 from .stall import number
 from .watchers import Watcher
@@ -38,8 +38,8 @@ if TYPE_CHECKING:
 
 #: The events the notify command is told about.
 TOLD = ("first_step", "error", "stalled", "action", "timed_out", "ended")
-#: Longest time the monitor waits for the last notifications to be delivered before it ends.
-FINAL_NOTIFY_WAIT_S = NOTIFY_TIMEOUT_S + 1.0
+#: Longest time the monitor delivers the last notifications before it ends (what is left then is recorded lost).
+FINAL_NOTIFY_WAIT_S = FLUSH_S
 KEEP_ACTIONS = 50
 #: How often a notification under way is looked after, and how often a backoff looks for a stop request.
 BUSY_S = 0.25
@@ -203,7 +203,7 @@ class Policy(Watcher):
             self.record(run, "end:" + state, "notify", "told" if self.notifier is not None else "no notify_command")
 
     def flush(self, run: Run) -> None:
-        """Tell what is still to be told, within ``FINAL_NOTIFY_WAIT_S`` (the monitor is about to end)."""
+        """Tell what is still to be told (the end first when time is short) before the monitor ends."""
         self.tick(run, run.clock())
         if self.notifier is not None:
             self.notifier.flush(run, FINAL_NOTIFY_WAIT_S)
