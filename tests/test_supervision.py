@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -102,6 +103,25 @@ def test_a_frozen_monitor_past_the_max_time_is_replaced_and_the_run_ended(tmux_s
     seen = status(out["id"], max_lines=0)
     assert seen["state"] == "timed_out", seen["summary"]
     assert "the run's max time passed" in seen["note"] and "it had not ended the run" in seen["note"], seen["note"]
+
+
+def test_a_frozen_monitor_is_said_frozen_by_status_with_who_replaces_it(tmux_socket: str, workdir: Path):
+    out = call("launch_experiment", name="stale", command="sleep 120", workdir=str(workdir))
+    where = run_dir(out["id"])
+    frozen, keeper = pid_of(out["id"]), pid_of(out["id"], rundir.SUPERVISOR_BEAT)
+    for pid in (keeper, frozen):
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        beat = where / rundir.BEAT  # its last beat 200 s ago on the boot clock, as a monitor stuck that long
+        os.utime(beat, (procs.uptime() - 200, procs.uptime() - 200))
+        seen = status(out["id"], max_lines=0)
+        assert seen["state"] == "running", seen["summary"]
+        assert re.search(r"the run's monitor on local has given no sign of life for 20\d s \(frozen: stopped, or stuck "
+                         r"on a hung filesystem; its supervisor replaces it\)", seen["note"] or ""), seen["note"]
+    finally:
+        for pid in (keeper, frozen):
+            os.kill(pid, signal.SIGCONT)
+    call("stop_experiment", id=out["id"], grace_s=1)
 
 
 def test_a_monitor_killed_during_the_backoff_is_replaced_and_the_run_relaunched(tmux_socket: str, workdir: Path):
