@@ -199,13 +199,17 @@ def launch_killed_after_sbatch(lab: Lab, tmp_path: Path, name: str, command: str
     env = {**lab.env, "PATH": f"{slow}:{lab.env['PATH']}"}
     args = {"name": name, "command": command, "workdir": str(lab.work), "slurm": {}}
     proc = subprocess.Popen(lab.argv("launch_experiment", args), env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, cwd=REPO)
+                            stderr=subprocess.PIPE, cwd=REPO, start_new_session=True)
     end = time.monotonic() + 60
     while not (tmp_path / "submitted").exists():
         assert time.monotonic() < end and proc.poll() is None
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate()
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the lingering sbatch it left (the test's own stand-in) ends too
+    except ProcessLookupError:
+        pass
 
 
 def test_a_controller_killed_after_sbatch_leaves_no_orphan_job(lab: Lab, tmp_path: Path):
