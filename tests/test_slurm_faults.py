@@ -25,7 +25,7 @@ import pytest
 
 from skill_server.hosts.agent import heartbeat, rundir
 from tests.conftest import REPO
-from tests.slurm_cluster import SlurmCluster, _in_namespace, slurm  # noqa: F401  (fixtures are used by name)
+from tests.slurm_cluster import CONTROLLER, SLURMCTLD, Daemon, SlurmCluster, _in_namespace, slurm  # noqa: F401
 from tests.test_slurm_runs import Lab, forgotten, launch_killed_after_sbatch
 from tests.test_unattended import kinds, told
 
@@ -79,6 +79,16 @@ def job_pids(lab: Lab, node: str, job: int) -> list[int]:
 def slurmctld_pids(lab: Lab) -> list[int]:
     daemon = lab.cluster.daemons["slurmctld"]
     return [p for p in _in_namespace(daemon.namespace) if Path(f"/proc/{p}/comm").read_text().strip() == "slurmctld"]
+
+
+def restart_controller(lab: Lab, clear: bool = False) -> None:
+    """slurmctld started again after it was killed; ``clear``: with ``-c``, so that it has lost every job (as after
+    a crash that lost its state; job ids start over)."""
+    cluster = lab.cluster
+    argv = [SLURMCTLD, "-D", *(["-c"] if clear else []), "-f", str(cluster.conf)]
+    cluster.daemons["slurmctld"] = Daemon("slurmctld", argv, cluster.root / "log" / "slurmctld.out",
+                                          hostname=CONTROLLER, network=cluster.network)
+    wait_for(lambda: cluster.run("sinfo", "-h", timeout=20).returncode == 0, 60, "slurmctld did not come back")
 
 
 def test_a_monitor_killed_inside_the_job_is_replaced_there_and_its_policy_still_cancels_the_job(lab: Lab):
@@ -207,3 +217,43 @@ def test_a_job_that_ran_while_its_launch_was_interrupted_stays_visible(lab: Lab,
     assert len(listed) == 1 and listed[0]["state"] == "succeeded", listed
     assert "its launch was interrupted after it submitted the job, which ran: kept" in listed[0]["note"]
     assert "ran to its end" in lab.status(listed[0]["id"], since="0")["lines"]
+
+
+def test_a_stop_while_slurmctld_is_down_says_it_could_not_be_confirmed_and_the_job_ends_once_it_is_back(lab: Lab):
+    run = lab.launch("ctld_down", "echo started; sleep 302")
+    lab.call("wait_experiment", id=run["id"], until="started", timeout_s=50)
+    node = lab.wait_for(run["id"], lambda s: "started" in s["lines"], timeout=30)["scheduler"]["nodes"]
+    lab.cluster.daemons["slurmctld"].stop()  # killed: nothing listens on its port
+    try:
+        stopped = lab.call("stop_experiment", id=run["id"], grace_s=2)
+        left = lab.cluster.node_exec(node, ["pgrep", "-f", "sleep 302"]).stdout.split()
+    finally:
+        restart_controller(lab)
+    summary = stopped["summary"]
+    assert "nothing was running" not in summary, summary
+    assert summary.startswith(f"Run {run['id']}: the stop could not be confirmed (local: the run's monitor in the "
+                              f"job stopped its processes on {node}: SIGINT to main"), summary
+    assert "Slurm did not answer" in summary and "Unable to contact slurm controller" in summary, summary
+    assert left == [], left
+    done = lab.wait_for(run["id"], lambda s: s["state"] not in ("running", "queued"), timeout=90)
+    assert done["state"] == "stopped", done["summary"]
+
+
+def test_a_job_its_controller_lost_in_a_crash_ends_lost_with_the_reason(lab: Lab):
+    """Last in this module: the controller comes back without its state (job ids start over)."""
+    run = lab.launch("ctld_lost", "echo started; sleep 303")
+    rdir = run_dir_of(lab, run["id"])
+    wait_for(lambda: record(rdir).get("state") == "RUNNING" and (rdir / "main.pid").is_file(), 60, "never ran")
+    node, job = record(rdir)["nodes"], int(record(rdir)["job_id"])
+    wait_for(lambda: job_pids(lab, node, job), 10, "no process of the job on its node")
+    lab.cluster.daemons["slurmctld"].stop()
+    restart_controller(lab, clear=True)  # the job is unknown to it: its node is told to kill what is left of it
+    wait_for(lambda: not job_pids(lab, node, job), 60, "the job's processes still run on its node")
+    # no tool call from the crash to here: the job's own record was cut short
+    assert record(rdir)["state"] == "RUNNING"
+    status = lab.status(run["id"], max_lines=0)
+    assert status["state"] == "lost" and status["scheduler"]["state"] == "LOST", status
+    assert f"Slurm no longer knows job {job} and its own record stops at RUNNING" in status["note"], status["note"]
+    assert "its controller lost it" in status["note"]
+    waited = lab.call("wait_experiment", id=run["id"], timeout_s=10)
+    assert (waited["reason"], waited["state"]) == ("exited", "lost"), waited["summary"]
