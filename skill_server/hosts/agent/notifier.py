@@ -199,8 +199,8 @@ class Notifier:
 
     def flush(self, run: Run, within_s: float = FLUSH_S) -> None:
         """Deliver what waits for at most ``within_s`` (the monitor is about to end): in order while there is
-        time, the end first once time is short or the command hung (then only the end); what is left is recorded
-        lost."""
+        time, the end first once time is short or the command hung (then only the end); what is left then is
+        recorded lost, and a notification still running is killed (and counted failed)."""
         end = time.monotonic() + within_s
         self.flushing = True
         try:
@@ -214,5 +214,14 @@ class Notifier:
                 self.pump(run)
         finally:
             self.flushing = False
+        for child in self.children:  # cut short: it would outlive the monitor, unbounded
+            try:
+                os.killpg(child.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            child.proc.wait()
+            self.failed(run, child.kind, "killed: the run's monitor was ending")
+            self.close(run, child)
+        self.children = []
         self.lost(run, self.queue, "the run's monitor ended before there was time to send them")
         self.queue = []
