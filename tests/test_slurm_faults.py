@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from skill_server.hosts.agent import heartbeat, rundir
+from skill_server.hosts.agent import heartbeat, procs, rundir
 from tests.conftest import REPO
 from tests.slurm_cluster import CONTROLLER, SLURMCTLD, Daemon, SlurmCluster, _in_namespace, slurm  # noqa: F401
 from tests.test_slurm_runs import Lab, forgotten, launch_killed_after_sbatch
@@ -111,6 +111,30 @@ def test_a_monitor_killed_inside_the_job_is_replaced_there_and_its_policy_still_
     seen = lab.status(run["id"], max_lines=0)
     assert seen["state"] == "stopped" and seen["scheduler"]["state"] == "CANCELLED", seen
     assert "was replaced (at " in seen["note"] and "by its supervisor): its process ended" in seen["note"], seen
+
+
+def test_a_frozen_monitor_inside_the_job_is_replaced_there_and_its_policy_still_cancels_the_job(lab: Lab):
+    script, go, events = lab.work / "hang_on_go.py", lab.work / "stop_go", lab.work / "stop_events.jsonl"
+    script.write_text(HANGS_ON_GO)
+    run = lab.call("launch_experiment", name="frozen_job", command=f"{sys.executable} {script} {go}",
+                   workdir=str(lab.work), max_time_s=3600, slurm={},
+                   policy={"on_error": "stop", "notify_command": f"cat >> {events}"})
+    rdir = run_dir_of(lab, run["id"])
+    wait_for(lambda: "first_step" in kinds(events), 90, "no first step")
+    node = record(rdir)["nodes"]
+    monitor = heartbeat.read(str(rdir / rundir.BEAT))[0]["pid"]  # a pid on the node
+    assert lab.cluster.node_exec(node, ["kill", "-STOP", str(monitor)]).returncode == 0
+    # as a monitor stuck on a hung NFS read for 200 s (one boot clock for the node and this machine)
+    os.utime(rdir / rundir.BEAT, (procs.uptime() - 200, procs.uptime() - 200))
+    go.write_text("")  # the NCCL error comes while it is frozen
+    # no tool call from here on: the supervisor in the job replaces it, and the new monitor cancels the job
+    wait_for(lambda: record(rdir).get("state") == "CANCELLED", 60, "the job was not cancelled")
+    why = json.loads((rdir / rundir.REPLACED).read_text())[-1]["why"]
+    assert why.startswith("it gave no sign of life for "), why
+    assert any(e.get("action") == "stop" for e in told(events)), told(events)
+    seen = lab.status(run["id"], max_lines=0)
+    assert seen["state"] == "stopped" and seen["scheduler"]["state"] == "CANCELLED", seen
+    assert "by its supervisor): it gave no sign of life" in seen["note"], seen["note"]
 
 
 def test_a_requeued_job_is_queued_then_running_again_as_the_same_attempt(lab: Lab):
