@@ -203,6 +203,29 @@ def test_notifications_still_queued_when_the_run_ends_are_all_sent_by_a_slow_not
     assert seen["state"] == "stopped" and not [a for a in seen["actions"] if "-> notify" in a], seen["actions"]
 
 
+def test_notifications_a_killed_monitor_still_owed_are_sent_by_its_replacement(tmux_socket: str, workdir: Path):
+    script, events = workdir / "hang.py", workdir / "events.jsonl"
+    script.write_text(HANGS)
+    out = call("launch_experiment", name="owed", workdir=str(workdir), command=f"{PY} {script} nccl -",
+               policy={"on_error": "notify", "notify_command": f"sleep 6; cat >> {events}"})
+    findings = run_dir(out["id"]) / rundir.FINDINGS
+
+    def owed() -> int:
+        try:
+            return len(json.loads(findings.read_text()).get("notify_queue") or [])
+        except (OSError, ValueError):
+            return 0
+
+    # the error and its notify action are handled and recorded, waiting behind first_step's notification (6 s)
+    wait_until(lambda: owed() == 2, timeout=20, interval=0.05)
+    os.kill(pid_of(out["id"]), signal.SIGKILL)
+    # no tool call: the supervisor's new monitor sends what the old one owed
+    wait_until(lambda: len(told(events)) >= 3, timeout=40, interval=0.2)
+    time.sleep(1)
+    assert kinds(events) == ["first_step", "error", "action"]
+    call("stop_experiment", id=out["id"], grace_s=1)
+
+
 def test_a_hanging_notify_command_still_gets_the_end_and_what_it_never_got_is_recorded(tmux_socket: str,
                                                                                        workdir: Path):
     script, events = workdir / "hang.py", workdir / "events.jsonl"

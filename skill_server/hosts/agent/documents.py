@@ -194,6 +194,7 @@ if TYPE_CHECKING:
         actions: list[ActionRecord]
         notify: NotifyTally
         pending_resume: PendingResume | None
+        notify_queue: list[dict[str, Any]]  # the events the notify command is still owed, oldest first
         origin: dict[str, Any]  # the run clock's zero on the machine's boot clock: {"space", "uptime"}
         generation: int  # which start of the run's processes in its directory (a requeue starts them again)
 

@@ -63,10 +63,12 @@ def _end_first(payload: dict[str, Any]) -> int:
 class Notifier:
     """Runs the notify command once per event, bounded in time and output, without waiting for it."""
 
-    def __init__(self, command: str, tally: NotifyTally) -> None:
+    def __init__(self, command: str, tally: NotifyTally, queue: list[dict[str, Any]]) -> None:
         self.command = command
         self.tally = tally
-        self.queue: list[dict[str, Any]] = []
+        #: What waits, oldest first: the policy's state keeps it (changed in place), so that a monitor that
+        #: replaces this one sends what this one could not.
+        self.queue = queue
         self.children: list[_Child] = []
         self.flushing = self.hung = False
 
@@ -81,7 +83,7 @@ class Notifier:
 
     def pump(self, run: Run) -> bool:
         """Read what the commands wrote, reap what ended, kill what ran too long, start what waits (at most
-        ``NOTIFY_AT_ONCE`` at a time); whether the tally changed."""
+        ``NOTIFY_AT_ONCE`` at a time); whether the tally or the queue changed."""
         before = dict(self.tally)
         still = []
         for child in self.children:
@@ -105,9 +107,11 @@ class Notifier:
                 self.tally["sent"] = int(self.tally.get("sent") or 0) + 1
             self.close(run, child)
         self.children = still
+        started = False
         while self.queue and len(self.children) < NOTIFY_AT_ONCE:
             self.start(run, self.queue.pop(0))
-        return self.tally != before
+            started = True
+        return started or self.tally != before
 
     def start(self, run: Run, payload: dict[str, Any]) -> None:
         import subprocess
@@ -209,7 +213,7 @@ class Notifier:
                     self.queue.sort(key=_end_first)
                 if self.hung:
                     self.lost(run, [p for p in self.queue if _end_first(p) > 1], "the notify command hung")
-                    self.queue = [p for p in self.queue if _end_first(p) <= 1]
+                    self.queue[:] = [p for p in self.queue if _end_first(p) <= 1]
                 time.sleep(0.05)
                 self.pump(run)
         finally:
@@ -224,4 +228,4 @@ class Notifier:
             self.close(run, child)
         self.children = []
         self.lost(run, self.queue, "the run's monitor ended before there was time to send them")
-        self.queue = []
+        del self.queue[:]

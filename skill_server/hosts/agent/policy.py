@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 
 from . import files, phases, results
-from .notifier import FLUSH_S, Notifier
+from .notifier import FLUSH_S, NOTIFY_QUEUE, Notifier
 from .protocol import TYPE_CHECKING
 from .stall import number
 from .watchers import Watcher
@@ -46,8 +46,9 @@ BUSY_S = 0.25
 
 
 class PolicyState:
-    """What the policies did (``actions``), the notify command's tally, the events handled so far (numbered up
-    to ``policy_seq``), whether a policy stopped the run, and the resume it waits for (``pending_resume``)."""
+    """What the policies did (``actions``), the notify command's tally and the notifications it still owes, the
+    events handled so far (numbered up to ``policy_seq``), whether a policy stopped the run, and the resume it waits
+    for (``pending_resume``)."""
 
     def __init__(self, previous: Mapping[str, Any]) -> None:
         self.actions: list[ActionRecord] = list(previous.get("actions") or [])
@@ -55,10 +56,13 @@ class PolicyState:
         self.policy_seq = int(previous.get("policy_seq") or 0)
         self.stopped_by_policy = any(a.get("action") in ("stop", "resume") for a in self.actions)
         self.pending_resume: PendingResume | None = previous.get("pending_resume") or None
+        #: The notifications handled but not yet given to the notify command (the notifier's queue, itself).
+        self.notify_queue: list[dict[str, Any]] = [p for p in previous.get("notify_queue") or []
+                                                   if isinstance(p, dict)][:NOTIFY_QUEUE]
 
     def to_json(self) -> dict[str, Any]:
         return {"policy_seq": self.policy_seq, "actions": self.actions, "notify": self.notify,
-                "pending_resume": self.pending_resume}
+                "pending_resume": self.pending_resume, "notify_queue": self.notify_queue}
 
 
 class Policy(Watcher):
@@ -73,7 +77,8 @@ class Policy(Watcher):
         self.state = PolicyState(previous)
         run.parts.append(self.state)
         command = self.spec.get("notify_command")
-        self.notifier = Notifier(command, self.state.notify) if isinstance(command, str) and command.strip() else None
+        self.notifier = (Notifier(command, self.state.notify, self.state.notify_queue)
+                         if isinstance(command, str) and command.strip() else None)
         #: How the run ended here (known once its processes have ended).
         self.ended_as: str | None = None
 
