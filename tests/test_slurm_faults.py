@@ -91,17 +91,24 @@ def restart_controller(lab: Lab, clear: bool = False) -> None:
     wait_for(lambda: cluster.run("sinfo", "-h", timeout=20).returncode == 0, 60, "slurmctld did not come back")
 
 
-def test_a_monitor_killed_inside_the_job_is_replaced_there_and_its_policy_still_cancels_the_job(lab: Lab):
-    script, go, events = lab.work / "hang_on_go.py", lab.work / "k9_go", lab.work / "k9_events.jsonl"
+def hangs_on_go_in_a_job(lab: Lab, name: str, signal_flag: str) -> tuple[dict[str, Any], Path, Path, Path]:
+    """A job (one GPU) whose run hangs on an NCCL error once ``go`` exists, with ``on_error: stop`` and every event
+    told: once it trained its first step, its monitor (a pid on its node) gets ``kill <signal_flag>``. (the launch,
+    its run directory, ``go``, the events file)."""
+    script, go, events = lab.work / "hang_on_go.py", lab.work / f"{name}_go", lab.work / f"{name}_events.jsonl"
     script.write_text(HANGS_ON_GO)
-    run = lab.call("launch_experiment", name="k9_job", command=f"{sys.executable} {script} {go}",
+    run = lab.call("launch_experiment", name=name, command=f"{sys.executable} {script} {go}",
                    workdir=str(lab.work), max_time_s=3600, slurm={"gpus_per_node": 1},
                    policy={"on_error": "stop", "notify_command": f"cat >> {events}"})
     rdir = run_dir_of(lab, run["id"])
     wait_for(lambda: "first_step" in kinds(events), 90, "no first step")
-    node = record(rdir)["nodes"]
-    monitor = heartbeat.read(str(rdir / rundir.BEAT))[0]["pid"]  # a pid on the node
-    assert lab.cluster.node_exec(node, ["kill", "-9", str(monitor)]).returncode == 0
+    monitor = heartbeat.read(str(rdir / rundir.BEAT))[0]["pid"]
+    assert lab.cluster.node_exec(record(rdir)["nodes"], ["kill", signal_flag, str(monitor)]).returncode == 0
+    return run, rdir, go, events
+
+
+def test_a_monitor_killed_inside_the_job_is_replaced_there_and_its_policy_still_cancels_the_job(lab: Lab):
+    run, rdir, go, events = hangs_on_go_in_a_job(lab, "k9_job", "-9")
     go.write_text("")  # the NCCL error comes after the monitor died
     # no tool call from here on: the supervisor in the job starts a monitor, which sees the error and cancels
     wait_for(lambda: record(rdir).get("state") == "CANCELLED", 60, "the job was not cancelled")
@@ -114,16 +121,7 @@ def test_a_monitor_killed_inside_the_job_is_replaced_there_and_its_policy_still_
 
 
 def test_a_frozen_monitor_inside_the_job_is_replaced_there_and_its_policy_still_cancels_the_job(lab: Lab):
-    script, go, events = lab.work / "hang_on_go.py", lab.work / "stop_go", lab.work / "stop_events.jsonl"
-    script.write_text(HANGS_ON_GO)
-    run = lab.call("launch_experiment", name="frozen_job", command=f"{sys.executable} {script} {go}",
-                   workdir=str(lab.work), max_time_s=3600, slurm={},
-                   policy={"on_error": "stop", "notify_command": f"cat >> {events}"})
-    rdir = run_dir_of(lab, run["id"])
-    wait_for(lambda: "first_step" in kinds(events), 90, "no first step")
-    node = record(rdir)["nodes"]
-    monitor = heartbeat.read(str(rdir / rundir.BEAT))[0]["pid"]  # a pid on the node
-    assert lab.cluster.node_exec(node, ["kill", "-STOP", str(monitor)]).returncode == 0
+    run, rdir, go, events = hangs_on_go_in_a_job(lab, "frozen_job", "-STOP")
     # as a monitor stuck on a hung NFS read for 200 s (one boot clock for the node and this machine)
     os.utime(rdir / rundir.BEAT, (procs.uptime() - 200, procs.uptime() - 200))
     go.write_text("")  # the NCCL error comes while it is frozen
