@@ -25,7 +25,7 @@ def test_options_come_from_the_slurm_argument_and_the_max_time():
 
 @pytest.mark.parametrize("arg", ["--output=/tmp/o", "-J", "--wrap=true", "--chdir=/", "-Jname", "-o path",
                                  "--time=UNLIMITED", "-t10", "-t 10", "--job=other", "--ti=5", "-vJname", "-e/tmp/e",
-                                 "-D/", "--out=/tmp/o"])
+                                 "-D/", "--out=/tmp/o", "--array=0-3", "-a 0-3", "-a0-3", "--arr=1-2"])
 def test_extra_args_may_not_set_what_the_tool_sets(arg: str):
     with pytest.raises(AgentError) as err:
         slurm.options({"extra_args": [arg]}, "x", "/r", 60)

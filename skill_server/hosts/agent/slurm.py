@@ -55,11 +55,12 @@ QUEUED = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD",
 CLIENT_TIMEOUT_S = 20.0
 _FIELD = re.compile(r"([A-Za-z][\w/:]*)=(\S*)")
 #: sbatch options the tool sets itself (extra_args must not set them again): the job's name (a rollback finds the
-#: job by it), its output and cwd (the run directory), its time limit (the run's max time), its script.
-_OWN = ("--output", "--error", "--chdir", "--job-name", "--time", "--parsable", "--wrap")
+#: job by it), its output and cwd (the run directory), its time limit (the run's max time), its script; and an
+#: array, which would run the whole run once per task in one run directory, each writing the same files.
+_OWN = ("--output", "--error", "--chdir", "--job-name", "--time", "--parsable", "--wrap", "--array")
 #: Their short forms, and sbatch's other short options that take a value (after one of those, the rest of a
 #: cluster like ``-vJname`` is the value).
-_OWN_SHORT = "oeDJt"
+_OWN_SHORT = "oeDJta"
 _VALUE_SHORT = "AabBcCdDeFGiJLmMnNopqSstwx"
 
 
@@ -103,7 +104,8 @@ def options(slurm: Mapping[str, Any], exp_id: str, rdir: str, max_time_s: int) -
         own = _sets_own(arg)
         if own is not None:
             raise AgentError("%s sets %s, which the tool sets (the job's name, its files in the run directory, the "
-                             "run's max time as its time limit)" % (arg, own), "slurm.extra_args")
+                             "run's max time as its time limit) or a run cannot take (an array would run it once per "
+                             "task in one run directory)" % (arg, own), "slurm.extra_args")
         out.append(arg)
     return out
 
