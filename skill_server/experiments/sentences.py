@@ -9,7 +9,7 @@ import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from skill_server.experiments.models import ExperimentStatus, LaunchOutput, StopOutput
+    from skill_server.experiments.models import ExperimentInfo, ExperimentStatus, LaunchOutput, StopOutput
 
 MAX_SUMMARY = 600
 #: A run's state as the predicate of "Run X ...".
@@ -185,14 +185,26 @@ def compared(leader: str | None, metric: str | None, value: float | None, runner
                  f"{'s' if n_differing != 1 else ''} differ.")
 
 
-def collected(results_path: str, state: str | None, n_val: int, n_train: int, n_errors: int,
-              plot_path: str | None, attempts: str | None = None) -> str:
-    """collect_results: what was written, how much it holds, and which attempts of a resumed run it covers."""
-    run = f"run {state}; " if state else ""
+def collected(document: str, state: str | None, n_val: int, n_train: int, n_errors: int, plot_path: str | None,
+              attempts: int, flagged: bool, whole: ExperimentInfo | None) -> str:
+    """collect_results: what was written, how much it holds (every attempt), finish.flag or why not, and the next
+    step."""
+    run = f"experiment {state}; " if state else ""
     plot = f"; plot {plot_path}" if plot_path else ""
     errors = f"; {n_errors} error signature{'s' if n_errors != 1 else ''}" if n_errors else ""
-    chain = f" {attempts[0].upper()}{attempts[1:]}." if attempts else ""
-    return _clip(f"Wrote {results_path} ({run}{n_val} validation and {n_train} training metrics{errors}{plot}).{chain}")
+    over = f" over its {attempts} attempts" if attempts > 1 else ""
+    head = f"Wrote {document} ({run}{n_val} validation and {n_train} training metrics{over}{errors}{plot})"
+    if flagged:
+        return _clip(f"{head} and finish.flag.")
+    if state in ("running", "stalled", "queued", "relaunching"):
+        nxt = (f"it still runs: results.md is interim, no finish.flag; wait_experiment id={whole.id}" if whole
+               else "it still runs: results.md is interim, no finish.flag")
+    elif state in ("succeeded", "timed_out") or state is None:
+        nxt = "no finish.flag (write_finish_flag=false)"
+    else:
+        nxt = (f"no finish.flag: it {_STATE_WORDS.get(state, state)}, it did not finish; fix the cause and launch "
+               "again, or write_finish_flag=true to close it as it is")
+    return _clip(f"{head}; {nxt}.")
 
 
 def listed(runs: list[ExperimentStatus], problems: int) -> str:

@@ -1,9 +1,19 @@
-"""Telling the user: the run's ``notify_command``, run once per event the policy tells it about.
+"""Telling the user: each happening (``phases.HAPPENINGS``) as one line in the run's ``notify_file`` and as one JSON
+object to its ``notify_command``.
 
-Run by ``/bin/sh -c`` with one event as a JSON object on stdin, in a process group of its own, at most
-``NOTIFY_TIMEOUT_S`` (then killed), one at a time in the events' order, reaped by later ticks so it never blocks
-another watcher. Failures are counted in the tally (``NotifyTally``, ``notify`` in ``monitor.json``), never
-retried. Stdlib only, Python 3.8.
+The file gets ``<UTC time> <run id> <kind>: <text>`` at once, appended (created 0600 if missing; only ever a regular
+file), so it never waits for anything and never loses a line the monitor lived to write. The command runs by
+``/bin/sh -c`` with one happening as one JSON line on stdin (``kind`` and the kind's fields, the run's id, lineage
+and attempt; ``AJS_KIND`` and ``AJS_EXP_ID`` in its environment), in a process group of its own, at most
+``NOTIFY_TIMEOUT_S`` (then killed), one at a time in the happenings' order, reaped by later ticks so it never
+blocks another watcher. Its output goes to ``notify.log`` in the run's folder, bounded: ``OUTPUT_KEPT`` bytes kept
+per happening, at most ``OUTPUT_READ`` read (a command that floods waits on its full pipe until its time bound),
+and the log itself is rotated once it passes ``LOG_MAX``.
+
+Failures (the file not writable, the command failing, killed, not started) are counted in the tally
+(``NotifyTally``, ``notify`` in ``monitor.json``), never retried. When the monitor ends, what is still queued is
+delivered within a bound, the ``end`` first (the happening an unattended user waits for); what is not delivered
+by then is counted ``lost`` with its kinds. Stdlib only, Python 3.8.
 """
 
 from __future__ import annotations
@@ -20,54 +30,149 @@ from .rundir import NOTIFY_LOG
 if TYPE_CHECKING:
     from typing import Any
 
-    from .protocol import MonitorEvent, NotifyTally
+    from .protocol import NotifyTally
     from .runstate import Run
 
 NOTIFY_TIMEOUT_S = 10.0
-#: One at a time, so the user's channel gets the events in their order.
+#: One at a time, so the user's channel gets the happenings in their order.
 NOTIFY_AT_ONCE = 1
 NOTIFY_QUEUE = 50
+#: Of a command's output per happening: bytes kept in notify.log, and bytes read at most (then its pipe fills).
+OUTPUT_KEPT = 8 * 1024
+OUTPUT_READ = 4 * 1024 * 1024
+#: notify.log is moved to notify.log.1 (replacing it) once it is this large: both together stay under 2 x this.
+LOG_MAX = 1024 * 1024
+#: Longest a monitor that is about to end waits for queued happenings to be delivered.
+FINAL_WAIT_S = 60.0
+#: Longest line written to the notify file.
+LINE_MAX = 2000
+
+
+def _stamp() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+class _Child:
+    """One run of the notify command: the process, its output pipe, when it started, what it was told."""
+
+    def __init__(self, process: Any, kind: str) -> None:
+        self.process = process
+        self.kind = kind
+        self.started = time.monotonic()
+        self.read = 0  # bytes of output read so far
+        self.kept = 0  # ... of which written to notify.log
+        self.fd: int | None = process.stdout.fileno() if process.stdout is not None else None
+        if self.fd is not None:
+            os.set_blocking(self.fd, False)
+
+    def drain(self, log_path: str) -> None:
+        """Read what the command printed (never blocking), keep the first ``OUTPUT_KEPT`` bytes in notify.log."""
+        while self.fd is not None and self.read < OUTPUT_READ:
+            try:
+                data = os.read(self.fd, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self.close()
+                return
+            self.read += len(data)
+            keep = data[:max(0, OUTPUT_KEPT - self.kept)]
+            if keep:
+                self.kept += len(keep)
+                _append(log_path, keep)
+
+    def close(self) -> None:
+        if self.fd is not None and self.process.stdout is not None:
+            self.process.stdout.close()
+        self.fd = None
+
+
+def _append(path: str, data: bytes) -> None:
+    """Append to notify.log, moving it to notify.log.1 first once it passed ``LOG_MAX``."""
+    try:
+        if (files.file_size(path) or 0) >= LOG_MAX:
+            os.replace(path, path + ".1")
+        with open(path, "ab") as log:
+            log.write(data)
+    except OSError:
+        pass
 
 
 class Notifier:
-    """Runs the notify command once per event, bounded in time, without waiting for it."""
+    """Tells each happening to the notify file at once and to the notify command without waiting for it."""
 
-    def __init__(self, command: str, tally: NotifyTally) -> None:
-        self.command = command
+    def __init__(self, command: str | None, file_path: str | None, tally: NotifyTally) -> None:
+        self.command = command if isinstance(command, str) and command.strip() else None
+        self.file_path = file_path if isinstance(file_path, str) and file_path.strip() else None
         self.tally = tally
         self.queue: list[dict[str, Any]] = []
-        self.children: list[tuple[Any, float, str]] = []  # (Popen, started on the monotonic clock, event kind)
+        self.children: list[_Child] = []
 
-    def send(self, run: Run, event: MonitorEvent) -> None:
-        if len(self.queue) >= NOTIFY_QUEUE:
-            self.tally["dropped"] = int(self.tally.get("dropped") or 0) + 1
+    def tell(self, run: Run, event: dict[str, Any], happening: dict[str, Any]) -> None:
+        """One happening of ``event``: a line in the file, a JSON object queued for the command."""
+        policy = run.spec.get("policy") or {}
+        payload: dict[str, Any] = {
+            "kind": happening["kind"], "exp_id": run.exp_id, "experiment": str(policy.get("lineage") or run.exp_id),
+            "attempt": int(policy.get("attempt") or 1), "host": os.uname()[1], "time": _stamp(),
+            "at": event.get("at"), "seq": event.get("seq")}
+        payload.update(happening)
+        if self.file_path is not None:
+            self.write_line(run, payload)
+        if self.command is None:
             return
-        payload: dict[str, Any] = {"exp_id": run.exp_id, "host": os.uname()[1], "time": time.strftime(
-            "%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "event": event.get("kind")}
-        payload.update({k: v for k, v in event.items() if k != "kind"})
+        if len(self.queue) >= NOTIFY_QUEUE:
+            self.lost(run, [payload["kind"]], "the queue was full (%d waiting)" % NOTIFY_QUEUE)
+            return
         self.queue.append(payload)
 
+    def write_line(self, run: Run, payload: dict[str, Any]) -> None:
+        line = "%s %s %s: %s" % (payload["time"], payload["exp_id"], payload["kind"], payload["text"])
+        data = (" ".join(line.split())[:LINE_MAX] + "\n").encode("utf-8", "replace")
+        assert self.file_path is not None
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_NONBLOCK", 0)
+        try:
+            fd = os.open(self.file_path, flags, 0o600)
+            try:
+                import stat
+
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    raise OSError("not a regular file")
+                os.write(fd, data)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            self.failed(run, payload["kind"], "notify_file %s: %s" % (self.file_path, exc.strerror or exc))
+            return
+        self.tally["written"] = int(self.tally.get("written") or 0) + 1
+
     def pump(self, run: Run) -> bool:
-        """Reap what ended, kill what ran too long, start what waits (at most ``NOTIFY_AT_ONCE`` at a time);
-        whether the tally changed."""
+        """Read what the commands printed, reap what ended, kill what ran too long, start what waits (at most
+        ``NOTIFY_AT_ONCE`` at a time); whether the tally changed."""
         before = dict(self.tally)
+        log_path = run.files.file(NOTIFY_LOG)
         still = []
-        for child, started, kind in self.children:
-            code = child.poll()
-            if code is None and time.monotonic() - started >= NOTIFY_TIMEOUT_S:
+        for child in self.children:
+            child.drain(log_path)
+            code = child.process.poll()
+            if code is None and time.monotonic() - child.started >= NOTIFY_TIMEOUT_S:
                 try:
-                    os.killpg(child.pid, signal.SIGKILL)
+                    os.killpg(child.process.pid, signal.SIGKILL)
                 except OSError:
                     pass
-                child.wait()
+                child.process.wait()
                 self.tally["killed"] = int(self.tally.get("killed") or 0) + 1
-                self.failed(run, kind, "killed after %d s" % NOTIFY_TIMEOUT_S)
+                self.failed(run, child.kind, "killed after %d s" % NOTIFY_TIMEOUT_S)
             elif code is None:
-                still.append((child, started, kind))
+                still.append(child)
+                continue
             elif code != 0:
-                self.failed(run, kind, "exit code %d" % code)
+                self.failed(run, child.kind, "exit code %d" % code)
             else:
                 self.tally["sent"] = int(self.tally.get("sent") or 0) + 1
+            child.drain(log_path)
+            child.close()
         self.children = still
         while self.queue and len(self.children) < NOTIFY_AT_ONCE:
             self.start(run, self.queue.pop(0))
@@ -76,31 +181,56 @@ class Notifier:
     def start(self, run: Run, payload: dict[str, Any]) -> None:
         import subprocess
 
-        kind = str(payload.get("event"))
+        kind = str(payload.get("kind"))
         path = run.files.file("notify.%d.json" % os.getpid())
+        assert self.command is not None
         try:
             files.write_atomic(path, (json.dumps(payload) + "\n").encode("utf-8"), replace=True, mode=0o600)
-            with open(path, "rb") as stdin, open(run.files.file(NOTIFY_LOG), "ab") as log:
+            with open(path, "rb") as stdin:
                 os.unlink(path)  # the child reads the open file; nothing is left behind
-                env = dict(os.environ, AJS_EVENT=kind, AJS_EXP_ID=run.exp_id)
-                child = subprocess.Popen(["/bin/sh", "-c", self.command], stdin=stdin, stdout=log, stderr=log,
-                                         cwd=run.dir, env=env, start_new_session=True, close_fds=True)
+                env = dict(os.environ, AJS_KIND=kind, AJS_EVENT=kind, AJS_EXP_ID=run.exp_id)
+                process = subprocess.Popen(["/bin/sh", "-c", self.command], stdin=stdin, stdout=subprocess.PIPE,
+                                           stderr=subprocess.STDOUT, cwd=run.dir, env=env, start_new_session=True,
+                                           close_fds=True)
         except (OSError, files.AgentError) as exc:
             self.failed(run, kind, "cannot start: %s" % (getattr(exc, "strerror", None) or exc))
             return
-        self.children.append((child, time.monotonic(), kind))
+        _append(run.files.file(NOTIFY_LOG), ("%s %s:\n" % (_stamp(), kind)).encode("utf-8"))
+        self.children.append(_Child(process, kind))
 
     def failed(self, run: Run, kind: str, why: str) -> None:
         self.tally["failed"] = int(self.tally.get("failed") or 0) + 1
         self.tally["last_failure"] = {"at": round(run.clock(), 3), "event": kind, "error": why}
         run.changed(urgent=True)
 
+    def lost(self, run: Run, kinds: list[str], why: str) -> None:
+        """Happenings the command was never told (the file has them): counted, with their kinds."""
+        self.tally["lost"] = int(self.tally.get("lost") or 0) + len(kinds)
+        self.tally["lost_kinds"] = (list(self.tally.get("lost_kinds") or []) + kinds)[-20:]
+        self.failed(run, kinds[-1], "%d not told: %s" % (len(kinds), why))
+
     def idle(self) -> bool:
         return not self.queue and not self.children
 
-    def flush(self, run: Run, within_s: float) -> None:
-        """Deliver what waits, for at most ``within_s`` (the monitor is about to end)."""
-        end = time.monotonic() + within_s
+    def flush(self, run: Run, within_s: float = FINAL_WAIT_S) -> None:
+        """Deliver what waits, the ``end`` first, for at most ``within_s`` and at most one time bound per waiting
+        happening (the monitor is about to end); what is left is counted lost."""
+        ends = [p for p in self.queue if p.get("kind") == "end"]
+        self.queue = ends + [p for p in self.queue if p.get("kind") != "end"]
+        bound = min(within_s, (NOTIFY_TIMEOUT_S + 1.0) * (len(self.queue) + len(self.children)))
+        end = time.monotonic() + bound
+        self.pump(run)
         while not self.idle() and time.monotonic() < end:
             time.sleep(0.05)
             self.pump(run)
+        for child in self.children:  # the time bound of each was longer than what was left
+            try:
+                os.killpg(child.process.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            child.process.wait()
+            child.close()
+        left = [c.kind for c in self.children] + [str(p.get("kind")) for p in self.queue]
+        self.children, self.queue = [], []
+        if left:
+            self.lost(run, left, "the monitor ended after waiting %d s for them" % int(bound))

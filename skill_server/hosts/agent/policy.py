@@ -1,9 +1,10 @@
 """When nobody is watching: what the launch asked the run's monitor to do, carried out on the run's host.
 
 ``Policy`` acts on the run's events (``phases``) with no tool call, server or ssh link: ``on_error`` (an error
-signature of ``errors``), ``on_stall`` (the ``stalled`` event) and ``on_end`` (the processes' end):
+signature of ``errors``), ``on_stall`` (the ``stalled`` event), ``on_first_step_overdue`` (no first step by the
+first-step deadline) and ``on_end`` (the processes' end):
 
-* ``notify``: tell only (the notify command, ``notifier``, is told about every event of ``TOLD`` anyway);
+* ``notify``: tell only (the notify file and command, ``notifier``, are told every happening anyway);
 * ``stop``: the complete stop of ``stop_experiment``, done by the run's backend (a monitor running inside a
   scheduler's job records and tells first, then cancels the job it runs in, and ends with it);
 * ``resume``: stop, then once the processes ended the run waits in the ``backoff`` phase for ``backoff_s``
@@ -12,11 +13,14 @@ signature of ``errors``), ``on_stall`` (the ``stalled`` event) and ``on_end`` (t
   stall); the newest ``global_step_N`` checkpoint the logs name is said first (the trainer resumes from it by
   itself). The attempt it relaunched leaves the new attempt's record (``AttemptRecord``) for the controller;
   a ``stop_experiment`` during the backoff cancels the relaunch;
-* ``collect`` (at the end): ``results.md`` and ``finish.flag`` (``results``).
+* ``collect`` (at the end): the results document and, once the experiment finished, ``finish.flag``
+  (``results``).
 
-Each action is recorded (``actions`` in ``monitor.json``: what triggered it and when) and is itself an event.
-A policy acts only on the recorded identities of its own run on this host. Everything the policies did and
-still owe is their own state (``PolicyState``). Stdlib only, Python 3.8.
+Each action is recorded (``actions`` in ``monitor.json``: what triggered it and when) and is itself an event; the
+run's end for good here is the ``finished`` event, after its ``on_end`` action. Every event goes through
+``phases.happenings`` to the notifier: one line per happening. A policy acts only on the recorded identities of
+its own run on this host. Everything the policies did and still owe is their own state (``PolicyState``). Stdlib
+only, Python 3.8.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import re
 import time
 
 from . import files, phases, results
-from .notifier import NOTIFY_TIMEOUT_S, Notifier
+from .notifier import Notifier
 from .protocol import TYPE_CHECKING
 from .rundir import NEXT_ATTEMPT, STOP_REQUESTED
 from .stall import number
@@ -39,10 +43,6 @@ if TYPE_CHECKING:
     from .protocol import ActionRecord, AttemptRecord, CheckpointRef, MonitorEvent, NotifyTally, PendingResume
     from .runstate import Run
 
-#: The events the notify command is told about.
-TOLD = ("first_step", "error", "stalled", "action", "timed_out", "ended")
-#: Longest time the monitor waits for the last notifications to be delivered before it ends.
-FINAL_NOTIFY_WAIT_S = NOTIFY_TIMEOUT_S + 1.0
 KEEP_ACTIONS = 50
 #: How often a notification under way is looked after, and how often a backoff looks for a stop request.
 BUSY_S = 0.25
@@ -75,12 +75,19 @@ class Policy(Watcher):
         self.spec: dict[str, Any] = dict(run.spec.get("policy") or {})
         self.state = PolicyState(previous)
         run.parts.append(self.state)
-        command = self.spec.get("notify_command")
-        self.notifier = Notifier(command, self.state.notify) if isinstance(command, str) and command.strip() else None
+        path = self.spec.get("notify_file")
+        told = Notifier(self.spec.get("notify_command"), os.path.expanduser(path) if isinstance(path, str) and path
+                        else None, self.state.notify)
+        self.notifier = told if told.command or told.file_path else None
         #: How the run ended here (known once its processes have ended).
         self.ended_as: str | None = None
+        #: This is the run's first monitor: its first look says the processes are up (``started``).
+        self.fresh = not previous.get("event_seq")
 
     def tick(self, run: Run, now: float) -> float | None:
+        if self.fresh:
+            self.fresh = False
+            run.emit("started", roles=[r.name for r in run.roles], first_step_s=run.spec.get("first_step_s"))
         for event in run.life.since(self.state.policy_seq):
             self.state.policy_seq = max(self.state.policy_seq, int(event.get("seq") or 0))
             self.handle(run, event)
@@ -93,17 +100,20 @@ class Policy(Watcher):
 
     def handle(self, run: Run, event: MonitorEvent) -> None:
         kind = event.get("kind")
-        if self.notifier is not None and kind in TOLD:
-            self.notifier.send(run, event)
+        if self.notifier is not None:
+            for happening in phases.happenings(event, self.spec):
+                self.notifier.tell(run, dict(event), happening)
         if kind == "error" and event.get("signature") in (self.spec.get("errors") or []):
             self.act(run, self.spec.get("on_error"), "error:%s" % event.get("signature"))
         elif kind == "stalled":
             self.act(run, self.spec.get("on_stall"), "stall")
+        elif kind == "first_step_overdue":
+            self.act(run, self.spec.get("on_first_step_overdue"), "first_step_overdue")
 
     def act(self, run: Run, action: object, trigger: str) -> None:
         if action not in ("notify", "stop", "resume") or self.state.stopped_by_policy:
             return
-        result = "told" if self.notifier is not None else "no notify_command"
+        result = "told" if self.notifier is not None else "no notify_command or notify_file"
         if action == "resume":
             refused = self.not_resumable(run, trigger)
             self.state.stopped_by_policy = True
@@ -176,11 +186,13 @@ class Policy(Watcher):
             return "stopped; %d process(es) survived SIGKILL" % len(report["survivors"])
         return "stopped"
 
-    def record(self, run: Run, trigger: str, action: str, result: str) -> None:
+    def record(self, run: Run, trigger: str, action: str, result: str, **fields: Any) -> None:
+        """One action: kept in ``actions`` and emitted as an ``action`` event (with ``fields``: a relaunch's
+        attempt, its id and the checkpoint it continues from)."""
         entry: ActionRecord = {"at": round(run.clock(), 3), "wall": time.time(), "trigger": trigger, "action": action,
                                "result": result}
         self.state.actions = (self.state.actions + [entry])[-KEEP_ACTIONS:]
-        run.emit("action", trigger=trigger, action=action, result=result)
+        run.emit("action", trigger=trigger, action=action, result=result, **fields)
 
     def processes_ended(self, run: Run, codes: dict[str, int | None]) -> None:
         """Every process ended here and its log was read: what happened up to now is handled first (an error in
@@ -196,17 +208,27 @@ class Policy(Watcher):
         self.at_end(run, state)
 
     def at_end(self, run: Run, state: str) -> None:
-        """The run ended here for good: its ``on_end`` action."""
+        """The run ended here for good: its ``on_end`` action, then the ``finished`` event (what the ``end``
+        happening says: the state, the last step, where the results are)."""
+        written: dict[str, Any] = {}
         if self.spec.get("on_end") == "collect" and self.spec.get("collect"):
-            self.record(run, "end:" + state, "collect", results.collect(run, state, self.state.actions))
+            written = results.collect(run, state, self.state.actions)
+            self.record(run, "end:" + state, "collect", written["result"])
         elif self.spec.get("on_end") == "notify":
-            self.record(run, "end:" + state, "notify", "told" if self.notifier is not None else "no notify_command")
+            self.record(run, "end:" + state, "notify", "told" if self.notifier is not None else
+                        "no notify_command or notify_file")
+        steps = [r.found.global_step for r in run.roles if isinstance(r.found.global_step, int)]
+        stopped_by = ("stop_experiment" if state == "stopped" and run.files.has(STOP_REQUESTED)
+                      and not self.state.stopped_by_policy else None)
+        run.emit("finished", state=state, exit_codes={r.name: run.files.exit_code(r.name) for r in run.roles},
+                 last_step=max(steps) if steps else None, results=written.get("results"),
+                 finish_flag=written.get("finish_flag"), collect_error=written.get("error"), stopped_by=stopped_by)
 
     def flush(self, run: Run) -> None:
-        """Tell what is still to be told, within ``FINAL_NOTIFY_WAIT_S`` (the monitor is about to end)."""
+        """Tell what is still to be told (the monitor is about to end: ``Notifier.flush``)."""
         self.tick(run, run.clock())
         if self.notifier is not None:
-            self.notifier.flush(run, FINAL_NOTIFY_WAIT_S)
+            self.notifier.flush(run)
 
 
 class Resume(Watcher):
@@ -260,7 +282,8 @@ class Resume(Watcher):
         policy.tick(run, run.clock())  # told before it starts
         try:
             started = relaunch_here(run.dir, new_id, dict(policy.spec, attempt=attempt, previous=run.exp_id,
-                                                          lineage=lineage))
+                                                          lineage=lineage, resumed_from=found,
+                                                          checkpoint_dirs=sorted(checkpoint_dirs(run))))
         except files.AgentError as exc:
             state.pending_resume = None
             policy.record(run, trigger, "resume", "relaunch failed: %s" % exc.message)
@@ -272,7 +295,8 @@ class Resume(Watcher):
         except files.AgentError:
             pass
         state.pending_resume = None  # the next attempt's record is on disk: the chain goes on there
-        policy.record(run, trigger, "resume", "relaunched as %s" % new_id)
+        policy.record(run, trigger, "resume", "relaunched as %s" % new_id, attempt=attempt, next_id=new_id,
+                      checkpoint=found)
         return True
 
 
@@ -287,12 +311,10 @@ _CHECKPOINT_RE = re.compile(r"([^\s'\"=,()\[\]]*)global_step_(\d{1,15})\b")
 CHECKPOINT_TAIL_BYTES = 8 * 1024 * 1024
 
 
-def newest_checkpoint(run: Run) -> CheckpointRef | None:
-    """The newest ``global_step_N`` folder that exists, in the directories the run's logs name (the last
-    ``CHECKPOINT_TAIL_BYTES`` of each), found by the agent's checkpoint listing; None: the run starts over."""
-    from .checkpoints import op_checkpoints
-
-    folders = set()
+def checkpoint_dirs(run: Run) -> set[str]:
+    """The directories holding ``global_step_N`` folders that the run's logs name (the last ``CHECKPOINT_TAIL_BYTES``
+    of each), and those the attempts before it named (a resumed attempt may fail before it names any)."""
+    folders = {str(f) for f in run.spec.get("policy", {}).get("checkpoint_dirs") or [] if isinstance(f, str)}
     for role in run.roles:
         size = files.file_size(role.log_path) or 0
         try:
@@ -303,6 +325,15 @@ def newest_checkpoint(run: Run) -> CheckpointRef | None:
         for match in _CHECKPOINT_RE.finditer(data.decode("utf-8", "replace")):
             parent = match.group(1).rstrip("/") or "."
             folders.add(os.path.normpath(os.path.join(workdir, parent)))
+    return folders
+
+
+def newest_checkpoint(run: Run) -> CheckpointRef | None:
+    """The newest ``global_step_N`` folder that exists in ``checkpoint_dirs``, found by the agent's checkpoint
+    listing; None: the run starts over."""
+    from .checkpoints import op_checkpoints
+
+    folders = checkpoint_dirs(run)
     best: CheckpointRef | None = None
     for folder in sorted(folders):
         if not os.path.isabs(folder) or not os.path.isdir(folder):
