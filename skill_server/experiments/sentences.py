@@ -61,19 +61,35 @@ def _stopped_by(s: ExperimentStatus) -> str:
     return ""
 
 
+def _collected_by_monitor(s: ExperimentStatus) -> str | None:
+    """Where the run's monitor wrote its results (``on_end: collect``), or None."""
+    for _, action, result in _acts(s):
+        if action == "collect" and " written" in result and not result.startswith("collect failed"):
+            return result.split(" written", 1)[0]
+    return None
+
+
 def _after_end(s: ExperimentStatus) -> str:
-    """The next call for an ended run: its next attempt when it was resumed; the results its monitor already
-    collected (collect_results then gives the full page); else collect_results."""
+    """The next call for an ended run, as an engineer would make it: its next attempt when it was resumed; the
+    wrap-up of a run that finished (succeeded, or ran its max time); for one that failed, was stopped or vanished,
+    the cause to fix (its worst error's hint names it) or its lines to read, never a wrap-up with finish.flag."""
     if s.next_attempt:
         return f"resumed as {s.next_attempt}: experiment_status id={s.next_attempt}"
     resumes = [result for _, action, result in _acts(s) if action == "resume"]
     if resumes and " relaunching" in resumes[-1]:  # the backoff runs: not the end of the chain
         return f"its resume policy relaunches it ({resumes[-1]}): wait_experiment id={s.id} follows it"
-    for _, action, result in _acts(s):
-        if action == "collect" and result.startswith("results.md"):
-            return (f"its monitor wrote {s.result_dir.rstrip('/')}/{s.id}/results.md and finish.flag; "
-                    f"collect_results id={s.id} gives the full page")
-    return f"next: collect_results id={s.id}"
+    written = _collected_by_monitor(s)
+    if s.state in ("succeeded", "timed_out"):
+        if written:
+            return f"its monitor wrote {written} and finish.flag; collect_results id={s.id} adds the plot"
+        return f"next: collect_results id={s.id} (results.md, plot, finish.flag)"
+    kept = f"; its monitor wrote {written} (no finish.flag)" if written else ""
+    if s.state == "stopped" and not _stopped_by(s):
+        return f"stopped on request{kept}; launch it again when ready"
+    if s.errors:
+        return f"next: fix the cause ({s.errors[0].signature}: errors[0].hint says how) and launch it again{kept}"
+    return (f"next: read its last lines (experiment_status id={s.id} since=0) for the cause, fix it and launch it "
+            f"again{kept}")
 
 
 #: The checkpoint a resume continued from, as the relaunching attempt's action says it.
@@ -107,6 +123,20 @@ def attempts(chain: list[ExperimentStatus]) -> str:
     return _clip(f"{head}; resumed {n} time{'s' if n != 1 else ''}: " + ", ".join(later))
 
 
+def _hung(s: ExperimentStatus) -> str:
+    """What an engineer does about a run that may hang: read its newest lines, stop it if it hangs."""
+    return f"read its newest lines (experiment_status id={s.id}), stop_experiment id={s.id} if it hangs"
+
+
+def _while_running(s: ExperimentStatus) -> str:
+    """The next call for a running run: its error's fix, its overdue first step, or a wait."""
+    if s.errors and s.errors[0].severity == "error":
+        return f"{_hung(s)}, then fix the cause (errors[0].hint)"
+    if s.first_step_overdue:
+        return f"its first step is overdue: {_hung(s)}"
+    return f"next: wait_experiment id={s.id}" + (" until=first_step" if not s.first_step_seen else "")
+
+
 def run_state(s: ExperimentStatus, *, hints: bool = True) -> str:
     """experiment_status (each run): where it is, the worst error seen with its hint (not without ``hints``:
     a chain's line keeps its room for the next call), and the next call."""
@@ -116,13 +146,10 @@ def run_state(s: ExperimentStatus, *, hints: bool = True) -> str:
                      f"{s.scheduler.get('job_id')}, reason {s.scheduler.get('reason')}); next: wait_experiment "
                      f"id={s.id} until=started.")
     if s.state == "running":
-        nxt = ("; first step overdue: read its lines and errors, stop_experiment if it hangs" if s.first_step_overdue
-               else f"; next: wait_experiment id={s.id}" + (" until=first_step" if not s.first_step_seen else ""))
-        return _clip(f"{head} at {_step(s)}{_worst_error(s, hints)}{nxt}.")
+        return _clip(f"{head} at {_step(s)}{_worst_error(s, hints)}; {_while_running(s)}.")
     if s.state == "stalled":
         quiet = f": no progress for {int(s.quiet_s or 0)} s (bound {int(s.stall_bound_s or 0)} s)"
-        return _clip(f"{head} at {_step(s)}{quiet}{_worst_error(s, hints)}; read its lines, stop_experiment if it "
-                     "hangs.")
+        return _clip(f"{head} at {_step(s)}{quiet}{_worst_error(s, hints)}; {_hung(s)}.")
     code = f" (exit code {s.exit_code})" if s.exit_code is not None else ""
     if s.state in ("unreachable",):
         return _clip(f"{head}{code}: its host did not answer; check again later{_worst_error(s, hints)}.")
@@ -159,6 +186,10 @@ def waited(s: ExperimentStatus, reason: str, next_wait_s: int, followed: str | N
         return _clip(f"Wait ended at once: run {s.id} is another machine's ({elsewhere[0]}); this machine cannot "
                      "see its processes, so waiting here cannot help.")
     moved = f" (run {followed} was resumed: this is its newest attempt)" if followed else ""
+    if reason == "stalled" and s.state == "running":  # quiet for the wait's own stall_s: about the hang, not a wait
+        quiet = f"no new {'step' if s.quiet_since == 'step' else 'output'} for {int(s.quiet_s or 0)} s"
+        return _clip(f"Wait ended{moved}: {quiet}. Run {s.id} is {s.state} at {_step(s)}{_worst_error(s)}; "
+                     f"{_hung(s)}.")
     return _clip(f"Wait ended{moved}: {_WAIT_ENDS.get(reason, reason)}. {run_state(s)}{again}")
 
 

@@ -212,6 +212,15 @@ class Notifier:
     def idle(self) -> bool:
         return not self.queue and not self.children
 
+    def settle(self, run: Run, within_s: float) -> None:
+        """Wait (at most ``within_s``) until what was queued has been told, losing nothing: before a relaunch, so
+        the new attempt's happenings come after this attempt's."""
+        end = time.monotonic() + within_s
+        self.pump(run)
+        while not self.idle() and time.monotonic() < end:
+            time.sleep(0.05)
+            self.pump(run)
+
     def flush(self, run: Run, within_s: float = FINAL_WAIT_S) -> None:
         """Deliver what waits, the ``end`` first, for at most ``within_s`` and at most one time bound per waiting
         happening (the monitor is about to end); what is left is counted lost."""

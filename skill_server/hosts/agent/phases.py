@@ -221,7 +221,7 @@ def _action(event: Mapping[str, Any], policy: Mapping[str, Any]) -> list[dict[st
         return [_happening("stopped", text, trigger=trigger, why=result)]
     if action != "resume":
         return []
-    if event.get("next_id"):
+    if event.get("next_id"):  # said as it starts the relaunch: before the new attempt can say anything
         attempt = event.get("attempt")
         most = int(policy.get("max_resumes") or 0) + 1
         text = "attempt %s of at most %d relaunched as %s after %s, %s" % (

@@ -30,7 +30,7 @@ import re
 import time
 
 from . import files, phases, results
-from .notifier import Notifier
+from .notifier import NOTIFY_TIMEOUT_S, Notifier
 from .protocol import TYPE_CHECKING
 from .rundir import NEXT_ATTEMPT, STOP_REQUESTED
 from .stall import number
@@ -81,13 +81,10 @@ class Policy(Watcher):
         self.notifier = told if told.command or told.file_path else None
         #: How the run ended here (known once its processes have ended).
         self.ended_as: str | None = None
-        #: This is the run's first monitor: its first look says the processes are up (``started``).
-        self.fresh = not previous.get("event_seq")
+        if not previous.get("event_seq"):  # the run's first monitor, as it starts: the processes are up
+            run.emit("started", roles=[r.name for r in run.roles], first_step_s=run.spec.get("first_step_s"))
 
     def tick(self, run: Run, now: float) -> float | None:
-        if self.fresh:
-            self.fresh = False
-            run.emit("started", roles=[r.name for r in run.roles], first_step_s=run.spec.get("first_step_s"))
         for event in run.life.since(self.state.policy_seq):
             self.state.policy_seq = max(self.state.policy_seq, int(event.get("seq") or 0))
             self.handle(run, event)
@@ -278,8 +275,11 @@ class Resume(Watcher):
         found = newest_checkpoint(run)
         where = ("continuing from global_step_%d (%s)" % (found["step"], found["path"]) if found
                  else "starting over: no global_step_N checkpoint found")
-        policy.record(run, trigger, "resume", "relaunching as %s, %s" % (new_id, where))
-        policy.tick(run, run.clock())  # told before it starts
+        policy.record(run, trigger, "resume", "relaunching as %s, %s" % (new_id, where), attempt=attempt,
+                      next_id=new_id, checkpoint=found)
+        policy.tick(run, run.clock())
+        if policy.notifier is not None:  # told before it starts: the new attempt's happenings come after this one
+            policy.notifier.settle(run, NOTIFY_TIMEOUT_S + 1.0)
         try:
             started = relaunch_here(run.dir, new_id, dict(policy.spec, attempt=attempt, previous=run.exp_id,
                                                           lineage=lineage, resumed_from=found,
@@ -295,8 +295,7 @@ class Resume(Watcher):
         except files.AgentError:
             pass
         state.pending_resume = None  # the next attempt's record is on disk: the chain goes on there
-        policy.record(run, trigger, "resume", "relaunched as %s" % new_id, attempt=attempt, next_id=new_id,
-                      checkpoint=found)
+        policy.record(run, trigger, "resume", "relaunched as %s" % new_id)
         return True
 
 
