@@ -123,3 +123,46 @@ def test_the_night_in_one_call_and_the_morning_in_one_call(tmux_socket: str, wor
     assert flag.stat().st_mtime_ns >= (result_dir / "results.md").stat().st_mtime_ns
     assert (result_dir / out["id"] / "results.md").is_file()  # the experiment's own page, in its own folder
     check_the_morning(out, ckpt)
+
+
+def test_the_same_night_on_an_ssh_node_with_no_connection(remote):
+    work = workdir_on(remote)
+    out, ckpt, alerts = night(work, NODE_PY, host="node1")
+    close_masters()  # no connection, no tool call: the node's monitors do the night's work alone
+    wait_until(lambda: any(k == "end" for _, k, _ in lines(alerts)), timeout=120, interval=0.3)
+    check_the_night(out, ckpt, alerts)
+    check_the_morning(out, ckpt)
+
+
+def test_a_first_step_that_never_comes_is_stopped_by_its_policy(tmux_socket: str, workdir: Path):
+    alerts, events = workdir / "alerts.log", workdir / "events.jsonl"
+    out = call("launch_experiment", name="stuck", workdir=str(workdir), first_step_timeout_s=2,
+               command=f"{PY} {STANDIN} --ckpt {workdir / 'ckpt'} --starts {workdir / 'starts'} --never-steps",
+               policy={"on_first_step_overdue": "stop", "notify_file": "alerts.log",  # relative: in the workdir
+                       "notify_command": f"cat >> {events}"})
+    assert out["policy"]["on_first_step_overdue"] == "stop" and out["policy"]["notify_file"] == str(alerts)
+    assert out["policy"]["source"] == "argument" and out["policy"]["max_resumes"] == 2  # every field, defaults in
+    # no tool call until it ended: the run logs all along, a stall can never be judged; the deadline stops it
+    wait_until(lambda: any(k == "end" for _, k, _ in lines(alerts)), timeout=40, interval=0.2)
+    said = lines(alerts)
+    assert [k for _, k, _ in said] == ["started", "stall", "stopped", "end"], said
+    assert said[1][2].startswith("no first training step within its deadline of 2 s (its output last grew ")
+    assert said[2][2] == "stopped for good: no first step by its deadline (on_first_step_overdue); stopped"
+    assert said[3][2].startswith("ended stopped at step None, exit code ")
+    wait_until(lambda: len(told(events)) == 4, timeout=15)
+    sent = told(events)  # the command got the same happenings, one JSON object each, its kind a field
+    assert [(e["kind"], e["text"]) for e in sent] == [(k, t) for _, k, t in said]
+    assert all((e["exp_id"], e["experiment"], e["attempt"]) == (out["id"], out["id"], 1) for e in sent)
+    assert sent[1]["since"] == "start" and sent[1]["deadline_s"] == 2 and sent[2]["trigger"] == "first_step_overdue"
+    seen = status(out["id"], max_lines=0)
+    assert seen["state"] == "stopped" and seen["alive"] is False and seen["first_step_overdue"] is True
+    assert seen["summary"].startswith(f"Run {out['id']} was stopped by its policy on first_step_overdue (stopped)")
+    assert "until=first_step" not in seen["summary"] and "collect_results" not in seen["summary"]
+    assert seen["summary"].endswith(f"next: read its last lines (experiment_status id={out['id']} since=0) for the "
+                                    "cause, fix it and launch it again."), seen["summary"]
+
+
+def told(path: Path) -> list[dict]:
+    import json
+
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []

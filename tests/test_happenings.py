@@ -1,0 +1,162 @@
+"""What the user is told and what is written for them, piece by piece (issue 30): the happenings the phase machine's
+events make, the notifier with real notify commands (bounded output, the end first, losses counted), the merge of
+an experiment's attempts by step, and the results pages a result directory holds. Real files and processes, no
+tmux: the night's whole story is tests/test_overnight.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from skill_server.hosts.agent import notifier, phases, points, results
+from skill_server.hosts.agent.runstate import Run
+
+RESUME = {"on_error": "resume", "errors": ["nccl_error"], "max_resumes": 2, "attempt": 1}
+
+
+def said(event: dict, policy: dict | None = None) -> list[tuple[str, str]]:
+    return [(h["kind"], h["text"]) for h in phases.happenings(event, policy or RESUME)]
+
+
+def test_each_event_makes_at_most_the_happenings_it_stands_for():
+    assert said({"kind": "started", "roles": ["main"], "first_step_s": 1200}) == [
+        ("started", "1 process up (main); first training step due within 20 min")]
+    assert said({"kind": "started", "roles": ["main"]}, dict(RESUME, attempt=2)) == []  # its restart said it
+    line = "[Rank 1] Watchdog caught collective operation timeout"
+    assert said({"kind": "error", "signature": "nccl_error", "severity": "error", "role": "main", "line": line,
+                 "phase": "running"}) == [("failure", f"nccl_error (error) in main: {line} -> on_error: resume")]
+    # a warning is never a failure; what a stop makes a process print is none either
+    assert said({"kind": "error", "signature": "resumed_from_checkpoint", "severity": "warning", "phase": "running"}) == []
+    assert said({"kind": "error", "signature": "python_exception", "severity": "error", "phase": "stopping"}) == []
+    # a resume: the stop before the backoff and the relaunch's own record say nothing; its start is one restart
+    assert said({"kind": "action", "action": "resume", "trigger": "error:nccl_error",
+                 "result": "stopped; relaunching in 60 s"}) == []
+    assert said({"kind": "action", "action": "resume", "trigger": "error:nccl_error",
+                 "result": "relaunched as x.r2"}) == []
+    assert said({"kind": "action", "action": "resume", "trigger": "error:nccl_error", "attempt": 2, "next_id": "x.r2",
+                 "checkpoint": {"step": 10, "path": "/c/global_step_10"},
+                 "result": "relaunching as x.r2, continuing from global_step_10 (/c/global_step_10)"}) == [
+        ("restart", "attempt 2 of at most 3 relaunched as x.r2 after nccl_error (on_error), continuing from "
+                    "global_step_10 (/c/global_step_10)")]
+    assert said({"kind": "process_ended", "role": "main"}) == [] and said({"kind": "progressed"}) == []
+    assert said({"kind": "ended", "state": "stopped"}) == []  # an attempt's end: its ``finished`` says the end
+    assert said({"kind": "timed_out", "max_time_s": 7200}) == [("stopped", "stopped for good: its max time of 2 h "
+                                                                          "was reached")]
+    assert said({"kind": "finished", "state": "stopped", "last_step": 7, "exit_codes": {"main": 130},
+                 "stopped_by": "stop_experiment"}) == [
+        ("stopped", "stopped for good: stop_experiment was called"), ("end", "ended stopped at step 7, exit code 130")]
+    assert said({"kind": "finished", "state": "succeeded", "last_step": 30, "exit_codes": {"a": 0, "b": 0},
+                 "results": "/r/results.md", "finish_flag": "/r/finish.flag"}, dict(RESUME, attempt=2)) == [
+        ("end", "ended succeeded (attempt 2) at step 30, exit codes a=0, b=0; results: /r/results.md; finish.flag "
+                "written")]
+    assert said({"kind": "first_step", "step": 1, "at": 161}) == [("first_step", "first training step (step 1), "
+                                                                                 "2m41s after the start")]
+    assert said({"kind": "stalled", "since": "step", "quiet_s": 905, "bound_s": 900, "last_step": 13}) == [
+        ("stall", "no progress for 15m05s since the last step line (bound 15 min), at step 13")]
+    assert said({"kind": "first_step_overdue", "deadline_s": 1200, "quiet_s": 3}) == [
+        ("stall", "no first training step within its deadline of 20 min (its output last grew 3 s ago)")]
+
+
+def _run(tmp_path: Path, **policy: object) -> Run:
+    folder = tmp_path / "run"
+    folder.mkdir(exist_ok=True)
+    return Run(str(folder), {"exp_id": "exp", "roles": [], "policy": policy}, None)
+
+
+def _tell(run: Run, told: notifier.Notifier, *kinds: str) -> None:
+    for seq, kind in enumerate(kinds, 1):
+        told.tell(run, {"at": 1.0, "seq": seq}, {"kind": kind, "text": f"{kind} text"})
+
+
+def test_the_notify_file_gets_one_line_at_once_and_only_a_regular_file_is_written(tmp_path: Path):
+    run = _run(tmp_path, lineage="exp", attempt=1)
+    told = notifier.Notifier(None, str(tmp_path / "alerts.log"), {})
+    _tell(run, told, "started", "first_step")
+    lines = (tmp_path / "alerts.log").read_text().splitlines()
+    assert [line.split(" ", 1)[1] for line in lines] == ["exp started: started text", "exp first_step: first_step text"]
+    assert oct((tmp_path / "alerts.log").stat().st_mode & 0o777) == "0o600" and told.tally["written"] == 2
+    os.mkfifo(tmp_path / "fifo")  # never blocks on a FIFO with no reader, never writes into anything but a file
+    fifo = notifier.Notifier(None, str(tmp_path / "fifo"), {})
+    began = time.monotonic()
+    _tell(run, fifo, "end")
+    assert time.monotonic() - began < 1 and fifo.tally["failed"] == 1
+    assert fifo.tally["last_failure"]["error"].startswith(f"notify_file {tmp_path / 'fifo'}: ")
+
+
+def test_a_flooding_notify_command_keeps_its_output_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(notifier, "NOTIFY_TIMEOUT_S", 1.0)
+    run = _run(tmp_path)
+    log = Path(run.files.file("notify.log"))
+    log.write_bytes(b"x" * notifier.LOG_MAX)  # an old log at its bound is moved aside first
+    told = notifier.Notifier("yes 'a line of a flooding notify command'", None, {})
+    _tell(run, told, "started")
+    told.flush(run)
+    assert told.tally["killed"] == 1 and told.idle()
+    assert (tmp_path / "run" / "notify.log.1").stat().st_size == notifier.LOG_MAX
+    assert log.stat().st_size <= notifier.OUTPUT_KEPT + 100  # 8 KiB of a flood that ran a second, and its header
+
+
+def test_at_the_end_the_end_goes_first_and_what_is_not_told_is_counted_lost(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(notifier, "NOTIFY_TIMEOUT_S", 0.5)
+    run = _run(tmp_path)
+    order = tmp_path / "order"
+    told = notifier.Notifier(f'echo "$AJS_KIND" >> {order}; sleep 5', None, {})
+    _tell(run, told, "started", "first_step", "failure", "end")
+    told.pump(run)  # the first is under way
+    told.flush(run, within_s=1.2)
+    assert order.read_text().split() == ["started", "end", "first_step"]
+    assert told.tally["killed"] == 2 and told.tally["lost"] == 2 and told.tally["lost_kinds"] == ["first_step", "failure"]
+    assert told.tally["last_failure"]["error"].startswith("2 not told: the monitor ended after waiting")
+    assert told.idle()
+
+
+def test_a_payload_is_one_json_line_with_its_kind_and_the_experiment(tmp_path: Path):
+    run = _run(tmp_path, lineage="exp", attempt=2)
+    got = tmp_path / "got"
+    told = notifier.Notifier(f"cat > {got}; echo \"$AJS_KIND $AJS_EXP_ID\" >> {got}", None, {})
+    told.tell(run, {"at": 3.5, "seq": 9}, {"kind": "failure", "text": "t", "signature": "nccl_error"})
+    told.flush(run)
+    payload, env = got.read_text().splitlines()
+    data = json.loads(payload)
+    assert {k: data[k] for k in ("kind", "exp_id", "experiment", "attempt", "at", "seq", "text", "signature")} == {
+        "kind": "failure", "exp_id": "exp", "experiment": "exp", "attempt": 2, "at": 3.5, "seq": 9, "text": "t",
+        "signature": "nccl_error"}
+    assert env == "failure exp" and told.tally["sent"] == 1
+
+
+def test_attempts_merge_by_step_a_later_one_replacing_from_its_first_step():
+    first = {"r": {1: 0.1, 2: 0.2, 3: 0.3, 4: 0.4, 5: 0.5}, "only_first": {1: 1.0}}
+    second = {"r": {4: 0.41, 5: 0.51, 6: 0.6}}
+    third: dict = {}  # failed before its first step: replaces nothing
+    merged = points.merge_attempts([(1, first), (4, second), (None, third)])
+    assert merged["r"] == {1: 0.1, 2: 0.2, 3: 0.3, 4: 0.41, 5: 0.51, 6: 0.6} and merged["only_first"] == {1: 1.0}
+    assert points.merge_attempts([(1, first), (1, {"r": {1: 9.0}})])["r"] == {1: 9.0}  # started over: all replaced
+
+
+def _doc(exp_id: str, state: str) -> dict:
+    return {"id": exp_id, "state": state, "attempts": [{"id": exp_id, "attempt": 1, "state": state}],
+            "outcomes": [results.outcome_of("critic/score/mean", {1: 0.1, 2: 0.5, 3: 0.3}, [3])]}
+
+
+def test_a_result_dir_holds_each_experiments_page_and_an_index_when_it_is_shared(tmp_path: Path):
+    one = results.wrap_up(str(tmp_path), _doc("exp-a", "succeeded"), None, flag=True)  # type: ignore[arg-type]
+    assert one["page"] == str(tmp_path / "exp-a" / "results.md") and one["document"] == str(tmp_path / "results.md")
+    assert one["finish_flag"] == str(tmp_path / "finish.flag") and not one["index"]
+    assert (tmp_path / "finish.flag").stat().st_mtime_ns >= (tmp_path / "results.md").stat().st_mtime_ns
+    page = (tmp_path / "exp-a" / "results.md").read_text()
+    assert "| critic/score/mean (higher is better) | 0.3 | 3 | 0.5 | 2 | no; nearest global_step_3 |" in page
+    two = results.wrap_up(str(tmp_path), _doc("exp-b", "failed"), None, flag=False)  # type: ignore[arg-type]
+    index = (tmp_path / "results.md").read_text()
+    assert two["index"] and two["finish_flag"] is None
+    assert "2 experiments share this result directory" in index and "[exp-a/results.md](exp-a/results.md)" in index
+    assert "| exp-b | failed | 1 | critic/score/mean final 0.3 (step 3), best 0.5 (step 2) |" in index
+    assert (tmp_path / "exp-a" / "results.md").read_text() == page  # one experiment never replaces another's page
+    (tmp_path / "results.md").write_text("my own notes\n")  # a document that is not ours: left as it is
+    three = results.wrap_up(str(tmp_path), _doc("exp-c", "succeeded"), None, flag=False)  # type: ignore[arg-type]
+    assert three["document"] is None and "is not a page of this skill's" in str(three["note"])
+    assert (tmp_path / "results.md").read_text() == "my own notes\n"
