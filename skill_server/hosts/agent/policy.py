@@ -209,7 +209,7 @@ class Policy(Watcher):
         happening says: the state, the last step, where the results are)."""
         written: dict[str, Any] = {}
         if self.spec.get("on_end") == "collect" and self.spec.get("collect"):
-            written = results.collect(run, state, self.state.actions)
+            written = results.collect(run, state, self.state.actions, sorted(checkpoint_dirs(run)))
             self.record(run, "end:" + state, "collect", written["result"])
         elif self.spec.get("on_end") == "notify":
             self.record(run, "end:" + state, "notify", "told" if self.notifier is not None else

@@ -204,11 +204,10 @@ def _series_of(where: Any, spec: Mapping[str, Any]) -> dict[str, dict[int, Any]]
     return out
 
 
-def gather(run: Run, state: str, actions: Sequence[ActionRecord]) -> ResultsDoc:
+def gather(run: Run, state: str, actions: Sequence[ActionRecord], folders: Sequence[str]) -> ResultsDoc:
     """The document of the experiment this run ends, from what its monitor and its predecessors' monitors left
-    on this host."""
+    on this host (``folders``: where its checkpoints are, ``policy.checkpoint_dirs``)."""
     from .checkpoints import op_checkpoints
-    from .policy import checkpoint_dirs
 
     doc_now = run.document(ended=True)
     doc_now["actions"] = list(actions)
@@ -231,7 +230,7 @@ def gather(run: Run, state: str, actions: Sequence[ActionRecord]) -> ResultsDoc:
     attempts[-1]["state"] = state
     merged = points.merge_attempts([(a.get("first_step"), s) for a, s in zip(attempts, series)])
     saved: list[int] = []
-    for folder in sorted(checkpoint_dirs(run)):
+    for folder in sorted(folders):
         try:
             saved += [int(c["step"]) for c in op_checkpoints({"path": folder, "max_depth": 0, "limit": 2000})[
                 "checkpoints"]]
@@ -251,7 +250,7 @@ def gather(run: Run, state: str, actions: Sequence[ActionRecord]) -> ResultsDoc:
     return out
 
 
-def collect(run: Run, state: str, actions: Sequence[ActionRecord]) -> dict[str, Any]:
+def collect(run: Run, state: str, actions: Sequence[ActionRecord], folders: Sequence[str]) -> dict[str, Any]:
     """``on_end: collect``: the document of the experiment (``gather``) written by ``wrap_up``, finish.flag once it
     finished. What was written: ``result`` (the action's words), ``results`` and ``finish_flag`` (paths), or
     ``error``."""
@@ -259,7 +258,7 @@ def collect(run: Run, state: str, actions: Sequence[ActionRecord]) -> dict[str, 
     if not isinstance(result_dir, str) or not result_dir:
         return {"result": "no result_dir", "error": "no result_dir"}
     try:
-        done = wrap_up(result_dir, gather(run, state, actions), None, state in FINISHED)
+        done = wrap_up(result_dir, gather(run, state, actions, folders), None, state in FINISHED)
     except (OSError, files.AgentError, ValueError) as exc:
         why = getattr(exc, "message", None) or getattr(exc, "strerror", None) or str(exc)
         return {"result": "collect failed: %s" % why, "error": why}
