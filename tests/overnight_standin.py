@@ -44,10 +44,11 @@ def _args(argv: list[str]) -> argparse.Namespace:
 def checkpoint_dir(conf: str) -> str:
     """``<checkpoint_base_dir>/<project_name>/<experiment_name>`` as AgentJet makes verl's default_local_dir (each key
     read from its line of the YAML, AgentJet's defaults otherwise)."""
-    text = open(conf).read()
+    with open(conf) as handle:
+        text = handle.read()
 
     def key(name: str, default: str) -> str:
-        found = re.search(r"^\s*%s:\s*['\"]?([^'\"\s#]+)" % name, text, re.MULTILINE)
+        found = re.search(rf"^\s*{name}:\s*['\"]?([^'\"\s#]+)", text, re.MULTILINE)
         return found.group(1) if found else default
 
     return os.path.join(key("checkpoint_base_dir", "./saved_checkpoints"), key("project_name", "ajet_default_project"),
@@ -62,7 +63,10 @@ def score(step: int, peak: int, start: int) -> float:
 
 def main(argv: list[str]) -> int:
     a = _args(argv)
-    starts = int(open(a.starts).read()) + 1 if os.path.exists(a.starts) else 1
+    starts = 1
+    if os.path.exists(a.starts):
+        with open(a.starts) as handle:
+            starts = int(handle.read()) + 1
     with open(a.starts, "w") as handle:
         handle.write(str(starts))
     if a.never_steps:
@@ -75,27 +79,26 @@ def main(argv: list[str]) -> int:
             and n.rsplit("_", 1)[1].isdigit()]
     first = max(done) if done else 0
     if first:
-        print("Load from checkpoint folder: %s" % os.path.join(ckpt, "global_step_%d" % first), flush=True)
+        print(f"Load from checkpoint folder: {os.path.join(ckpt, f'global_step_{first}')}", flush=True)
     else:
         print("Training from scratch", flush=True)
     for step in range(first + 1, a.total + 1):
         time.sleep(a.step_s)
-        print("(TaskRunner pid=7) step:%d - critic/score/mean:%s - actor/pg_loss:%s - timing_s/step:%s - "
-              "training/global_step:%d" % (step, score(step, a.peak, starts), round(0.5 - 0.01 * step, 4), a.step_s,
-                                           step), flush=True)
+        print(f"(TaskRunner pid=7) step:{step} - critic/score/mean:{score(step, a.peak, starts)} - actor/pg_loss:"
+              f"{round(0.5 - 0.01 * step, 4)} - timing_s/step:{a.step_s} - training/global_step:{step}", flush=True)
         if step % a.save_freq == 0:
-            folder = os.path.join(ckpt, "global_step_%d" % step)
+            folder = os.path.join(ckpt, f"global_step_{step}")
             os.makedirs(folder, exist_ok=True)
             with open(os.path.join(folder, "model.pt"), "w") as handle:
-                handle.write("weights of step %d" % step)
+                handle.write(f"weights of step {step}")
             with open(os.path.join(ckpt, "latest_checkpointed_iteration.txt"), "w") as handle:
                 handle.write(str(step))
-            print("local_global_step_folder: %s" % folder, flush=True)
+            print(f"local_global_step_folder: {folder}", flush=True)
         if step == a.hang_after and starts == 1:
             print("[Rank 1] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=9, OpType=ALLREDUCE) ran "
                   "for 600000 milliseconds before timing out.", flush=True)
             time.sleep(3600)
-    print("Training finished at step %d" % a.total, flush=True)
+    print(f"Training finished at step {a.total}", flush=True)
     return 0
 
 

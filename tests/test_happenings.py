@@ -30,7 +30,8 @@ def test_each_event_makes_at_most_the_happenings_it_stands_for():
     assert said({"kind": "error", "signature": "nccl_error", "severity": "error", "role": "main", "line": line,
                  "phase": "running"}) == [("failure", f"nccl_error (error) in main: {line} -> on_error: resume")]
     # a warning is never a failure; what a stop makes a process print is none either
-    assert said({"kind": "error", "signature": "resumed_from_checkpoint", "severity": "warning", "phase": "running"}) == []
+    assert said({"kind": "error", "signature": "resumed_from_checkpoint", "severity": "warning",
+                 "phase": "running"}) == []
     assert said({"kind": "error", "signature": "python_exception", "severity": "error", "phase": "stopping"}) == []
     # a resume: the stop before the backoff and the relaunch's own record say nothing; its start is one restart
     assert said({"kind": "action", "action": "resume", "trigger": "error:nccl_error",
@@ -110,7 +111,8 @@ def test_at_the_end_the_end_goes_first_and_what_is_not_told_is_counted_lost(tmp_
     told.pump(run)  # the first is under way
     told.flush(run, within_s=1.2)
     assert order.read_text().split() == ["started", "end", "first_step"]
-    assert told.tally["killed"] == 2 and told.tally["lost"] == 2 and told.tally["lost_kinds"] == ["first_step", "failure"]
+    assert told.tally["killed"] == 2 and told.tally["lost"] == 2
+    assert told.tally["lost_kinds"] == ["first_step", "failure"]
     assert told.tally["last_failure"]["error"].startswith("2 not told: the monitor ended after waiting")
     assert told.idle()
 

@@ -81,9 +81,10 @@ def test_a_phase_moves_only_where_it_may_and_records_its_move_s_event():
     life.move(phases.BACKOFF, "ended", state="stopped")
     life.move(phases.ENDED)
     assert [e["kind"] for e in life.events] == ["first_step", "stalled", "progressed", "timed_out", "ended"]
+    assert [e["phase"] for e in life.events] == ["starting", "stalled", "running", "stopping", "backoff"]
     assert [e["kind"] for e in life.since(3)] == ["timed_out", "ended"] and phases.MOVES[phases.ENDED] == ()
-    assert set(phases.EVENTS) == {"first_step", "error", "process_ended", "action", "stalled", "progressed",
-                                  "timed_out", "ended"}
+    assert set(phases.EVENTS) == {"started", "first_step", "first_step_overdue", "error", "process_ended", "action",
+                                  "finished", "stalled", "progressed", "timed_out", "ended"}
 
 
 def _run(tmp_path: Path, policy: dict | None = None, previous: dict | None = None) -> Run:

@@ -100,7 +100,7 @@ def test_the_experiment_tools_say_the_runs_state_and_the_next_call(tmux_socket: 
     assert waited["state"] == "succeeded"
     assert waited["summary"].startswith(f"Wait ended: the run ended. Run {exp_id} succeeded (exit code "
                                         f"{waited['exit_code']}) at step {waited['global_step']}")
-    assert waited["summary"].endswith(f"next: collect_results id={exp_id}.")
+    assert waited["summary"].endswith(f"next: collect_results id={exp_id} (results.md, plot, finish.flag).")
     status = ecall("experiment_status", id=exp_id)
     assert next(iter(status)) == "summary" and status["summary"] == status["experiments"][0]["summary"]
     assert status["experiments"][0]["summary"].startswith(f"Run {exp_id} succeeded")

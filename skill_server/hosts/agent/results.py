@@ -365,11 +365,12 @@ def _tables(doc: Mapping[str, Any]) -> list[str]:
         if not rows:
             out += ["(none)", ""]
             continue
-        out += ["| metric | n | first | best | best at | last | trend | plateau |",
+        out += ["| metric | n | first | best | last | trend | plateau | best at |",
                 "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         out += ["| %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            _cell(r.get("key")), r.get("n"), _fmt(r.get("first")), _fmt(r.get("best")), _cell(r.get("best_at")),
-            _fmt(r.get("last")), r.get("trend"), _fmt(r.get("plateau"))) for r in rows] + [""]
+            _cell(r.get("key")), r.get("n"), _fmt(r.get("first")), _fmt(r.get("best")), _fmt(r.get("last")),
+            r.get("trend"), {True: "yes", False: "no"}.get(r.get("plateau"), "-"),
+            _cell(r.get("best_at"))) for r in rows] + [""]
     return out
 
 
