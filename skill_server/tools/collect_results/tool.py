@@ -316,7 +316,8 @@ def _finish_flag_wanted(inp: CollectInput, state: str | None, notes: list[str]) 
     if inp.write_finish_flag is False:
         notes.append("finish.flag not written (write_finish_flag=false)")
     elif running:
-        why = "cannot be asked about (host unreachable)" if state == "unreachable" else f"is {state}"
+        why = ("cannot be asked about (host unreachable)" if state == "unreachable" else "is still running"
+               + ("" if state == "running" else f" ({state})"))
         notes.append(f"the experiment {why}: results.md is interim and finish.flag was not written")
     elif not finished and inp.write_finish_flag is None:
         notes.append(f"finish.flag not written: the experiment did not finish (it {state}); write_finish_flag=true "
