@@ -89,6 +89,8 @@ def check_the_morning(out: dict, ckpt: Path) -> None:
     assert [(a["id"], a["state"]) for a in whole["attempts"]] == [(first, "stopped"), (f"{first}.r2", "succeeded")]
     assert whole["attempts"][0]["ended_by"] == f"nccl_error: stopped and relaunched as {first}.r2 by its policy"
     assert whole["attempts"][1]["resumed_from"] == f"global_step_3 ({ckpt}/global_step_3)"
+    logs = [a["log_path"] for a in whole["attempts"]]
+    assert logs[1] == logs[0].replace(f"/{first}/", f"/{first}.r2/") and logs[0] != logs[1]  # each its own
     (score,) = [m for m in whole["metrics"] if m["name"] == "critic/score/mean"]
     assert (score["final"], score["final_step"], score["best"], score["best_step"]) == (0.321, 12, 0.401, 8)
     assert score["best_saved"] is False and score["nearest_checkpoint"] == 9

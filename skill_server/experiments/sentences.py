@@ -6,7 +6,7 @@ only the answer it summarises (so it never says more than the answer knows).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from skill_server.experiments.models import ExperimentInfo, ExperimentStatus, LaunchOutput, StopOutput
@@ -158,12 +158,29 @@ def run_state(s: ExperimentStatus, *, hints: bool = True) -> str:
     return _clip(f"{head}{_stopped_by(s)}{code} at {_step(s)}{_worst_error(s, hints)}; {nxt}.")
 
 
+def _policy_words(policy: dict[str, Any]) -> str:
+    """What the run's monitor does alone, from the policy in force (the launch answer's ``policy``)."""
+    acts = [f"{key} {policy[key]}" for key in ("on_error", "on_stall", "on_first_step_overdue") if policy.get(key)]
+    if "resume" in (policy.get("on_error"), policy.get("on_stall")):
+        acts.append(f"at most {policy.get('max_resumes')} resume{'s' if policy.get('max_resumes') != 1 else ''}")
+    if policy.get("on_end"):
+        acts.append(f"on_end {policy['on_end']}")
+    told = [where for where in (policy.get("notify_file"), "notify_command" if policy.get("notify_command") else "")
+            if where]
+    if told:
+        acts.append("a line per happening to " + " and ".join(told))
+    return ", ".join(acts)
+
+
 def launched(out: LaunchOutput) -> str:
-    """launch_experiment: what started where, and the call that watches it."""
+    """launch_experiment: what started where, what its monitor does alone (its policy), and the call that watches
+    it."""
     roles = ", ".join(p.role for p in out.processes)
+    alone = (f"; its monitor carries out its policy with no call ({_policy_words(out.policy)})" if out.policy
+             else "")
     return _clip(f"Launched run {out.id} (tmux session {out.session}) on {out.host}: {len(out.processes)} "
-                 f"process{'es' if len(out.processes) != 1 else ''} ({roles}); next: wait_experiment id={out.id} "
-                 "until=first_step.")
+                 f"process{'es' if len(out.processes) != 1 else ''} ({roles}){alone}; next: wait_experiment "
+                 f"id={out.id} until=first_step.")
 
 
 _WAIT_ENDS = {
