@@ -347,6 +347,9 @@ def test_a_stop_during_the_backoff_cancels_the_resume(tmux_socket: str, workdir:
     assert (during["reason"], during["next_wait_s"]) == ("timeout", 30), during["summary"]
     assert "its resume policy relaunches it (stopped; relaunching in 5 s)" in during["summary"]
     assert "collect_results" not in during["summary"]
+    whole = status(out["id"], max_lines=0)  # alive, checked: the relaunch its resume policy waits to make
+    assert whole["alive"] is True and whole["experiment"]["state"] == "relaunching", whole["experiment"]
+    assert f"{out['id']}: a relaunch its resume policy waits to make" in whole["experiment"]["still_running"]
     stopped = call("stop_experiment", id=out["id"], grace_s=1)
     assert stopped["state"] == "stopped"
     wait_until(lambda: "end" in kinds(events), timeout=30)
