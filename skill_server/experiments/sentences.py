@@ -154,7 +154,8 @@ def run_state(s: ExperimentStatus, *, hints: bool = True) -> str:
     if s.state in ("unreachable",):
         return _clip(f"{head}{code}: its host did not answer; check again later{_worst_error(s, hints)}.")
     nxt = _after_end(s) if s.state in ("succeeded", "failed", "stopped", "timed_out") \
-        else "its processes are gone without an exit code"
+        else (f"its processes are gone without an exit code: read its last lines (experiment_status id={s.id} "
+              "since=0), then launch it again")
     return _clip(f"{head}{_stopped_by(s)}{code} at {_step(s)}{_worst_error(s, hints)}; {nxt}.")
 
 
