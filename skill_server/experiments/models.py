@@ -54,10 +54,10 @@ class RunPolicy(ToolInput):
     # Each description's first sentence is what the tool list publishes; the rest is references/tools.md's.
     on_error: PolicyAction | None = Field(
         default=None, description="On a matched error signature: notify, stop, or resume, which relaunches only after "
-        "a transient one such as nccl_error. Default null: errors are only reported (status, wait, notify_command). "
-        "resume stops the run, waits backoff_s and relaunches it from its newest global_step_N checkpoint, only after "
-        "a signature classified transient (NCCL errors and collective timeouts); any other matched signature is "
-        "stopped, never resumed.")
+        "a transient one such as nccl_error. Default null: errors are only reported (status, wait, the notify file "
+        "and command). resume stops the run, waits backoff_s and relaunches it from its newest global_step_N "
+        "checkpoint, only after a signature classified transient (NCCL errors and collective timeouts); any other "
+        "matched signature is stopped, never resumed.")
     errors: list[Annotated[StrictStr, Field(max_length=64)]] = Field(
         default=["error"], max_length=40, description="Signature ids or severities on_error acts on. The default "
         "[\"error\"] is every error-severity signature, never a warning; ids are in references/error-signatures.md, "
