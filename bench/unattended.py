@@ -13,7 +13,8 @@ Measured twice: the failure right after the step lines, and after ``--quiet-s`` 
 monitor looks less often: its reaction must not be slower).
 
 ``idle``: the CPU of monitors whose runs print nothing (a hung rank, a long step) with the stall watch and a
-policy on, all measured over the same ``--idle-minutes`` with no tool call, scaled to CPU seconds per hour:
+policy on, each with its supervisor (the process that replaces it if it dies or freezes: their sum is a run's
+watching cost), all measured over the same ``--idle-minutes`` with no tool call, scaled to CPU seconds per hour:
 this version's monitor as it is, and as it ticks with every watcher at the probe's pace (4 Hz, as monitors did
 before they slept while nothing changed: ``SKILL_SERVER_MONITOR_IDLE_S=0.25``); with ``--baseline DIR`` (a
 checkout of an earlier version) that version's monitor too, launched through its own CLI.
@@ -120,6 +121,21 @@ def _monitor_pid(run_dir: Path) -> int:
     return int(json.loads(state.read_text())["pid"])
 
 
+def _supervisor_pid(run_dir: Path) -> int | None:
+    """The pid of the run monitor's supervisor (a version from before supervisors has none: None)."""
+    try:
+        from skill_server.hosts.agent import heartbeat
+    except ImportError:
+        return None
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        record = heartbeat.read(str(run_dir / "supervisor.beat"))[0]
+        if record is not None:
+            return int(record["pid"])
+        time.sleep(0.1)
+    return None
+
+
 def _launch_silent(call, work: Path, name: str) -> tuple[str, Path]:
     from skill_server.experiments.store import open_registry
 
@@ -167,12 +183,21 @@ def idle_bench(call, work: Path, root: Path, minutes: float, baseline: Path | No
         runs["baseline " + str(baseline)] = (base_id, base_dir)
         base = (base_env, base_id)
     pids = {label: _monitor_pid(run_dir) for label, (_, run_dir) in runs.items()}
+    keepers = {label: _supervisor_pid(run_dir) for label, (_, run_dir) in runs.items()
+               if not label.startswith("baseline")}
     time.sleep(5)  # past the first look and the monitor's first seconds
     first = {label: _cpu_s(pid) for label, pid in pids.items()}
+    kept = {label: _cpu_s(pid) for label, pid in keepers.items() if pid is not None}
     t0 = time.monotonic()
     time.sleep(minutes * 60)
     span = time.monotonic() - t0
     rate = {label: (_cpu_s(pid) - first[label]) * 3600 / span for label, pid in pids.items()}
+    for label, pid in keepers.items():
+        if pid is not None:  # the monitor's supervisor (issue 31): a watcher's cost is both processes'
+            supervised = (_cpu_s(pid) - kept[label]) * 3600 / span
+            print(f"idle supervisor ({label}): {supervised:.2f} CPU s per hour")
+            print(f"idle run monitor alone ({label}): {rate[label]:.2f} CPU s per hour")
+            rate[label] += supervised
     for label, per_hour in rate.items():
         print(f"idle run monitor ({label}): {per_hour:.2f} CPU s per hour ({span / 60:.1f} min, nothing printed)")
     fixed, now = rate["this version, every watcher at 4 Hz"], rate["this version"]

@@ -246,6 +246,9 @@ def wheel_file_name(abi: bool = False) -> str:
 
 def _broken_extension(folder: Path) -> bytes:
     """A real shared object that needs a torch symbol this torch lacks: the loader refuses it."""
+    from tests.system_packages import require
+
+    require("gcc", "libc6-dev")
     source = folder / "ext.c"
     source.write_text(f"extern void {C10_SYMBOL}(void);\nvoid stub_entry(void) {{ {C10_SYMBOL}(); }}\n")
     target = folder / "ext.so"

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import signal
 import sys
 import time
 import uuid
@@ -16,8 +15,8 @@ import libtmux
 import pytest
 
 from skill_server.app.table import TOOLS_BY_NAME
-from tests.conftest import REPO
-from tests.tmp_dirs import short_tmp_dir
+from tests.conftest import REPO, needs
+from tests.tmp_dirs import kill_run_processes, short_tmp_dir
 
 FAKE = REPO / "tests" / "fixtures" / "fake_trainer.py"
 PY = shlex.quote(sys.executable)
@@ -25,6 +24,7 @@ PY = shlex.quote(sys.executable)
 @pytest.fixture
 def tmux_socket(monkeypatch: pytest.MonkeyPatch):
     """A private tmux server: unique socket name in a private TMUX_TMPDIR (short path: sockets max ~100 chars)."""
+    needs("tmux")
     name = f"ajs-{uuid.uuid4().hex[:8]}"
     tmpdir = short_tmp_dir()
     monkeypatch.setenv("TMUX_TMPDIR", tmpdir)
@@ -64,20 +64,6 @@ def pid_alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] != "Z"
     except OSError:
         return False
-
-
-def kill_run_processes(state_dir: str) -> None:
-    """End whatever a test's runs left (wrappers, watchdogs, their children): processes whose command line
-    names the test's own run directory, or that carry a run marker whose wrapper lived there."""
-    runs = (str(Path(state_dir) / "runs") + "/").encode()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            if runs in Path(f"/proc/{entry}/cmdline").read_bytes():
-                os.kill(int(entry), signal.SIGKILL)
-        except OSError:
-            continue
 
 
 @pytest.fixture

@@ -57,6 +57,7 @@ from pathlib import Path
 import pytest
 
 from tests.sshd import PrivateNetwork
+from tests.system_packages import MissingProgram, require
 from tests.tmp_dirs import short_tmp_dir
 
 SLURMCTLD = "/usr/sbin/slurmctld"
@@ -118,7 +119,10 @@ class Daemon:
         try:
             self.namespace = self._namespace()
         except BaseException:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:  # it ended by itself (the error says why): nothing to kill
+                pass
             self.proc.wait(timeout=10)
             raise
 
@@ -183,9 +187,7 @@ class SlurmCluster:
 
     def __init__(self, nodes: tuple[str, ...] = NODES, *, gpus_per_node: int = 2, cpus_per_node: int = 8,
                  min_job_age: int = 5, kill_wait: int = 3) -> None:
-        missing = [p for p in (SLURMCTLD, SLURMD, MUNGED) if not Path(p).exists()]
-        if missing:
-            raise RuntimeError(f"{', '.join(missing)} missing: apt-get install -y slurm-wlm munge (.ci/run does)")
+        require("slurmctld", "slurmd", "munged", "sbatch", "ip")
         if os.getuid() != 0:
             raise RuntimeError("slurmd, mknod and network namespaces need root")
         self.nodes = tuple(nodes)
@@ -260,7 +262,9 @@ class SlurmCluster:
         """``argv`` on a node itself (its slurmd's PID, mount, UTS and network namespaces): to look at the
         processes of its jobs without going through Slurm."""
         target = self.daemons[f"slurmd-{node}"].init_pid
-        return subprocess.run(["nsenter", f"--target={target}", "--pid", "--mount", "--uts", "--net", "--", *argv],
+        # --root: the daemon's root directory (entering a mount namespace would reset it to the namespace's)
+        return subprocess.run(["nsenter", f"--target={target}", "--pid", "--mount", "--root", "--uts", "--net", "--",
+                               *argv],
                               capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
                               check=False)
 
@@ -428,7 +432,9 @@ def slurm() -> Iterator[SlurmCluster]:
     """A two-node cluster per test module (it starts in seconds; jobs of one module never meet another's)."""
     if os.getuid() != 0:
         pytest.skip("slurmd, mknod and network namespaces need root; CI runs as root")
-    if not all(Path(p).exists() for p in (SLURMCTLD, SLURMD, MUNGED)):
-        pytest.fail("slurm-wlm or munge is missing: apt-get install -y slurm-wlm munge (.ci/run does it)")
+    try:
+        require("slurmctld", "slurmd", "munged", "sbatch", "ip")
+    except MissingProgram as exc:
+        pytest.fail(str(exc), pytrace=False)
     with SlurmCluster() as cluster:
         yield cluster

@@ -42,7 +42,8 @@ import sys
 import time
 from pathlib import Path
 
-from tests.tmp_dirs import short_tmp_dir
+from tests.system_packages import require
+from tests.tmp_dirs import SESSION_MARKER, short_tmp_dir
 
 SSHD = "/usr/sbin/sshd"
 NODES = ("node1", "node2")
@@ -58,20 +59,24 @@ class PrivateNetwork:
     def __init__(self) -> None:
         if os.getuid() != 0 or shutil.which("unshare") is None or shutil.which("nsenter") is None:
             raise RuntimeError("a private network namespace needs root, unshare and nsenter (util-linux)")
+        require("ip")
         self.proc = subprocess.Popen(["unshare", "--net", "sleep", "infinity"], stdin=subprocess.DEVNULL)
-        mine = os.readlink("/proc/self/ns/net")
-        deadline = time.monotonic() + 10
-        while True:  # until the holder has left this namespace (unshare runs before it execs sleep)
-            try:
-                if os.readlink(self.path) != mine:
-                    break
-            except OSError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("unshare --net did not start")
-            time.sleep(0.02)
-        subprocess.run(self.argv(["ip", "link", "set", "lo", "up"]), check=True, timeout=20)
+        try:
+            mine = os.readlink("/proc/self/ns/net")
+            deadline = time.monotonic() + 10
+            while True:  # until the holder has left this namespace (unshare runs before it execs sleep)
+                try:
+                    if os.readlink(self.path) != mine:
+                        break
+                except OSError:
+                    pass
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("unshare --net did not start")
+                time.sleep(0.02)
+            subprocess.run(self.argv(["ip", "link", "set", "lo", "up"]), check=True, timeout=20)
+        except BaseException:
+            self.stop()  # the holder never outlives a failed start
+            raise
 
     @property
     def path(self) -> str:
@@ -118,8 +123,7 @@ class LoopbackSshd:
                  network: PrivateNetwork | None = None, node_paths: dict[str, list[str]] | None = None,
                  private_tmp: bool = False, shell: str = "/bin/sh", shared_home: bool = False,
                  node_env: dict[str, dict[str, str]] | None = None) -> None:
-        if not Path(SSHD).exists():
-            raise RuntimeError(f"{SSHD} is missing: apt-get install -y openssh-server (.ci/run does it)")
+        require("sshd", "ssh", "ssh-keygen")
         self.nodes = tuple(nodes)
         self.one_per_node = one_per_node
         self.network = network
@@ -162,15 +166,12 @@ class LoopbackSshd:
         if self.one_per_node:
             for i, node in enumerate(self.nodes):
                 ports = [self.ports[node]] + ([self.ports["fail"]] if i == 0 else [])
-                extra = []
                 variables = dict(self.node_env.get(node, {}))
                 if self.node_paths.get(node):
                     variables["PATH"] = ":".join(self.node_paths[node] + [DEFAULT_PATH])
-                if variables:
-                    extra.append("SetEnv " + " ".join(f"{k}={v}" for k, v in variables.items()))
-                self._write_sshd_config(f"sshd_config_{node}", ports, f"sshd_{node}.pid", extra)
+                self._write_sshd_config(f"sshd_config_{node}", ports, f"sshd_{node}.pid", variables)
         else:
-            self._write_sshd_config("sshd_config", list(self.ports.values()), "sshd.pid", [])
+            self._write_sshd_config("sshd_config", list(self.ports.values()), "sshd.pid", {})
         known = {node: f"[127.0.0.1]:{self.ports[node]} {' '.join(host_pub.split()[:2])}\n" for node in self.nodes}
         known["fail"] = f"[127.0.0.1]:{self.ports['fail']} {' '.join(host_pub.split()[:2])}\n"
         for name, line in known.items():
@@ -193,8 +194,14 @@ class LoopbackSshd:
                 lines.append(":".join(fields))
             (r / "passwd").write_text("\n".join(lines) + "\n")
 
-    def _write_sshd_config(self, name: str, ports: list[int], pid_file: str, extra: list[str]) -> None:
+    def _write_sshd_config(self, name: str, ports: list[int], pid_file: str, variables: dict[str, str]) -> None:
+        """The config of one sshd; ``variables`` are set in every session (sshd's ``SetEnv``), with the test
+        session's marker, so that what a test starts "remotely" is found if it is left running."""
         r = self.root
+        # and the session's bytecode folder: Python started "remotely" from the checkout writes none into it
+        inherited = {name: os.environ[name] for name in (SESSION_MARKER, "PYTHONPYCACHEPREFIX") if os.environ.get(name)}
+        variables = {**inherited, **variables}
+        extra = ["SetEnv " + " ".join(f"{k}={v}" for k, v in variables.items())] if variables else []
         (r / name).write_text("\n".join([
             *(f"Port {p}" for p in ports),
             "ListenAddress 127.0.0.1",
@@ -259,7 +266,11 @@ class LoopbackSshd:
         steps = [f"mount --bind {r / 'passwd'} /etc/passwd", "mount -t tmpfs -o mode=755 tmpfs /run",
                  "mkdir -p /run/sshd"]
         if self.shared_home and node is not None:  # a machine of its own: host name and machine id
-            steps += [f"hostname {node}", f"mount --bind {r / node / 'machine-id'} /etc/machine-id"]
+            # without /etc/machine-id (a system without systemd, a container) there is nothing to mount over:
+            # the node gets a copy of /etc in its own /run, holding one
+            steps += [f"hostname {node}", "{ [ -e /etc/machine-id ] || { cp -a /etc /run/ajs-etc && "
+                      "mount --bind /run/ajs-etc /etc && : > /etc/machine-id; }; }",
+                      f"mount --bind {r / node / 'machine-id'} /etc/machine-id"]
         if self.private_tmp:  # the node's own /tmp and /dev/shm; what it must still see stays where it is
             kept = self.kept_in_tmp()
             steps += [f"mkdir -p /run/ajs-keep/{i} && mount --bind {shlex.quote(path)} /run/ajs-keep/{i}"
@@ -352,7 +363,10 @@ class LoopbackSshd:
         proc = self.procs[node]  # unshare (nsenter execs it): its child is sshd, pid 1 of the node
         target = int(Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()[0])
         uts = ["--uts"] if self.shared_home else []
-        return subprocess.run(["nsenter", f"--target={target}", "--pid", "--mount", *uts, "--net", "--", *argv],
+        # --root: sshd's root directory (entering a mount namespace would reset it to the namespace's own,
+        # which is not the machine's / when the tests themselves run in a chroot)
+        return subprocess.run(["nsenter", f"--target={target}", "--pid", "--mount", "--root", *uts, "--net", "--",
+                               *argv],
                               capture_output=True, text=True, timeout=timeout, check=False)
 
     def trust_port(self, alias: str, port: int) -> None:

@@ -141,6 +141,7 @@ def _git(cwd: Path, *args: str) -> str:
                           timeout=60).stdout.strip()
 
 
+@pytest.mark.needs("git")
 def test_commit_and_date_come_from_dot_git_loose_and_packed(tmp_path):
     checkout = write_reference_checkout(tmp_path / "AgentJet")
     _git(checkout, "init", "-q", "-b", "main")

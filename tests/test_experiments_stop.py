@@ -37,7 +37,8 @@ def stubborn_tree(tmp: Path) -> str:
             f"{PY} {shlex.quote(str(script))}; echo tree-ready; wait")
 
 
-@pytest.mark.parametrize("use_proc", [True, False], ids=["proc", "ps-fallback"])
+@pytest.mark.parametrize("use_proc", [pytest.param(True, id="proc"),
+                                      pytest.param(False, id="ps-fallback", marks=pytest.mark.needs("ps"))])
 def test_stop_ends_every_process_of_the_run_and_says_so(tmux_socket: str, workdir: Path, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch, use_proc: bool):
     monkeypatch.setattr(agent_procs, "USE_PROC", use_proc)  # the in-process agent; ps stands in for /proc

@@ -19,7 +19,7 @@ from tests.conftest import REPO, call_cli, cli_env
 from tests.experiment_helpers import FAKE, PY, call, status, tmux_socket, trainer, wait_exit, wait_until, workdir  # noqa: F401  (fixtures are used by name)
 from tests.sshd import free_port
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+pytestmark = pytest.mark.needs("tmux")
 
 
 # ---- the basic lifecycle
@@ -434,3 +434,51 @@ async def test_wait_experiment_through_mcp_client_with_progress(tmux_socket: str
         bad = await client.call_tool("launch_experiment", {"name": "no good", "command": "true",
                                                            "workdir": str(workdir)})
         assert bad.is_error and "name" in bad.content[0].text and "\n" not in bad.content[0].text
+
+
+# ---- one tmux server per state directory (issue 32: a listing never shows another workspace's sessions)
+
+
+def test_each_state_directory_has_a_tmux_server_of_its_own(monkeypatch, tmp_path: Path):
+    """Two workspaces (state directories) on one machine launch a session of the same name: each on its own
+    socket, so a listing of one shows only its own; the default state folder keeps ``agentjet``, a socket given
+    in SKILL_SERVER_TMUX_SOCKET still wins, and runs stay reachable by id on the socket they started on."""
+    from skill_server.experiments.checks import default_socket, socket_name
+    from tests.conftest import needs
+    from tests.tmp_dirs import kill_run_processes, short_tmp_dir
+
+    needs("tmux")
+    monkeypatch.delenv("SKILL_SERVER_TMUX_SOCKET", raising=False)
+    monkeypatch.delenv("XDG_STATE_HOME", raising=False)
+    monkeypatch.setenv("SHELL", "/bin/sh")
+    tmpdir = short_tmp_dir()
+    monkeypatch.setenv("TMUX_TMPDIR", tmpdir)
+    states = [short_tmp_dir(), short_tmp_dir()]
+    sockets: list[str] = []
+    try:
+        for state in states:
+            monkeypatch.setenv("SKILL_SERVER_STATE_DIR", state)
+            assert socket_name() == default_socket() == socket_name()  # stable
+            sockets.append(socket_name())
+            out = call("launch_experiment", name="same", command="sleep 30", workdir=str(tmp_path))
+            assert out["attach"].count(sockets[-1]) == 1, out["attach"]
+        assert sockets[0] != sockets[1] and all(s.startswith("agentjet-") for s in sockets)
+        for state, name in zip(states, sockets):
+            listed = subprocess.run(["tmux", "-L", name, "list-sessions", "-F", "#{session_name}"],
+                                    capture_output=True, text=True, timeout=30, check=True).stdout.split()
+            assert listed == ["ajet_same"], (name, listed)  # its own session only
+            monkeypatch.setenv("SKILL_SERVER_STATE_DIR", state)
+            (only,) = call("experiment_status")["experiments"]
+            stopped = call("stop_experiment", id=only["id"])
+            assert stopped["state"] in ("stopped", "killed"), stopped
+        monkeypatch.delenv("SKILL_SERVER_STATE_DIR")
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        assert socket_name() == "agentjet"  # the default state folder: the name runs of older versions used
+        monkeypatch.setenv("SKILL_SERVER_TMUX_SOCKET", "mine")
+        assert socket_name() == "mine"
+    finally:
+        for state, name in zip(states, sockets):
+            subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True, timeout=30, check=False)
+            kill_run_processes(state)
+        for folder in (tmpdir, *states):
+            shutil.rmtree(folder, ignore_errors=True)

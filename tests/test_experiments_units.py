@@ -478,3 +478,30 @@ def test_vllms_log_alone_gives_the_utilization():
     # 0.92 GiB for 16832 tokens: 58690 B per token; (32768 - 16832) x that = 0.871 GiB; 0.6 + 0.871 / 79.11 = 0.611
     assert "0.92 GiB of KV cache for 16832 tokens from vLLM's log" in hint
     assert "raise ajet.rollout.gpu_memory_utilization to at least 0.62 (now 0.6)" in hint
+
+
+def test_the_kv_fix_says_what_each_more_sequence_at_once_costs_and_offers_no_tensor_parallel_past_the_gpus():
+    """The lower bound fits one whole sequence; rollouts run many at once: each more costs the KV of one whole
+    sequence (57344 B x 32768 tokens = 1.75 GiB, 1.75 / 79.11 = 0.022 of the GPU). With TP already at the node's
+    GPU count there is nothing to spread over: that fix is left out."""
+    from skill_server.experiments.fixes import hint_for, model_kv
+
+    config = {"lengths": {"gpu_memory_utilization": 0.6, "tensor_model_parallel_size": 1, "n_gpus_per_node": 1},
+              "model_kv": model_kv(QWEN_7B)}
+    hint = hint_for("vllm_kv_cache_too_small", KV_V0, config, [PROFILE])
+    assert "each more at once needs 1.75 GiB more (0.022 of the GPU; 2 at once 0.64, 4 at once 0.68)" in hint, hint
+    assert "tensor_model_parallel_size" not in hint
+    config["lengths"]["n_gpus_per_node"] = 8
+    assert "raise ajet.rollout.tensor_model_parallel_size (now 1, of 8 GPUs per node)" in hint_for(
+        "vllm_kv_cache_too_small", KV_V0, config, [PROFILE])
+
+
+def test_a_summary_quotes_a_long_hint_up_to_a_sentences_end_and_says_where_the_rest_is():
+    from skill_server.experiments.sentences import HINT_IN_SUMMARY, _hint_head
+
+    long = "First sentence with the number 0.62 in it. " + "Then the arithmetic, at length. " * 30
+    head = _hint_head(long)
+    quoted = head.removesuffix(" (all of it: errors[0].hint)")
+    assert quoted != head and quoted.startswith("First sentence with the number 0.62 in it.")
+    assert quoted.endswith("at length") and len(quoted) <= HINT_IN_SUMMARY and "..." not in head
+    assert _hint_head("Short hint.") == "Short hint"

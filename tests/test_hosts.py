@@ -169,6 +169,7 @@ def test_writes_create_or_replace_regular_files_only(tmp_path: Path):
 # ---- the agent's commands and protocol
 
 
+@pytest.mark.needs("pgrep")
 def test_run_is_bounded_in_time_and_output_and_kills_the_group():
     done = ops.handle({"v": PROTOCOL_VERSION, "ops": [
         {"op": "run", "argv": ["sh", "-c", "sleep 31.7 & echo started; wait"], "timeout_s": 1},

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import json
 import queue
-import shutil
 import signal
 import subprocess
 import sys
@@ -26,7 +25,7 @@ from tests.conftest import REPO, cli_env, run_cli_to_closed_pipe
 from tests.experiment_helpers import call, status, tmux_socket, trainer, wait_exit, wait_until, workdir  # noqa: F401  (fixtures are used by name)
 from tests.png_helpers import decode_png, has_colour
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+pytestmark = pytest.mark.needs("tmux")
 
 
 def write_yaml(path: Path, name: str, total: int | None = 40, num_repeat: int = 4) -> Path:

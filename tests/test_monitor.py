@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import pytest
 from skill_server.experiments import history, observe
 from skill_server.experiments.spec import RunSpec
 from skill_server.experiments.store import open_registry
-from skill_server.hosts.agent import monitor, program, rundir
+from skill_server.hosts.agent import heartbeat, monitor, procs, program, rundir
 from tests.experiment_helpers import (  # noqa: F401  (fixtures are used by name)
     PY,
     call,
@@ -33,7 +32,7 @@ from tests.experiment_helpers import (  # noqa: F401  (fixtures are used by name
     workdir,
 )
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+pytestmark = pytest.mark.needs("tmux")
 
 #: Writes ``rate`` bytes a second for ``seconds`` (verl-like step lines and short INFO lines), with one CUDA OOM
 #: line half-way; notes the wall time of the OOM line in ``mark``. Prints ``wrote N bytes, S steps`` at the end.
@@ -177,17 +176,28 @@ def test_a_monitor_that_died_is_restarted_and_misses_nothing(tmux_socket: str, w
     assert series.steps == list(range(1, 41)) and count == distinct == 40
 
 
-def test_a_monitor_that_cannot_be_restarted_yet_is_said(tmux_socket: str, workdir: Path):
+def supervisor_pid(exp_id: str) -> int:
+    return wait_until(lambda: (record := heartbeat.read(str(run_dir(exp_id) / rundir.SUPERVISOR_BEAT))[0])
+                      and record["pid"])
+
+
+def test_a_monitor_and_its_supervisor_both_gone_are_said_and_a_status_call_starts_them(tmux_socket: str,
+                                                                                       workdir: Path):
     out = call("launch_experiment", name="orphaned", command="sleep 60", workdir=str(workdir))
-    first = monitor_pid(out["id"])
-    (run_dir(out["id"]) / rundir.RESTARTED).write_text("")  # as if a look had just started one
+    first, keeper = monitor_pid(out["id"]), supervisor_pid(out["id"])
+    stamp = run_dir(out["id"]) / rundir.RESTARTED
+    stamp.write_text(f"{procs.uptime():.3f}\n")  # as if a look had just started one
+    os.kill(keeper, signal.SIGKILL)
     os.kill(first, signal.SIGKILL)
-    wait_until(lambda: not pid_alive(first))
+    wait_until(lambda: not pid_alive(first) and not pid_alive(keeper))
     note = status(out["id"], max_lines=0)["note"]
-    assert note and "monitor on local is not running" in note and "max time is not enforced" in note
-    os.utime(run_dir(out["id"]) / rundir.RESTARTED, (0, 0))  # long ago: the next look starts one
-    assert status(out["id"], max_lines=0)["note"] is None
+    assert note and "monitor on local is not running (no supervisor runs either" in note, note
+    assert "max time is not enforced" in note
+    stamp.write_text(f"{procs.uptime() - 60:.3f}\n")  # long ago: the next look starts one
+    note = status(out["id"], max_lines=0)["note"]
+    assert note and "was replaced (at " in note and "by a status call): neither it nor its supervisor runs" in note
     wait_until(lambda: pid_alive(findings(out["id"])["pid"]) and findings(out["id"])["pid"] != first)
+    wait_until(lambda: supervisor_pid(out["id"]) != keeper and pid_alive(supervisor_pid(out["id"])))  # started by it
     call("stop_experiment", id=out["id"], grace_s=1)
 
 

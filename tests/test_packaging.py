@@ -20,6 +20,7 @@ import pytest
 
 from skill_server.app.table import TOOLS
 from tests.conftest import REPO, cli_env
+from tests.system_packages import require
 from tests.test_http_transport import TOKEN, http_server
 from tests.tokens import CACHE, node22_bin
 
@@ -99,6 +100,7 @@ def npx_env(node_bin: Path, home: Path) -> dict[str, str]:
 
 def export_checkout(dest: Path) -> Path:
     """The working tree as a checkout holds it: tracked and untracked-but-not-ignored files only."""
+    require("git")
     listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
                             capture_output=True, check=True).stdout.decode().split("\0")
     for rel in filter(None, listed):
@@ -180,25 +182,51 @@ def list_tools_over_stdio(argv: list[str], env: dict[str, str], cwd: Path) -> tu
             proc.wait()
 
 
-def test_quick_start_works_as_written_then_the_skill_installs_lean(node22, tmp_path):
+def readme_block(marker: str) -> list[str]:
+    """The command lines of the README's ```bash block after ``marker``, exactly as written."""
+    text = (REPO / "README.md").read_text()
+    block = re.search(r"```bash\n(.*?)```", text[text.index(marker):], re.S)
+    assert block, f"the README's {marker} must precede a ```bash block"
+    return [line for line in block.group(1).splitlines() if line.strip()]
+
+
+def test_the_readme_starts_from_a_bare_debian_as_root_and_ci_runs_its_test_command():
+    """A fresh Debian or Ubuntu has neither sudo nor python3: the first block installs Python's venv module
+    (python3 with it) and tmux as root; the test command installs what the suite needs
+    (tests/system_packages.py); .ci/run and .ci/fresh-debian run the README's own lines."""
+    (system,) = readme_block("<!-- system:")
+    assert system == "apt-get update && apt-get install -y python3-venv tmux"
     lines = quickstart_lines()
-    assert len(lines) == 4 and lines[0].startswith("python3 -m venv ") and "python -m skill_server" in lines[1]
-    assert "python -m pytest" in lines[2] and lines[3].startswith("python -m skill_server call episode_cap")
+    assert lines[2] == 'python tests/system_packages.py && pip install ".[test]" && python -m pytest'
     ci = (REPO / ".ci" / "run").read_text()
     assert lines[0] in ci and lines[2] in ci  # CI runs the same venv and test command
+    fresh = (REPO / ".ci" / "fresh-debian").read_text()
+    assert 'block "<!-- system:"' in fresh and 'block "<!-- quickstart:"' in fresh
+
+
+def test_quick_start_works_as_written_then_the_skill_installs_lean(node22, tmp_path):
+    lines = quickstart_lines()
+    assert len(lines) == 4 and lines[0].startswith("python3 -m venv ") and "agentjet-swarm-skill" in lines[1]
+    assert "python -m pytest" in lines[2] and lines[3].startswith("agentjet-swarm-skill call episode_cap")
 
     checkout = clean_clone(tmp_path / "checkout")
     before = files_under(checkout)
     home = tmp_path / "home"
     home.mkdir()
-    env = {k: v for k, v in cli_env().items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_ADDOPTS")}
+    # a user's shell: no bytecode redirection (the inner suite makes its own), and the system packages only
+    # reported (a test never installs any; this machine has what the inner slice needs)
+    env = {k: v for k, v in cli_env().items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_ADDOPTS",
+                                                            "PYTHONPYCACHEPREFIX", "PYTHONDONTWRITEBYTECODE")
+           and not k.startswith("XDG_")}  # the user's folders are under HOME below
     env.update(HOME=str(home), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
-               PIP_CACHE_DIR=str(CACHE / "pip"), PIP_DISABLE_PIP_VERSION_CHECK="1", PYTEST_ADDOPTS=INNER_PYTEST)
+               PIP_CACHE_DIR=str(CACHE / "pip"), PIP_DISABLE_PIP_VERSION_CHECK="1", PYTEST_ADDOPTS=INNER_PYTEST,
+               AJS_SYSTEM_PACKAGES="report")
     script = "set -e\n" + "\n".join(lines) + "\n"
     proc = subprocess.run(["bash", "-c", script], cwd=checkout, env=env, input="", capture_output=True, text=True,
                           timeout=1200, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
+    assert re.search(r"^system packages: (all there|missing: )", proc.stderr, re.M), proc.stderr[-2000:]
     assert re.search(r"^\d+ passed", proc.stdout, re.M), proc.stdout[-2000:]
     smoke = json.loads(proc.stdout.strip().splitlines()[-1])
     assert smoke["episode_cap"] == 128 and smoke["binding"] == ["max_env_worker"]
@@ -210,6 +238,8 @@ def test_quick_start_works_as_written_then_the_skill_installs_lean(node22, tmp_p
     assert drew.stdout.strip() == "True", drew.stderr[-2000:]  # the Quick start's venv draws the plots it promises
     created = files_under(checkout) - before
     assert not created, f"the Quick start left files in the checkout: {sorted(created)[:10]}"
+    # nor bytecode: a Claude Code plugin installed from this checkout copies every file it holds
+    assert not list(checkout.rglob("__pycache__")), sorted(checkout.rglob("__pycache__"))[:5]
     assert not any((checkout / name).exists() for name in ("build", "dist", ".venv", ".hypothesis", ".pytest_cache"))
     assert not list(checkout.glob("*.egg-info"))
 
@@ -255,7 +285,7 @@ def test_quick_start_works_as_written_then_the_skill_installs_lean(node22, tmp_p
     code, tools = list_tools_over_stdio([str(installed / "bin" / "agentjet-swarm-skill")],
                                         bare_env | {"SKILL_SERVER_PYTHON": str(venv / "bin" / "python"),
                                                     "XDG_CACHE_HOME": str(tmp_path / "cache")}, tmp_path)
-    assert code == 0 and "episode_cap" in tools and not (tmp_path / "cache").exists()
+    assert code == 0 and "episode_cap" in tools and not (tmp_path / "cache" / "agentjet-swarm-skill" / "venvs").exists()
 
     # the installed copy answers from its own folder with the venv's interpreter, no PYTHONPATH
     call = run([str(venv / "bin" / "python"), "-m", "skill_server", "call", "episode_cap", "max_env_worker=512",
@@ -275,8 +305,14 @@ def inspector(node_bin: Path, home: Path, *args: str) -> tuple[int, dict]:
     return proc.returncode, json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def inspector_env() -> list[str]:
+    """The Inspector starts a stdio server with a short list of its own variables: pass the session's bytecode
+    folder on, so the server it starts in the checkout writes no bytecode there."""
+    return ["-e", f"PYTHONPYCACHEPREFIX={os.environ['PYTHONPYCACHEPREFIX']}"]
+
+
 def test_inspector_cli_over_stdio(node22, tmp_path):
-    stdio = ["--cwd", str(REPO), sys.executable, "-m", "skill_server"]
+    stdio = [*inspector_env(), "--cwd", str(REPO), sys.executable, "-m", "skill_server"]
     code, listing = inspector(node22, tmp_path, *stdio, "--method", "tools/list")
     assert code == 0 and {"episode_cap", "build_config"} <= {t["name"] for t in listing["result"]["tools"]}
     code, result = inspector(node22, tmp_path, *stdio, "--method", "tools/call", "--tool-name", "episode_cap",
@@ -306,7 +342,8 @@ def readme_install_size_mb() -> float:
 
 def test_inspector_finds_no_schema_portability_problem(node22, tmp_path):
     """The MCP Inspector's strict lint, over every tool's input and output schema (0 errors, 0 warnings)."""
-    args = ["--strict", "--cwd", str(REPO), sys.executable, "-m", "skill_server", "--method", "tools/list"]
+    args = ["--strict", *inspector_env(), "--cwd", str(REPO), sys.executable, "-m", "skill_server", "--method",
+            "tools/list"]
     proc = run(["npx", "-y", INSPECTOR, "--cli", "--format", "json", *args], env=npx_env(node22, tmp_path),
                cwd=REPO, timeout=300)
     envelope = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -348,3 +385,61 @@ def test_wheel_carries_data_and_works_outside_the_checkout(tmp_path):
     assert out.returncode == 0, out.stderr
     origin, size, pages = out.stdout.split()
     assert origin.startswith(str(site)) and int(size) > 1000 and "overlay-config" in pages.split(",")
+
+
+# --- without a clone or a venv: uvx and pipx (real ones, from PyPI) ---------------------------------
+
+
+@pytest.fixture(scope="session")
+def uv_bin() -> Path:
+    """A bin folder holding uv and uvx (the PyPI package ships the binaries), in the tests' cache."""
+    target = CACHE / "uv"
+    if not (target / "bin" / "uvx").exists():
+        proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--upgrade", "--target", str(target),
+                               "uv"], capture_output=True, text=True, timeout=600, check=False)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    return target / "bin"
+
+
+@pytest.fixture(scope="session")
+def pipx_path() -> Path:
+    """pipx from PyPI with its dependencies in one folder of the tests' cache (run as ``python -m pipx``)."""
+    target = CACHE / "pipx"
+    if not (target / "pipx" / "__main__.py").exists():
+        proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(target), "pipx"],
+                              capture_output=True, text=True, timeout=600, check=False)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+    return target
+
+
+def test_uvx_and_pipx_run_the_cli_and_the_server_from_a_checkout_or_a_git_url(uv_bin, pipx_path, tmp_path):
+    """The README's one-line runs: ``uvx --from <checkout or git URL> agentjet-swarm-skill`` and ``pipx run
+    --spec ...``, each with its caches, home and tool folders under the test's temp dir; the checkout stays
+    as it was."""
+    checkout = clean_clone(tmp_path / "checkout")
+    before = files_under(checkout)
+    (tmp_path / "home").mkdir()
+    env = {k: v for k, v in cli_env().items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONPYCACHEPREFIX")}
+    env.update(HOME=str(tmp_path / "home"), PATH=f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
+               UV_CACHE_DIR=str(tmp_path / "uv-cache"), UV_TOOL_DIR=str(tmp_path / "uv-tools"),
+               UV_PYTHON=sys.executable, UV_PYTHON_DOWNLOADS="never", XDG_CACHE_HOME=str(tmp_path / "xdg-cache"),
+               PIPX_HOME=str(tmp_path / "pipx-home"), PIPX_BIN_DIR=str(tmp_path / "pipx-bin"),
+               PIP_CACHE_DIR=str(tmp_path / "pip-cache"), PIP_DISABLE_PIP_VERSION_CHECK="1")
+    git_url = f"git+file://{checkout}"
+    smoke = ["call", "episode_cap", "max_env_worker=128", "num_repeat=6", "train_batch_size=32"]
+    pipx = [sys.executable, "-m", "pipx", "run", "--spec"]
+    runs = {"uvx checkout": [str(uv_bin / "uvx"), "--from", str(checkout), "agentjet-swarm-skill", *smoke],
+            "uvx git URL": [str(uv_bin / "uvx"), "--from", git_url, "agentjet-swarm-skill", *smoke],
+            "pipx checkout": [*pipx, str(checkout), "agentjet-swarm-skill", *smoke],
+            "pipx git URL": [*pipx, git_url, "agentjet-swarm-skill", *smoke]}
+    for label, argv in runs.items():
+        done = run(argv, env={**env, "PYTHONPATH": str(pipx_path)} if "pipx" in label else env, cwd=tmp_path,
+                   timeout=600)
+        assert done.returncode == 0, (label, done.stderr[-3000:])
+        assert json.loads(done.stdout)["episode_cap"] == 128, label
+    # the MCP server on stdio, as a client registration would start it
+    code, tools = list_tools_over_stdio([str(uv_bin / "uvx"), "--from", git_url, "agentjet-swarm-skill"], env,
+                                        tmp_path)
+    assert code == 0 and {spec.name for spec in TOOLS} == tools
+    assert files_under(checkout) == before and not list(checkout.rglob("__pycache__"))
+    assert not any((checkout / name).exists() for name in ("build", "dist", ".venv"))

@@ -30,7 +30,14 @@ import pytest
 
 import skill_server
 from tests.conftest import REPO, cli_env
-from tests.test_packaging import CACHE, SKILL_NAME, clean_clone
+from tests.test_packaging import (
+    CACHE,
+    SKILL_NAME,
+    clean_clone,
+    export_checkout,
+    uv_bin,  # noqa: F401  (a fixture)
+)
+from tests.tokens import npm_install
 
 CLAUDE_CODE = "@anthropic-ai/claude-code@2.1.332"
 PLUGIN = "agentjet-swarm"
@@ -79,7 +86,7 @@ def test_the_plugin_manifest_carries_the_skill_and_registers_the_server():
         assert re.search(rf"^name: {SKILL_NAME}$", (folder / "SKILL.md").read_text(), re.M)
     (name, server), = plugin["mcpServers"].items()
     assert name == "agentjet-swarm" and server["args"] == []
-    assert server["env"] == {"SKILL_SERVER_TMUX_SOCKET": "agentjet"}
+    assert "env" not in server  # the tmux socket is one per state folder (checks.default_socket), not pinned
     command = server["command"]
     assert command.startswith("${CLAUDE_PLUGIN_ROOT}/"), command
     resolved = REPO / command.removeprefix("${CLAUDE_PLUGIN_ROOT}/")
@@ -132,7 +139,61 @@ def test_given_an_interpreter_the_launcher_runs_it_as_is(tmp_path):
                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["episode_cap"] == 128 and done.stderr == ""
-    assert not (tmp_path / "cache").exists()
+    assert not (tmp_path / "cache" / "agentjet-swarm-skill" / "venvs").exists()  # no venv made (bytecode only)
+
+
+def test_the_launcher_runs_its_own_folders_files_and_writes_no_bytecode_there(tmp_path):
+    """Started from a folder that holds another skill_server (a checkout the assistant works in), the launcher
+    still runs the files beside it; the bytecode goes to its cache, so a plugin copy stays as installed."""
+    plugin = export_checkout(tmp_path / "plugin")
+    work = tmp_path / "work"
+    (work / "skill_server").mkdir(parents=True)
+    (work / "skill_server" / "__init__.py").write_text("raise SystemExit('the skill_server of the current folder')\n")
+    env = launcher_env(tmp_path) | {"SKILL_SERVER_PYTHON": sys.executable}
+    launcher_copy = str(plugin / "bin" / "agentjet-swarm-skill")
+    done = subprocess.run([launcher_copy, "--version"], capture_output=True, text=True, env=env, cwd=work,
+                          timeout=60, check=False)
+    assert done.returncode == 0 and done.stdout == f"agentjet-swarm-skill {project_version()} " \
+        f"({plugin / 'skill_server'})\n", done.stdout + done.stderr
+    done = subprocess.run([launcher_copy, "call", "episode_cap", "max_env_worker=8", "num_repeat=2"],
+                          capture_output=True, text=True, env=env, cwd=work, timeout=60, check=False)
+    assert done.returncode == 0 and json.loads(done.stdout)["episode_cap"] == 8 and done.stderr == ""
+    assert not list(plugin.rglob("__pycache__"))
+    assert list((tmp_path / "cache" / "agentjet-swarm-skill" / "pycache").rglob("cli.cpython-*.pyc"))
+
+
+def claude_records(plugins: Path, marketplace: Path, copy: Path, project: Path) -> None:
+    """Claude Code's records of a marketplace added from a local folder and this plugin installed from it (their
+    shape as Claude Code 2.1.332 writes them)."""
+    plugins.mkdir(parents=True)
+    (plugins / "known_marketplaces.json").write_text(json.dumps({MARKETPLACE: {
+        "source": {"source": "directory", "path": str(marketplace)}, "installLocation": str(marketplace)}}))
+    (plugins / "installed_plugins.json").write_text(json.dumps({"version": 2, "plugins": {f"{PLUGIN}@{MARKETPLACE}": [
+        {"scope": "project", "projectPath": "/elsewhere", "installPath": "/nonexistent/copy", "version": "0.1.0"},
+        {"scope": "user", "installPath": str(copy), "version": project_version()}]}}))
+
+
+def test_started_from_a_local_marketplace_the_launcher_runs_the_installed_copy(tmp_path):
+    """Claude Code starts a plugin's server from a local marketplace's folder (CLAUDE_PLUGIN_ROOT is that
+    folder), not from the copy it installed: the launcher runs the copy, as installed, found through Claude
+    Code's records. Without records, or started as the copy, or in another folder, it runs its own files."""
+    live, copy = export_checkout(tmp_path / "live"), export_checkout(tmp_path / "copy")
+    plugins = tmp_path / "home" / ".claude" / "plugins"
+    claude_records(plugins, live, copy, tmp_path)
+    env = launcher_env(tmp_path) | {"SKILL_SERVER_PYTHON": sys.executable, "CLAUDE_PLUGIN_ROOT": str(live),
+                                    "CLAUDE_PLUGIN_DATA": str(plugins / "data" / f"{PLUGIN}-{MARKETPLACE}")}
+
+    def version(launcher_root: Path, **changes: str) -> str:
+        done = subprocess.run([str(launcher_root / "bin" / "agentjet-swarm-skill"), "--version"], capture_output=True,
+                              text=True, env=env | changes, cwd=tmp_path, timeout=60, check=False)
+        assert done.returncode == 0 and done.stderr == "", done.stderr
+        return done.stdout.rsplit("(", 1)[1].rstrip(")\n")
+
+    assert version(live) == str(copy / "skill_server")
+    assert version(copy, CLAUDE_PLUGIN_ROOT=str(copy)) == str(copy / "skill_server")
+    assert version(live, CLAUDE_PLUGIN_ROOT=str(tmp_path)) == str(live / "skill_server")  # not Claude Code's start
+    (plugins / "installed_plugins.json").write_text("{}")
+    assert version(live) == str(live / "skill_server")  # no record of an install: as Claude Code asked
 
 
 def test_a_cache_folder_that_cannot_be_made_is_one_line(tmp_path):
@@ -146,10 +207,16 @@ def test_a_cache_folder_that_cannot_be_made_is_one_line(tmp_path):
 
 
 def test_an_install_that_fails_says_why_in_one_line_and_the_next_start_tries_again(tmp_path):
-    """No index reachable (pip told to use none): pip's own last words, exit 3; nothing on stdout."""
+    """No index reachable (pip told to use none): pip's own last words, exit 3; nothing on stdout. A PATH whose
+    python3 is the test's and that has no uv (the test extras install one beside it), so pip makes the venv."""
     (tmp_path / "no-wheels").mkdir()
     env = launcher_env(tmp_path) | {"PIP_CONFIG_FILE": os.devnull, "PIP_NO_INDEX": "1",
                                     "PIP_FIND_LINKS": str(tmp_path / "no-wheels")}
+    only_python = tmp_path / "bin"
+    only_python.mkdir()
+    (only_python / "python3").symlink_to(sys.executable)
+    env["PATH"] = os.pathsep.join([str(only_python)] + [d for d in env["PATH"].split(os.pathsep)
+                                                         if d != str(Path(sys.executable).parent)])
     for attempt in (1, 2):
         done = subprocess.run([str(LAUNCHER), "tools"], capture_output=True, text=True, env=env, cwd=tmp_path,
                               timeout=300, check=False)
@@ -164,8 +231,10 @@ def test_an_install_that_fails_says_why_in_one_line_and_the_next_start_tries_aga
 
 
 def launcher_env(tmp_path: Path) -> dict[str, str]:
-    """A user's environment with nothing of this machine's: own HOME, launcher cache and Claude Code temp."""
-    env = {k: v for k, v in cli_env().items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_ADDOPTS")}
+    """A user's environment with nothing of this machine's: own HOME, launcher cache and Claude Code temp, and
+    Python writing bytecode where it would for a user (the launcher puts it into its cache)."""
+    env = {k: v for k, v in cli_env().items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTEST_ADDOPTS",
+                                                            "PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
     (tmp_path / "cctmp").mkdir(mode=0o700, exist_ok=True)
@@ -184,9 +253,7 @@ def claude() -> Path:
     version = CLAUDE_CODE.rsplit("@", 1)[1]
     if not binary.exists() or version not in subprocess.run([str(binary), "--version"], capture_output=True,
                                                             text=True, timeout=60, check=False).stdout:
-        prefix.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", CLAUDE_CODE],
-                              capture_output=True, text=True, timeout=900, check=False)
+        proc = npm_install(prefix, CLAUDE_CODE)
         assert proc.returncode == 0, f"installing {CLAUDE_CODE} failed: {proc.stderr[-2000:]}"
     return binary
 
@@ -260,7 +327,14 @@ def test_claude_code_validates_installs_and_starts_the_plugin(claude, tmp_path):
     proc = run_claude(claude, env, project, "mcp", "list")
     line = next((x for x in proc.stdout.splitlines() if x.startswith(f"plugin:{PLUGIN}:agentjet-swarm:")), "")
     assert line.endswith("✔ Connected"), proc.stdout + proc.stderr
-    assert "bin/agentjet-swarm-skill" in line
+    # Claude Code starts the marketplace folder's launcher (the line names it), which runs the installed copy:
+    # the bytecode of the server's modules is the copy's (the launcher's cache mirrors the source paths)
+    assert f"{checkout}/bin/agentjet-swarm-skill" in line, line
+    (copy,) = [p.parent.parent for p in (tmp_path / "home" / ".claude" / "plugins").rglob("bin/agentjet-swarm-skill")]
+    pycache = tmp_path / "cache" / "agentjet-swarm-skill" / "pycache"
+    assert list((pycache / str(copy).lstrip("/") / "skill_server" / "app").glob("mcp_server.*.pyc")), copy
+    assert not list((pycache / str(checkout).lstrip("/")).rglob("mcp_server.*.pyc"))
+    assert not list(copy.rglob("__pycache__")) and not (copy / ".git").exists()  # as installed
     installer_done(venv.parent / f"{venv.name}.lock", timeout=600)
     assert (venv / ".ajs-plots-ready").exists(), log.read_text()[-3000:]
     # and the venv's server answers from the CLI too, as the assistant's shell runs it (on PATH in Claude Code)
@@ -269,17 +343,6 @@ def test_claude_code_validates_installs_and_starts_the_plugin(claude, tmp_path):
                           text=True, env=env, cwd=project, timeout=60, check=False)
     assert done.returncode == 0 and json.loads(done.stdout)["episode_cap"] == 256, done.stderr
     assert done.stderr == ""  # a ready venv: not a word on stderr either
-
-
-@pytest.fixture(scope="session")
-def uv_bin() -> Path:
-    """A bin folder holding uv (the PyPI package ships the binary), in the tests' cache."""
-    target = CACHE / "uv"
-    if not (target / "bin" / "uv").exists():
-        proc = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--target", str(target), "uv"],
-                              capture_output=True, text=True, timeout=600, check=False)
-        assert proc.returncode == 0, proc.stderr[-2000:]
-    return target / "bin"
 
 
 def test_with_uv_on_path_the_first_start_takes_seconds(uv_bin, tmp_path):

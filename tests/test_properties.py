@@ -447,6 +447,9 @@ def world(tmp_path, private_tmux, monkeypatch):
     w = make_world(tmp_path / "world")
     (w.root / "work").mkdir()
     monkeypatch.chdir(w.root)
+    # a home of the world's own: defaults such as ray_cluster's workdir "~" write there, not into the session's
+    (w.root / "home").mkdir()
+    monkeypatch.setenv("HOME", str(w.root / "home"))
     stand_ins = tmp_path / "stand-ins"
     stand_ins.mkdir()
     for name, body in STAND_INS.items():

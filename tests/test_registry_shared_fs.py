@@ -25,6 +25,7 @@ from skill_server.experiments import store
 from tests.conftest import call_cli, cli_env
 from tests.experiment_helpers import call, tmux_socket, wait_until, workdir  # noqa: F401  (fixtures)
 from tests.sshd import LoopbackSshd
+from tests.system_packages import MissingProgram, require
 from tests.tmp_dirs import short_tmp_dir
 
 # ---- which filesystem holds a path ---------------------------------------------------------------------
@@ -86,8 +87,12 @@ def test_a_node_local_folder_that_is_a_symlink_or_another_users_is_refused(tmp_p
 @pytest.fixture(scope="module")
 def sshfs_mount():
     """An sshfs mount (FUSE, over the loopback sshd) of a temp folder; unmounted at the end."""
-    if not Path("/dev/fuse").exists() or shutil.which("sshfs") is None or shutil.which("fusermount") is None:
-        pytest.skip("needs /dev/fuse, sshfs and fusermount (apt-get install -y sshfs; .ci/run does it)")
+    if not Path("/dev/fuse").exists():
+        pytest.skip("this machine has no /dev/fuse (a container started without the FUSE device): no sshfs mount")
+    try:
+        require("sshfs", "fusermount")
+    except MissingProgram as exc:
+        pytest.fail(str(exc), pytrace=False)
     server = LoopbackSshd().start()
     export = server.root / "export"
     export.mkdir()
@@ -149,6 +154,30 @@ def test_an_explicit_registry_dir_on_sshfs_is_honoured_with_a_warning(sshfs_moun
 
 
 # ---- two controllers, one registry ---------------------------------------------------------------------
+
+def test_a_registry_that_another_process_is_creating_is_waited_for_not_locked(tmp_path: Path):
+    """The cause of the load-dependent "database is locked" of two controllers' first launches: SQLite turns
+    a new database into WAL by upgrading a read transaction, without its busy handler, so the second of two
+    processes creating the registry at once failed at once. Here the other process holds the new database's
+    write lock for half a second: opening it waits and comes out in WAL mode."""
+    path = tmp_path / store.DB_NAME
+    other = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("CREATE TABLE being_created (x)")
+    release = threading.Timer(0.5, other.execute, ("COMMIT",))
+    conn = store._connect(path)
+    try:
+        started = time.monotonic()
+        release.start()
+        store._prepare(conn, True)
+        waited = time.monotonic() - started
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        assert waited >= 0.4, waited
+    finally:
+        release.join()
+        conn.close()
+        other.close()
+
 
 LAUNCHES = 10
 

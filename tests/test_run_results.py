@@ -3,7 +3,6 @@ best value with its step (real tmux on a private socket per test where a run is 
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ from skill_server.experiments.fixes import hint_for
 from skill_server.experiments.signatures import SIGNATURES_BY_NAME
 from tests.experiment_helpers import call, tmux_socket, trainer, wait_exit, workdir  # noqa: F401  (fixtures by name)
 
-needs_tmux = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+needs_tmux = pytest.mark.needs("tmux")
 
 KV_LINE = ("(WorkerDict pid=48213) ValueError: The model's max seq len (18000) is larger than the maximum number of "
            "tokens that can be stored in KV cache (14336). Try increasing `gpu_memory_utilization` or decreasing "
@@ -230,3 +229,26 @@ def test_a_swanlab_logger_without_its_key_is_refused_before_launch(tmux_socket: 
     out = call("launch_experiment", name="tb", command=trainer("--steps", "1") + " --conf tb.yaml",
                workdir=str(workdir))
     assert wait_exit(out["id"])["state"] == "succeeded"
+
+
+def test_a_first_plot_says_nothing_on_stderr_about_matplotlibs_font_cache(tmp_path: Path):
+    """A fresh matplotlib config folder: the first plot builds the font list (matplotlib says so on stderr when
+    that takes over 5 s, from a timer: the notice is sent here as the timer would, after a real first draw);
+    the notice is dropped, other warnings of the font manager still show."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, cli_env
+
+    code = ("import logging\n"
+            "from skill_server.experiments.plots import Curve, render\n"
+            "picture = render([Curve('run', 'loss', [1, 2, 3], [0.5, 0.4, 0.3])], 'first plot')\n"
+            "assert picture.png.startswith(b'\\x89PNG')\n"
+            "font_manager = logging.getLogger('matplotlib.font_manager')\n"
+            "font_manager.warning('Matplotlib is building the font cache; this may take a moment.')\n"
+            "font_manager.warning('findfont: a real warning')\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300,
+                          env=cli_env(MPLCONFIGDIR=str(tmp_path / "mpl")), check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == "findfont: a real warning\n"
+    assert list((tmp_path / "mpl").glob("fontlist-*.json"))  # it was a first plot: the font list was built

@@ -14,6 +14,7 @@ import pytest
 from skill_server.hosts.agent.protocol import host_identity
 from tests.experiment_helpers import call, marked_pids, status, tmux_socket, trainer, wait_until, workdir  # noqa: F401  (fixtures)
 from tests.faults import FullDisk, have_root_mounts
+from tests.tmp_dirs import kill_run_processes
 
 needs_root = pytest.mark.skipif(not have_root_mounts(), reason="mounting a tmpfs needs root")
 
@@ -28,6 +29,7 @@ def full_state_disk(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     try:
         yield disk
     finally:
+        kill_run_processes(str(disk.path / "state"))  # a failed test's runs hold files there: they go first
         disk.free()
         disk.unmount()
 
@@ -59,6 +61,9 @@ def test_a_wrapper_killed_on_a_full_disk_is_lost_only_because_no_code_exists(tmu
     wait_until(lambda: len(marked_pids(out["id"] + "/")) >= 3)
     full_state_disk.fill()
     for pid in marked_pids(out["id"] + "/"):
-        os.kill(pid, signal.SIGKILL)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:  # ended with its parent between the listing and the kill
+            pass
     seen = wait_until(lambda: (s := status(out["id"], max_lines=0))["state"] != "running" and s)
     assert seen["state"] == "lost" and seen["exit_code"] is None

@@ -12,7 +12,7 @@ import pytest
 from skill_server.hosts.agent.protocol import host_identity
 from tests.conftest import cli_env, run_cli
 from tests.experiment_helpers import call, marked_pids, status, tmux_socket, trainer, wait_exit, wait_until, workdir  # noqa: F401  (fixtures are used by name)
-from tests.faults import clock_step_env, have_faketime
+from tests.faults import clock_step_env
 
 
 def test_stopping_the_finished_attempt_leaves_the_relaunch_running(tmux_socket: str, workdir: Path):
@@ -31,7 +31,7 @@ def test_stopping_the_finished_attempt_leaves_the_relaunch_running(tmux_socket: 
     assert marked_pids(new["id"] + "/") == []
 
 
-@pytest.mark.skipif(not have_faketime(), reason="libfaketime (Debian: faketime) is not installed")
+@pytest.mark.needs("libfaketime")
 def test_a_backwards_clock_step_does_not_change_which_run_a_name_means(tmux_socket: str, workdir: Path):
     first = call("launch_experiment", name="stepped", command=trainer("--mode", "hang"), workdir=str(workdir))
     call("stop_experiment", id=first["id"], grace_s=1)
@@ -59,7 +59,7 @@ def test_the_run_directory_carries_the_host_identity(tmux_socket: str, workdir: 
     assert (run_dir / host_identity() / "main.exit").read_text().strip() == "0"
 
 
-@pytest.mark.skipif(not have_faketime(), reason="libfaketime (Debian: faketime) is not installed")
+@pytest.mark.needs("libfaketime")
 @pytest.mark.parametrize("step", ["+25h", "+30m", "-3d"])
 def test_a_wall_clock_step_changes_no_verdict(tmux_socket: str, workdir: Path, step: str):
     """Durations that decide a state come from the host's boot-relative clock: a status asked by a process

@@ -171,6 +171,7 @@ def test_a_running_run_is_on_a_node_with_its_gpu_and_stop_cancels_it(lab: Lab):
     assert lab.status(run["id"])["state"] == "stopped"
 
 
+@pytest.mark.needs("pgrep")
 def test_a_run_that_ignores_sigterm_is_stopped_only_once_slurm_has_killed_it(lab: Lab):
     run = lab.launch("stubborn", STUBBORN)
     lab.wait_for(run["id"], lambda s: "stubborn" in s["lines"], timeout=60)
@@ -186,9 +187,9 @@ def test_a_run_that_ignores_sigterm_is_stopped_only_once_slurm_has_killed_it(lab
         assert left.stdout.strip() == "", node
 
 
-def test_a_controller_killed_after_sbatch_leaves_no_orphan_job(lab: Lab, tmp_path: Path):
-    """sbatch (the real one) answers, then the launching CLI is killed before it records the job: the next
-    call of any tool rolls the launch back, cancelling the job by its name (the run's id)."""
+def launch_killed_after_sbatch(lab: Lab, tmp_path: Path, name: str, command: str) -> None:
+    """Launch through an sbatch (the real one) that answers, then lingers: the launching CLI is killed once the
+    job is submitted, before it records the job."""
     slow = tmp_path / "bin"
     slow.mkdir()
     real = shutil.which("sbatch")
@@ -196,7 +197,7 @@ def test_a_controller_killed_after_sbatch_leaves_no_orphan_job(lab: Lab, tmp_pat
                                  "exit $code\n")
     (slow / "sbatch").chmod(0o755)
     env = {**lab.env, "PATH": f"{slow}:{lab.env['PATH']}"}
-    args = {"name": "orphan", "command": "sleep 300", "workdir": str(lab.work), "slurm": {}}
+    args = {"name": name, "command": command, "workdir": str(lab.work), "slurm": {}}
     proc = subprocess.Popen(lab.argv("launch_experiment", args), env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, cwd=REPO)
     end = time.monotonic() + 60
@@ -205,6 +206,12 @@ def test_a_controller_killed_after_sbatch_leaves_no_orphan_job(lab: Lab, tmp_pat
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.communicate()
+
+
+def test_a_controller_killed_after_sbatch_leaves_no_orphan_job(lab: Lab, tmp_path: Path):
+    """sbatch (the real one) answers, then the launching CLI is killed before it records the job: the next
+    call of any tool rolls the launch back, cancelling the job by its name (the run's id)."""
+    launch_killed_after_sbatch(lab, tmp_path, "orphan", "sleep 300")
     names = lab.cluster.run("squeue", "-h", "-o", "%j|%T").stdout.split()
     assert any(n.startswith("ajet_orphan-") for n in names), names
     listed = lab.call("experiment_status")  # any call finishes the interrupted launch

@@ -23,11 +23,26 @@ def test_options_come_from_the_slurm_argument_and_the_max_time():
     assert slurm.options({}, "x", "/r", 30)[4:6] == ["--time=1", "--nodes=1"]  # a minute at least
 
 
-@pytest.mark.parametrize("arg", ["--output=/tmp/o", "-J", "--wrap=true", "--chdir=/"])
+@pytest.mark.parametrize("arg", ["--output=/tmp/o", "-J", "--wrap=true", "--chdir=/", "-Jname", "-o path",
+                                 "--time=UNLIMITED", "-t10", "-t 10", "--job=other", "--ti=5", "-vJname", "-e/tmp/e",
+                                 "-D/", "--out=/tmp/o"])
 def test_extra_args_may_not_set_what_the_tool_sets(arg: str):
     with pytest.raises(AgentError) as err:
         slurm.options({"extra_args": [arg]}, "x", "/r", 60)
     assert err.value.field == "slurm.extra_args"
+
+
+@pytest.mark.parametrize("arg", ["--time-min=5", "--constraint=a100", "-p gpu", "-w node1", "-N2", "--exclusive",
+                                 "-vv", "--begin=now+1hour"])
+def test_extra_args_that_set_nothing_of_the_tool_s_are_passed_on(arg: str):
+    assert slurm.options({"extra_args": [arg]}, "x", "/r", 60)[-1] == arg
+
+
+def test_a_short_form_is_refused_through_the_tool_naming_the_field(tmp_path):
+    with pytest.raises(ToolInputError) as err:
+        call("launch_experiment", name="short", command="true", workdir=str(tmp_path),
+             slurm={"extra_args": ["-Jother"]})
+    assert err.value.field == "slurm.extra_args" and "-Jother sets -J" in str(err.value)
 
 
 @pytest.mark.parametrize("ray", [None, "/venv/bin/ray"])

@@ -3,7 +3,6 @@ and it says what the answer's own fields say."""
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -87,7 +86,7 @@ def test_ray_cluster_summary_says_the_state_and_the_next_step():
     assert cluster_summary(ready) == "Ray cluster on gpu1 (run r1, running): ready, 2/2 nodes alive."
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@pytest.mark.needs("tmux")
 def test_the_experiment_tools_say_the_runs_state_and_the_next_call(tmux_socket: str, workdir: Path):
     out = ecall("launch_experiment", name="said", workdir=str(workdir),
                 command=trainer("--steps", "3", "--delay", "0.2"))
@@ -120,7 +119,7 @@ def test_the_experiment_tools_say_the_runs_state_and_the_next_call(tmux_socket: 
     assert stopped["summary"].startswith(f"Run {exp_id} succeeded (nothing was running to stop)")
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+@pytest.mark.needs("tmux")
 def test_a_crashed_run_and_a_running_one_say_so_with_the_error_and_the_next_call(tmux_socket: str, workdir: Path):
     crashed = ecall("launch_experiment", name="crash", workdir=str(workdir), command=trainer("--mode", "crash"))
     waited = ecall("wait_experiment", id=crashed["id"], until="exit", timeout_s=30)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import time
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from skill_server.swarm.links import DEFAULT_SWARM_PORT, server_address
 from tests.conftest import REPO, call_cli
 from tests.swarm_standin import SwarmStandin, SwarmState, free_port_with_nothing_listening
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+pytestmark = pytest.mark.needs("tmux")
 STANDIN_COMMAND = REPO / "tests" / "fixtures" / "ajet_swarm_standin.py"
 
 

@@ -66,12 +66,22 @@ def test_the_mcp_servers_start_up_imports_no_plotting():
     messages = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}},
         {"jsonrpc": "2.0", "method": "notifications/initialized"}, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]
-    proc = subprocess.run([sys.executable, "-c", SERVER_TELLS_ITS_IMPORTS],
-                          input="".join(json.dumps(m) + "\n" for m in messages), capture_output=True, text=True,
-                          cwd=REPO, env=cli_env(), timeout=120, check=False)
-    replies = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
-    assert [r.get("id") for r in replies] == [1, 2] and replies[1]["result"]["tools"], proc.stderr[-2000:]
-    assert "PLOT MODULES []" in proc.stderr, proc.stderr[-2000:]
+    proc = subprocess.Popen([sys.executable, "-c", SERVER_TELLS_ITS_IMPORTS], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=cli_env())
+    try:  # stdin stays open until the listing came back: a server at EOF may drop a request still under way
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write("".join(json.dumps(m) + "\n" for m in messages))
+        proc.stdin.flush()
+        replies = [json.loads(proc.stdout.readline()) for _ in range(2)]
+        proc.stdin.close()
+        proc.wait(timeout=120)
+        err = proc.stderr.read() if proc.stderr is not None else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert [r.get("id") for r in replies] == [1, 2] and replies[1]["result"]["tools"], err[-2000:]
+    assert "PLOT MODULES []" in err, err[-2000:]
 
 
 def test_tools_json_lists_schemas():
@@ -281,6 +291,19 @@ def test_an_unexpected_exception_is_one_line(monkeypatch, capsys):
     err = capsys.readouterr().err
     assert code == 1 and err.count("\n") == 1
     assert err.startswith("episode_cap: internal error: ZeroDivisionError: division by zero second line")
+
+
+def test_main_called_with_arguments_leaves_the_garbage_collector_alone(capsys):
+    """Only a process running one call from its own command line collects less often and freezes what is alive
+    before it ends; a caller of main(argv) (an embedder, these tests) keeps its collector as it was."""
+    import gc
+
+    from skill_server.app import cli
+
+    before = (gc.get_threshold(), gc.get_freeze_count(), gc.isenabled())
+    code = cli.main(["call", "episode_cap", "max_env_worker=8", "num_repeat=2"])
+    assert code == 0 and json.loads(capsys.readouterr().out)["episode_cap"] == 8
+    assert (gc.get_threshold(), gc.get_freeze_count(), gc.isenabled()) == before
 
 
 def test_a_python_without_the_dependencies_says_what_to_install(tmp_path):

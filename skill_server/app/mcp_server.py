@@ -9,6 +9,14 @@ notifications. A result is structured content plus the same JSON as a text block
 ``ImageAttachment`` picture an image block and a link to the kept copy (``agentjet://plot/{name}``, served
 here as a resource: clients that show the model only the structured result drop image blocks). This
 module is the only one that imports the MCP SDK.
+
+What a person watching a long call wants to see goes to the client as log messages (MCP's ``logging``
+capability, declared: ``notifications/message`` from logger ``agentjet-swarm-skill``): every tool's
+progress messages (the waits, and whatever a tool reports through its ``progress`` callback), and for any
+call that runs longer than ``LONG_CALL_S`` that it is still running and how it ended. ``logging/setLevel``
+sets the least level sent (default ``info``); 2026-07-28 clients opt in per request, as the SDK enforces.
+With ``SKILL_SERVER_READ_ONLY=1`` only the tools whose hints say they change nothing are listed and run
+(``app.table.published_tools``).
 """
 
 from __future__ import annotations
@@ -24,6 +32,9 @@ import secrets
 import signal
 import sys
 import threading
+import time
+import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,13 +47,14 @@ import pydantic_core
 from mcp.server import Server, ServerRequestContext
 from mcp.server.stdio import stdio_server
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
-from mcp.shared.exceptions import MCPError
+from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.types import (
     INVALID_PARAMS,
     BlobResourceContents,
     CallToolRequestParams,
     CallToolResult,
     ContentBlock,
+    EmptyResult,
     GetPromptRequestParams,
     GetPromptResult,
     ImageContent,
@@ -50,6 +62,7 @@ from mcp.types import (
     ListResourcesResult,
     ListResourceTemplatesResult,
     ListToolsResult,
+    LoggingLevel,
     PaginatedRequestParams,
     Prompt,
     PromptArgument,
@@ -59,6 +72,7 @@ from mcp.types import (
     Resource,
     ResourceLink,
     ResourceTemplate,
+    SetLevelRequestParams,
     TextContent,
     TextResourceContents,
     Tool,
@@ -66,7 +80,14 @@ from mcp.types import (
 )
 
 from skill_server import __version__
-from skill_server.app.table import TOOLS, TOOLS_BY_NAME, schema_manifest
+from skill_server.app.table import (
+    READ_ONLY_ENV,
+    TOOLS_BY_NAME,
+    published_tools,
+    read_only_mode,
+    refusal,
+    schema_manifest,
+)
 from skill_server.core.deadline import CALL_BOUND_S, request_shutdown, shutdown_requested
 from skill_server.core.errors import SkillError, internal_error_message
 
@@ -87,27 +108,122 @@ INSTRUCTIONS = (
     "`python -m skill_server call TOOL --json '{...}'` (`call TOOL --help` lists a tool's arguments)."
 )
 
+READ_ONLY_INSTRUCTIONS = (
+    f" This server is read-only ({READ_ONLY_ENV}=1): it lists and runs only the tools that change nothing, so "
+    "launching, stopping, writing results and starting Ray clusters are not available here."
+)
+
 RequestContext = ServerRequestContext[Any]
 
 
 def build_server() -> Server[Any]:
-    """The MCP server: every tool of the table, the reference pages and the overrides table, two prompts."""
-    return Server(
-        SERVER_NAME,
-        version=__version__,
-        instructions=INSTRUCTIONS,
-        get_tool_input_schema=_input_schema,
-        on_list_tools=_list_tools,
-        on_call_tool=_call_tool,
-        on_list_resources=_list_resources,
-        on_list_resource_templates=_list_resource_templates,
-        on_read_resource=_read_resource,
-        on_list_prompts=_list_prompts,
-        on_get_prompt=_get_prompt,
-        # nothing is ever published (the lists are fixed); served so that 2026-07-28 clients are offered the
-        # same capabilities as from the SDK's high-level server, which serves it by default
-        on_subscriptions_listen=ListenHandler(InMemorySubscriptionBus()),
-    )
+    """The MCP server: the table's tools (only those that change nothing in read-only mode), the reference
+    pages and the overrides table, two prompts, and log messages to the client."""
+    read_only = read_only_mode()
+    with warnings.catch_warnings():
+        # logging/setLevel is deprecated as of 2026-07-28 (SEP-2577), but Claude Code and Codex speak the
+        # 2025-11-25 handshake, where the capability is how a client gets a long call's log messages
+        warnings.simplefilter("ignore", MCPDeprecationWarning)
+        return Server(
+            SERVER_NAME,
+            version=__version__,
+            instructions=INSTRUCTIONS + (READ_ONLY_INSTRUCTIONS if read_only else ""),
+            get_tool_input_schema=_input_schema,
+            on_list_tools=_list_tools,
+            on_call_tool=_call_tool,
+            on_list_resources=_list_resources,
+            on_list_resource_templates=_list_resource_templates,
+            on_read_resource=_read_resource,
+            on_list_prompts=_list_prompts,
+            on_get_prompt=_get_prompt,
+            on_set_logging_level=_set_logging_level,
+            # nothing is ever published (the lists are fixed); served so that 2026-07-28 clients are offered the
+            # same capabilities as from the SDK's high-level server, which serves it by default
+            on_subscriptions_listen=ListenHandler(InMemorySubscriptionBus()),
+        )
+
+
+# --- log messages to the client ------------------------------------------------------------------
+
+LOGGER_NAME = SERVER_NAME
+_LEVELS: tuple[LoggingLevel, ...] = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+DEFAULT_CLIENT_LOG_LEVEL: LoggingLevel = "info"
+#: A call running this long is reported as still running (then every ``LONG_CALL_EVERY_S``), and its end too.
+LONG_CALL_S = 10.0
+LONG_CALL_EVERY_S = 30.0
+#: Progress messages become log messages at most this often (the last one of a call always does).
+PROGRESS_LOG_EVERY_S = 5.0
+#: The least level each connected client asked for (``logging/setLevel``), by connection.
+_CLIENT_LEVELS: weakref.WeakKeyDictionary[Any, LoggingLevel] = weakref.WeakKeyDictionary()
+
+
+def _connection(ctx: RequestContext) -> Any:
+    """The client connection a request came on. The SDK (2.3) hands each request a ``ServerSession`` of its own
+    and keeps the connection it wraps private; the level a client sets must outlive the request that set it."""
+    return getattr(ctx.session, "_connection", ctx.session)
+
+
+async def _set_logging_level(ctx: RequestContext, params: SetLevelRequestParams) -> EmptyResult:
+    _CLIENT_LEVELS[_connection(ctx)] = params.level
+    return EmptyResult()
+
+
+class ClientLog:
+    """Log messages about one tool call to the client that made it (best effort: a message that cannot be
+    sent never fails the call). ``send`` from the event loop, ``send_from_thread`` from the tool's thread."""
+
+    def __init__(self, ctx: RequestContext, tool: str) -> None:
+        self.ctx = ctx
+        self.tool = tool
+
+    def wanted(self, level: LoggingLevel) -> bool:
+        least = _CLIENT_LEVELS.get(_connection(self.ctx), DEFAULT_CLIENT_LOG_LEVEL)
+        return _LEVELS.index(level) >= _LEVELS.index(least)
+
+    async def send(self, level: LoggingLevel, text: str) -> None:
+        if not self.wanted(level):
+            return
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", MCPDeprecationWarning)
+                await self.ctx.session.send_log_message(level, f"{self.tool}: {text}", logger=LOGGER_NAME,
+                                                        related_request_id=self.ctx.request_id)
+        except Exception:
+            log.debug("log message to the client failed", exc_info=True)
+
+    def send_from_thread(self, level: LoggingLevel, text: str) -> None:
+        import anyio.from_thread
+
+        try:
+            anyio.from_thread.run(self.send, level, text)
+        except Exception:
+            log.debug("log message to the client failed", exc_info=True)
+
+
+async def _watched(client_log: ClientLog, run: Callable[[], Any]) -> Any:
+    """``run()`` on a worker thread while ``_report_long_call`` watches it; its result, or its exception as is."""
+    outcome: dict[str, Any] = {}
+    async with anyio.create_task_group() as watch:
+        watch.start_soon(_report_long_call, client_log)
+        try:
+            outcome["result"] = await anyio.to_thread.run_sync(run)
+        except Exception as exc:  # raised below, outside the task group (which would wrap it in a group)
+            outcome["error"] = exc
+        finally:
+            watch.cancel_scope.cancel()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+async def _report_long_call(client_log: ClientLog) -> None:
+    """While a call runs (this task is cancelled at its end): "still running" after ``LONG_CALL_S``, then
+    every ``LONG_CALL_EVERY_S``."""
+    started = time.monotonic()
+    await anyio.sleep(LONG_CALL_S)
+    while True:
+        await client_log.send("info", f"still running after {time.monotonic() - started:.0f} s")
+        await anyio.sleep(LONG_CALL_EVERY_S)
 
 
 # --- tools ---------------------------------------------------------------------------------------
@@ -119,9 +235,10 @@ def _input_schema(name: str) -> dict[str, Any] | None:
     return None if schemas is None else schemas["input"]
 
 
-@functools.lru_cache(maxsize=1)
-def _tool_listing() -> tuple[Tool, ...]:
-    """Every tool as ``tools/list`` publishes it (built once: the table and the manifest are fixed)."""
+@functools.lru_cache(maxsize=2)
+def _tool_listing(read_only: bool) -> tuple[Tool, ...]:
+    """The published tools as ``tools/list`` lists them (built once per mode: the table and the manifest are
+    fixed); ``read_only``: only those whose hints say they change nothing."""
     manifest = schema_manifest()
     return tuple(
         Tool(
@@ -137,33 +254,46 @@ def _tool_listing() -> tuple[Tool, ...]:
                 open_world_hint=spec.open_world,
             ),
         )
-        for spec in TOOLS
+        for spec in published_tools(read_only)
     )
 
 
 async def _list_tools(ctx: RequestContext, params: PaginatedRequestParams | None) -> ListToolsResult:
-    return ListToolsResult(tools=list(_tool_listing()))
+    return ListToolsResult(tools=list(_tool_listing(read_only_mode())))
 
 
 async def _call_tool(ctx: RequestContext, params: CallToolRequestParams) -> CallToolResult:
-    """Run one tool; any failure is an ``isError`` result whose text says what went wrong, in one line."""
+    """Run one tool; any failure is an ``isError`` result whose text says what went wrong, in one line. A call
+    that runs long is reported to the client as log messages while it runs and when it ends."""
     spec = TOOLS_BY_NAME.get(params.name)
     if spec is None:
         return _failed(params.name, f"Unknown tool: {params.name}")
-    progress = _progress_reporter(ctx) if spec.reports_progress else None
+    refused = refusal(spec)
+    if refused is not None:
+        return _failed(spec.name, f"Error executing tool {spec.name}: {refused}")
+    client_log = ClientLog(ctx, spec.name)
+    progress = _progress_reporter(ctx, client_log) if spec.reports_progress else None
     if not _IN_FLIGHT.enter():
         return _failed(spec.name, f"Error executing tool {spec.name}: the server is shutting down (a signal "
                                   "stopped it); start it again")
+    started = time.monotonic()
+    outcome = "failed"
     try:
-        result = await anyio.to_thread.run_sync(functools.partial(spec.invoke, params.arguments or {}, progress))
+        result = await _watched(client_log, functools.partial(spec.invoke, params.arguments or {}, progress))
+        outcome = "done"
         return _tool_result(result, spec.dump(result))
     except SkillError as exc:
+        outcome = f"failed: {exc}"
         return _failed(spec.name, f"Error executing tool {spec.name}: {exc}")
     except Exception as exc:  # a bug: say what it was instead of a generic failure
         log.exception("tool %s failed", spec.name)
+        outcome = f"failed: {internal_error_message(exc)}"
         return _failed(spec.name, f"Error executing tool {spec.name}: {internal_error_message(exc)}")
     finally:
         _IN_FLIGHT.leave()
+        took = time.monotonic() - started
+        if took >= LONG_CALL_S:
+            await client_log.send("info" if outcome == "done" else "warning", f"{outcome} after {took:.0f} s")
 
 
 def _failed(name: str, text: str) -> CallToolResult:
@@ -171,19 +301,25 @@ def _failed(name: str, text: str) -> CallToolResult:
     return CallToolResult(content=[TextContent(type="text", text=text)], is_error=True)
 
 
-def _progress_reporter(ctx: RequestContext) -> Callable[..., None]:
-    """The ``progress`` callback a tool calls from its worker thread: one MCP progress notification a call.
-
-    A no-op when the client asked for no progress (the SDK drops it). Best effort: a notification that
-    cannot be sent never fails the tool.
+def _progress_reporter(ctx: RequestContext, client_log: ClientLog) -> Callable[..., None]:
+    """The ``progress`` callback a tool calls from its worker thread: one MCP progress notification a call
+    (a no-op when the client asked for no progress: the SDK drops it), and the message as a log message to
+    the client, at most every ``PROGRESS_LOG_EVERY_S`` (the last one, ``done == total``, always). Best
+    effort: a notification that cannot be sent never fails the tool.
     """
     import anyio.from_thread  # here, not at the top: only a tool that reports progress needs it (start-up time)
+
+    last_logged = [float("-inf")]
 
     def progress(done: float, total: float | None = None, message: str | None = None) -> None:
         try:
             anyio.from_thread.run(functools.partial(ctx.session.report_progress, done, total, message))
         except Exception:
             log.debug("progress notification failed", exc_info=True)
+        now = time.monotonic()
+        if message and (now - last_logged[0] >= PROGRESS_LOG_EVERY_S or (total is not None and done >= total)):
+            last_logged[0] = now
+            client_log.send_from_thread("info", message)
 
     return progress
 
@@ -313,6 +449,8 @@ class PromptSpec:
     template: str
     required: tuple[str, ...] = ()
     optional: dict[str, str] = field(default_factory=dict)  # name -> the value used when not given
+    #: it asks for tools that change things (not offered in read-only mode)
+    changes: bool = False
 
     def render(self, arguments: dict[str, str]) -> str:
         """The prompt's text; a missing or unknown argument is an error naming it."""
@@ -354,10 +492,14 @@ EXPLAIN_GAUGE = """Explain why overwatch's "Running Episodes" gauge sits where i
 
 PROMPTS: dict[str, PromptSpec] = {prompt.name: prompt for prompt in (
     PromptSpec("run-blueprint", "Run an AgentJet experiment blueprint end to end.", RUN_BLUEPRINT,
-               required=("blueprint",)),
+               required=("blueprint",), changes=True),
     PromptSpec("explain-gauge", "Explain the overwatch Running Episodes gauge of a swarm server.", EXPLAIN_GAUGE,
                optional={"url": "http://localhost:10086"}),
 )}
+
+
+def _offered(prompt: PromptSpec) -> bool:
+    return not (prompt.changes and read_only_mode())
 
 
 async def _list_prompts(ctx: RequestContext, params: PaginatedRequestParams | None) -> ListPromptsResult:
@@ -365,7 +507,7 @@ async def _list_prompts(ctx: RequestContext, params: PaginatedRequestParams | No
         Prompt(name=prompt.name, description=prompt.description,
                arguments=[PromptArgument(name=name, required=True) for name in prompt.required]
                + [PromptArgument(name=name, required=False) for name in prompt.optional])
-        for prompt in PROMPTS.values()])
+        for prompt in PROMPTS.values() if _offered(prompt)])
 
 
 async def _get_prompt(ctx: RequestContext, params: GetPromptRequestParams) -> GetPromptResult:
@@ -373,6 +515,9 @@ async def _get_prompt(ctx: RequestContext, params: GetPromptRequestParams) -> Ge
     try:
         if prompt is None:
             raise ValueError(f"Unknown prompt: {params.name}")
+        if not _offered(prompt):
+            raise ValueError(f"prompt {params.name} launches experiments, and this server is read-only "
+                             f"({READ_ONLY_ENV}=1)")
         text = prompt.render(params.arguments or {})
     except ValueError as exc:
         raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None

@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import importlib
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -387,7 +388,10 @@ TOOLS: tuple[ToolSpec, ...] = (
         details=(
             "Ctrl-C is SIGINT to each process group; grace_s defaults to 10; SIGTERM and SIGKILL also reach processes "
             "that left the group (setsid, double fork). The run is never reported stopped while a process of it "
-            "lives. Its tmux sessions are removed; sessions not in the registry are never touched."
+            "lives. Its tmux sessions are removed; sessions not in the registry are never touched. Any id of a "
+            "resumed run stops its later attempts too and cancels a relaunch waiting for its backoff (the summary "
+            "says so). A Slurm job whose controller does not answer is stopped by the run's monitor on its node, "
+            "and the summary says the stop could not be confirmed."
         ),
         read_only=False,
         destructive=True,
@@ -543,3 +547,39 @@ def write_schema_manifest() -> Path:
     # the skills CLI copies this file into every assistant's skill folder.
     text = json.dumps(build_schema_manifest(), indent=0) + "\n"
     return write_text_atomic(SCHEMA_MANIFEST, text, overwrite=True)
+
+
+# --- read-only mode ---------------------------------------------------------------------------------
+
+#: ``SKILL_SERVER_READ_ONLY=1`` in the server's (or the CLI's) environment: only the tools whose hints say they
+#: change nothing (``read_only``) are published and run; a call of another is refused, saying why.
+READ_ONLY_ENV = "SKILL_SERVER_READ_ONLY"
+_ON, _OFF = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def read_only_mode() -> bool:
+    """Whether ``SKILL_SERVER_READ_ONLY`` asks for read-only mode; a value that is neither on nor off is an
+    error (``ToolInputError`` naming the variable), never a guess."""
+    value = os.environ.get(READ_ONLY_ENV, "").strip().lower()
+    if value in _OFF:
+        return False
+    if value in _ON:
+        return True
+    raise ToolInputError(f"{os.environ[READ_ONLY_ENV]!r} is neither on (1, true, yes) nor off (0, false, no, empty)",
+                         field=READ_ONLY_ENV)
+
+
+def published_tools(read_only: bool | None = None) -> tuple[ToolSpec, ...]:
+    """The tools both front ends publish: all of them, or in read-only mode those that change nothing."""
+    only_reads = read_only_mode() if read_only is None else read_only
+    return tuple(spec for spec in TOOLS if spec.read_only) if only_reads else TOOLS
+
+
+def refusal(spec: ToolSpec) -> str | None:
+    """Why ``spec`` may not run here (read-only mode and a tool that changes things), or None."""
+    if spec.read_only or not read_only_mode():
+        return None
+    allowed = ", ".join(t.name for t in published_tools(True))
+    return (f"refused: {READ_ONLY_ENV}=1 (read-only mode) runs only the tools that change nothing, and "
+            f"{spec.name} changes things; it runs where the server is started without {READ_ONLY_ENV} "
+            f"(allowed here: {allowed})")

@@ -27,7 +27,7 @@ from skill_server.environments.roles import Plan
 from skill_server.gpus import nvidia_smi
 from skill_server.hosts import LOCAL, HostUnreachable, Reply, call_hosts, client, normalise
 
-#: what the server keeps back from the call's limit for itself (judging, a Slurm second round's start)
+#: what the server keeps back from the call's limit for itself (judging, an allocation's second round)
 RESERVE_S = 4.0
 NETWORK_TARGETS = (("github", "https://github.com"), ("huggingface", "https://huggingface.co"),
                    ("modelscope", "https://www.modelscope.cn"))
@@ -43,7 +43,7 @@ class Request:
     ctx: Context
     network: bool
     timeout_s: float
-    slurm_job: str | None = None
+    job: tuple[str, str] | None = None  # a scheduler's running job: (its backend, its id)
     paths: dict[str, str] = field(default_factory=dict)
 
 
@@ -172,7 +172,7 @@ def run(req: Request) -> list[HostReport]:
     """Every host's report, in the order given."""
     started = time.monotonic()
     deadline = Deadline(req.timeout_s)
-    if req.slurm_job is not None:
+    if req.job is not None:
         return [allocation(req, deadline, started)]
     budget = max(2.0, req.timeout_s - RESERVE_S)
     sections = ["host", "env", "gpu"] + (["network"] if req.network else [])
@@ -214,46 +214,50 @@ def same_ray(reports: list[HostReport]) -> None:
                         r.blocked_by.setdefault(role, []).append("ray_same")
 
 
-# ---- a Slurm allocation -----------------------------------------------------------------------------
-
-#: The running job's nodes, one per line (``scontrol show hostnames`` of its NodeList), asked on the login node.
-JOB_NODES = ('info=$(scontrol show job -o "$0") || exit 1; case "$info" in *" JobState=RUNNING "*) ;; '
-             '*) echo "$info" | grep -o "JobState=[^ ]*" >&2; exit 3;; esac; '
-             'nodes=$(echo "$info" | grep -o " NodeList=[^ ]*" | cut -d= -f2) && scontrol show hostnames "$nodes"')
-MAX_NODES = 16
+# ---- a scheduler's allocation ------------------------------------------------------------------------
 
 
 def allocation(req: Request, deadline: Deadline, started: float) -> HostReport:
-    """The login node's checks, then each node's through an overlapping step; one report for the whole place."""
+    """The login node's checks, then each node's through an overlapping step; one report for the whole place.
+    The scheduler's own commands are its backend's (``experiments.backends``)."""
+    from skill_server.experiments import backends
+
+    assert req.job is not None
+    kind, job_id = req.job
+    backend = backends.named(kind)
     login = req.hosts[0]
-    where = f"{login} (Slurm job {req.slurm_job})"
+    where = f"{login} ({backend.scheduler} job {job_id})"
     budget = max(2.0, req.timeout_s / 2 - RESERVE_S)
     sections = ["host", "env"] + (["network"] if req.network else [])
     ops = [client.run(shipping.probe_argv(shipping.host_python(login), probe_arguments(req, sections, budget)),
                       timeout_s=budget, max_output=4 * 1024 * 1024),
-           client.run(["sh", "-c", JOB_NODES, str(req.slurm_job)], timeout_s=20)]
+           backend.job_nodes_op(job_id)]
     first = call_hosts({login: ops}, timeout_s=req.timeout_s, deadline=deadline)[login]
     if isinstance(first, HostUnreachable):
         return unreachable(where, first.reason, req, started)
     login_facts = read_reply(login, first, with_gpus=False)
-    listed = client.answer(first[1], client.run)
-    nodes = listed["stdout"].split()[:MAX_NODES] if listed["ok"] and listed["returncode"] == 0 else []
-    if not nodes:
-        why = (listed.get("stderr") or "").strip() if listed["ok"] else listed["error"]
-        extra = [make("allocation", "fail", f"job {req.slurm_job}: no running nodes ({why or 'not found'})",
-                      "a running job whose nodes to check (squeue shows it R)", f"scontrol show job {req.slurm_job}",
-                      why or "", "start the allocation first (salloc or sbatch), then pass its job id")]
+    listed = backend.job_nodes(first[1], job_id)
+    if not listed.nodes:
+        extra = [make("allocation", "fail", f"job {job_id}: no running nodes ({listed.why})",
+                      "a running job whose nodes to check", listed.command, listed.why, listed.fix)]
         return report(where, login_facts, req, Plan(gpus=False, network=req.network), started, extra)
-    extra = node_checks(req, login, nodes, deadline)
+    extra = node_checks(req, login, listed.nodes[:MAX_NODES], deadline)
     return report(where, login_facts, req, Plan(gpus=False, network=req.network), started, extra)
+
+
+MAX_NODES = 16
 
 
 def node_checks(req: Request, login: str, nodes: list[str], deadline: Deadline) -> list[Check]:
     """Driver, GPUs, memory and /dev/shm on every node of the job, from one call to the login node."""
     budget = max(2.0, deadline.remaining() - RESERVE_S) / max(1, len(nodes))
     ops: list[client.Op[Any]] = []
+    from skill_server.experiments import backends
+
+    assert req.job is not None
+    kind, job_id = req.job
     for node in nodes:
-        prefix = ["srun", f"--jobid={req.slurm_job}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}"]
+        prefix = backends.named(kind).on_node(job_id, node)
         arguments = {**probe_arguments(req, ["node"], budget), "python": None}
         ops.append(client.run([*prefix, *shipping.probe_argv("python3", arguments)], timeout_s=budget + 10,
                               max_output=1024 * 1024))
@@ -271,15 +275,17 @@ def node_checks(req: Request, login: str, nodes: list[str], deadline: Deadline) 
 
 
 def parse_request(hosts: list[str] | None, role: str | None, python: str | None, agentjet_root: str | None,
-                  config: str | None, network: bool, gpu_probe: bool, timeout_s: float, slurm_job: str | None,
-                  index_url: str | None) -> Request:
+                  config: str | None, network: bool, gpu_probe: bool, timeout_s: float,
+                  job: tuple[str, str, str] | None, index_url: str | None) -> Request:
+    """``job``: (backend, its id, the input field that gave it) of a scheduler's running job to check."""
     names = list(dict.fromkeys(normalise(h, field=f"hosts.{i}") for i, h in enumerate(hosts or [LOCAL])))
-    if slurm_job is not None and len(names) != 1:
-        raise ToolInputError("with slurm_job give one host: the login node the job was submitted from", field="hosts")
+    if job is not None and len(names) != 1:
+        raise ToolInputError(f"with {job[2]} give one host: the login node the job was submitted from",
+                             field="hosts")
     for value, name in ((python, "python"), (agentjet_root, "agentjet_root")):
         if value is not None and (not value.strip() or "\x00" in value or "\n" in value):
             raise ToolInputError("must be a path on the host (no NUL or newline)", field=name)
     roles = (role,) if role else ROLES
     ctx = release_context(python, agentjet_root, config_facts(config), index_url, gpu_probe)
     return Request(hosts=names, roles=roles, ctx=ctx, network=network, timeout_s=float(timeout_s),
-                   slurm_job=slurm_job, paths=disk_paths(python, agentjet_root))
+                   job=job[:2] if job is not None else None, paths=disk_paths(python, agentjet_root))

@@ -6,12 +6,13 @@ on its host by the agent (``hosts.agent.runs``).
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 
 from skill_server.core.errors import ToolInputError
 from skill_server.experiments.models import MAX_ENV_VALUE, MAX_ENV_VARS
-from skill_server.hosts.agent.protocol import RUN_MARKER
+from skill_server.hosts.agent.protocol import RUN_MARKER, state_dir
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -20,13 +21,28 @@ DEFAULT_SOCKET = "agentjet"
 
 
 def socket_name() -> str:
-    """The dedicated tmux server's name (``SKILL_SERVER_TMUX_SOCKET``, default ``agentjet``) on every host."""
-    name = os.environ.get("SKILL_SERVER_TMUX_SOCKET") or DEFAULT_SOCKET
+    """The dedicated tmux server's name on every host: ``SKILL_SERVER_TMUX_SOCKET`` when set, else one per
+    state directory (``default_socket``)."""
+    name = os.environ.get("SKILL_SERVER_TMUX_SOCKET") or default_socket()
     if not SOCKET_RE.match(name):
         raise ToolInputError(
             f"SKILL_SERVER_TMUX_SOCKET={name!r} is not a usable socket name (letters, digits, '_', '.', '-')",
             field="SKILL_SERVER_TMUX_SOCKET")
     return name
+
+
+def default_socket() -> str:
+    """``agentjet`` for the default state directory, ``agentjet-<8 hex>`` (of its absolute path) for another.
+
+    Each state directory is its own workspace with its own registry: a tmux server of its own keeps a listing
+    of the server's sessions (what a user attaches to, what ``ray_cluster`` reads) from showing another
+    workspace's runs. Runs keep the socket they were started on (their handle records it), so runs of an
+    older version stay reachable."""
+    here = state_dir()
+    default = os.path.abspath(os.path.join(os.path.expanduser("~"), ".local", "state", "agentjet-swarm-skill"))
+    if here == default:
+        return DEFAULT_SOCKET
+    return f"{DEFAULT_SOCKET}-{hashlib.sha256(here.encode()).hexdigest()[:8]}"
 
 
 #: Words a purpose sentence needs and a session name does not.

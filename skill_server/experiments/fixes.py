@@ -29,6 +29,7 @@ LENGTH_KEYS = {
     "max_response_length_in_one_turn": "ajet.rollout.max_response_length_in_one_turn",
     "gpu_memory_utilization": "ajet.rollout.gpu_memory_utilization",
     "tensor_model_parallel_size": "ajet.rollout.tensor_model_parallel_size",
+    "n_gpus_per_node": "ajet.trainer_common.n_gpus_per_node",
 }
 _KV_OLD = re.compile(r"max seq len \((\d+)\) is larger than the maximum number of tokens that can be stored in KV "
                      r"cache \((\d+)\)")
@@ -130,10 +131,17 @@ def kv_cache_fix(line: str, config: Mapping[str, Any], lines: Sequence[str] = ()
     shorter = (f"Fix 2: lower ajet.rollout.max_model_len to {fit}{bound}" + _lengths_within(fit, lengths)
                + f". Cost: every sequence (prompt + response) is then cut at {fit} tokens, so an experiment about "
                f"{n}-token context no longer tests it")
-    tp = _number(lengths.get("tensor_model_parallel_size"))
-    spread = ("Or raise ajet.rollout.tensor_model_parallel_size" + (f" (now {tp:g})" if tp is not None else "")
-              + " to spread the weights and the cache over more GPUs (fewer vLLM engines, so fewer sequences at once)")
-    return " ".join([head, memory + ".", shorter + ".", spread + "."])
+    return " ".join([head, memory + ".", shorter + "."] + _spread(lengths))
+
+
+def _spread(lengths: Mapping[str, Any]) -> list[str]:
+    """Tensor parallelism as a third way, where the node has GPUs to spread over (not with TP at the GPU count)."""
+    tp, gpus = _number(lengths.get("tensor_model_parallel_size")), _number(lengths.get("n_gpus_per_node"))
+    if tp is not None and gpus is not None and tp >= gpus:
+        return []
+    now = f" (now {tp:g}" + (f", of {gpus:g} GPUs per node)" if gpus is not None else ")") if tp is not None else ""
+    return ["Or raise ajet.rollout.tensor_model_parallel_size" + now + " to spread the weights and the cache over "
+            "more GPUs (fewer vLLM engines, so fewer sequences at once)."]
 
 
 def _utilization_fix(need: KvNeed, config: Mapping[str, Any], lines: Sequence[str]) -> str:
@@ -143,7 +151,7 @@ def _utilization_fix(need: KvNeed, config: Mapping[str, Any], lines: Sequence[st
     remembered = config.get("vllm_profile")  # what earlier reads of the log saw (queries keeps it)
     log = {**(remembered if isinstance(remembered, dict) else {}), **log_facts(lines)}
     inputs: list[str] = []
-    extra_gib, how = _missing_memory(need, config, log, inputs)
+    extra_gib, how, sequence_gib = _missing_memory(need, config, log, inputs)
     utilization = log.get("utilization")
     if utilization is not None:
         inputs.append(f"utilization {utilization:g} from vLLM's memory profile line")
@@ -177,17 +185,32 @@ def _utilization_fix(need: KvNeed, config: Mapping[str, Any], lines: Sequence[st
                 "tensor_model_parallel_size, or use GPUs with more memory")
     over = (f"; above {UTILIZATION_CEILING:g} the trainer sharing these GPUs is likely short of memory"
             if needed > UTILIZATION_CEILING else "")
-    return (f"raise ajet.rollout.gpu_memory_utilization to at least {needed:.2f} (now {utilization:g}): "
-            f"{arithmetic}{said}{over}. {cost}")
+    return (f"raise ajet.rollout.gpu_memory_utilization to at least {needed:.2f} (now {utilization:g}). Arithmetic: "
+            f"{arithmetic}{said}{over}{_more_at_once(need.seq_len, sequence_gib, total_gib, utilization + share)}. "
+            f"{cost}")
+
+
+def _more_at_once(seq_len: int, sequence_gib: float | None, total_gib: float, one: float) -> str:
+    """What each further whole sequence at once adds to the utilization: the bound above fits one, and rollouts
+    run many at once (vLLM queues the rest)."""
+    if not sequence_gib:
+        return ""
+    step = sequence_gib / total_gib
+    examples = ", ".join(f"{k} at once {math.ceil((one + (k - 1) * step) * 100 - 1e-9) / 100:.2f}" for k in (2, 4)
+                         if one + (k - 1) * step <= 1)
+    return (f". That fits one {seq_len}-token sequence at a time; each more at once needs {sequence_gib:.2f} GiB "
+            f"more ({step:.3f} of the GPU" + (f"; {examples}" if examples else "") + ")")
 
 
 def _missing_memory(need: KvNeed, config: Mapping[str, Any], log: dict[str, float], inputs: list[str]
-                    ) -> tuple[float | None, str]:
-    """(GiB the cache lacks per GPU, how that was worked out), from vLLM's own figures or the model's shape."""
+                    ) -> tuple[float | None, str, float | None]:
+    """(GiB the cache lacks per GPU, how that was worked out, GiB one whole sequence takes), from vLLM's own
+    figures or the model's shape."""
     n, m = need.seq_len, need.fits
     if need.needed_gib is not None and need.available_gib is not None:
         inputs.append(f"{need.needed_gib:g} GiB needed and {need.available_gib:g} GiB available from the error line")
-        return need.needed_gib - need.available_gib, f"({need.needed_gib:g} - {need.available_gib:g}) GiB"
+        return (need.needed_gib - need.available_gib, f"({need.needed_gib:g} - {need.available_gib:g}) GiB",
+                need.needed_gib)
     shape = config.get("model_kv")
     tp = _number((config.get("lengths") or {}).get("tensor_model_parallel_size")) or 1
     if isinstance(shape, dict) and shape.get("layers"):
@@ -198,14 +221,14 @@ def _missing_memory(need: KvNeed, config: Mapping[str, Any], log: dict[str, floa
                       f"{shape['head_dim']} x {shape['dtype_bytes']} B ({shape['dtype']}) x 2 (K and V) = {per_token} "
                       f"B per token from {shape.get('source', 'the model config.json')}")
         extra = (n - m) * per_token / GIB
-        return extra, f"({n} - {m}) tokens x {per_token} B = {extra:.3f} GiB"
+        return extra, f"({n} - {m}) tokens x {per_token} B = {extra:.3f} GiB", n * per_token / GIB
     if log.get("kv_gib"):  # the cache the profile reserved is the one the error measured (m tokens)
         tokens = log.get("kv_tokens") or m
         logged = log["kv_gib"] * GIB / tokens
         inputs.append(f"{log['kv_gib']:g} GiB of KV cache for {tokens:g} tokens from vLLM's log")
         extra = (n - m) * logged / GIB
-        return extra, f"({n} - {m}) tokens x {logged:.0f} B = {extra:.3f} GiB"
-    return None, ""
+        return extra, f"({n} - {m}) tokens x {logged:.0f} B = {extra:.3f} GiB", n * logged / GIB
+    return None, "", None
 
 
 def _lengths_within(fit: int, lengths: Mapping[str, Any]) -> str:

@@ -457,8 +457,6 @@ def _roll_back(reg: Registry, d: _Launch, places: dict[str, HostRecord]) -> None
     except (ToolFailure, sqlite3.Error):
         log.warning("cannot mark %s discarding", d.exp_id)
     try:
-        done = discard_everywhere(d.exp_id, places, d.starting, Deadline(ROLLBACK_RESERVE_S))
-        if done:
-            reg.delete(d.exp_id)
+        discard_everywhere(reg, d.exp_id, places, d.starting, Deadline(ROLLBACK_RESERVE_S))
     except (ToolFailure, sqlite3.Error) as exc:
         log.warning("rolling back %s: %s", d.exp_id, exc)

@@ -4,8 +4,8 @@ A run launched with a resume policy (``policy.on_error`` or ``on_stall`` set to 
 monitor on its host with nobody calling (``hosts.agent.policy``): each attempt is its own run, ``<id>.r2``,
 ``<id>.r3``..., registered (``attempts.take_up``) with the lineage of the first attempt and its number in it
 (the registry's ``lineage`` and ``attempt`` columns). Every tool that follows a resumed run asks here: status
-tells the chain, wait and watch follow it to its newest attempt, collect_results says which attempt its results
-cover. Results merged over a lineage build on ``Lineage.attempts``.
+tells the chain, wait and watch follow it to its newest attempt, stop stops what of it is alive, collect_results
+says which attempt its results cover. Results merged over a lineage build on ``Lineage.attempts``.
 """
 
 from __future__ import annotations

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from skill_server.core.deadline import Deadline
-from skill_server.experiments import attempts, backends, history, logs
+from skill_server.experiments import attempts, backends, history, logs, progress
 from skill_server.experiments import blueprint as bp
 from skill_server.experiments.models import TERMINAL
 from skill_server.experiments.progress import StepLine
@@ -39,6 +39,7 @@ from skill_server.experiments.states import ProcFacts, process_state, run_state
 from skill_server.experiments.store import Registry, Row, elsewhere_reason, launched_elsewhere
 from skill_server.experiments.upkeep import READ_ONLY, Upkeep
 from skill_server.hosts import LOCAL, HostUnreachable, Reply, call_hosts, client, result_of
+from skill_server.hosts.agent.heartbeat import STALE_S
 
 if TYPE_CHECKING:
     from skill_server.hosts.agent.protocol import (
@@ -244,6 +245,8 @@ def _proc_view(p: RunProcess, reply: Reply | None, index: int) -> ProcView:
     if not result["ok"]:
         return ProcView(p, "unreachable", None, None, False, None, reason=result["error"])
     facts_raw = result["procs"][index]
+    if facts_raw.get("elsewhere"):
+        return ProcView(p, "unreachable", None, None, False, None, reason=facts_raw.get("elsewhere"), elsewhere=True)
     facts = ProcFacts(alive=facts_raw["alive"], exit_code=facts_raw["exit_code"],
                       markers=frozenset(facts_raw["markers"]), final=bool(facts_raw["final"]), size=facts_raw["size"])
     scheduler = facts_raw.get("scheduler")
@@ -288,8 +291,8 @@ def _view(reg: Registry, row: Row, procs: list[ProcView], scan: logs.ScanState, 
 
 def _host_notes(row: Row, procs: list[ProcView], state: str, clock: float) -> list[str]:
     """What the hosts say about a run beyond its state: hosts that could not be asked, a run past its max time
-    that its monitor did not end, monitors that are not running or met errors."""
-    notes = _unreachable_notes(procs, state) + _scheduler_notes(procs)
+    that its monitor did not end, monitors that are not running, frozen, replaced or met errors."""
+    notes = _unreachable_notes(procs, state) + _scheduler_notes(procs) + _replaced_notes(procs)
     if state != "running":
         return notes
     if clock - row.created > float(row.spec.max_time_s or bp.DEFAULT_MAX_TIME_S) + 60:
@@ -300,11 +303,21 @@ def _host_notes(row: Row, procs: list[ProcView], state: str, clock: float) -> li
 
 def _scheduler_notes(procs: list[ProcView]) -> list[str]:
     """A run in a scheduler's job whose host could not ask the scheduler but found the job's own record: what it
-    says stands, and why the scheduler was not heard (the next call asks again)."""
+    says stands, and why the scheduler was not heard (the next call asks again); a job the scheduler requeued (the
+    same run started again in it); one the scheduler forgot, judged from what was left of it."""
     errors = {(p.proc.host, p.scheduler["scheduler"]): p.scheduler["error"] for p in procs
               if p.scheduler is not None and p.scheduler.get("error") and p.state != "unreachable"}
-    return [f"{name} cannot be asked on {host} ({error}): the state is the job's own record (job.json); the next "
-            "call asks again" for (host, name), error in sorted(errors.items())]
+    notes = [f"{name} cannot be asked on {host} ({error}): the state is the job's own record (job.json); the next "
+             "call asks again" for (host, name), error in sorted(errors.items())]
+    facts = next((p.scheduler for p in procs if p.scheduler is not None), None)
+    if facts is not None and int(facts.get("restarts") or 0) > 0:
+        n = int(facts.get("restarts") or 0)
+        notes.append(f"{facts['scheduler']} requeued job {facts['job_id']} ({n} time{'s' if n > 1 else ''}): the same "
+                     "run starts again in it, as the same attempt (its log goes on; what the earlier start left is "
+                     "in requeued.N/ of its run directory)")
+    if facts is not None and facts.get("said"):
+        notes.append(str(facts["said"]))
+    return notes
 
 
 def _unreachable_notes(procs: list[ProcView], state: str) -> list[str]:
@@ -316,21 +329,41 @@ def _unreachable_notes(procs: list[ProcView], state: str) -> list[str]:
             + [f"host {e} (this machine cannot see that machine's processes)" for e in elsewhere])
 
 
+def _replaced_notes(procs: list[ProcView]) -> list[str]:
+    """The monitors that were replaced (dead, frozen, late at the max time): how often, the last time and why."""
+    notes: dict[str, str] = {}
+    for p in procs:
+        replaced = [r for r in ((p.monitor or {}).get("run") or {}).get("replaced") or [] if isinstance(r, dict)]
+        if replaced and p.proc.host not in notes:
+            last = replaced[-1]
+            when = progress.iso(float(last.get("wall") or 0))
+            times = f"{len(replaced)} times, last " if len(replaced) > 1 else ""
+            notes[p.proc.host] = (f"the run's monitor on {p.proc.host} was replaced ({times}at {when}, by "
+                                  f"{last.get('by') or 'its supervisor'}): {last.get('why')}")
+    return list(notes.values())
+
+
 def _monitor_notes(procs: list[ProcView]) -> list[str]:
-    """What a running run's caller must know about its monitors: one that is not running (and could not be
-    started again yet), one that reported errors of its own."""
+    """What a running run's caller must know about its monitors: one that is not running or gives no sign of
+    life (and who replaces it), one that reported errors of its own."""
     notes: dict[str, str] = {}
     for p in procs:
         run = (p.monitor or {}).get("run") or {}
+        host = p.proc.host
         if p.monitor is None or run.get("ended"):
             continue
+        age = run.get("beat_age_s")
+        who = ("its supervisor replaces it" if run.get("supervised") else "no supervisor runs either: a status, "
+               "wait or watch call starts a new one, at most every 30 s")
         if not run.get("alive"):
-            notes[p.proc.host] = (f"the run's monitor on {p.proc.host} is not running (a new one is started at most "
-                                  "every 30 s, by a status or wait call): until then the max time is not enforced "
-                                  "there")
+            notes[host] = (f"the run's monitor on {host} is not running ({who}): until then the max time is not "
+                           "enforced there")
+        elif isinstance(age, (int, float)) and age > STALE_S:
+            notes[host] = (f"the run's monitor on {host} has given no sign of life for {int(age)} s (frozen: stopped, "
+                           f"or stuck on a hung filesystem; {who})")
         elif run.get("internal_errors"):
-            notes.setdefault(p.proc.host, f"the run's monitor on {p.proc.host} met {run['internal_errors']} error(s) "
-                                          f"of its own (see monitor.log in {p.proc.run_dir})")
+            notes.setdefault(host, f"the run's monitor on {host} met {run['internal_errors']} error(s) of its own "
+                                   f"(see monitor.log in {p.proc.run_dir})")
     return list(notes.values())
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import logging
 import math
 import os
 import re
@@ -183,8 +184,27 @@ def _nan(values: list[float | None]) -> list[float]:
     return [math.nan if v is None else v for v in values]
 
 
+#: matplotlib's notice while it builds its font list (first use of a matplotlib version; seconds): it would
+#: be the one line on stderr of a CLI call that succeeded, and noise in a server's log.
+FONT_CACHE_NOTICE = "Matplotlib is building the font cache"
+
+
+class _WithoutFontCacheNotice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith(FONT_CACHE_NOTICE)
+
+
+def quiet_font_cache_notice() -> None:
+    """Drop the font-cache notice from matplotlib's font manager logger (before matplotlib is imported; once).
+    matplotlib still keeps its font list where it always does (``$MPLCONFIGDIR``, else ``~/.cache/matplotlib``)."""
+    logger = logging.getLogger("matplotlib.font_manager")
+    if not any(isinstance(f, _WithoutFontCacheNotice) for f in logger.filters):
+        logger.addFilter(_WithoutFontCacheNotice())
+
+
 def render(curves: list[Curve], title: str) -> Picture:
     """The PNG: one panel per metric (at most six), runs overlaid in fixed colours, a legend in each panel."""
+    quiet_font_cache_notice()
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure

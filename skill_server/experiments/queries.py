@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from skill_server.core.deadline import Deadline
-from skill_server.core.errors import ToolInputError
+from skill_server.core.errors import ToolFailure, ToolInputError
 from skill_server.experiments import backends, fixes, history, lineage, logs, progress, runconfig
 from skill_server.experiments import blueprint as bp
 from skill_server.experiments import checkpoints as ckpt
@@ -40,7 +40,7 @@ from skill_server.experiments.models import (
 from skill_server.experiments.observe import View, observe, still_running
 from skill_server.experiments.signatures import SIGNATURES_BY_NAME
 from skill_server.experiments.store import Registry, Row
-from skill_server.experiments.upkeep import READ_ONLY, Upkeep
+from skill_server.experiments.upkeep import HEAL, READ_ONLY, Upkeep
 from skill_server.hosts import call_hosts, client, result_of
 
 if TYPE_CHECKING:
@@ -200,17 +200,39 @@ def actions(view: View) -> list[ActionTaken]:
             seen[(when, str(failure.get("event")), "notify")] = ActionTaken(
                 at=progress.iso(when), trigger=str(failure.get("event")), action="notify",
                 result=f"failed ({int(tally.get('failed') or 0)} so far{over}): {failure.get('error')}")
-    return [seen[k] for k in sorted(seen)]
+    done = [seen[k] for k in sorted(seen)]
+    return done + _failed_resumes(view, done)
+
+
+def _failed_resumes(view: View, done: list[ActionTaken]) -> list[ActionTaken]:
+    """A relaunch that failed and is tried again, as its monitor's heartbeat said it where ``monitor.json`` could
+    not be written (a full disk): the action its monitor could not record."""
+    last = next((a for a in reversed(done) if a.action == "resume"), None)
+    out = []
+    for w in view.scan.watchdog.values():
+        pending = w.get("pending_resume")
+        failed = pending.get("failed") if isinstance(pending, dict) else None
+        if failed and pending and (last is None or not last.result.startswith("relaunch failed")):
+            tries = int(pending.get("tries") or 1)
+            out.append(ActionTaken(at=progress.iso(time.time()), trigger=str(pending.get("trigger") or "resume"),
+                                   action="resume", result=f"relaunch failed: {failed}; trying again ({tries} "
+                                   f"{'try' if tries == 1 else 'tries'} so far)"))
+            break
+    return out
 
 
 def relaunch_pending(view: View, next_attempt: str | None) -> bool:
     """The ended run's resume policy is about to relaunch it (its last resume action: stopped, relaunching
     after the backoff) and the registry knows no attempt after it yet (``next_attempt``): a wait or watch goes
-    on."""
+    on. Not once a stop cancelled it, nor while a relaunch that failed is tried again (that is not promised)."""
     if next_attempt:
         return False
-    if any(w.get("pending_resume") for w in view.scan.watchdog.values()):
-        return True  # the monitor set it before it stopped the processes, and clears it once relaunched
+    runs = [p.monitor["run"] for p in view.procs if p.monitor is not None and "run" in p.monitor]
+    if any(run.get("stop_requested") for run in runs):
+        return False
+    pending = [w.get("pending_resume") for w in view.scan.watchdog.values() if w.get("pending_resume")]
+    if pending:  # the monitor set it before it stopped the processes, and clears it once relaunched
+        return not any(p.get("failed") for p in pending if isinstance(p, dict))
     done = [a for a in actions(view) if a.action == "resume"]
     return bool(done) and " relaunching" in done[-1].result
 
@@ -291,6 +313,27 @@ def find(reg: Registry, key: str, field: str = "id") -> Row:
         raise ToolInputError(f"no experiment {key!r} in the registry (ids and session names are accepted)",
                              field=field)
     return row
+
+
+def find_any(reg: Registry, key: str, deadline: Deadline | None = None, refusal: str | None = None) -> Row:
+    """``find``, and an attempt a resume policy started that the registry has not taken up yet (``<id>.rN``, the
+    id its notifications carry): its lineage is observed, healing, until the attempt is taken up. ``refusal``:
+    the error is a ``ToolFailure`` saying that (a stop refuses what it did not launch), else ``find``'s."""
+    row = reg.find(key)
+    head, _, number = key.rpartition(".r")
+    first = reg.find(head) if row is None and head and number.isdigit() else None
+    for _ in range(lineage.MAX_ATTEMPTS if first is not None else 0):
+        assert first is not None
+        newest = lineage.of(reg, first).newest or first
+        observe(reg, [newest], deadline=deadline, upkeep=HEAL)  # takes up the attempts its host recorded
+        row = reg.find(key)
+        if row is not None or (lineage.of(reg, first).newest or first).id == newest.id:
+            break
+    if row is not None:
+        return row
+    if refusal is not None:
+        raise ToolFailure(f"no experiment {key!r} in this server's registry: {refusal}", field="id")
+    return find(reg, key)
 
 
 @dataclass

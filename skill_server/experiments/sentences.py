@@ -9,6 +9,8 @@ import re
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from skill_server.experiments.models import ExperimentInfo, ExperimentStatus, LaunchOutput, StopOutput
 
 MAX_SUMMARY = 600
@@ -35,10 +37,24 @@ def _worst_error(s: ExperimentStatus, hint: bool = True) -> str:
         return ""
     e = s.errors[0]
     more = f" (+{len(s.errors) - 1} more)" if len(s.errors) > 1 else ""
-    return f"; {e.severity} {e.title!r} seen {e.count}x{more}: {e.hint.rstrip('. ')}" if hint else ""
+    return f"; {e.severity} {e.title!r} seen {e.count}x{more}: {_hint_head(e.hint)}" if hint else ""
 
 
-def _acts(s: ExperimentStatus) -> list[tuple[str, str, str]]:
+#: How much of an error's hint a summary quotes; a longer one (a computed fix) is cut at a sentence's end.
+HINT_IN_SUMMARY = 360
+
+
+def _hint_head(hint: str) -> str:
+    """The hint, or its first whole sentences and where the rest is: a summary is bounded, a cut mid-word hides
+    the very number a computed fix is about."""
+    text = " ".join(hint.split()).rstrip(". ")
+    if len(text) <= HINT_IN_SUMMARY:
+        return text
+    cut = text.rfind(". ", 0, HINT_IN_SUMMARY)
+    return (text[:cut] if cut > 0 else text[:HINT_IN_SUMMARY].rsplit(" ", 1)[0]) + " (all of it: errors[0].hint)"
+
+
+def acts(s: ExperimentStatus) -> list[tuple[str, str, str]]:
     """(trigger, action, result) of each of the run's policy actions ('<time> <trigger> -> <action>: <result>')."""
     out = []
     for line in s.actions:
@@ -54,7 +70,7 @@ def _stopped_by(s: ExperimentStatus) -> str:
     to a relaunch says only its trigger: the next attempt tells the rest)."""
     if s.state != "stopped":
         return ""
-    for trigger, action, result in _acts(s):
+    for trigger, action, result in acts(s):
         if action in ("stop", "resume") and result.startswith("stopped"):
             relaunched = action == "resume" and "relaunching" in result
             return f" by its policy on {trigger}" + ("" if relaunched else f" ({result})")
@@ -63,20 +79,25 @@ def _stopped_by(s: ExperimentStatus) -> str:
 
 def _collected_by_monitor(s: ExperimentStatus) -> str | None:
     """Where the run's monitor wrote its results (``on_end: collect``), or None."""
-    for _, action, result in _acts(s):
+    for _, action, result in acts(s):
         if action == "collect" and " written" in result and not result.startswith("collect failed"):
             return result.split(" written", 1)[0]
     return None
 
 
-def _after_end(s: ExperimentStatus) -> str:
-    """The next call for an ended run, as an engineer would make it: its next attempt when it was resumed; the
-    wrap-up of a run that finished (succeeded, or ran its max time); for one that failed, was stopped or vanished,
-    the cause to fix (its worst error's hint names it) or its lines to read, never a wrap-up with finish.flag."""
+def _after_end(s: ExperimentStatus, cancelled: bool = False) -> str:
+    """The next call for an ended run, as an engineer would make it: its next attempt when it was resumed; its
+    relaunch when it is to come, or failed (tried again); the wrap-up of a run that finished (succeeded, or ran its
+    max time); for one that failed, was stopped or vanished, the cause to fix (its worst error's hint names it) or
+    its lines to read, never a wrap-up with finish.flag. ``cancelled``: a stop just cancelled its pending
+    relaunch."""
     if s.next_attempt:
         return f"resumed as {s.next_attempt}: experiment_status id={s.next_attempt}"
-    resumes = [result for _, action, result in _acts(s) if action == "resume"]
-    if resumes and " relaunching" in resumes[-1]:  # the backoff runs: not the end of the chain
+    resumes = [result for _, action, result in acts(s) if action == "resume"]
+    if resumes and not cancelled and resumes[-1].startswith("relaunch failed"):
+        return (f"its resume could not be carried out ({resumes[-1]}): experiment_status id={s.id} says when it "
+                "is relaunched")
+    if resumes and not cancelled and " relaunching" in resumes[-1]:  # the backoff runs: not the end of the chain
         return f"its resume policy relaunches it ({resumes[-1]}): wait_experiment id={s.id} follows it"
     written = _collected_by_monitor(s)
     if s.state in ("succeeded", "timed_out"):
@@ -98,7 +119,7 @@ _RELAUNCHING = re.compile(r"relaunching as (\S+), (?:continuing from (global_ste
 
 def _resumed_from(previous: ExperimentStatus, attempt: str) -> str:
     """Where ``attempt`` continued from, as the attempt before it (which relaunched it) recorded."""
-    for _, action, result in _acts(previous):
+    for _, action, result in acts(previous):
         found = _RELAUNCHING.match(result) if action == "resume" else None
         if found and found.group(1) == attempt:
             return f"(from {found.group(2)})" if found.group(2) else "(started over)"
@@ -211,16 +232,26 @@ def waited(s: ExperimentStatus, reason: str, next_wait_s: int, followed: str | N
     return _clip(f"Wait ended{moved}: {_WAIT_ENDS.get(reason, reason)}. {run_state(s)}{again}")
 
 
-def stopped(out: StopOutput) -> str:
-    """stop_experiment: the run's state after the stop, and what is still alive."""
+def stopped(out: StopOutput, unconfirmed: Sequence[str] = (), also: Sequence[str] = (), cancelled: bool = False) -> str:
+    """stop_experiment: the run's state after the stop, and what is still alive; a stop its hosts could not
+    confirm (``unconfirmed``: per host why, and what was done instead); the lineage's other runs it stopped
+    (``also``) and a pending relaunch it cancelled."""
+    if unconfirmed:
+        return _clip(f"Run {out.id}: the stop could not be confirmed ({'; '.join(unconfirmed)}); its processes are "
+                     f"marked stopped: experiment_status id={out.id} shows them end, stop_experiment again once it "
+                     "can be confirmed.")
     alive = f"; {len(out.still_alive)} process(es) survived SIGKILL (see still_alive)" if out.still_alive else ""
     if out.killed:
         how = f" after SIGTERM/SIGKILL of {', '.join(out.killed)}"
     elif out.interrupted:
         how = " after Ctrl-C"
     else:
-        how = _stopped_by(out) or " (nothing was running to stop)"
-    return _clip(f"Run {out.id} {_STATE_WORDS.get(out.state, out.state)}{how}{alive}; {_after_end(out)}.")
+        how = _stopped_by(out) or (" (nothing of it was running)" if also or cancelled
+                                   else " (nothing was running to stop)")
+    more = f"; also stopped {', '.join(also)}" if also else ""
+    more += "; the relaunch its resume policy had pending is cancelled" if cancelled else ""
+    return _clip(f"Run {out.id} {_STATE_WORDS.get(out.state, out.state)}{how}{alive}{more}; "
+                 f"{_after_end(out, cancelled)}.")
 
 
 def compared(leader: str | None, metric: str | None, value: float | None, runner_up: str | None,

@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import sqlite3
+import time
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,6 +44,8 @@ from skill_server.hosts.agent.protocol import state_dir as _host_state_dir
 log = logging.getLogger(__name__)
 
 DB_NAME = "experiments.sqlite3"
+#: How long a registry open waits for a lock: SQLite's busy timeout, and the bound of ``_use_wal``'s retries.
+BUSY_TIMEOUT_S = 15.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS experiments (
@@ -376,6 +379,9 @@ class Registry:
         )
         return cur is None or cur.rowcount == 1  # not recordable: this call's answer stands alone
 
+    def set_note(self, exp_id: str, note: str) -> None:
+        self._write("UPDATE experiments SET note = ? WHERE id = ?", (note, exp_id))
+
     def save_cursor(self, exp_id: str, cursor: str) -> None:
         self._write("UPDATE experiments SET read_cursor = ? WHERE id = ?", (cursor, exp_id))
 
@@ -399,12 +405,14 @@ class Registry:
             values = self.conn.execute(BY_NAME_SQL, (key, RUNNING)).fetchone()
         return _row(values) if values else None
 
-    def session_runs(self, socket: str, session: str) -> list[Row]:
-        """Readable experiments with this session name on this socket name, newest first (a few)."""
+    def session_runs(self, socket: str | None, session: str) -> list[Row]:
+        """Readable experiments with this session name on this socket name (None: on any), newest first (a
+        few)."""
         out = []
+        where, args = ("socket = ? AND ", (socket,)) if socket is not None else ("", ())
         for values in self.conn.execute(
-                f"SELECT {_COLUMNS} FROM experiments WHERE socket = ? AND session = ? AND phase = ? "
-                "ORDER BY seq DESC LIMIT 20", (socket, session, RUNNING)):
+                f"SELECT {_COLUMNS} FROM experiments WHERE {where}session = ? AND phase = ? "
+                "ORDER BY seq DESC LIMIT 20", (*args, session, RUNNING)):
             try:
                 out.append(_row(values))
             except CorruptRow:
@@ -494,8 +502,9 @@ def elsewhere_reason(controller: str) -> str:
 
 
 def launcher_identity() -> dict[str, Any]:
-    """This process as a launch records it: pid and start time (a pid alone may be reused)."""
-    return {"pid": os.getpid(), "start": procs.start_time(os.getpid())}
+    """This process as a launch records it: pid and start time (a pid alone may be reused), and where its pid
+    means something (``procs.pid_space``: a machine that shares this one's host identity is another space)."""
+    return {"pid": os.getpid(), "start": procs.start_time(os.getpid()), "space": procs.pid_space()}
 
 
 def local_elsewhere(row: Row) -> str | None:
@@ -619,18 +628,37 @@ def _connect(path: Path | None, *, read_only: bool = False) -> sqlite3.Connectio
     """A connection to the registry file (``None``: an empty one in memory); ``read_only`` opens it as an
     immutable file, which works where SQLite cannot create its WAL index (a read-only or full disk)."""
     if path is None:
-        return sqlite3.connect(":memory:", timeout=15.0, isolation_level=None)
+        return sqlite3.connect(":memory:", timeout=BUSY_TIMEOUT_S, isolation_level=None)
     if read_only:
-        return sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?immutable=1", uri=True, timeout=15.0,
-                               isolation_level=None)
-    return sqlite3.connect(str(path), timeout=15.0, isolation_level=None)
+        return sqlite3.connect(f"file:{urllib.parse.quote(str(path))}?immutable=1", uri=True,
+                               timeout=BUSY_TIMEOUT_S, isolation_level=None)
+    return sqlite3.connect(str(path), timeout=BUSY_TIMEOUT_S, isolation_level=None)
+
+
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Put the registry in WAL mode (a new one is created in rollback mode).
+
+    SQLite converts a database by opening a read transaction and then upgrading it to an exclusive one, and
+    it never calls the busy handler for such an upgrade: when two processes create the registry at once
+    (two controllers' first launches), the one that loses gets "database is locked" at once, whatever the
+    busy timeout. The loser retries until the winner's conversion is visible (then there is nothing to do),
+    within the busy timeout."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_S
+    while True:
+        try:
+            if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+                conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
 
 
 def _prepare(conn: sqlite3.Connection, on_disk: bool) -> None:
     if on_disk:
-        conn.execute("PRAGMA busy_timeout = 15000")
-        if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-            conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+        _use_wal(conn)
         conn.execute("PRAGMA synchronous = NORMAL")
     conn.executescript(_SCHEMA)
     _migrate(conn)

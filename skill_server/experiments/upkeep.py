@@ -18,6 +18,7 @@ logged.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -26,8 +27,8 @@ from typing import TYPE_CHECKING
 
 from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolFailure
-from skill_server.experiments.spec import HostRecord
-from skill_server.experiments.store import DISCARDING, Registry, Row, controller_identity, local_elsewhere
+from skill_server.experiments.spec import Handle, HostRecord
+from skill_server.experiments.store import DISCARDING, RUNNING, Registry, Row, controller_identity, local_elsewhere
 from skill_server.hosts import call_hosts, client, result_of
 from skill_server.hosts.agent import procs
 
@@ -54,13 +55,16 @@ READ_ONLY = Upkeep(heal=False)
 
 
 def _launcher_gone(row: Row) -> bool:
-    """Whether the process that launched ``row`` has ended (judged only on the machine that launched it)."""
+    """Whether the process that launched ``row`` has ended (judged only on the machine that launched it: not by
+    another one that shares its host identity, whose pids are another pid space, unless this one rebooted since)."""
     if row.controller != controller_identity():
         return False  # another machine's launch: that machine's calls finish it
     who = row.launcher or {}
-    pid, start = who.get("pid"), who.get("start")
+    pid, start, space = who.get("pid"), who.get("start"), who.get("space")
     if not isinstance(pid, int):
         return True
+    if isinstance(space, str) and space and procs.pid_space() and space != procs.pid_space():
+        return not procs.same_boot(space) and procs.uptime() < time.time() - row.created
     return not procs.alive(pid, start if isinstance(start, str) else None)
 
 
@@ -72,13 +76,13 @@ def discard_ops(exp_id: str, places: Mapping[str, HostRecord], hosts: Sequence[s
     return {h: backends.discard(exp_id, places[h]) for h in hosts if h in places}
 
 
-def discard_everywhere(exp_id: str, places: Mapping[str, HostRecord], hosts: Sequence[str],
+def discard_everywhere(reg: Registry, exp_id: str, places: Mapping[str, HostRecord], hosts: Sequence[str],
                        deadline: Deadline) -> bool:
     """Undo run ``exp_id`` on ``hosts`` by its identity (its backend ends what it started; its run directory is
-    left marked ``discarded``); True when every host confirmed nothing of it is left."""
+    left marked ``discarded``) and settle its row (``settle``); True when every host confirmed."""
     ops = discard_ops(exp_id, places, hosts)
     replies = call_hosts({h: [op] for h, op in ops.items()}, deadline=deadline)
-    return all(_confirmed(exp_id, host, result_of(reply)) for host, reply in replies.items())
+    return settle(reg, exp_id, {host: result_of(reply) for host, reply in replies.items()})
 
 
 def _confirmed(exp_id: str, host: str, answer: client.Result) -> bool:
@@ -86,6 +90,26 @@ def _confirmed(exp_id: str, host: str, answer: client.Result) -> bool:
         return True
     log.warning("rolling back %s on %s: %s", exp_id, host, answer.get("error") or "not confirmed")
     return False
+
+
+def settle(reg: Registry, exp_id: str, answers: Mapping[str, client.Result]) -> bool:
+    """The row of a launch undone on every host that answered ``answers``: forgotten once every host confirmed;
+    kept (``running``, with the handle the host gave) when a host says the run had already run to its end there
+    (its scheduler's job ran although the launch was interrupted: it is no launch to undo, and a run that ran is
+    never made invisible). True when every host confirmed."""
+    if not all([_confirmed(exp_id, host, answer) for host, answer in answers.items()]):
+        return False
+    ran = {host: answer["ran"] for host, answer in answers.items() if isinstance(answer.get("ran"), dict)}
+    row = reg.get(exp_id) if ran else None
+    if row is None:
+        reg.delete(exp_id)
+        return True
+    hosts = {h: dataclasses.replace(where, handle=Handle.from_json(ran[h])) if h in ran else where
+             for h, where in row.spec.hosts.items()}
+    reg.set_phase(exp_id, RUNNING, dataclasses.replace(row.spec, hosts=hosts))
+    reg.set_note(exp_id, "its launch was interrupted after it submitted the job, which ran: kept")
+    log.info("kept %s: its launch was interrupted, but its job ran", exp_id)
+    return True
 
 
 def finish_interrupted_launches(reg: Registry) -> list[str]:
@@ -114,11 +138,10 @@ def finish_interrupted_launches(reg: Registry) -> list[str]:
         replies = call_hosts(requests, deadline=Deadline(BUDGET_S))
         done = []
         for row, placed in where:
-            if all([_confirmed(row.id, host, result_of(replies.get(host), i)) for host, i in placed]):
-                reg.delete(row.id)
+            if settle(reg, row.id, {host: result_of(replies.get(host), i) for host, i in placed}):
                 _TRIED.pop(row.id, None)
                 done.append(row.id)
-                log.info("rolled back the interrupted launch %s", row.id)
+                log.info("finished the interrupted launch %s", row.id)
         return done
     except ToolFailure as exc:  # the registry became unwritable meanwhile: the call goes on
         log.warning("cannot finish interrupted launches: %s", exc)

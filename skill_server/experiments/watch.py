@@ -42,7 +42,7 @@ from skill_server.experiments.queries import (
     absorb_config,
     actions,
     extra_ops,
-    find,
+    find_any,
     plan_extras,
     progress_info,
     queued,
@@ -271,7 +271,7 @@ def watch(key: str, write: Callable[[str], None], *, every: int = DEFAULT_EVERY,
     try:
         with open_registry(create=False) as reg:
             upkeep.finish_interrupted_launches(reg)
-            row = find(reg, key)
+            row = find_any(reg, key)
         told_pending = False
         while True:
             now = time.time()

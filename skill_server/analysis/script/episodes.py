@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +38,7 @@ from skill_server.analysis.script.model import (
     Pool,
     Scope,
 )
-from skill_server.analysis.script.modules import dotted
+from skill_server.analysis.script.modules import child_nodes, dotted
 
 BEGIN = "begin_episode"
 CLOSERS = ("end_episode", "abort_episode")
@@ -65,16 +66,50 @@ def method_name(call: ast.Call) -> str | None:
     return None
 
 
-def _calls(node: ast.AST) -> Iterator[ast.Call]:
-    """The calls in ``node``, not those in functions or lambdas defined inside it."""
+_NESTED = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+#: The fields of a statement that hold statements (or except clauses and match cases, which hold them).
+_BLOCK_FIELDS = frozenset({"body", "handlers", "orelse", "finalbody", "cases"})
+_BLOCK_ITEMS = (ast.stmt, ast.excepthandler, ast.match_case)
+
+
+def _calls(node: ast.AST) -> list[ast.Call]:
+    """The calls in ``node``, not those in functions, lambdas or classes defined inside it (depth first, the last
+    child first). ``find_protocol`` asks once per function (``_OwnCalls``)."""
+    out: list[ast.Call] = []
     stack = [node]
     while stack:
         item = stack.pop()
         if isinstance(item, ast.Call):
-            yield item
-        for child in ast.iter_child_nodes(item):
-            if not isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-                stack.append(child)
+            out.append(item)
+        stack += [child for child in child_nodes(item) if not isinstance(child, _NESTED)]
+    return out
+
+
+def _statements(tree: ast.AST) -> Iterator[ast.AST]:
+    """The statements of ``tree`` (and its except clauses and match cases) in ``ast.walk``'s order, without walking
+    into expressions, where no statement can be."""
+    queue = deque([tree])
+    while queue:
+        node = queue.popleft()
+        yield node
+        for name in node._fields:
+            if name in _BLOCK_FIELDS:
+                value = getattr(node, name, None)
+                if isinstance(value, list):
+                    queue.extend(item for item in value if isinstance(item, _BLOCK_ITEMS))
+
+
+class _OwnCalls:
+    """``_calls`` of each node asked about, computed once: the roles, the scan and the flow check all read them."""
+
+    def __init__(self) -> None:
+        self._found: dict[int, list[ast.Call]] = {}
+
+    def __call__(self, node: ast.AST) -> list[ast.Call]:
+        found = self._found.get(id(node))
+        if found is None:
+            found = self._found[id(node)] = _calls(node)
+        return found
 
 
 def _calls_in_order(node: ast.AST) -> list[ast.Call]:
@@ -95,7 +130,7 @@ def _calls_in_order(node: ast.AST) -> list[ast.Call]:
 
 
 def _functions(module: ModuleInfo) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
-    found = [n for n in ast.walk(module.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    found = [n for n in _statements(module.tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
     return found[:MAX_FUNCTIONS]
 
 
@@ -103,12 +138,12 @@ class _Roles:
     """Which of the script's functions begin, close or wrap episodes (directly or through each other), and which
     run inside an episode (called from a function that claims one)."""
 
-    def __init__(self, functions: list[ast.FunctionDef | ast.AsyncFunctionDef]) -> None:
+    def __init__(self, functions: list[ast.FunctionDef | ast.AsyncFunctionDef], own_calls: _OwnCalls) -> None:
         self.begins: set[str] = set()
         self.closes: set[str] = set()
         self.wrappers: set[str] = set()
         self.inside: set[str] = set()
-        calls = {f.name: {method_name(c) for c in _calls(f)} for f in functions}
+        calls = {f.name: {method_name(c) for c in own_calls(f)} for f in functions}
         self.own = set(calls)
         for f in functions:
             names = calls[f.name]
@@ -383,19 +418,20 @@ def _check_body(roles: _Roles, name: str, body: list[ast.stmt], end_line: int, o
 def find_protocol(main: ModuleInfo, evaluator: Evaluator, pools: list[Pool]) -> EpisodeProtocol:
     """The episode protocol of the main script (see the module docstring)."""
     functions = _functions(main)
-    roles = _Roles(functions)
+    own_calls = _OwnCalls()
+    roles = _Roles(functions, own_calls)
     out = EpisodeProtocol(wrappers=sorted(roles.wrappers), episode_functions=set(roles.begins))
     scopes = {id(s.node): s for s in main.functions.values()}
     for f in functions:
         scope = scopes.get(id(f), main.scope)
-        _scan_calls(main, evaluator, f, scope, roles, out)
-        if any(roles.kind(c) == "begin" for c in _calls(f)):
+        _scan_calls(main, evaluator, f, own_calls(f), scope, roles, out)
+        if any(roles.kind(c) == "begin" for c in own_calls(f)):
             _check_body(roles, f.name, f.body, getattr(f, "end_lineno", f.lineno) or f.lineno, out)
-    _scan_calls(main, evaluator, main.tree, main.scope, roles, out)
-    if any(roles.kind(c) == "begin" for c in _calls(main.tree)):
+    _scan_calls(main, evaluator, main.tree, own_calls(main.tree), main.scope, roles, out)
+    if any(roles.kind(c) == "begin" for c in own_calls(main.tree)):
         last = main.tree.body[-1] if main.tree.body else None
         _check_body(roles, "<module>", main.tree.body, getattr(last, "end_lineno", 0) or 0, out)
-    out.pool_roles = _pool_roles(main, pools, roles)
+    out.pool_roles = _pool_roles(main, pools, roles, own_calls(main.tree))
     out.claims.sort(key=lambda c: c.line)
     out.closes.sort()
     out.engine_calls.sort(key=lambda c: c.line)
@@ -403,11 +439,11 @@ def find_protocol(main: ModuleInfo, evaluator: Evaluator, pools: list[Pool]) -> 
     return out
 
 
-def _scan_calls(main: ModuleInfo, evaluator: Evaluator, node: ast.AST, scope: Scope, roles: _Roles,
-                out: EpisodeProtocol) -> None:
-    """Claims, closes, engine-control calls and timeouts among ``node``'s own calls."""
+def _scan_calls(main: ModuleInfo, evaluator: Evaluator, node: ast.AST, calls: list[ast.Call], scope: Scope,
+                roles: _Roles, out: EpisodeProtocol) -> None:
+    """Claims, closes, engine-control calls and timeouts among ``node``'s own ``calls``."""
     in_episode = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in roles.inside
-    for call in _calls(node):
+    for call in calls:
         name = method_name(call)
         keywords = {k.arg: k.value for k in call.keywords if k.arg}
         if name == BEGIN:
@@ -455,10 +491,11 @@ def _timeout_of(call: ast.Call, name: str | None, keywords: dict[str, ast.expr],
     return given if name == "result" and roles.begins else None
 
 
-def _pool_roles(main: ModuleInfo, pools: list[Pool], roles: _Roles) -> dict[int, str]:
-    """Each pool's line -> whether what it runs claims episodes: 'episodes', 'other', or 'unknown'."""
+def _pool_roles(main: ModuleInfo, pools: list[Pool], roles: _Roles, module_calls: list[ast.Call]) -> dict[int, str]:
+    """Each pool's line -> whether what it runs claims episodes: 'episodes', 'other', or 'unknown' (``module_calls``:
+    the module body's own calls, where pools are given their work)."""
     names: dict[str, int] = {}  # variable -> pool line
-    for node in ast.walk(main.tree):
+    for node in _statements(main.tree):
         value_targets: list[tuple[ast.expr, ast.expr]] = []
         if isinstance(node, ast.Assign):
             value_targets = [(node.value, t) for t in node.targets]
@@ -470,7 +507,7 @@ def _pool_roles(main: ModuleInfo, pools: list[Pool], roles: _Roles) -> dict[int,
                 if any(p.line == line for p in pools):
                     names[dotted(target) or ""] = line
     given: dict[int, list[str | None]] = {p.line: [] for p in pools}
-    for call in _calls(main.tree):
+    for call in module_calls:
         submitted = _submitted(call, names)
         if submitted is not None:
             given.setdefault(submitted[0], []).append(submitted[1])

@@ -113,9 +113,9 @@ _LEAVES = frozenset({ast.Name, ast.Constant})
 _CHILD_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def _children(node: ast.AST) -> list[ast.AST]:
-    """``ast.iter_child_nodes`` of ``node``, in order, less what the walk would pass through (``_SKIPPED_FIELDS``,
-    ``_LEAVES``)."""
+def child_nodes(node: ast.AST) -> list[ast.AST]:
+    """``ast.iter_child_nodes`` of ``node``, in order, less what no pass looks into (``_SKIPPED_FIELDS``, ``_LEAVES``):
+    a third of the nodes, and no call, definition or statement among them."""
     fields = _CHILD_FIELDS.get(type(node))
     if fields is None:
         fields = _CHILD_FIELDS[type(node)] = tuple(f for f in node._fields if f not in _SKIPPED_FIELDS)
@@ -164,7 +164,7 @@ def walk_module(module: ModuleInfo) -> list[tuple[ast.AST, Scope]]:
             if binds:
                 _bind(node, scope, module)
             inner_binds = binds and not isinstance(node, _OWN_SCOPE)
-            pending = [(child, scope, inner_binds) for child in _children(node)]
+            pending = [(child, scope, inner_binds) for child in child_nodes(node)]
         stack.extend(reversed(pending))
     for scope in scopes:  # source order, whatever order the walk met them in
         for entries in scope.assigned.values():
@@ -314,5 +314,5 @@ def dotted(node: ast.AST | None) -> str | None:
     return None
 
 
-__all__ = ["Binding", "ModuleLoader", "parse_module", "walk_module", "dotted", "bind_target",
+__all__ = ["Binding", "ModuleLoader", "parse_module", "walk_module", "child_nodes", "dotted", "bind_target",
            "target_names", "bind_arguments", "default_argument", "class_of_methods", "MAX_SCRIPT_BYTES"]

@@ -8,8 +8,9 @@ agent's ``backend_<kind>`` (which does the work on the host).
 A run's backend is recorded per host in its spec, as the handle the host's start gave (``spec.Handle``: its
 ``kind`` and the backend's own keys), so a row read later is observed, stopped and rolled back the way it was
 launched; the ops that carry the handle (observe, stop, discard) are the same for every backend. What differs
-is here: the launch's options and the checks of its input, the command that attaches a user to the run, and the
-GPUs of a scheduler's allocation. ``references/adding-a-backend.md`` walks through adding one.
+is here: the launch's options and the checks of its input, the command that attaches a user to the run, and a
+scheduler's allocation (its nodes, a command on one of them, their GPUs; preflight checks them too).
+``references/adding-a-backend.md`` walks through adding one.
 """
 
 from __future__ import annotations
@@ -69,6 +70,29 @@ class Backend(Protocol):
     def allocation_gpus(self, host: str, where: HostRecord) -> list[GpuHost] | None:
         """The GPUs of the nodes the run's job holds, asked through ``host``; None: this backend holds no
         allocation (ask the run's hosts)."""
+
+    #: What the scheduler is called in answers ("Slurm"); None for a backend without jobs.
+    scheduler: str | None
+
+    def job_nodes_op(self, job_id: str) -> client.Op[Any]:
+        """The op that lists, on the host the job was submitted from, the nodes of the running job ``job_id``
+        (``ToolInputError`` for a backend without jobs)."""
+
+    def job_nodes(self, reply: Any, job_id: str) -> JobNodes:
+        """The nodes that op's reply lists, or why there are none."""
+
+    def on_node(self, job_id: str, node: str) -> list[str]:
+        """The argv prefix that runs a command on ``node`` inside the job, starting at once beside its steps."""
+
+
+@dataclass(frozen=True)
+class JobNodes:
+    """A running job's nodes as its submitting host listed them; none: ``why``, and what to do (``fix``)."""
+
+    nodes: list[str]
+    command: str  # what was asked, for a user to repeat
+    why: str = ""
+    fix: str = ""
 
 
 def kinds() -> list[str]:

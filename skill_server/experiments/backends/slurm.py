@@ -16,7 +16,7 @@ from skill_server.core.models import PositiveInt, ToolInput
 from skill_server.hosts import LOCAL, HostUnreachable, call_hosts, client
 
 if TYPE_CHECKING:
-    from skill_server.experiments.backends import LaunchContext
+    from skill_server.experiments.backends import JobNodes, LaunchContext
     from skill_server.experiments.spec import HostRecord
     from skill_server.gpus.models import GpuHost
     from skill_server.hosts.agent.protocol import BackendChoice, LaunchPlan
@@ -43,6 +43,10 @@ OPTIONS = SlurmSpec
 _JOB_NODES = ('info=$(scontrol show job -o "$0") || exit 1; case "$info" in *" JobState=RUNNING "*) ;; '
               '*) echo "$info" | grep -o "JobState=[^ ]*" >&2; exit 3;; esac; '
               'nodes=$(echo "$info" | grep -o " NodeList=[^ ]*" | cut -d= -f2) && scontrol show hostnames "$nodes"')
+
+
+#: The most nodes of one job that are asked (GPUs, preflight).
+MAX_NODES = 64
 
 
 class Slurm:
@@ -78,10 +82,30 @@ class Slurm:
             return ""
         return follow if host == LOCAL else f"ssh {shlex.quote(host)} {shlex.quote(follow)}"
 
+    scheduler = "Slurm"
+
+    def job_nodes_op(self, job_id: str) -> client.Op[Any]:
+        return client.run(["sh", "-c", _JOB_NODES, str(job_id)], timeout_s=20)
+
+    def job_nodes(self, reply: Any, job_id: str) -> JobNodes:
+        from skill_server.experiments.backends import JobNodes
+
+        listed = client.answer(reply, client.run)
+        command = f"scontrol show job {job_id}"
+        if listed["ok"] and listed["returncode"] == 0 and listed["stdout"].split():
+            return JobNodes(listed["stdout"].split()[:MAX_NODES], command)
+        why = (listed.get("stderr") or "").strip().splitlines() if listed["ok"] else [listed["error"]]
+        return JobNodes([], command, why[-1] if why else "not queued or ended",
+                        "start the allocation first (salloc or sbatch), then pass its job id")
+
+    def on_node(self, job_id: str, node: str) -> list[str]:
+        """An ``srun --jobid --overlap`` step on one node: it starts at once even while the job's steps hold
+        every CPU."""
+        return ["srun", f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}"]
+
     def allocation_gpus(self, host: str, where: HostRecord) -> list[GpuHost] | None:
         """The GPUs of every node of the running job as the job's processes see them: from the login node,
-        nvidia-smi in an ``srun --jobid --overlap`` step per node (it starts at once even while the job's steps
-        hold every CPU). Two round trips: the job's nodes, then every node's two queries."""
+        nvidia-smi on each node (``on_node``). Two round trips: the job's nodes, then every node's two queries."""
         from skill_server.gpus import nvidia_smi
         from skill_server.gpus.query import CALL_TIMEOUT_S, from_reply
 
@@ -89,21 +113,16 @@ class Slurm:
         if not job_id:
             raise ToolInputError("has no Slurm job (its launch did not finish)", field="experiment")
         label = f"{host}: Slurm job {job_id}"
-        reply = call_hosts({host: [client.run(["sh", "-c", _JOB_NODES, str(job_id)], timeout_s=20)]},
-                           timeout_s=CALL_TIMEOUT_S)[host]
+        reply = call_hosts({host: [self.job_nodes_op(str(job_id))]}, timeout_s=CALL_TIMEOUT_S)[host]
         if isinstance(reply, HostUnreachable):
             return [nvidia_smi.unreachable(label, reply.reason)]
-        listed = client.answer(reply[0], client.run)
-        if not listed["ok"] or listed["returncode"] != 0 or not listed["stdout"].split():
-            why = (listed.get("stderr") or "").strip().splitlines() if listed["ok"] else [listed["error"]]
-            return [nvidia_smi.unreachable(label, "no nodes: the job is not running (" + (
-                why[-1] if why else "not queued or ended") + ")")]
-        nodes = listed["stdout"].split()[:64]
-        ops = [op for node in nodes for op in nvidia_smi.query_ops(
-            ["srun", f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", f"--nodelist={node}"])]
-        replies = call_hosts({host: ops}, timeout_s=CALL_TIMEOUT_S + 5 * len(nodes))[host]
+        listed = self.job_nodes(reply[0], str(job_id))
+        if not listed.nodes:
+            return [nvidia_smi.unreachable(label, f"no nodes: the job is not running ({listed.why})")]
+        ops = [op for node in listed.nodes for op in nvidia_smi.query_ops(self.on_node(str(job_id), node))]
+        replies = call_hosts({host: ops}, timeout_s=CALL_TIMEOUT_S + 5 * len(listed.nodes))[host]
         return [from_reply(node, replies, first=2 * i) if not isinstance(replies, HostUnreachable)
-                else nvidia_smi.unreachable(node, replies.reason) for i, node in enumerate(nodes)]
+                else nvidia_smi.unreachable(node, replies.reason) for i, node in enumerate(listed.nodes)]
 
 
 BACKEND = Slurm()

@@ -3,7 +3,8 @@
 ``relaunch_here`` starts the same processes again as a new run (its own id, run directory, session, monitor and
 logs: ``attempt_log``): the launch request that started the run here (``rundir.LAUNCH_REQUEST``, kept by the launch
 op when the run has a resume policy) goes through the same ``launch`` op a controller sends, in a child agent
-process, with the new id. (Stopping a run is its backend's: ``backend.Backend.stop``.)
+process, with the new id. ``stop_started`` stops such a relaunch at once (a ``stop_experiment`` came while it
+started). (Stopping a run is its backend's: ``backend.Backend.stop``.)
 """
 
 from __future__ import annotations
@@ -77,3 +78,20 @@ def relaunch_here(run_dir: str, new_id: str, policy: Mapping[str, Any]) -> Launc
         said = result.get("error") if isinstance(result, dict) else None
         raise AgentError("the relaunch was refused: %s" % (said or reply.get("error") or "no answer"))
     return result  # type: ignore[return-value]  # the launch op's reply
+
+
+def stop_started(started: Mapping[str, Any], exp_id: str, grace_s: float = 5.0) -> str:
+    """Stop run ``exp_id`` that ``relaunch_here`` just started (its launch reply) as ``stop_experiment`` would (its
+    run directory marked, so that its monitor ends it as stopped); what became of it, in words."""
+    from . import backend
+    from .rundir import STOP_REQUESTED, RunDir
+
+    rdir, handle = str(started.get("run_dir") or ""), dict(started.get("handle") or {})
+    RunDir(rdir).touch(STOP_REQUESTED)
+    procs: list[dict[str, object]] = [{"role": p.get("role"), "pid": p.get("pid"), "start": p.get("start"),
+                                       "pane_id": p.get("pane_id")} for p in started.get("procs") or []]
+    try:
+        report = backend.of_handle(handle).stop(handle, exp_id, rdir, procs, grace_s)
+    except (AgentError, OSError) as exc:
+        return "its stop failed: %s" % exc
+    return "stopped" + ("; %d process(es) survived SIGKILL" % len(report["survivors"]) if report["survivors"] else "")

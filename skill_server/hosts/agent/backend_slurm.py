@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 
-from . import slurm
+from . import files, slurm
 from .backend import Backend, Launch, Liveness
 from .files import AgentError
 from .protocol import TYPE_CHECKING
@@ -55,22 +55,37 @@ class Slurm(Backend):
         spec = monitor.spec_for(launch.exp_id, launch.handle, started, dict(monitor_spec, max_time_s=0))
         options = {k: v for k, v in launch.options.items() if k != "ray"}
         launch.handle["job_id"] = slurm.submit(
-            options, launch.exp_id, launch.rdir, [p["role"] for p in launch.plan["procs"]],
+            options, launch.exp_id, launch.rdir, {p["role"]: p["log_path"] for p in launch.plan["procs"]},
             int(monitor_spec["max_time_s"]), ray=launch.options.get("ray"),
             monitor=monitor.shell_line(launch.rdir, spec))
         return started
 
     def discard(self, handle: Mapping[str, Any], exp_id: str, rdir: str) -> DiscardReply:
         """Mark the run discarded first (a job that starts later exits at once), then cancel its job (by id, or by
-        name when sbatch's answer was lost) and verify."""
-        RunDir(rdir).touch(DISCARDED)
+        name when sbatch's answer was lost) and verify. Nothing to cancel when sbatch refused the job (it said so:
+        nothing was submitted, whether or not Slurm answers now). A job that already ran to its end is no launch
+        to undo: the mark is taken back and the reply says it ran (``ran``: its handle), so that it stays."""
+        run = RunDir(rdir)
+        run.touch(DISCARDED)
+        job_id = handle.get("job_id") or slurm.job_of(rdir)
+        if not job_id and run.has(slurm.REFUSED):
+            return {"interrupted": [], "terminated": [], "killed": [], "survivors": [], "session_removed": True,
+                    "confirmed": True}
         try:
-            ids, _ = slurm.cancel(handle.get("job_id") or slurm.job_of(rdir), exp_id, 5.0)
+            ids, _ = slurm.cancel(job_id, exp_id, 5.0)
             confirmed = True
         except AgentError:
             ids, confirmed = [], False
-        return {"interrupted": ["job " + i for i in ids], "terminated": [], "killed": [], "survivors": [],
-                "session_removed": True, "confirmed": confirmed}
+        out: DiscardReply = {"interrupted": ["job " + i for i in ids], "terminated": [], "killed": [],
+                             "survivors": [], "session_removed": True, "confirmed": confirmed}
+        ran = slurm.ran_to_its_end(rdir) if confirmed and not ids else None
+        if ran is not None:
+            try:
+                os.unlink(run.file(DISCARDED))
+            except OSError:
+                pass
+            out["ran"] = {"kind": self.kind, "job_id": ran}  # type: ignore[typeddict-unknown-key]  # its own key
+        return out
 
     def prefetch(self, asked: list[tuple[Mapping[str, Any], str]], cache: dict[str, Any]) -> None:
         """One squeue for every job asked about (``slurm.query_all``)."""
@@ -81,7 +96,9 @@ class Slurm(Backend):
     def observe(self, p: Mapping[str, object], handle: Mapping[str, Any], cache: dict[str, Any]) -> Liveness:
         """Queued: alive, marked ``queued``. Running: alive until its wrapper's exit file exists. Ended: the exit
         file's code, else Slurm's (a process killed with its job wrote none); cancelled and timed-out jobs mark
-        their processes ``stopped`` and ``timedout``. Slurm cannot be asked and the record is not final: liveness
+        their processes ``stopped`` and ``timedout``. Slurm's word decides: while it queues the job, or runs it
+        again after a requeue (its ``Restarts`` past the record's), what an earlier run of the job left (an exit
+        file, a record of its end) is not this run's. Slurm cannot be asked and the record is not final: liveness
         unknown (None). A job never submitted (its launch did not finish) is unknown too."""
         rdir, role = str(p["run_dir"]), str(p["role"])
         job_id = handle.get("job_id")
@@ -90,21 +107,11 @@ class Slurm(Backend):
         key = "slurm:" + str(job_id)
         if key not in cache:  # one scontrol per job and observation, whatever its number of processes
             cache[key] = slurm.query(str(job_id), rdir)
-        facts: JobFacts = cache[key]
-        run = RunDir(rdir)
-        code = run.exit_code(role)
+        facts, code = self._this_start(cache[key], RunDir(rdir), role)
         source = "file" if code is not None else None
-        mine = slurm.record(rdir) if code is not None and not facts["final"] else None
-        if mine is not None and mine.get("source") == "job" and mine.get("state") in slurm.FINAL:
-            # the job recorded its own end (its SIGTERM trap: TIMEOUT or CANCELLED) while Slurm still winds it down
-            # (the batch script waits for the monitor): that end decides, not the process's 143 alone
-            facts = slurm.facts_of(facts["job_id"], str(mine["state"]), str(mine.get("reason") or facts["reason"]),
-                                   str(mine.get("exit_code") or facts["exit_code"]),
-                                   str(mine.get("nodes") or facts["nodes"]), facts["source"],  # all it got
-                                   error=facts["error"])
         state = facts["state"]
         if facts["queued"]:
-            return Liveness(True, 0.0, code, source, ["queued"], facts)
+            return Liveness(True, 0.0, None, None, ["queued"], facts)
         if not facts["final"]:
             if facts["error"] is not None and state == "UNKNOWN":
                 return Liveness(None, None, code, source, [], facts)
@@ -117,6 +124,24 @@ class Slurm(Backend):
                 code = None
             source = "slurm" if code is not None else None
         return Liveness(False, None, code, source, markers, facts)
+
+    @staticmethod
+    def _this_start(facts: JobFacts, run: RunDir, role: str) -> tuple[JobFacts, int | None]:
+        """(the job's facts, the process's exit code) as of the job's current start: an exit code an earlier start
+        left (the job is queued again, or Slurm's ``Restarts`` is past its record's) is not this start's; and the
+        job's own record of its end (its SIGTERM trap: TIMEOUT or CANCELLED) decides while Slurm still winds the
+        job down (the batch script waits for the monitor), not the process's 143 alone."""
+        mine = slurm.record(run.path)
+        earlier = facts["queued"] or (mine is not None and facts["source"] == "slurm" and not facts["final"]
+                                      and int(mine.get("restarts") or 0) < int(facts.get("restarts") or 0))
+        code = None if earlier else run.exit_code(role)
+        if code is not None and not facts["final"] and mine is not None and mine.get("source") == "job" \
+                and mine.get("state") in slurm.FINAL:
+            facts = slurm.facts_of(facts["job_id"], str(mine["state"]), str(mine.get("reason") or facts["reason"]),
+                                   str(mine.get("exit_code") or facts["exit_code"]),
+                                   str(mine.get("nodes") or facts["nodes"]), facts["source"],  # all it got
+                                   error=facts["error"], restarts=int(facts.get("restarts") or 0))
+        return facts, code
 
     @staticmethod
     def _age(rdir: str) -> float | None:
@@ -140,13 +165,45 @@ class Slurm(Backend):
         KillWait."""
         run = RunDir(rdir)
         roles = [str(p["role"]) for p in procs]
-        run.mark_stopped(roles)
+        unmarked = run.mark_stopped(roles)
         job_id = handle.get("job_id") or ""
-        ids, _ = slurm.cancel(job_id or None, exp_id, grace_s)
+        try:
+            ids, _ = slurm.cancel(job_id or None, exp_id, grace_s)
+        except AgentError as exc:  # Slurm does not answer: the run's monitor stops them where they run
+            return self._stop_here(run, roles, exc.message, grace_s)
         if job_id:
             slurm.query(str(job_id), rdir)  # Slurm's final word into job.json while it still remembers the job
         return {"interrupted": roles if ids else [], "terminated": [], "killed": [], "survivors": [],
-                "exit_codes": {role: run.exit_code(role) for role in roles}, "session_removed": True}
+                "exit_codes": {role: run.exit_code(role) for role in roles}, "session_removed": True,
+                "unmarked": unmarked}
+
+    @staticmethod
+    def _stop_here(run: RunDir, roles: list[str], why: str, grace_s: float) -> StopReply:
+        """Slurm cannot be asked to end the job: ask the run's monitor, inside the job, to stop the processes on
+        its node (``watchers.StopAsked``) and wait (bounded) for what it did. Never confirmed: the job is Slurm's
+        to end, once it answers."""
+        import time
+
+        from . import deadline
+        from .rundir import STOP_HERE
+
+        try:
+            files.write_atomic(run.file(STOP_HERE), b"%.1f\n" % grace_s, replace=True, mode=0o600)  # its grace
+        except AgentError:
+            run.touch(STOP_HERE)
+        end = time.monotonic() + deadline.left(grace_s + 15.0)
+        done = None
+        while done is None and time.monotonic() < end:
+            acted = [a for a in (run.findings() or {}).get("actions") or [] if a.get("trigger") == "stop_experiment"]
+            done = acted[-1]["result"] if acted else None
+            if done is None:
+                time.sleep(0.25)
+        said = ("the run's monitor in the job stopped its processes %s" % done if done is not None else
+                "asked the run's monitor in the job to stop its processes where they run; it has not answered yet")
+        return {"interrupted": roles if done is not None and "SIGINT" in done else [], "terminated": [],
+                "killed": [], "survivors": [], "exit_codes": {role: run.exit_code(role) for role in roles},
+                "session_removed": False, "unconfirmed": "%s (Slurm did not answer: %s); Slurm ends the job once it "
+                "answers" % (said, why)}
 
     def own_job(self, handle: Mapping[str, Any], rdir: str) -> str | None:
         """``SLURM_JOB_ID``, else the run's recorded id."""

@@ -153,7 +153,7 @@ class Tmux(Backend):
             recorded.append({"pane_id": raw_pane if isinstance(raw_pane, str) else None, "pid": pid, "start": start})
             if pid:
                 wrappers.append({"role": role, "pid": pid, "start": start})
-        run.mark_stopped(names)
+        unmarked = run.mark_stopped(names)
         report = procs.terminate(wrappers, exp_id + "/", grace_s)
         for role in names:  # what survived SIGKILL keeps its role "running" in every later observation
             run.write_survivors(role, [{"pid": x["pid"], "start": x["start"]} for x in report["survivors"]
@@ -165,7 +165,8 @@ class Tmux(Backend):
                                                      handle.get("session_id"), recorded)
             removed = gone or none_left or run.has(SESSION_REMOVED)
         return {"interrupted": report["interrupted"], "terminated": report["terminated"], "killed": report["killed"],
-                "survivors": report["survivors"], "exit_codes": codes, "session_removed": removed}
+                "survivors": report["survivors"], "exit_codes": codes, "session_removed": removed,
+                "unmarked": unmarked}
 
     def legacy_handle(self, spec: Mapping[str, Any]) -> Handle | None:
         if not spec.get("socket_path"):

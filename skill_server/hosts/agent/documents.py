@@ -103,11 +103,27 @@ if TYPE_CHECKING:
         lost_kinds: list[str]
         last_failure: NotifyFailure
 
-    class PendingResume(TypedDict):
-        """A resume policy's relaunch, due after the backoff: what triggered it, when (run clock)."""
-
+    class _PendingRequired(TypedDict):
         trigger: str
         due: float
+
+    class PendingResume(_PendingRequired, total=False):
+        """A resume policy's relaunch, due after the backoff: what triggered it, when (run clock); after a try that
+        failed (``resume``), why (``failed``), how many tries failed, and since when (run clock)."""
+
+        tries: int
+        failed: str
+        failed_since: float
+
+    class Replacement(TypedDict, total=False):
+        """One replacement of a run's monitor (``supervisor``): when (wall clock), why, by whom (its supervisor, a
+        status call), the process replaced, and whether its lock had to be fenced (it would not die)."""
+
+        wall: float
+        why: str
+        by: str
+        pid: int | None
+        fenced: bool
 
     class _EventRequired(TypedDict):
         at: float  # the run clock
@@ -265,16 +281,19 @@ if TYPE_CHECKING:
         events: list[MonitorEvent]
         event_seq: int
         policy_seq: int
+        told_seq: int  # the events whose happenings the notify command was told (a takeover tells the rest again)
         stall: StallVerdict
         first_step_overdue_at: float | None
         actions: list[ActionRecord]
         notify: NotifyTally
         pending_resume: PendingResume | None
+        origin: dict[str, Any]  # the run clock's zero on the machine's boot clock: {"space", "uptime"}
+        generation: int  # which start of the run's processes in its directory (a requeue starts them again)
 
     class RunReport(TypedDict, total=False):
-        """What an observation says of the run on this host as its monitor left it: whether the monitor lives,
-        whether the run ended here, its phase and clock, and the policies' state; ``attempts``: what a resume
-        policy started after it."""
+        """What an observation says of the run on this host as its monitor left it: whether the monitor lives
+        (and its supervisor, its heartbeat, its replacements), whether the run ended here, its phase and clock, and
+        the policies' state; ``attempts``: what a resume policy started after it."""
 
         alive: bool
         ended: bool
@@ -287,6 +306,10 @@ if TYPE_CHECKING:
         notify: NotifyTally
         pending_resume: PendingResume | None
         attempts: list[AttemptRecord]
+        beat_age_s: float | None  # seconds since the monitor's last heartbeat (None: not comparable here)
+        supervised: bool  # its supervisor runs
+        replaced: list[Replacement]  # the monitor's latest replacements
+        stop_requested: bool  # stop_experiment was called (a relaunch still to come is cancelled)
 
     class MonitorReport(RoleFindings, total=False):
         """What the run's monitor found for one process, plus ``run`` (``observer.report``)."""

@@ -11,13 +11,15 @@ and runs them (``scheduler``):
 
 * ``runstate.Run``: what is known of the run, its clock and its ``phases.Lifecycle`` (the phases and events);
 * ``watchers``: the probe, a log tail per role, the process watch, the max time, the document's persistence;
-* ``stall.StallWatch``: the stall verdict; ``policy.Policy`` and ``policy.Resume``: the launch's policies.
+* ``stall.StallWatch``: the stall verdict; ``policy.Policy`` and ``resume.Resume``: the launch's policies;
+* ``supervisor.Keeper``: its heartbeat and its supervisor, the second process that replaces it if it dies, freezes
+  or misses the max time (and that it starts again if that one dies).
 
 Once every process of the run on this host has ended and every log was read to its end, it releases what held
 the run (its tmux session) when every exit code is on disk, hands the end to the policy (a resume waits in the
 ``backoff`` phase), and ends with the run's last ``monitor.json`` (``ended``). It holds ``monitor.lock`` while
-it lives, so an observation can tell it is gone and start another (``observer.ensure_running``), which takes
-up the last document.
+it lives (``heartbeat.Lock``: a replacement that fenced it off makes it end at its next look), so its supervisor
+(or an observation) can tell it is gone and start another, which takes up the last document.
 """
 
 from __future__ import annotations
@@ -28,17 +30,14 @@ import signal
 import sys
 import time
 
-from . import files, phases, policy, scanner, scheduler, stall, waker, watchers
-from .files import AgentError
+from . import daemon, files, heartbeat, phases, policy, resume, scheduler, stall, supervisor, waker, watchers
 from .protocol import RUN_MARKER, TYPE_CHECKING
-from .rundir import EXIT, FORMAT, LOCK, LOG, PID, SESSION_REMOVED, SPEC, STAGE, STOP_REQUESTED, RunDir
+from .rundir import EXIT, FORMAT, LOCK, LOG, PID, SESSION_REMOVED, SPEC, STAGE, STOP_HERE, STOP_REQUESTED, RunDir
 from .runstate import Run
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
     from typing import Any
-
-START_TIMEOUT_S = 20.0
 
 
 def spec_for(exp_id: str, handle: Mapping[str, Any], started: Sequence[Mapping[str, Any]],
@@ -61,44 +60,6 @@ def log_sizes(logs: Mapping[str, str]) -> dict[str, int]:
     return {role: files.file_size(path) or 0 for role, path in logs.items()}
 
 
-#: The channel nonce of a monitor started through stage one (its stdin carries nothing else).
-_NONCE = "monitor"
-_PAYLOAD: list[bytes] = []
-
-
-def _payload() -> bytes:
-    """What the monitor's interpreter reads on stdin: the stage one and sources SSH ships (built once)."""
-    from . import program
-
-    if not _PAYLOAD:
-        _PAYLOAD.append(program.ssh_payload(_NONCE))
-    return _PAYLOAD[0]
-
-
-def _environment() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != RUN_MARKER}
-    from .protocol import STATE_DIR_ENV, state_dir
-
-    env[STATE_DIR_ENV] = state_dir()  # the install and the run directory the launch used, whatever HOME says
-    return env
-
-
-#: How a monitor starts from this version's install (``program.install_dir``): nothing else is loaded.
-_FROM_INSTALL = ("import sys; sys.path.insert(0, sys.argv[1]); from ajs_agent import monitor; "
-                 "sys.exit(monitor.main(sys.argv[2:]))")
-
-
-def _argv(run_dir: str) -> tuple[list[str], bool]:
-    """The monitor's interpreter arguments (after ``python -I -S``), and whether they run this version's install
-    (else the stage one SSH calls run, which reads its payload on stdin and installs it)."""
-    from . import program
-
-    base = program.install_dir()
-    if os.path.isfile(os.path.join(base, program.PACKAGE, "monitor.py")):
-        return ["-c", _FROM_INSTALL, base, run_dir], True
-    return ["-c", program.BOOTSTRAP, *program.bootstrap_argv(_NONCE), "monitor", run_dir], False
-
-
 def shell_line(run_dir: str, spec: Mapping[str, Any]) -> str:
     """A shell line that starts the run's monitor later, elsewhere (a batch job's script, on its first node;
     ``spec`` is written first): the same program ``start`` runs, with this host's interpreter and state
@@ -108,11 +69,11 @@ def shell_line(run_dir: str, spec: Mapping[str, Any]) -> str:
     from .protocol import STATE_DIR_ENV, state_dir
 
     files.write_atomic(os.path.join(run_dir, SPEC), json.dumps(spec).encode("utf-8"), replace=False, mode=0o600)
-    argv, installed = _argv(run_dir)
+    argv, installed = daemon.argv(run_dir)
     stdin = "/dev/null"
     if not installed:
         stdin = os.path.join(run_dir, STAGE)
-        files.write_atomic(stdin, _payload(), replace=True, mode=0o600)
+        files.write_atomic(stdin, daemon.payload(), replace=True, mode=0o600)
     q = shlex.quote
     return "(cd %s && env -u %s %s=%s %s -I -S %s < %s > /dev/null 2>> %s) || echo 'the run monitor did not start'" % (
         q(run_dir), RUN_MARKER, STATE_DIR_ENV, q(state_dir()), q(sys.executable), " ".join(q(a) for a in argv),
@@ -120,60 +81,11 @@ def shell_line(run_dir: str, spec: Mapping[str, Any]) -> str:
 
 
 def start(run_dir: str, spec: Mapping[str, Any] | None = None) -> None:
-    """Start the run's monitor (writing its spec file first when given) from this version's install under the
-    state directory; where it is missing, through the stage one SSH calls run, which installs it. Raises
-    ``AgentError`` when the monitor did not start."""
-    import subprocess
-
+    """Start the run's monitor (``daemon.start``), writing its spec file first when given. Raises ``AgentError``
+    when the monitor did not start."""
     if spec is not None:
         files.write_atomic(os.path.join(run_dir, SPEC), json.dumps(spec).encode("utf-8"), replace=False, mode=0o600)
-    argv, installed = _argv(run_dir)
-    log_path = os.path.join(run_dir, LOG)
-    try:
-        with open(log_path, "ab") as log:
-            child = subprocess.Popen([sys.executable, "-I", "-S"] + argv,
-                                     stdin=subprocess.DEVNULL if installed else subprocess.PIPE,
-                                     stdout=subprocess.DEVNULL, stderr=log, cwd=run_dir, env=_environment(),
-                                     start_new_session=True, close_fds=True)
-    except OSError as exc:
-        raise AgentError("cannot start the run monitor: %s" % (exc.strerror or exc)) from None
-    try:
-        child.communicate(None if installed else _payload(), timeout=START_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        child.kill()
-        child.wait()
-        raise AgentError("the run monitor did not start within %d s" % START_TIMEOUT_S) from None
-    if child.returncode != 0:
-        said = (files.read_small(log_path, 1024 * 1024) or "").strip().splitlines()
-        raise AgentError("the run monitor did not start (exit %s): %s" % (
-            child.returncode, scanner.clip(said[-1] if said else "no message", 300)))
-
-
-def _detach() -> None:
-    """Leave the launcher (it waits for this first process only) and every terminal: fork once more; the child
-    is adopted by init and reads nothing from the launcher's pipe."""
-    if os.fork():
-        os._exit(0)
-    null = os.open(os.devnull, os.O_RDWR)
-    os.dup2(null, 0)
-    os.close(null)
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
-
-
-def _hold_lock(run_dir: str) -> int | None:
-    """The run's lock, held for this process's life; None when another monitor holds it (an observation
-    testing the lock holds it for an instant only, hence the retries)."""
-    import fcntl
-
-    fd = os.open(os.path.join(run_dir, LOCK), os.O_RDWR | os.O_CREAT, 0o600)
-    for _ in range(50):
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except OSError:
-            time.sleep(0.02)
-    os.close(fd)
-    return None
+    daemon.start(run_dir, "monitor")
 
 
 def watch(run: Run, previous: Mapping[str, Any]) -> None:
@@ -199,20 +111,36 @@ def watch(run: Run, previous: Mapping[str, Any]) -> None:
         if isinstance(role.pid, int):
             woken.watch_pid(role.pid)
     probe = watchers.Probe(tails, processes, (lambda: woken.quiet_until - run.origin) if woken.available else None)
-    rooms = [probe, processes, *tails.values(), watchers.MaxTime(), stalls, rules, policy.Resume(rules),
-             watchers.Persist()]
+    asked = watchers.StopAsked(rules.record)
+    rooms = [probe, processes, *tails.values(), watchers.MaxTime(), stalls, rules, resume.Resume(rules), asked,
+             supervisor.Keeper(), watchers.Persist()]
     run.save(ended=False)
     try:
-        scheduler.run(run, rooms, lambda: run.finished or run.phase == phases.ENDED, woken, [probe])
+        scheduler.run(run, rooms, lambda: run.finished or run.phase == phases.ENDED, woken, [probe, asked])
     finally:
         woken.close()
-    if run.discarded:
-        return  # rolled back: leave nothing behind
-    if run.phase != phases.ENDED:  # stopped from outside first: keep what was found; an observation resumes it
+    if run.discarded or run.superseded():
+        return  # rolled back: leave nothing behind; or replaced: the new monitor writes from now on
+    if run.phase != phases.ENDED:  # stopped from outside first: keep what was found; the next monitor resumes it
         run.save(ended=False)
         return
+    run.beat(busy_s=policy.FINAL_NOTIFY_WAIT_S + 10)
     rules.flush(run)
-    run.save(ended=True)
+    _save_end(run)
+
+
+#: How often the last document is tried again when it cannot be written (a full disk).
+SAVE_RETRY_S = 5.0
+
+
+def _save_end(run: Run) -> None:
+    """Write the last document (``ended``). On a full disk it is tried again until it can be written (the monitor
+    beating meanwhile): a monitor that ended without it would be replaced and tell the end again."""
+    while not run.save(ended=True):
+        if run.discarded or run.superseded() or not run.files.has(SPEC):
+            return
+        run.beat(force=True)
+        time.sleep(SAVE_RETRY_S)
 
 
 def _waker(run: Run) -> waker.Waker:
@@ -225,7 +153,7 @@ def _waker(run: Run) -> waker.Waker:
     made = waker.IN_CREATE | waker.IN_MOVED_TO | waker.IN_CLOSE_WRITE | waker.IN_ATTRIB
     watched = [(os.path.dirname(r.log_path), os.path.basename(r.log_path), grew) for r in run.roles]
     watched += [(run.dir, r.name + suffix, made) for r in run.roles for suffix in (PID, EXIT)]
-    watched.append((run.dir, STOP_REQUESTED, made))
+    watched += [(run.dir, STOP_REQUESTED, made), (run.dir, STOP_HERE, made)]
     return waker.Waker(watched)
 
 
@@ -245,10 +173,12 @@ def main(argv: list[str]) -> int:
     except (ValueError, KeyError, TypeError) as exc:
         sys.stderr.write("cannot read %s: %s\n" % (where.file(SPEC), exc))
         return 2
-    _detach()
-    lock = _hold_lock(run_dir)
-    if lock is None:
+    daemon.detach()
+    lock = heartbeat.Lock(where.file(LOCK))
+    if not lock.acquire():
         return 0  # another monitor already watches this run
+    run.lock = lock
+    run.heart.start(**run.beat_fields())
 
     def on_signal(signum: int, frame: object) -> None:
         del signum, frame
@@ -257,7 +187,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     try:
-        watch(run, previous)
+        watch(run, run.previous)
     finally:
-        os.close(lock)
+        lock.release()
     return 0

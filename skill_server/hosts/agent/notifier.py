@@ -13,7 +13,10 @@ and the log itself is rotated once it passes ``LOG_MAX``.
 Failures (the file not writable, the command failing, killed, not started) are counted in the tally
 (``NotifyTally``, ``notify`` in ``monitor.json``), never retried. When the monitor ends, what is still queued is
 delivered within a bound, the ``end`` first (the happening an unattended user waits for); what is not delivered
-by then is counted ``lost`` with its kinds. Stdlib only, Python 3.8.
+by then is counted ``lost`` with its kinds. A monitor that dies or freezes with happenings still owed to the
+command leaves them to its replacement (``policy.Policy.owed``: told again, marked ``retold``; the command may
+get one twice rather than not at all). The happening reaches the command through a pipe, so telling needs no disk space.
+Stdlib only, Python 3.8.
 """
 
 from __future__ import annotations
@@ -46,6 +49,9 @@ LOG_MAX = 1024 * 1024
 FINAL_WAIT_S = 60.0
 #: Longest line written to the notify file.
 LINE_MAX = 2000
+#: Largest JSON object given to the command (a pipe holds 64 KiB); a larger one is cut to ``_ESSENTIAL``.
+PAYLOAD_MAX = 32 * 1024
+_ESSENTIAL = ("kind", "text", "exp_id", "experiment", "attempt", "host", "time", "seq")
 
 
 def _stamp() -> str:
@@ -55,9 +61,10 @@ def _stamp() -> str:
 class _Child:
     """One run of the notify command: the process, its output pipe, when it started, what it was told."""
 
-    def __init__(self, process: Any, kind: str) -> None:
+    def __init__(self, process: Any, kind: str, seq: int) -> None:
         self.process = process
         self.kind = kind
+        self.seq = seq  # the event's number
         self.started = time.monotonic()
         self.read = 0  # bytes of output read so far
         self.kept = 0  # ... of which written to notify.log
@@ -110,15 +117,16 @@ class Notifier:
         self.queue: list[dict[str, Any]] = []
         self.children: list[_Child] = []
 
-    def tell(self, run: Run, event: dict[str, Any], happening: dict[str, Any]) -> None:
-        """One happening of ``event``: a line in the file, a JSON object queued for the command."""
+    def tell(self, run: Run, event: dict[str, Any], happening: dict[str, Any], to_file: bool = True) -> None:
+        """One happening of ``event``: a line in the file (unless not ``to_file``), a JSON object queued for the
+        command."""
         policy = run.spec.get("policy") or {}
         payload: dict[str, Any] = {
             "kind": happening["kind"], "exp_id": run.exp_id, "experiment": str(policy.get("lineage") or run.exp_id),
             "attempt": int(policy.get("attempt") or 1), "host": os.uname()[1], "time": _stamp(),
             "at": event.get("at"), "seq": event.get("seq")}
         payload.update(happening)
-        if self.file_path is not None:
+        if self.file_path is not None and to_file:
             self.write_line(run, payload)
         if self.command is None:
             return
@@ -179,24 +187,33 @@ class Notifier:
         return self.tally != before
 
     def start(self, run: Run, payload: dict[str, Any]) -> None:
+        """Run the command with ``payload`` on its stdin: a pipe filled before it starts (a happening is far below
+        a pipe's capacity), so that telling needs no disk space and leaves no file behind."""
         import subprocess
 
         kind = str(payload.get("kind"))
-        path = run.files.file("notify.%d.json" % os.getpid())
+        data = (json.dumps(payload) + "\n").encode("utf-8")
+        if len(data) > PAYLOAD_MAX:
+            data = (json.dumps({k: payload.get(k) for k in _ESSENTIAL}) + "\n").encode("utf-8")[:PAYLOAD_MAX]
         assert self.command is not None
         try:
-            files.write_atomic(path, (json.dumps(payload) + "\n").encode("utf-8"), replace=True, mode=0o600)
-            with open(path, "rb") as stdin:
-                os.unlink(path)  # the child reads the open file; nothing is left behind
+            read_end, write_end = os.pipe()
+            try:
+                os.write(write_end, data)
+            finally:
+                os.close(write_end)
+            try:
                 env = dict(os.environ, AJS_KIND=kind, AJS_EVENT=kind, AJS_EXP_ID=run.exp_id)
-                process = subprocess.Popen(["/bin/sh", "-c", self.command], stdin=stdin, stdout=subprocess.PIPE,
+                process = subprocess.Popen(["/bin/sh", "-c", self.command], stdin=read_end, stdout=subprocess.PIPE,
                                            stderr=subprocess.STDOUT, cwd=run.dir, env=env, start_new_session=True,
                                            close_fds=True)
-        except (OSError, files.AgentError) as exc:
-            self.failed(run, kind, "cannot start: %s" % (getattr(exc, "strerror", None) or exc))
+            finally:
+                os.close(read_end)
+        except OSError as exc:
+            self.failed(run, kind, "cannot start: %s" % (exc.strerror or exc))
             return
         _append(run.files.file(NOTIFY_LOG), ("%s %s:\n" % (_stamp(), kind)).encode("utf-8"))
-        self.children.append(_Child(process, kind))
+        self.children.append(_Child(process, kind, int(payload.get("seq") or 0)))
 
     def failed(self, run: Run, kind: str, why: str) -> None:
         self.tally["failed"] = int(self.tally.get("failed") or 0) + 1
@@ -211,6 +228,11 @@ class Notifier:
 
     def idle(self) -> bool:
         return not self.queue and not self.children
+
+    def owed_from(self) -> int | None:
+        """The number of the oldest event whose happening the command has not been told yet (None: all told)."""
+        owed = [c.seq for c in self.children] + [int(p.get("seq") or 0) for p in self.queue]
+        return min(owed) if owed else None
 
     def settle(self, run: Run, within_s: float) -> None:
         """Wait (at most ``within_s``) until what was queued has been told, losing nothing: before a relaunch, so

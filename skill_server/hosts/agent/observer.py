@@ -1,11 +1,13 @@
 """What an observation reads of a run's monitor: its document, as of the bytes the logs hold now.
 
 ``report`` gives, per process, what the monitor found (``MonitorReport``) plus the run's part (``RunReport``:
-whether the monitor lives, the phase, the clock, the policies' state, and the attempts a resume started after
-it). It never writes anything; with ``heal`` it also starts the monitor of a monitored run whose monitor died
-before the run's end (at most one start per ``RESTART_EVERY_S``; the new one resumes from the last document).
-A monitor that runs inside a scheduler's job (``backend.monitor_in_job``) is never started here: its lock on
-the shared filesystem says whether it lives. Stdlib only, Python 3.8.
+whether the monitor lives, its heartbeat's age, whether its supervisor runs and the monitor's replacements so
+far, the phase, the clock, the policies' state, and the attempts a resume started after it). It never writes
+anything; with ``heal`` it also replaces the monitor of a monitored run whose monitor died before the run's end,
+or froze with no supervisor left to replace it (``supervisor.replace_monitor``; at most one start per
+``RESTART_EVERY_S``; the new one resumes from the last document). A monitor that runs inside a scheduler's job
+(``backend.monitor_in_job``) is never started here: its supervisor does that inside the job, and its lock on the
+shared filesystem says whether it lives. Stdlib only, Python 3.8.
 """
 
 from __future__ import annotations
@@ -14,10 +16,21 @@ import json
 import os
 import time
 
-from . import backend, files, scanner
+from . import backend, files, heartbeat, procs, scanner
 from .files import AgentError
 from .protocol import TYPE_CHECKING
-from .rundir import LOCK, RESTARTED, SPEC, RunDir, spec_of
+from .rundir import (
+    BEAT,
+    LOCK,
+    NEXT_ATTEMPT,
+    RESTARTED,
+    SPEC,
+    STOP_REQUESTED,
+    SUPERVISOR_BEAT,
+    SUPERVISOR_LOCK,
+    RunDir,
+    spec_of,
+)
 
 if TYPE_CHECKING:
     from typing import Any
@@ -33,44 +46,56 @@ CATCH_UP_BYTES = 1024 * 1024
 
 def lock_free(run_dir: str) -> bool:
     """Whether no monitor holds the run's lock (it is dead, or none was ever started)."""
-    import fcntl
+    return heartbeat.lock_free(os.path.join(run_dir, LOCK))
 
+
+def _restarted_lately(run: RunDir) -> bool:
+    """Whether an observation started the run's monitor less than ``RESTART_EVERY_S`` ago, by the machine's boot
+    clock written in ``monitor.restarted`` (never a file's time against this process's wall clock, which a clock
+    step, or a caller whose clock is off, would move by hours)."""
+    text = files.read_small(run.file(RESTARTED), 64)
     try:
-        fd = os.open(os.path.join(run_dir, LOCK), os.O_RDWR | os.O_CREAT, 0o600)
-    except OSError:
+        at = float((text or "").strip())
+    except ValueError:
         return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        return False
-    finally:
-        os.close(fd)  # closing drops the lock if this test took it
-    return True
+    now = procs.uptime()
+    return at <= now < at + RESTART_EVERY_S
 
 
 def ensure_running(run: RunDir, doc: MonitorDocument | None, heal: bool) -> tuple[bool, bool]:
-    """(whether the run's monitor lives, whether this call started it). Without ``heal`` it only looks."""
+    """(whether the run's monitor lives, whether this call started it). Without ``heal`` it only looks; with it,
+    a monitor that is dead, or frozen with no supervisor left to replace it, is replaced here (at most once per
+    ``RESTART_EVERY_S``; a full disk that keeps the stamp from being written does not stop it)."""
     if doc is not None and doc.get("ended"):
         return False, False
-    if not lock_free(run.path):
-        return True, False
+    alive = not lock_free(run.path)
+    if not heal or not _supervisor_down(run) or (alive and not _frozen(run)):
+        return alive, False  # its supervisor does it (it may be spacing out replacements that died young)
     spec = run.spec()
-    if not heal or spec is None or backend.of_handle(spec.get("handle")).monitor_in_job:
-        return False, False
-    marker = run.file(RESTARTED)
+    if spec is None or backend.of_handle(spec.get("handle")).monitor_in_job or _restarted_lately(run):
+        return alive, False
     try:
-        if time.time() - os.stat(marker).st_mtime < RESTART_EVERY_S:
-            return False, False
-    except OSError:
-        pass
-    from . import monitor
-
-    try:
-        files.write_atomic(marker, b"", replace=True, mode=0o600)
-        monitor.start(run.path)
+        files.write_atomic(run.file(RESTARTED), ("%.3f\n" % procs.uptime()).encode("ascii"), replace=True, mode=0o600)
     except AgentError:
-        return False, False
-    return True, True
+        pass
+    from . import supervisor
+
+    why = "it gave no sign of life and no supervisor replaces it" if alive else "neither it nor its supervisor runs"
+    return supervisor.replace_monitor(run, why, "a status call") is None, True
+
+
+def _frozen(run: RunDir) -> bool:
+    """The monitor has not beaten for ``heartbeat.STALE_S``."""
+    age = heartbeat.age(heartbeat.read(run.file(BEAT))[1])
+    return age is not None and age > heartbeat.STALE_S
+
+
+def _supervisor_down(run: RunDir) -> bool:
+    """No supervisor runs to replace the monitor (none holds its lock, or the one that does is frozen)."""
+    if heartbeat.lock_free(run.file(SUPERVISOR_LOCK)):
+        return True
+    age = heartbeat.age(heartbeat.read(run.file(SUPERVISOR_BEAT))[1])
+    return age is not None and age > heartbeat.STALE_S
 
 
 def _role_of(doc: MonitorDocument | None, role: str) -> RoleFindings | None:
@@ -126,7 +151,7 @@ def _looked_up(run: RunDir, heal: bool, healed: list[str] | None) -> dict[str, A
     if started and healed is not None:
         named = (doc or {}).get("exp_id") or (run.spec() or {}).get("exp_id") or run.path
         healed.append("started the monitor of %s again" % named)
-    return {"doc": doc, "alive": alive}
+    return {"doc": doc, "alive": alive, "started": started}
 
 
 def _run_report(run: RunDir, kept: MonitorDocument, entry: dict[str, Any]) -> RunReport:
@@ -138,7 +163,17 @@ def _run_report(run: RunDir, kept: MonitorDocument, entry: dict[str, Any]) -> Ru
         "pending_resume": kept.get("pending_resume") or None}
     if kept.get("phase"):
         said["phase"] = str(kept.get("phase"))
-    if kept.get("ended") and kept.get("actions"):  # a resume policy may have started attempts after this one
+    from .supervisor import state
+
+    watchers = state(run, entry["alive"] and not entry.get("started"), bool(kept.get("ended")))
+    failed = watchers.pop("resume_failed", None)
+    pending = said.get("pending_resume")
+    if failed and pending and not pending.get("failed"):  # the monitor could not write it (a full disk)
+        said["pending_resume"] = dict(pending, failed=failed["failed"], tries=failed.get("tries") or 1)  # type: ignore[typeddict-item]
+    said.update(watchers)  # type: ignore[typeddict-item]
+    if run.has(STOP_REQUESTED):
+        said["stop_requested"] = True
+    if run.has(NEXT_ATTEMPT):  # a resume policy started attempts after this one (its monitor may still be ending)
         if "attempts" not in entry:
             entry["attempts"] = run.attempts_after()
         if entry["attempts"]:

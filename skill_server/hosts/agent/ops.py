@@ -122,19 +122,24 @@ def serve(nonce: str) -> int:
         out.flush()
 
 
+def _daemon(entry: str, argv: list[str]) -> int:
+    import importlib
+
+    return int(importlib.import_module("%s.%s" % (__package__, entry)).main(argv))
+
+
 def main(argv: list[str]) -> int:
-    """Entry point of the shipped program: ``monitor RUN_DIR`` (a run's monitor); ``AJS-READY <nonce> AJS``
-    (the bootstrap's arguments: framed requests, see ``serve``; followed by ``monitor RUN_DIR``, a monitor
-    started through stage one); or one request on stdin and the reply on stdout."""
-    if len(argv) > 1 and argv[1] == "monitor":
-        from . import monitor
+    """Entry point of the shipped program: ``monitor RUN_DIR`` or ``supervisor RUN_DIR`` (a run's daemons,
+    ``daemon``); ``AJS-READY <nonce> AJS`` (the bootstrap's arguments: framed requests, see ``serve``; followed by
+    a daemon's arguments when it was started through stage one); or one request on stdin and the reply on
+    stdout."""
+    from .daemon import ENTRIES
 
-        return monitor.main(argv[2:])
+    if len(argv) > 1 and argv[1] in ENTRIES:
+        return _daemon(argv[1], argv[2:])
     if len(argv) > 2 and argv[1] == "AJS-READY":
-        if len(argv) > 4 and argv[4] == "monitor":  # a run's monitor started through stage one
-            from . import monitor
-
-            return monitor.main(argv[5:])
+        if len(argv) > 4 and argv[4] in ENTRIES:  # a run's daemon started through stage one
+            return _daemon(argv[4], argv[5:])
         return serve(argv[2])
     raw = sys.stdin.buffer.read(MAX_REQUEST_BYTES + 1)
     reply: ReplyEnvelope

@@ -166,6 +166,12 @@ def _happening(kind: str, text: str, **fields: Any) -> dict[str, Any]:
 
 
 def _started(event: Mapping[str, Any], attempt: int) -> list[dict[str, Any]]:
+    if event.get("requeued"):  # its scheduler started the processes again: the same attempt, a restart
+        text = "its %s job %s was requeued: the processes started again (attempt %d, start %s), %s" % (
+            event.get("scheduler") or "scheduler's", event.get("job") or "", attempt, int(event["requeued"]) + 1,
+            checkpoint_words(event.get("checkpoint")))
+        return [_happening("restart", " ".join(text.split()), attempt=attempt, next_id=None, requeued=True,
+                           checkpoint=event.get("checkpoint"), trigger="requeue")]
     if attempt > 1:
         return []  # the attempt before it told its ``restart``
     roles = [str(r) for r in event.get("roles") or []]
@@ -228,8 +234,15 @@ def _action(event: Mapping[str, Any], policy: Mapping[str, Any]) -> list[dict[st
             attempt, most, event.get("next_id"), trigger_words(trigger), checkpoint_words(event.get("checkpoint")))
         return [_happening("restart", text, attempt=attempt, next_id=event.get("next_id"),
                            checkpoint=event.get("checkpoint"), trigger=trigger)]
-    if result.startswith(("cancelled", "relaunch failed")):
+    if result.startswith("relaunch failed"):  # tried again (``resume.Resume``): a failure of the relaunch, not the end
+        return [_happening("failure", "its relaunch after %s failed: %s" % (trigger_words(trigger), result[17:]),
+                           signature="relaunch_failed", severity="error", role=None, line=_clip(result, 2000),
+                           policy="resume")]
+    if result.startswith(("cancelled", "given up")):
         return [_happening("stopped", "stopped for good, not relaunched: %s" % result, trigger=trigger, why=result)]
+    if ", then stopped: " in result:  # relaunched, and stopped at once: a stop_experiment came while it started
+        return [_happening("stopped", "stopped for good: stop_experiment was called as it was %s" % result,
+                           trigger="stop_experiment", why=result)]
     return []  # the stop before the backoff, and the relaunch under way: the ``restart`` says both
 
 

@@ -8,7 +8,7 @@ first-step deadline) and ``on_end`` (the processes' end):
 * ``stop``: the complete stop of ``stop_experiment``, done by the run's backend (a monitor running inside a
   scheduler's job records and tells first, then cancels the job it runs in, and ends with it);
 * ``resume``: stop, then once the processes ended the run waits in the ``backoff`` phase for ``backoff_s``
-  (``Resume``) and is relaunched as its next attempt ``<lineage>.r2``, ``.r3``... (``actions.relaunch_here``), at
+  (``resume.Resume``) and is relaunched as its next attempt ``<lineage>.r2``, ``.r3``... (``actions.relaunch_here``), at
   most ``max_resumes`` times and only after a failure classified transient (a signature of ``transient``, or a
   stall); the newest ``global_step_N`` checkpoint the logs name is said first (the trainer resumes from it by
   itself). The attempt it relaunched leaves the new attempt's record (``AttemptRecord``) for the controller;
@@ -26,13 +26,13 @@ only, Python 3.8.
 from __future__ import annotations
 
 import os
-import re
 import time
 
 from . import files, phases, results
-from .notifier import NOTIFY_TIMEOUT_S, Notifier
+from .notifier import FINAL_WAIT_S, Notifier
 from .protocol import TYPE_CHECKING
-from .rundir import NEXT_ATTEMPT, STOP_REQUESTED
+from .resume import checkpoint_dirs, newest_checkpoint
+from .rundir import STOP_REQUESTED
 from .stall import number
 from .watchers import Watcher
 
@@ -40,28 +40,34 @@ if TYPE_CHECKING:
     from collections.abc import Mapping
     from typing import Any
 
-    from .protocol import ActionRecord, AttemptRecord, CheckpointRef, MonitorEvent, NotifyTally, PendingResume
+    from .protocol import ActionRecord, MonitorEvent, NotifyTally, PendingResume
     from .runstate import Run
 
+#: Longest time the monitor waits for the last notifications to be delivered before it ends.
+FINAL_NOTIFY_WAIT_S = FINAL_WAIT_S
 KEEP_ACTIONS = 50
-#: How often a notification under way is looked after, and how often a backoff looks for a stop request.
+#: How often a notification under way is looked after.
 BUSY_S = 0.25
 
 
 class PolicyState:
     """What the policies did (``actions``), the notify command's tally, the events handled so far (numbered up
-    to ``policy_seq``), whether a policy stopped the run, and the resume it waits for (``pending_resume``)."""
+    to ``policy_seq``) and those whose happenings the notify command was told (up to ``told_seq``: a monitor that
+    takes over tells it the rest again), whether a policy stopped the run, and the resume it waits for
+    (``pending_resume``)."""
 
     def __init__(self, previous: Mapping[str, Any]) -> None:
         self.actions: list[ActionRecord] = list(previous.get("actions") or [])
         self.notify: NotifyTally = dict(previous.get("notify") or {})  # type: ignore[assignment]
         self.policy_seq = int(previous.get("policy_seq") or 0)
+        told = previous.get("told_seq")
+        self.told_seq = int(told) if isinstance(told, int) else self.policy_seq
         self.stopped_by_policy = any(a.get("action") in ("stop", "resume") for a in self.actions)
         self.pending_resume: PendingResume | None = previous.get("pending_resume") or None
 
     def to_json(self) -> dict[str, Any]:
-        return {"policy_seq": self.policy_seq, "actions": self.actions, "notify": self.notify,
-                "pending_resume": self.pending_resume}
+        return {"policy_seq": self.policy_seq, "told_seq": self.told_seq, "actions": self.actions,
+                "notify": self.notify, "pending_resume": self.pending_resume}
 
 
 class Policy(Watcher):
@@ -81,8 +87,26 @@ class Policy(Watcher):
         self.notifier = told if told.command or told.file_path else None
         #: How the run ended here (known once its processes have ended).
         self.ended_as: str | None = None
-        if not previous.get("event_seq"):  # the run's first monitor, as it starts: the processes are up
-            run.emit("started", roles=[r.name for r in run.roles], first_step_s=run.spec.get("first_step_s"))
+        if self.notifier is not None:
+            self.owed(run)
+        if not previous.get("event_seq") or run.requeued:  # the processes are up (again, after a requeue)
+            fields: dict[str, Any] = {}
+            if run.requeued:
+                fields = {"requeued": run.generation, "scheduler": run.backend.scheduler,
+                          "job": run.backend.own_job(run.handle, run.dir), "checkpoint": newest_checkpoint(run)}
+            run.emit("started", roles=[r.name for r in run.roles], first_step_s=run.spec.get("first_step_s"),
+                     **fields)
+
+    def owed(self, run: Run) -> None:
+        """A monitor taking over (its predecessor died, froze or was replaced): the happenings of the events its
+        predecessor handled but had not yet told the notify command are told again (``retold``; the notify file
+        got its lines at once)."""
+        assert self.notifier is not None
+        for event in run.life.since(self.state.told_seq):
+            if int(event.get("seq") or 0) > self.state.policy_seq:
+                break
+            for happening in phases.happenings(event, self.spec):
+                self.notifier.tell(run, dict(event), dict(happening, retold=True), to_file=False)
 
     def tick(self, run: Run, now: float) -> float | None:
         for event in run.life.since(self.state.policy_seq):
@@ -90,8 +114,14 @@ class Policy(Watcher):
             self.handle(run, event)
             run.changed()
         if self.notifier is None:
+            self.state.told_seq = self.state.policy_seq
             return None
         if self.notifier.pump(run):
+            run.changed()
+        owed = self.notifier.owed_from()
+        told = self.state.policy_seq if owed is None else min(self.state.policy_seq, owed - 1)
+        if told != self.state.told_seq:
+            self.state.told_seq = told
             run.changed()
         return None if self.notifier.idle() else BUSY_S
 
@@ -135,6 +165,7 @@ class Policy(Watcher):
         """``stop`` from a monitor inside the run's job: the roles marked stopped, the action recorded, told and
         written to ``monitor.json`` first (the monitor ends with the job), then the job cancels itself."""
         backend = run.backend
+        run.beat(busy_s=FINAL_NOTIFY_WAIT_S + 60)  # told first, then scancel
         for role in run.roles:
             if not role.ended:
                 run.note(role, "policy: %s, cancelling the run's %s job" % (trigger, backend.scheduler))
@@ -175,8 +206,10 @@ class Policy(Watcher):
         roles: list[dict[str, object]] = [
             {"role": r["role"], "pid": r.get("pid"), "start": r.get("start"), "pane_id": r.get("pane_id")}
             for r in run.spec["roles"]]
+        grace = number(run.spec.get("grace_s"), 5.0)
+        run.beat(busy_s=grace + 30)  # a stop takes its grace and the waits after SIGTERM and SIGKILL
         try:
-            report = run.backend.stop(run.handle, run.exp_id, run.dir, roles, number(run.spec.get("grace_s"), 5.0))
+            report = run.backend.stop(run.handle, run.exp_id, run.dir, roles, grace)
         except (OSError, files.AgentError) as exc:
             return "stop failed: %s" % exc
         if report["survivors"]:
@@ -225,123 +258,5 @@ class Policy(Watcher):
         """Tell what is still to be told (the monitor is about to end: ``Notifier.flush``)."""
         self.tick(run, run.clock())
         if self.notifier is not None:
-            self.notifier.flush(run)
-
-
-class Resume(Watcher):
-    """The ``backoff`` phase: once it is over, the run is relaunched as its next attempt (the checkpoint it
-    continues from said first) and the record the controller imports is left (``rundir.NEXT_ATTEMPT``); a
-    ``stop_experiment`` meanwhile cancels it. Either way the run has then ended here."""
-
-    wakes_on = ("events",)
-    pace_s = 3600.0
-
-    def __init__(self, policy: Policy) -> None:
-        super().__init__()
-        self.policy = policy
-
-    def tick(self, run: Run, now: float) -> float | None:
-        if run.phase != phases.BACKOFF:
-            return None
-        state = self.policy.state
-        pending = state.pending_resume
-        trigger = pending["trigger"] if pending else "resume"
-        if run.files.has(STOP_REQUESTED):
-            state.pending_resume = None
-            self.policy.record(run, trigger, "resume", "cancelled: stop_experiment was called")
-            self.end(run)
-            return None
-        due = float(pending["due"]) if pending else 0.0
-        if now < due:
-            return min(BUSY_S * 2, due - now)
-        if self.relaunch(run, trigger):
-            run.move(phases.ENDED)
-        else:
-            self.end(run)
-        return None
-
-    def end(self, run: Run) -> None:
-        """Not relaunched: the run has ended here, with its ``on_end`` action."""
-        run.move(phases.ENDED)
-        self.policy.at_end(run, self.policy.ended_as or run.end_state())
-
-    def relaunch(self, run: Run, trigger: str) -> bool:
-        from .actions import relaunch_here
-
-        policy, state = self.policy, self.policy.state
-        attempt = int(policy.spec.get("attempt") or 1) + 1
-        lineage = str(policy.spec.get("lineage") or first_attempt(run.exp_id))
-        new_id = "%s.r%d" % (lineage, attempt)
-        found = newest_checkpoint(run)
-        where = ("continuing from global_step_%d (%s)" % (found["step"], found["path"]) if found
-                 else "starting over: no global_step_N checkpoint found")
-        policy.record(run, trigger, "resume", "relaunching as %s, %s" % (new_id, where), attempt=attempt,
-                      next_id=new_id, checkpoint=found)
-        policy.tick(run, run.clock())
-        if policy.notifier is not None:  # told before it starts: the new attempt's happenings come after this one
-            policy.notifier.settle(run, NOTIFY_TIMEOUT_S + 1.0)
-        try:
-            started = relaunch_here(run.dir, new_id, dict(policy.spec, attempt=attempt, previous=run.exp_id,
-                                                          lineage=lineage, resumed_from=found,
-                                                          checkpoint_dirs=sorted(checkpoint_dirs(run))))
-        except files.AgentError as exc:
-            state.pending_resume = None
-            policy.record(run, trigger, "resume", "relaunch failed: %s" % exc.message)
-            return False
-        record: AttemptRecord = {"id": new_id, "attempt": attempt, "lineage": lineage, "previous": run.exp_id,
-                                 "trigger": trigger, "wall": time.time(), "checkpoint": found, "launch": started}
-        try:
-            run.files.write_json(NEXT_ATTEMPT, record, replace=False)
-        except files.AgentError:
-            pass
-        state.pending_resume = None  # the next attempt's record is on disk: the chain goes on there
-        policy.record(run, trigger, "resume", "relaunched as %s" % new_id)
-        return True
-
-
-def first_attempt(exp_id: str) -> str:
-    """The id of a chain's first run (``x.r3`` -> ``x``), for a run launched before attempts knew their lineage."""
-    head, _, tail = exp_id.rpartition(".r")
-    return head if head and tail.isdigit() else exp_id
-
-
-#: A path naming a verl checkpoint folder in a log line (verl prints ``local_global_step_folder: <path>``).
-_CHECKPOINT_RE = re.compile(r"([^\s'\"=,()\[\]]*)global_step_(\d{1,15})\b")
-CHECKPOINT_TAIL_BYTES = 8 * 1024 * 1024
-
-
-def checkpoint_dirs(run: Run) -> set[str]:
-    """The directories holding ``global_step_N`` folders that the run's logs name (the last ``CHECKPOINT_TAIL_BYTES``
-    of each), and those the attempts before it named (a resumed attempt may fail before it names any)."""
-    folders = {str(f) for f in run.spec.get("policy", {}).get("checkpoint_dirs") or [] if isinstance(f, str)}
-    for role in run.roles:
-        size = files.file_size(role.log_path) or 0
-        try:
-            _, data = files.read_range(role.log_path, max(0, size - CHECKPOINT_TAIL_BYTES), CHECKPOINT_TAIL_BYTES)
-        except (OSError, files.AgentError):
-            continue
-        workdir = str(role.spec.get("workdir") or "")
-        for match in _CHECKPOINT_RE.finditer(data.decode("utf-8", "replace")):
-            parent = match.group(1).rstrip("/") or "."
-            folders.add(os.path.normpath(os.path.join(workdir, parent)))
-    return folders
-
-
-def newest_checkpoint(run: Run) -> CheckpointRef | None:
-    """The newest ``global_step_N`` folder that exists in ``checkpoint_dirs``, found by the agent's checkpoint
-    listing; None: the run starts over."""
-    from .checkpoints import op_checkpoints
-
-    folders = checkpoint_dirs(run)
-    best: CheckpointRef | None = None
-    for folder in sorted(folders):
-        if not os.path.isabs(folder) or not os.path.isdir(folder):
-            continue
-        try:
-            listing = op_checkpoints({"path": folder, "max_depth": 0, "limit": 1})
-        except files.AgentError:
-            continue
-        for c in listing["checkpoints"]:
-            if best is None or c["step"] > best["step"]:
-                best = {"step": c["step"], "path": c["path"]}
-    return best
+            self.notifier.flush(run, FINAL_NOTIFY_WAIT_S)
+        self.state.told_seq = self.state.policy_seq  # told, or counted lost

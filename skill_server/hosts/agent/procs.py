@@ -86,18 +86,61 @@ def start_time(pid: int) -> str | None:
     return " ".join(parts[1].split())
 
 
+def _proc_uptime() -> float | None:
+    try:
+        with open("/proc/uptime", "rb") as handle:
+            return float(handle.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def uptime() -> float:
+    """Seconds since this machine booted, as the kernel says it (``/proc/uptime``): one clock for every process
+    here, whatever each one's own clocks say (a wall-clock step, libfaketime), so a time one process writes down
+    another can compare with its own. Without ``/proc``, this process's monotonic clock."""
+    found = _proc_uptime() if USE_PROC else None
+    return found if found is not None else time.monotonic()
+
+
+_SPACE: list[str] = []
+
+
+def pid_space() -> str:
+    """Where this process's pids mean something: the kernel's boot id and its PID namespace ("" when unknown). Two
+    machines (or containers) that share a host name, a machine id and a home directory still differ here, and a
+    reboot changes it: a pid recorded in another pid space says nothing about the processes of this one."""
+    if not USE_PROC:
+        return ""
+    if not _SPACE:
+        try:
+            with open("/proc/sys/kernel/random/boot_id", "rb") as handle:
+                boot = handle.read(64).decode("ascii", "replace").strip()
+            space = os.readlink("/proc/self/ns/pid")
+        except OSError:
+            return ""
+        _SPACE.append("%s/%s" % (boot, space.replace("pid:", "").strip("[]")))
+    return _SPACE[0]
+
+
+def same_boot(space: object) -> bool:
+    """Whether a pid space recorded by some process (``pid_space``) is of this boot of this machine (its times on
+    ``uptime`` compare with ours); True when either is unknown."""
+    mine = pid_space()
+    if not isinstance(space, str) or not space or not mine:
+        return True
+    return space.split("/", 1)[0] == mine.split("/", 1)[0]
+
+
 def age(pid: int | None, start: str | None) -> float | None:
     """Seconds since ``pid`` started, from the kernel's boot-relative clock (``/proc/uptime`` less the
     process's start in clock ticks), so a wall-clock step changes nothing; None when it does not run with
     that start time, or there is no ``/proc``."""
     if not pid or not USE_PROC or start is None or not start.isdigit() or start_time(pid) != start:
         return None
-    try:
-        with open("/proc/uptime", "rb") as handle:
-            uptime = float(handle.read().split()[0])
-    except (OSError, ValueError, IndexError):
+    up = _proc_uptime()
+    if up is None:
         return None
-    return max(0.0, uptime - int(start) / float(os.sysconf("SC_CLK_TCK")))
+    return max(0.0, up - int(start) / float(os.sysconf("SC_CLK_TCK")))
 
 
 def alive(pid: int | None, start: str | None) -> bool:
@@ -264,7 +307,10 @@ def terminate(wrappers: list[Wrapper], prefix: str, grace_s: float) -> StopRepor
     live_w, live_p = _live(wrappers, prefix)
     interrupted = sorted({w["role"] for w in live_w})
     for w in live_w:  # what Ctrl-C in the pane does: SIGINT to the foreground process group
-        _send(w["pid"], signal.SIGINT, group=True)
+        if not _send(w["pid"], signal.SIGINT, group=True):  # not a group leader (a batch job's): its processes
+            for p in live_p:
+                if p["role"] == w["role"]:
+                    _send(p["pid"], signal.SIGINT, group=False)
     terminated: list[SeenProc] = []
     killed: list[SeenProc] = []
     if live_w or live_p:

@@ -11,8 +11,9 @@ compiling them; an install that failed, or the leftover of one whose writer is g
 the package and serves framed requests (``ops.serve``); if that directory cannot be written it loads the
 sources in memory instead. Requests and replies are framed alike: ``AJS <nonce> <length>\n<JSON>``.
 ``program_text()`` is a single self-contained file that runs without anything else on the host. The run
-monitor a launch starts runs this same program through stage one, with ``monitor <run dir>`` after the
-bootstrap's arguments (so it uses, or makes, the version-cached install; no run keeps a copy).
+monitor a launch starts, and its supervisor, run this same program (``daemon``): from the version-cached install,
+or where it is missing through stage one, with ``monitor <run dir>`` (or ``supervisor <run dir>``) after the
+bootstrap's arguments (so it makes the install; no run keeps a copy).
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from .protocol import STATE_DIR_ENV, state_dir
 #: Load order: a module comes after the modules it imports at load time.
 #: The backends (``backend_<kind>``) come after everything they import; ``backend.kinds`` lists them from here.
 MODULES = ("protocol", "documents", "deadline", "files", "procs", "rundir", "outcome", "phases", "tmux", "request",
-           "scanner", "findings", "points", "backend", "wrapper", "runstate", "watchers", "stall", "notifier",
-           "results", "actions", "checkpoints", "policy", "waker", "scheduler", "program", "monitor", "observer",
-           "slurm", "backend_tmux", "backend_slurm", "generic", "runs", "reclaim", "ops")
+           "scanner", "findings", "points", "backend", "wrapper", "heartbeat", "runstate", "daemon", "watchers",
+           "stall", "notifier", "results", "actions", "checkpoints", "policy", "resume", "waker", "scheduler",
+           "supervisor", "program", "monitor", "observer", "slurm", "backend_tmux", "backend_slurm", "generic",
+           "runs", "reclaim", "ops")
 PACKAGE = "ajs_agent"
 #: What ``python3 -c`` runs on the host, with ``READY`` and the nonce as its arguments: say ready, skip blank
 #: lines, check the frame's nonce, run that many bytes of compressed program. No quotes or backslashes, so

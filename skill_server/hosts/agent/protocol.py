@@ -97,6 +97,7 @@ if TYPE_CHECKING:
     from .documents import OutcomeDoc as OutcomeDoc
     from .documents import PendingResume as PendingResume
     from .documents import ProgressDoc as ProgressDoc
+    from .documents import Replacement as Replacement
     from .documents import ResultsDoc as ResultsDoc
     from .documents import RoleFindings as RoleFindings
     from .documents import RunReport as RunReport
@@ -289,13 +290,7 @@ if TYPE_CHECKING:
 
         options: dict[str, Any]
 
-    class JobFacts(TypedDict):
-        """A batch scheduler's job as the host that submitted it sees it, in no backend's shape: ``scheduler``
-        names it for people; ``state``, ``reason``, ``exit_code`` (``EXIT:SIGNAL``) and ``nodes`` are the
-        scheduler's own words; ``queued``: none of its processes has started (pending, held, suspended);
-        ``final``: it is over. ``source``: where the words came from (the scheduler, the job's own record, or
-        "none"); ``error``: why the scheduler could not be asked (the state is then the record's, or UNKNOWN)."""
-
+    class _JobFactsRequired(TypedDict):
         scheduler: str
         job_id: str
         state: str
@@ -306,6 +301,19 @@ if TYPE_CHECKING:
         nodes: str
         source: str
         error: str | None
+
+    class JobFacts(_JobFactsRequired, total=False):
+        """A batch scheduler's job as the host that submitted it sees it, in no backend's shape: ``scheduler``
+        names it for people; ``state``, ``reason``, ``exit_code`` (``EXIT:SIGNAL``) and ``nodes`` are the
+        scheduler's own words (``LOST``: the tools' word for a job the scheduler forgot whose end nobody recorded);
+        ``queued``: none of its processes has started (pending, held, suspended); ``final``: it is over.
+        ``source``: where the words came from (the scheduler, the job's own record, "judged" from what remains of
+        a job the scheduler forgot, or "none"); ``error``: why the scheduler could not be asked (the state is
+        then the record's, or UNKNOWN). ``restarts``: times the scheduler requeued it (it ran again: the same
+        run); ``said``: how a judged end was judged, in words."""
+
+        restarts: int
+        said: str
 
     class LaunchRequest(_LaunchRequired, total=False):
         monitor: MonitorConfig  # missing: the monitor enforces the max time and scans for nothing
@@ -363,11 +371,16 @@ if TYPE_CHECKING:
     class DiscardRequest(_DiscardRequired, total=False):
         run_dir: str | None  # the launch's run directory on this host (default: ``files.run_dir``)
 
-    class DiscardReply(StopReport, Ok):
+    class _Discarded(StopReport, Ok):
         session_removed: bool
         #: Nothing of the run is left on this host (its tmux server answered, no session or process of it
         #: remains): the caller may forget the run there.
         confirmed: bool
+
+    class DiscardReply(_Discarded, total=False):
+        #: The run had already run to its end here (a scheduler's job): no launch to undo; its handle, so that the
+        #: caller keeps the run instead of forgetting it.
+        ran: Handle
 
     class StopProc(TypedDict):
         role: str
@@ -386,9 +399,16 @@ if TYPE_CHECKING:
     class StopRequest(_StopRequired, total=False):
         keep_session: bool  # leave what holds the ended run (its tmux session) in place
 
-    class StopReply(StopReport, Ok):
+    class _StopDone(StopReport, Ok):
         exit_codes: dict[str, int | None]
         session_removed: bool
+
+    class StopReply(_StopDone, total=False):
+        #: Roles whose ``stopped`` mark could not be written (a read-only run directory): the caller records
+        #: the stop itself.
+        unmarked: list[str]
+        #: Why the stop could not be confirmed (a scheduler that does not answer), and what was done instead.
+        unconfirmed: str
 
     # ---- observe: everything status needs from this host in one go
 
@@ -458,6 +478,7 @@ if TYPE_CHECKING:
         points_cursor: list[int]
         points_more: bool  # more points are waiting for the next observation
         scheduler: JobFacts  # a run that is a scheduler's job
+        elsewhere: str  # why this host cannot judge it (launched on another machine with this host's identity)
 
     class ObserveReply(Ok):
         procs: list[ObservedProc]

@@ -124,7 +124,7 @@ def cause_of_end(state: str, exit_code: int | None, actions: Sequence[Mapping[st
         action, result, trigger = a.get("action"), str(a.get("result") or ""), str(a.get("trigger") or "")
         if action == "resume" and result.startswith("relaunched as "):
             return "%s: stopped and %s by its policy" % (_trigger(trigger), result)
-        if action == "resume" and result.startswith(("cancelled", "relaunch failed")):
+        if action == "resume" and result.startswith(("cancelled", "given up", "relaunch failed")):
             return "%s: stopped by its policy, not relaunched (%s)" % (_trigger(trigger), result)
         if action == "stop" and not result.startswith("stop failed"):
             return "%s: stopped by its policy (%s)" % (_trigger(trigger), result)

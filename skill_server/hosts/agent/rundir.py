@@ -6,7 +6,8 @@ its markers (``gate``/``started``: waiting for a URL, then started; ``stopped``:
 it ended; ``timedout``: its monitor ended it at the max time), the processes that survived a stop's SIGKILL,
 and its metric points; for the whole run: the monitor's spec, findings, lock, log and restart stamp, the
 launch request a resume relaunches, the resume policy's record of the next attempt, and the marks a stop, a
-rollback and the removal of its tmux session leave. A backend may keep its own files here too (a batch
+rollback and the removal of its tmux session leave; the monitor's heartbeat, its supervisor's lock and
+heartbeat, and the monitor's replacements (``supervisor``). A backend may keep its own files here too (a batch
 scheduler's script and job record: ``file(name)``).
 
 The bash wrapper and the batch script write some of these files themselves; they are rendered from the names
@@ -35,10 +36,18 @@ MARKERS = ("gate", "started", "stopped", "timedout")
 #: started one; what a batch job's monitor reads on stdin when the agent was not installed yet.
 SPEC, FINDINGS, LOCK, LOG, RESTARTED, STAGE = (
     "monitor.spec.json", "monitor.json", "monitor.lock", "monitor.log", "monitor.restarted", "monitor.stage")
+#: The run's: the monitor's heartbeat, its supervisor's lock and heartbeat, and the monitor's replacements so far
+#: (``supervisor``); where the launch that made it ran (``procs.pid_space``: its pids mean nothing elsewhere).
+BEAT, SUPERVISOR_LOCK, SUPERVISOR_BEAT, REPLACED, PID_SPACE = (
+    "monitor.beat", "supervisor.lock", "supervisor.beat", "monitor.replaced", "pid.space")
 #: The run's: its tmux session was removed (by its monitor, an observation or a stop); the next attempt a resume
 #: policy started (``AttemptRecord``); the launch request a relaunch sends again; ``stop_experiment`` was called.
 SESSION_REMOVED, NEXT_ATTEMPT, LAUNCH_REQUEST, STOP_REQUESTED = (
     "session.removed", "next_attempt.json", "launch.json", "stop.requested")
+#: The run's: ``stop_experiment`` asks the run's monitor to stop the processes where they run (the scheduler of
+#: the run's job could not be asked to end it: ``watchers.StopAsked``); the processes were started again in this
+#: directory (a scheduler requeued the job): which start this is and each log's size then (``runstate.new_life``).
+STOP_HERE, RESTART = "stop.here", "restart.json"
 #: Held while a launch starts the run's processes, taken by a rollback; left by a rollback (a start that arrives
 #: later refuses).
 LAUNCH_LOCK, DISCARDED = "launch.lock", "discarded"
@@ -94,20 +103,30 @@ class RunDir:
     def marked(self, role: str, marker: str) -> bool:
         return files.exists(self.of(role, "." + marker))
 
-    def mark(self, role: str, marker: str) -> None:
+    def mark(self, role: str, marker: str) -> bool:
+        """Whether the mark is there now (False: the run directory cannot be written: read-only, say)."""
         try:
             files.touch(self.of(role, "." + marker))
         except OSError:
-            pass
+            return self.marked(role, marker)
+        return True
 
     def markers(self, role: str) -> list[str]:
         return [m for m in MARKERS if self.marked(role, m)]
 
-    def mark_stopped(self, roles: list[str]) -> None:
-        """Each role without an exit code is marked ``stopped`` (what it ends with is then a stop, not a failure)."""
-        for role in roles:
-            if self.exit_code(role) is None:
-                self.mark(role, "stopped")
+    def mark_stopped(self, roles: list[str]) -> list[str]:
+        """Each role without an exit code is marked ``stopped`` (what it ends with is then a stop, not a failure);
+        the roles that could not be marked (their stop must be recorded elsewhere)."""
+        return [role for role in roles if self.exit_code(role) is None and not self.mark(role, "stopped")]
+
+    def pid_space(self) -> tuple[str, float | None]:
+        """Where the launch that made this directory ran (``procs.pid_space``) and when (wall clock); ("", None)
+        when it was not recorded (a run launched before it was)."""
+        space, _, wall = (files.read_small(self.file(PID_SPACE), 256) or "").strip().partition(" ")
+        try:
+            return space, float(wall)
+        except ValueError:
+            return space, None
 
     def survivors(self, role: str) -> list[dict[str, Any]]:
         """What survived a stop's SIGKILL ([{pid, start}]) as the stop recorded it."""
@@ -137,6 +156,15 @@ class RunDir:
         except ValueError:
             return None
         return data if isinstance(data, dict) else None
+
+    def read_json_list(self, name: str, limit: int = 1024 * 1024) -> list[Any]:
+        """A JSON list kept here (empty: missing, unreadable, or not a list)."""
+        text = files.read_small(self.file(name), limit)
+        try:
+            data = json.loads(text) if text else []
+        except ValueError:
+            return []
+        return data if isinstance(data, list) else []
 
     def write_json(self, name: str, data: object, replace: bool) -> None:
         """Raises ``AgentError`` when it cannot be written."""

@@ -18,7 +18,7 @@ from .files import AgentError
 from .generic import MAX_READ_BYTES
 from .protocol import KILL_WAIT_S, TYPE_CHECKING, host_identity
 from .request import need, need_or, number, objects, str_map
-from .rundir import DISCARDED, LAUNCH_LOCK, LAUNCH_REQUEST, SCRIPT, SESSION_REMOVED, STOP_REQUESTED, RunDir
+from .rundir import DISCARDED, LAUNCH_LOCK, LAUNCH_REQUEST, PID_SPACE, SCRIPT, SESSION_REMOVED, STOP_REQUESTED, RunDir
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -124,6 +124,7 @@ def op_launch(req: Mapping[str, object]) -> LaunchPlan | LaunchStarted:
         if RunDir(rdir).has(DISCARDED):
             raise AgentError("the launch of %s was rolled back before it reached this host" % exp_id)
         try:
+            _write_pid_space(rdir)
             _write_run_dir(exp_id, rdir, plan)  # type: ignore[arg-type]
             if "max_resumes" in ((config or {}).get("policy") or {}):  # what a resume launches again (``actions``)
                 RunDir(rdir).write_json(LAUNCH_REQUEST, dict(req), replace=False)
@@ -148,6 +149,31 @@ def _make_run_dir(rdir: str) -> None:
                          % (rdir, os.path.basename(rdir))) from None
     except OSError as exc:
         raise AgentError("cannot create the run directory %s: %s" % (rdir, exc.strerror or exc)) from None
+
+
+def _write_pid_space(rdir: str) -> None:
+    """Where (``procs.pid_space``) and when the launch ran: a machine that shares this one's host identity and
+    home reads the run's pids as another machine's (``started_elsewhere``)."""
+    import time
+
+    text = "%s %.3f\n" % (procs.pid_space(), time.time())
+    files.write_atomic(RunDir(rdir).file(PID_SPACE), text.encode("ascii"), replace=False, mode=0o600)
+
+
+def started_elsewhere(run: RunDir) -> str | None:
+    """Why this host cannot judge the run's processes by their pids: its launch ran in another pid space (another
+    machine, or container, with this host's name and machine id and a shared home: its pids mean nothing here),
+    unless this machine simply rebooted since (then its processes died with it, and are judged here). None: here."""
+    import time
+
+    space, wall = run.pid_space()
+    mine = procs.pid_space()
+    if not space or not mine or space == mine:
+        return None
+    if not procs.same_boot(space) and wall is not None and procs.uptime() < time.time() - wall:
+        return None  # rebooted since the launch
+    return ("its launch ran on another machine (or container) with this host's identity %s: this one cannot see "
+            "its processes; ask there" % host_identity())
 
 
 def _write_run_dir(exp_id: str, rdir: str, plan: _Plan) -> None:
@@ -211,6 +237,10 @@ def _observe_proc(p: Mapping[str, object], cache: dict[str, Any], heal: bool, he
 
     rdir, role = need(p, "run_dir", str), need(p, "role", str)
     run = RunDir(rdir)
+    elsewhere = started_elsewhere(run)
+    if elsewhere is not None:  # another machine's run: nothing here is its truth, nothing here heals it
+        return {"alive": None, "exit_code": None, "exit_source": None, "elapsed_s": None, "markers": [],
+                "final": False, "size": None, "reads": [], "elsewhere": elsewhere}
     seen = backend.of_handle(need(p, "handle", dict)).observe(p, need(p, "handle", dict), cache)
     markers = run.markers(role)
     markers += [m for m in seen.markers if m not in markers]
@@ -260,7 +290,7 @@ def _release_finished(asked: list[Mapping[str, object]], cache: dict[str, Any], 
     for rdir, (exp_id, handle, done) in runs.items():
         entry = cache.get(rdir)
         run = RunDir(rdir)
-        if not done or (entry is not None and entry["alive"]) or run.has(SESSION_REMOVED):
+        if not done or (entry is not None and entry["alive"]) or run.has(SESSION_REMOVED) or started_elsewhere(run):
             continue
         if backend.of_handle(handle).release(handle, exp_id) and run.touch(SESSION_REMOVED):
             healed.append("released what held the ended run %s" % exp_id)
@@ -284,6 +314,9 @@ def op_stop(req: Mapping[str, object]) -> StopReply:
     if rest is not None:  # SIGTERM and SIGKILL still get their waits inside the caller's deadline
         grace = max(0.0, min(grace, rest - procs.TERM_WAIT_S - KILL_WAIT_S - 1.0))
     if os.path.isdir(rdir):
+        elsewhere = started_elsewhere(RunDir(rdir))
+        if elsewhere is not None:
+            raise AgentError("not stopped from here: %s" % elsewhere)
         RunDir(rdir).touch(STOP_REQUESTED)  # a resume waiting for its backoff is cancelled
     roles: list[dict[str, object]] = [{"role": need(p, "role", str), "pid": need_or(p, "pid", int, None),
                                        "start": need_or(p, "start", str, None),

@@ -15,9 +15,9 @@ from __future__ import annotations
 import os
 import time
 
-from . import backend, outcome, phases, procs, scanner
+from . import backend, heartbeat, outcome, phases, procs, scanner
 from .protocol import LOG_MARK, TYPE_CHECKING
-from .rundir import FORMAT, RunDir
+from .rundir import BEAT, FORMAT, RESTART, RunDir
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -149,10 +149,19 @@ class Run:
 
     def __init__(self, run_dir: str, spec: Mapping[str, Any], previous: MonitorDocument | None,
                  table: scanner.Table | None = None) -> None:
-        previous = previous or {}
         self.dir = run_dir
         self.files = RunDir(run_dir)
         self.spec = spec
+        restart = self.files.read_json(RESTART, 64 * 1024) if self.files.has(RESTART) else None
+        #: Which start of the run's processes in this directory this is (a scheduler's requeue starts them again).
+        self.generation = int((restart or {}).get("generation") or 0)
+        taken: Mapping[str, Any] = previous or {}
+        #: The processes were started again in this directory since the last document (a scheduler's requeue).
+        self.requeued = restart is not None and int(taken.get("generation") or 0) != self.generation
+        if restart is not None and self.requeued:
+            taken = new_life(taken, restart)
+        #: The document this monitor takes up (its rooms take up their parts from it).
+        self.previous = taken
         self.exp_id = str(spec["exp_id"])
         self.handle: dict[str, Any] = dict(spec.get("handle") or {})
         self.table = table if table is not None else scanner.Table(spec.get("signatures") or [])
@@ -160,22 +169,16 @@ class Run:
                          if isinstance(r, dict)}
         pattern = spec.get("first_step_pattern")
         self.first_step_re = _compile(pattern) if isinstance(pattern, str) and pattern else None
-        old_roles: Mapping[str, Any] = previous.get("roles") or {}
-        self.roles = []
-        for r in spec["roles"]:
-            old = old_roles.get(r["role"])
-            found = RoleFindings.from_json(old) if isinstance(old, dict) else RoleFindings(
-                str(r["log_path"]), int(r.get("start_offset") or 0))
-            self.roles.append(Role(r, found))
-        self.timed_out = bool(previous.get("timed_out"))
-        self.session_removed = bool(previous.get("session_removed"))
-        self.internal_errors = int(previous.get("internal_errors") or 0)
-        self.origin = time.monotonic() - self._age(previous)
+        self.roles = _roles(spec, taken, (restart or {}).get("offsets") or {})
+        self.timed_out = bool(taken.get("timed_out"))
+        self.session_removed = bool(taken.get("session_removed"))
+        self.internal_errors = int(taken.get("internal_errors") or 0)
+        self.origin = time.monotonic() - self._age(taken)
         #: Where a previous monitor of this run left the run clock (0: this is the first one).
-        clock = previous.get("clock_s")
+        clock = taken.get("clock_s")
         self.resumed_at = float(clock) if isinstance(clock, (int, float)) else 0.0
         seen = any(r.found.first_step_seen for r in self.roles)
-        self.life = phases.Lifecycle(self.clock, previous, phases.resumed_phase(previous, seen, False))
+        self.life = phases.Lifecycle(self.clock, taken, phases.resumed_phase(taken, seen, False))
         #: The rooms' own parts of the document (the stall watch's, the policy's), in the order they registered.
         self.parts: list[Part] = []
         #: Something changed since the document was last written (``dirty``), or a waiting caller wants it now
@@ -187,15 +190,42 @@ class Run:
         self.finished = False
         self.discarded = False
         self._written = ""
+        #: The monitor's lock (held while it lives) and heartbeat; a Run an observation builds has neither.
+        self.lock: heartbeat.Lock | None = None
+        self.heart = heartbeat.Beat(self.files.file(BEAT))
 
     def _age(self, previous: Mapping[str, Any]) -> float:
-        """The run clock's reading now: the first wrapper's age, else where a previous monitor left it."""
+        """The run clock's reading now: the first wrapper's age; else, on the same boot, from where a previous
+        monitor put the clock's zero on the machine's boot clock (a resume's backoff goes on where it was); else
+        where a previous monitor left it."""
         for role in self.roles:
             age = _age_s(role.start if isinstance(role.start, str) else None)
             if age is not None and procs.alive(role.pid if isinstance(role.pid, int) else None, role.start):
                 return age
+        origin = previous.get("origin") or {}
+        zero = origin.get("uptime")
+        if isinstance(zero, (int, float)) and origin.get("space") and procs.same_boot(origin.get("space")):
+            return max(0.0, procs.uptime() - float(zero))
         clock = previous.get("clock_s")
         return float(clock) if isinstance(clock, (int, float)) else 0.0
+
+    # ---- the monitor's own life (``heartbeat``, ``supervisor``)
+
+    def beat(self, busy_s: float = 0.0, force: bool = False) -> None:
+        """A sign of life (``busy_s``: and busy for that long, a slow step ahead); nothing for an observation's Run."""
+        if self.lock is not None:
+            self.heart.beat(busy_s, force)
+
+    def superseded(self) -> bool:
+        """Whether a replacement fenced this monitor off (it writes nothing more and ends)."""
+        return self.lock is not None and self.lock.superseded()
+
+    def beat_fields(self) -> dict[str, Any]:
+        """What the heartbeat's record tells the supervisor: the phase, whether the max time was enforced, and
+        when (boot clock) the max time falls (None: no max time here)."""
+        limit = float(self.spec.get("max_time_s") or 0)
+        deadline = round(procs.uptime() + limit - self.clock(), 1) if limit > 0 else None
+        return {"phase": self.phase, "timed_out": self.timed_out, "deadline": deadline}
 
     @property
     def backend(self) -> backend.Backend:
@@ -217,9 +247,12 @@ class Run:
         self.changed(urgent=True)
 
     def move(self, phase: str, event: str | None = None, **fields: Any) -> None:
-        """Enter ``phase``, recording its move's event (``phases.Lifecycle.move``); written at once."""
+        """Enter ``phase``, recording its move's event (``phases.Lifecycle.move``); written at once, and told to
+        the supervisor (``beat_fields``)."""
         self.life.move(phase, event, **fields)
         self.changed(urgent=True)
+        if self.lock is not None:
+            self.heart.update(phase=self.phase, timed_out=self.timed_out)
 
     @property
     def phase(self) -> str:
@@ -243,6 +276,8 @@ class Run:
             "format": FORMAT, "exp_id": self.exp_id, "pid": os.getpid(), "start": procs.start_time(os.getpid()),
             "clock_s": round(self.clock(), 3), "written_at": time.time(), "ended": ended, "timed_out": self.timed_out,
             "session_removed": self.session_removed, "internal_errors": self.internal_errors,
+            "generation": self.generation,
+            "origin": {"space": procs.pid_space(), "uptime": round(procs.uptime() - self.clock(), 3)},
             "roles": {r.name: r.found.to_json() for r in self.roles}}
         doc.update(self.life.to_json())
         for part in self.parts:
@@ -253,28 +288,65 @@ class Run:
         """Write the document now (before a stop that ends this monitor too, say)."""
         self.save(ended=False)
 
-    def save(self, ended: bool, only_if_changed: bool = False) -> None:
+    def save(self, ended: bool, only_if_changed: bool = False) -> bool:
         """Write ``monitor.json`` (atomically); ``only_if_changed``: not when it would say what it said last time
-        (apart from the clock). Nothing is written into what is left of a discarded run's directory; a full disk
-        is tried again at the next change."""
+        (apart from the clock). Nothing is written into what is left of a discarded run's directory, nor by a
+        monitor a replacement fenced off; a full disk is tried again at the next change. False when it could not
+        be written."""
         import json
 
         from .files import AgentError
         from .rundir import FINDINGS, SPEC
 
         doc = self.document(ended)
-        stable = json.dumps({k: v for k, v in doc.items() if k not in ("clock_s", "written_at")}, sort_keys=True)
+        stable = json.dumps({k: v for k, v in doc.items() if k not in ("clock_s", "written_at", "origin")},
+                            sort_keys=True)
         self.dirty = False
         if only_if_changed and stable == self._written:
             self.urgent = False
-            return
-        if not self.files.has(SPEC):
+            return True
+        if not self.files.has(SPEC) or self.superseded():
             self.urgent = False
-            return
+            return True
         try:
             self.files.write_json(FINDINGS, doc, replace=True)
         except AgentError:
             self.dirty, self.urgent = True, False  # a full disk: tried again at the persist watch's pace
-            return
+            return False
         self.urgent = False
         self._written = stable
+        return True
+
+
+def _roles(spec: Mapping[str, Any], taken: Mapping[str, Any], offsets: Mapping[str, Any]) -> list[Role]:
+    """The run's roles with what was found of each so far (``taken``: the document taken up); a role with nothing
+    found yet is read from its log's size before the run (or at a restart: ``offsets``)."""
+    old_roles: Mapping[str, Any] = taken.get("roles") or {}
+    roles = []
+    for r in spec["roles"]:
+        old = old_roles.get(r["role"])
+        at = offsets.get(r["role"]) if isinstance(offsets.get(r["role"]), int) else r.get("start_offset")
+        found = RoleFindings.from_json(old) if isinstance(old, dict) else RoleFindings(str(r["log_path"]), int(at or 0))
+        roles.append(Role(r, found))
+    return roles
+
+
+#: What a monitor keeps of an earlier start of the run's processes (``new_life``).
+_KEPT_OVER_A_RESTART = ("format", "exp_id", "events", "event_seq", "policy_seq", "told_seq", "actions", "notify",
+                        "internal_errors")
+
+
+def new_life(previous: Mapping[str, Any], restart: Mapping[str, Any]) -> dict[str, Any]:
+    """The document a monitor takes up when the run's processes were started again in its directory (a scheduler
+    requeued its job: ``rundir.RESTART``, which the job's script writes) and the last document is of an earlier
+    start: what was found so far is kept (errors, steps, metric points, events, the policies' actions), but the
+    phase, the end, the max time, the stall verdict and the processes' state are a new start's, and each log is
+    read from its size at the restart (what the earlier start printed is not read again)."""
+    offsets = restart.get("offsets") or {}
+    roles = {}
+    for name, found in (previous.get("roles") or {}).items():
+        if isinstance(found, dict):
+            at = offsets.get(name)
+            roles[name] = dict(found, drained=False, **({"offset": at, "size": at} if isinstance(at, int) else {}))
+    kept = {k: v for k, v in previous.items() if k in _KEPT_OVER_A_RESTART}
+    return dict(kept, roles=roles, generation=restart.get("generation"))

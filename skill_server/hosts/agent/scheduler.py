@@ -6,15 +6,16 @@ sleeps until the next watcher is due, or until the run's files change (``waker``
 makes the cheap ``Probe`` due (a ``stat`` per log, a signal 0 per wrapper) and through it the watchers that act
 on the change. So a run that prints nothing wakes its monitor a few times a minute, and one that prints an
 error has it read at once; without the kernel's word the probe looks four times a second. A bug in one watcher
-never ends the monitor (it enforces the max time): it is counted, logged to ``monitor.log`` and the watcher runs
-again a little later. Stdlib only, Python 3.8.
+never ends the monitor (it enforces the max time): it is counted, logged to ``monitor.log`` (never fatal, even on a
+full disk) and the watcher runs again a little later. Each round also beats the monitor's heartbeat and ends the
+monitor if a replacement fenced it off (``heartbeat``). Stdlib only, Python 3.8.
 """
 
 from __future__ import annotations
 
-import sys
 import time
 
+from . import daemon
 from .protocol import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -40,9 +41,7 @@ def _tick(run: Run, watcher: Watcher, now: float) -> float | None:
         run.internal_errors += 1
         run.changed()
         if run.internal_errors <= LOGGED_FAILURES:
-            sys.stderr.write("%s %s failed: %s: %s\n" % (time.strftime("%Y-%m-%dT%H:%M:%S"), type(watcher).__name__,
-                                                        type(exc).__name__, exc))
-            sys.stderr.flush()
+            daemon.log("%s failed: %s: %s" % (type(watcher).__name__, type(exc).__name__, exc))
         return RETRY_S
 
 
@@ -65,6 +64,10 @@ def run(run: Run, watchers: Sequence[Watcher], until: Callable[[], bool], waker:
     """Run the watchers until ``until()`` (the run ended here, was discarded, or the monitor was told to stop).
     With a ``waker``, an event of the run's files makes the ``woken`` watchers due at once."""
     while not until():
+        if run.superseded():  # a replacement fenced this monitor off (it was frozen): it writes nothing more
+            run.finished = True
+            return
+        run.beat()  # a sign of life for the supervisor (at most every few seconds)
         for watcher in watchers:
             now = run.clock()
             if now + SLACK_S >= watcher.due or _woken(run, watcher):

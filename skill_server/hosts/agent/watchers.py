@@ -11,6 +11,7 @@
   the run's end is handed to ``on_done``.
 * ``MaxTime``: at the run's max time every live process is stopped as ``stop_experiment`` stops it, after
   marking it ``timedout`` and saying so in its log.
+* ``StopAsked``: a stop asked of the monitor itself (its job's scheduler could not be asked), done here;
 * ``Persist``: the document (``monitor.json``) when something changed: at most every ``PERSIST_S``, and at once
   when a waiting caller wants it (a new event, a role's end).
 
@@ -26,7 +27,7 @@ import os
 from . import files, findings, phases, points, procs, scanner
 from .files import AgentError
 from .protocol import TYPE_CHECKING
-from .rundir import EXIT, PID, POINTS, SPEC
+from .rundir import EXIT, PID, POINTS, SPEC, STOP_HERE
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -305,6 +306,46 @@ class MaxTime(Watcher):
                 if left:
                     run.note(role, "still alive after SIGKILL: " + ", ".join(left))
         return 3600.0
+
+
+class StopAsked(Watcher):
+    """``stop_experiment`` asked this monitor to stop the run where it runs (``rundir.STOP_HERE``: the host that
+    submitted the run's job could not get its scheduler to end it): every live process here is stopped as a
+    policy's stop does it (marked ``stopped``, Ctrl-C, its grace, SIGTERM, SIGKILL, verified), and what was done is
+    recorded as an action (``stop_experiment -> stop``), which that stop reads back."""
+
+    pace_s = IDLE_S
+
+    def __init__(self, record: Callable[[Run, str, str, str], None]) -> None:
+        super().__init__()
+        self.record = record
+        self.done = False
+
+    def tick(self, run: Run, now: float) -> float | None:
+        if self.done or not run.files.has(STOP_HERE):
+            return None
+        self.done = True
+        live = [r for r in run.roles if not r.ended]
+        run.files.mark_stopped([r.name for r in live])
+        for role in live:
+            run.note(role, "stop_experiment: stopping %s here (its scheduler could not be asked)" % role.name)
+        if run.phase in phases.LIVE:
+            run.move(phases.STOPPING)
+        try:  # the stop's own grace, as it asked
+            grace = float((files.read_small(run.files.file(STOP_HERE), 64) or "").strip())
+        except ValueError:
+            grace = float(run.spec.get("grace_s") or 5)
+        run.beat(busy_s=grace + 30)
+        report = procs.terminate([w for w in (r.wrapper() for r in live) if w is not None], run.exp_id + "/", grace)
+        said = ["SIGINT to %s" % ", ".join(report["interrupted"]) if report["interrupted"] else "nothing was running"]
+        for key, word in (("terminated", "SIGTERM"), ("killed", "SIGKILL")):
+            if report[key]:  # type: ignore[literal-required]  # StopReport's lists
+                said.append("%s to %d process(es)" % (word, len(report[key])))  # type: ignore[literal-required]
+        if report["survivors"]:
+            said.append("%d survived SIGKILL" % len(report["survivors"]))
+        self.record(run, "stop_experiment", "stop", "on %s: %s" % (os.uname()[1], ", ".join(said)))
+        run.persist()
+        return None
 
 
 class Persist(Watcher):

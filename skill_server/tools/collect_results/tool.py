@@ -32,7 +32,7 @@ from skill_server.core.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
 from skill_server.experiments import history, overview, plots, runconfig, sentences, upkeep
 from skill_server.experiments.checks import host_path
 from skill_server.experiments.models import ErrorHit, ExperimentInfo, ExperimentStatus, MetricsHistory
-from skill_server.experiments.queries import find
+from skill_server.experiments.queries import find, find_any
 from skill_server.experiments.spec import RunSpec
 from skill_server.experiments.store import Registry, Row, elsewhere_reason, launched_elsewhere, open_registry
 from skill_server.experiments.summaries import MetricSummary, metric_rows, summarise, summarise_series
@@ -209,9 +209,10 @@ def _read_run(inp: CollectInput, exp_key: str, want_plot: bool, notes: list[str]
     session."""
     with open_registry() as reg:
         upkeep.finish_interrupted_launches(reg)
-        row = find(reg, exp_key)
+        deadline = Deadline.call()
+        row = find_any(reg, exp_key, deadline)
         overlays = [find(reg, key, f"overlay_ids.{i}") for i, key in enumerate(inp.overlay_ids or [])]
-        whole = overview.observe_whole(reg, row, since=None, max_lines=0, checkpoints=True, deadline=Deadline.call())
+        whole = overview.observe_whole(reg, row, since=None, max_lines=0, checkpoints=True, deadline=deadline)
         info = overview.summarise(reg, whole, whole.asked.checkpoints)
         row = reg.get(whole.asked.id) or row
         run = _Run(row, overlays, whole.asked, whole, info, *_history_tables(reg, whole.ids))

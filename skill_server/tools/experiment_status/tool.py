@@ -13,7 +13,7 @@ from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolInputError
 from skill_server.experiments import history, logs, overview, sentences, upkeep
 from skill_server.experiments.models import DEFAULT_HISTORY_POINTS, ExperimentStatus, RegistryProblem
-from skill_server.experiments.queries import HistoryRequest, find, observe_with_lines
+from skill_server.experiments.queries import HistoryRequest, find_any, observe_with_lines
 from skill_server.experiments.store import DB_NAME, Registry, open_registry
 from skill_server.tools.experiment_status.models import RegistryInfo, StatusInput, StatusOutput
 
@@ -43,7 +43,7 @@ def _one(reg: Registry, inp: StatusInput, wanted: HistoryRequest | None, deadlin
          ) -> tuple[list[ExperimentStatus], overview.Whole]:
     """One experiment by any of its attempts' ids: that attempt's status (its lines, checkpoints), with the whole
     experiment (``overview``: every attempt, merged metrics, alive) and the metric history over every attempt."""
-    row = find(reg, inp.id or "")
+    row = find_any(reg, inp.id or "", deadline)
     max_lines = logs.MAX_LINES if inp.max_lines is None else inp.max_lines
     whole = overview.observe_whole(reg, row, since=inp.since, max_lines=max_lines,
                                    checkpoints=inp.checkpoints is not False, deadline=deadline)

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolInputError
-from skill_server.experiments.checks import session_name, socket_name
+from skill_server.experiments.checks import session_name
 from skill_server.experiments.models import ExperimentStatus
 from skill_server.experiments.spec import RayCluster
 from skill_server.experiments.store import Registry, Row, elsewhere_reason, local_elsewhere
@@ -47,7 +47,8 @@ def find_cluster(reg: Registry, inp: RayClusterInput, head: str) -> tuple[Row, R
                                  f"{elsewhere_reason(controller)}", field="id")
         return row, row.spec.ray_cluster
     port = inp.port or DEFAULT_PORT
-    for row in reg.session_runs(socket_name(), default_session(inp)):
+    # any socket: a cluster started before the socket became one per state directory is still this one's
+    for row in reg.session_runs(None, default_session(inp)):
         meta = row.spec.ray_cluster
         if meta is not None and meta.head == head and meta.port == port and not local_elsewhere(row):
             return row, meta  # a cluster on another machine's "local" is that machine's (not this one's head)

@@ -22,7 +22,14 @@ from skill_server.experiments import lineage, logs, sentences, upkeep
 from skill_server.experiments.checks import compile_pattern
 from skill_server.experiments.models import TERMINAL, WAIT_DEFAULT_S, WAIT_MAX_S
 from skill_server.experiments.observe import View, observe
-from skill_server.experiments.queries import find, observe_with_lines, parse_cursor, quiet, relaunch_pending, stalled
+from skill_server.experiments.queries import (
+    find_any,
+    observe_with_lines,
+    parse_cursor,
+    quiet,
+    relaunch_pending,
+    stalled,
+)
 from skill_server.experiments.signatures import SIGNATURES_BY_NAME
 from skill_server.experiments.store import Registry, Row, open_registry
 from skill_server.tools.wait_experiment.models import WaitInput, WaitOutput, WaitReason
@@ -206,7 +213,7 @@ def wait_experiment(inp: WaitInput, progress: Progress | None = None) -> WaitOut
     answer = Deadline(timeout + WAIT_MARGIN_S - ANSWER_MARGIN_S)
     with open_registry(create=False) as reg:
         upkeep.finish_interrupted_launches(reg)
-        asked = row = find(reg, inp.id)
+        asked = row = find_any(reg, inp.id, answer)
         wait = _Wait(until, pattern, {}, Deadline(float(timeout)), answer, stall_s=inp.stall_s)
         if pattern is not None and inp.since is not None:
             wait.offsets = parse_cursor(inp.since, len(row.processes), "since")
