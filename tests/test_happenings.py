@@ -162,3 +162,74 @@ def test_a_result_dir_holds_each_experiments_page_and_an_index_when_it_is_shared
     three = results.wrap_up(str(tmp_path), _doc("exp-c", "succeeded"), None, flag=False)  # type: ignore[arg-type]
     assert three["document"] is None and "is not a page of this skill's" in str(three["note"])
     assert (tmp_path / "results.md").read_text() == "my own notes\n"
+
+
+def test_a_relaunch_that_failed_is_a_failure_and_one_given_up_cancelled_or_stopped_as_it_started_is_a_stop():
+    """Issue 31's relaunch that is tried again after a failure (a full disk) is told as what it is: not the end."""
+    trigger = {"kind": "action", "action": "resume", "trigger": "error:nccl_error"}
+    failed = phases.happenings(dict(trigger, result="relaunch failed: No space left on device; trying again in 30 s"),
+                               RESUME)
+    assert [(h["kind"], h["signature"], h["text"]) for h in failed] == [
+        ("failure", "relaunch_failed", "its relaunch after nccl_error (on_error) failed: No space left on device; "
+                                       "trying again in 30 s")]
+    assert said(dict(trigger, result="given up after 9 tries: the relaunch was refused")) == [
+        ("stopped", "stopped for good, not relaunched: given up after 9 tries: the relaunch was refused")]
+    assert said(dict(trigger, result="cancelled: stop_experiment was called")) == [
+        ("stopped", "stopped for good, not relaunched: cancelled: stop_experiment was called")]
+    assert said(dict(trigger, result="relaunched as x.r2, then stopped: stopped")) == [
+        ("stopped", "stopped for good: stop_experiment was called as it was relaunched as x.r2, then stopped: "
+                    "stopped")]
+
+
+def test_a_requeue_by_the_scheduler_is_a_restart_of_the_same_attempt():
+    event = {"kind": "started", "roles": ["main"], "requeued": 1, "scheduler": "Slurm", "job": "1234",
+             "checkpoint": {"step": 6, "path": "/c/global_step_6"}}
+    assert said(event) == [("restart", "its Slurm job 1234 was requeued: the processes started again (attempt 1, "
+                                       "start 2), continuing from global_step_6 (/c/global_step_6)")]
+    assert said(dict(event, checkpoint=None), dict(RESUME, attempt=2))[0][1].endswith(
+        "(attempt 2, start 2), starting over (no global_step_N checkpoint found)")
+
+
+def test_a_monitor_that_takes_over_tells_the_command_what_its_predecessor_still_owed(tmp_path: Path):
+    """The events its predecessor handled (``policy_seq``) but whose happenings the command had not been told
+    (after ``told_seq``: it was killed with them queued) are told again, marked ``retold``; the file is not
+    written twice (it got its lines at once)."""
+    from skill_server.hosts.agent.policy import Policy
+
+    folder, got, alerts = tmp_path / "run", tmp_path / "got", tmp_path / "alerts.log"
+    folder.mkdir()
+    events = [{"at": 1.0, "kind": "started", "seq": 1, "phase": "starting", "roles": ["main"]},
+              {"at": 2.0, "kind": "first_step", "seq": 2, "phase": "running", "step": 1, "role": "main"},
+              {"at": 3.0, "kind": "stalled", "seq": 3, "phase": "stalled", "since": "step", "quiet_s": 60,
+               "bound_s": 50, "last_step": 1}]
+    previous = {"events": events, "event_seq": 3, "policy_seq": 3, "told_seq": 1, "phase": "stalled"}
+    spec = {"exp_id": "exp", "roles": [], "policy": {"notify_command": f"cat >> {got}",
+                                                    "notify_file": str(alerts), "attempt": 1}}
+    run = Run(str(folder), spec, previous)  # type: ignore[arg-type]
+    policy = Policy(run, previous)
+    assert policy.state.told_seq == 1  # not yet: two happenings owed
+    assert policy.notifier is not None
+    policy.notifier.flush(run, within_s=10)
+    told = [json.loads(line) for line in got.read_text().splitlines()]
+    assert [(t["kind"], t["seq"], t["retold"]) for t in told] == [("first_step", 2, True), ("stall", 3, True)]
+    assert not alerts.exists()  # the file had them from the monitor that handled them
+    policy.tick(run, run.clock())
+    assert policy.state.told_seq == 3 and policy.state.to_json()["told_seq"] == 3
+    fresh = Policy(Run(str(folder), spec, dict(previous, told_seq=3)), dict(previous, told_seq=3))  # type: ignore[arg-type]
+    assert fresh.notifier is not None and fresh.notifier.idle()  # nothing owed: nothing told again
+
+
+def test_a_supervisor_about_to_replace_a_dead_monitor_is_something_of_the_experiment_alive():
+    from types import SimpleNamespace
+
+    from skill_server.experiments.observe import still_running
+
+    def view(**run: object) -> SimpleNamespace:
+        proc = SimpleNamespace(alive=False, state="failed", proc=SimpleNamespace(host="gpu1"), elsewhere=False,
+                               monitor={"run": run})
+        return SimpleNamespace(procs=[proc])
+
+    assert still_running(view(alive=False, supervised=True, ended=False)) == [  # type: ignore[arg-type]
+        "its supervisor on gpu1 (it starts a new monitor)"]
+    assert still_running(view(alive=True, supervised=True)) == ["its monitor on gpu1"]  # type: ignore[arg-type]
+    assert still_running(view(alive=False, ended=True)) == []  # type: ignore[arg-type]

@@ -227,9 +227,13 @@ class Policy(Watcher):
     def processes_ended(self, run: Run, codes: dict[str, int | None]) -> None:
         """Every process ended here and its log was read: what happened up to now is handled first (an error in
         the last lines may ask for a resume); then the run waits for its resume (``backoff``), or it has ended
-        and its ``on_end`` action is carried out."""
+        and its ``on_end`` action is carried out; unless its scheduler requeued its job (the processes start again
+        in a new life of the run: nothing ended for good, nothing is collected or told)."""
         self.tick(run, run.clock())
         self.ended_as = state = run.end_state()
+        if run.backend.monitor_in_job and run.backend.requeued(run.dir, codes):  # started again: no end for good
+            run.move(phases.ENDED, "ended", state=state, exit_codes=codes, requeued=True)
+            return
         if self.state.pending_resume:
             run.move(phases.BACKOFF, "ended", state=state, exit_codes=codes)
             run.persist()  # status sees the pending resume through the whole backoff
