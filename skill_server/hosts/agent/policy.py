@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 #: Longest time the monitor waits for the last notifications to be delivered before it ends.
 FINAL_NOTIFY_WAIT_S = FINAL_WAIT_S
 KEEP_ACTIONS = 50
+#: How long the wrap-up (``results.collect``) may keep the monitor from beating.
+COLLECT_BUSY_S = 120.0
 #: How often a notification under way is looked after.
 BUSY_S = 0.25
 
@@ -246,6 +248,7 @@ class Policy(Watcher):
         happening says: the state, the last step, where the results are)."""
         written: dict[str, Any] = {}
         if self.spec.get("on_end") == "collect" and self.spec.get("collect"):
+            run.beat(busy_s=COLLECT_BUSY_S)  # reading every attempt's points and writing the pages
             written = results.collect(run, state, self.state.actions, sorted(checkpoint_dirs(run)))
             self.record(run, "end:" + state, "collect", written["result"])
         elif self.spec.get("on_end") == "notify":
