@@ -93,6 +93,29 @@ def test_a_monitor_killed_with_nobody_calling_is_replaced_and_still_tells_and_en
     assert "by its supervisor): its process ended before the run did" in seen["note"]
 
 
+def test_happenings_a_killed_monitor_still_owed_the_notify_command_are_told_by_its_replacement(tmux_socket: str,
+                                                                                                workdir: Path):
+    """A slow notify command (2 s each) and three happenings at once: the monitor is killed once the first is
+    told, with the others queued. No tool call: its replacement tells them (again where one may have gone out:
+    marked ``retold``), so the command misses none; the notify file got each line once."""
+    script, go, events, alerts = workdir / "trains.py", workdir / "go", workdir / "events.jsonl", workdir / "alerts"
+    script.write_text(TRAINS)
+    go.write_text("")  # the error line comes with the first step: started, first_step and failure at once
+    out = call("launch_experiment", name="owed", workdir=str(workdir), command=f"{PY} {script} {go}", max_time_s=20,
+               policy={"notify_command": f"sleep 2; cat >> {events}", "notify_file": str(alerts)})
+    wait_until(lambda: kinds(events), timeout=30, interval=0.05)
+    assert kinds(events) == ["started"]  # the others are still owed
+    os.kill(pid_of(out["id"]), signal.SIGKILL)
+    # no tool call from here on
+    wait_until(lambda: "end" in kinds(events), timeout=90, interval=0.2)
+    got = kinds(events)
+    assert {"started", "first_step", "failure", "stopped", "end"} <= set(got), got
+    assert got.index("first_step") < got.index("failure") < got.index("end"), got
+    assert any(e.get("retold") for e in told(events)), told(events)
+    said = [line.split(" ", 1)[1] for line in alerts.read_text().splitlines()]  # without the time
+    assert len(said) == len(set(said)) and "failure:" in " ".join(said), said  # each line once
+
+
 def test_a_frozen_monitor_past_the_max_time_is_replaced_and_the_run_ended(tmux_socket: str, workdir: Path):
     script, events = workdir / "hang.py", workdir / "events.jsonl"
     script.write_text(HANGS)
