@@ -1,4 +1,5 @@
-"""Cold start of the MCP server relative to a one-tool hello MCPServer, and the CLI's wall time.
+"""Cold start of the MCP server relative to a one-tool hello MCPServer, the CLI's wall time, and what the server's
+start-up imports of the plotting stack (matplotlib is a plot's: never at start-up).
 
 Not a test: prints ratios measured in one run (this machine is shared and noisy). Cold start is the
 time from spawning the process to reading its ``initialize`` result over stdio; runs of the two
@@ -62,6 +63,22 @@ def cli_call() -> tuple[float, list[str]]:
     return elapsed, json.loads(proc.stderr.strip() or "[]")
 
 
+#: ``python -m skill_server``, telling on its way out which plotting modules it imported.
+TELLS_ITS_IMPORTS = (
+    "import atexit, runpy, sys\n"
+    "atexit.register(lambda: sys.stderr.write(repr(sorted(m for m in sys.modules\n"
+    "    if m.split('.')[0] in ('matplotlib', 'numpy', 'PIL')))))\n"
+    "runpy.run_module('skill_server', run_name='__main__')\n")
+
+
+def plotting_at_start() -> list[str]:
+    """The plotting modules the MCP server imported by the time it answered initialize."""
+    proc = subprocess.run([sys.executable, "-c", TELLS_ITS_IMPORTS], input=json.dumps(INIT) + "\n",
+                          capture_output=True, text=True, cwd=REPO, env=env(), timeout=60, check=False)
+    tail = proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "[]"
+    return list(json.loads(tail.replace("'", '"')))
+
+
 def main() -> None:
     ours_argv = [sys.executable, "-m", "skill_server"]
     hello_argv = [sys.executable, str(REPO / "bench" / "hello_server.py")]
@@ -81,6 +98,8 @@ def main() -> None:
     print(f"CLI `call episode_cap` wall time, median of {RUNS}: {wall * 1000:.1f} ms")
     print(f"  mcp modules imported on the CLI path: {len(mcp_modules)} {mcp_modules[:5]}")
     print(f"  ratio to hello server cold start: {wall / m_hello:.3f}")
+    plotting = plotting_at_start()
+    print(f"plotting modules imported by the MCP server's start-up: {len(plotting)} {plotting[:5]} (target 0)")
 
 
 if __name__ == "__main__":

@@ -7,10 +7,10 @@ state directory.
 ``reaction``: ``--runs`` runs that print three step lines, then an NCCL collective timeout line, then hang
 (processes alive, as a hung rank). Each is launched with ``policy={"on_error": "stop", "notify_command": ...}``
 and then left alone (no tool call): the seconds from the failure line (its wall time, written by the run
-itself just before the line) to the monitor's ``action`` notification (the notify command writes the time it
-runs), and to the run's wrapper being gone (the stop done: Ctrl-C, its processes ended). Measured twice: the
-failure right after the step lines, and after ``--quiet-s`` seconds of silence (an idle monitor looks less
-often: its reaction must not be slower).
+itself just before the line) to the ``failure`` and the ``stopped`` happenings told to the notify command (it
+writes the time it runs), and to the run's wrapper being gone (the stop done: Ctrl-C, its processes ended).
+Measured twice: the failure right after the step lines, and after ``--quiet-s`` seconds of silence (an idle
+monitor looks less often: its reaction must not be slower).
 
 ``idle``: the CPU of monitors whose runs print nothing (a hung rank, a long step) with the stall watch and a
 policy on, each with its supervisor (the process that replaces it if it dies or freezes: their sum is a run's
@@ -55,8 +55,8 @@ print("[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=12
       "600000 milliseconds before timing out.", flush=True)
 time.sleep(600)
 '''
-#: The notify command: the event and the time it ran, one line each.
-TELL = "python3 -c 'import json,sys,time; e=json.load(sys.stdin); print(e[\"event\"], repr(time.time()))' >> {out}"
+#: The notify command: the happening's kind and the time it ran, one line each.
+TELL = "python3 -c 'import json,sys,time; e=json.load(sys.stdin); print(e[\"kind\"], repr(time.time()))' >> {out}"
 
 
 def _alive(pid: int) -> bool:
@@ -75,7 +75,7 @@ def _alive(pid: int) -> bool:
 def reaction_bench(call, work: Path, runs: int, quiet_s: float = 0.0) -> None:
     script = work / "hang.py"
     script.write_text(HANGS)
-    told_s, stopped_s = [], []
+    failure_s, told_s, stopped_s = [], [], []
     for i in range(runs):
         mark, out = work / f"failed.{quiet_s:g}.{i}", work / f"told.{quiet_s:g}.{i}"
         launched = call("launch_experiment", name=f"bench_react_{i}", workdir=str(work),
@@ -86,14 +86,16 @@ def reaction_bench(call, work: Path, runs: int, quiet_s: float = 0.0) -> None:
         while time.monotonic() < end and (not mark.exists() or _alive(wrapper)):
             time.sleep(0.01)
         gone = time.time()
-        while time.monotonic() < end and not (out.exists() and "action" in out.read_text()):
+        while time.monotonic() < end and not (out.exists() and "stopped" in out.read_text()):
             time.sleep(0.01)
         failed = float(mark.read_text())
-        action = next(float(line.split()[1]) for line in out.read_text().splitlines() if line.startswith("action"))
-        told_s.append(action - failed)
+        said = {line.split()[0]: float(line.split()[1]) for line in out.read_text().splitlines()}
+        failure_s.append(said["failure"] - failed)
+        told_s.append(said["stopped"] - failed)
         stopped_s.append(gone - failed)
     after = f" after {quiet_s:g} s of silence" if quiet_s else ""
-    print(f"failure line{after} -> policy action notified, nobody calling: median {statistics.median(told_s):.2f} s, "
+    print(f"failure line{after} -> 'failure' told, nobody calling: median {statistics.median(failure_s):.2f} s, "
+          f"max {max(failure_s):.2f} s; -> 'stopped' told: median {statistics.median(told_s):.2f} s, "
           f"max {max(told_s):.2f} s; -> run stopped: median {statistics.median(stopped_s):.2f} s, "
           f"max {max(stopped_s):.2f} s ({runs} runs)")
 

@@ -109,7 +109,7 @@ def test_launch_wait_status_collect_on_a_node(remote: LoopbackSshd):
     assert res["finish_flag_path"] == str(work / "auto_agent" / "exp_results" / "finish.flag")
     assert {m["key"]: m["n"] for m in res["val_metrics"]}["mean_reward"] == 3
     text = Path(res["results_path"]).read_text()
-    assert "**succeeded**" in text and "(on node1)" in text and Path(res["finish_flag_path"]).read_text() == ""
+    assert "**succeeded**" in text and "- host: node1" in text and Path(res["finish_flag_path"]).read_text() == ""
 
 
 def test_progress_checkpoints_history_and_plot_of_a_run_on_a_node(remote: LoopbackSshd):

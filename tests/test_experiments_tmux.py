@@ -385,8 +385,12 @@ def test_collect_results_while_running_writes_no_flag_and_lists_errors(tmux_sock
     assert [e["signature"] for e in res["errors"]] == ["swanlab_api_key_missing"]
     assert "swanlab_api_key_missing" in Path(res["results_path"]).read_text()
     call("stop_experiment", id=out["id"], grace_s=1)
-    res = call("collect_results", id=out["id"])
-    assert res["state"] == "stopped" and Path(res["finish_flag_path"]).exists()
+    res = call("collect_results", id=out["id"])  # stopped: it did not finish, so no flag unless asked
+    assert res["state"] == "stopped" and res["finish_flag_path"] is None
+    assert any("write_finish_flag=true writes it" in n for n in res["notes"])
+    assert not (Path(res["results_path"]).parent.parent / "finish.flag").exists()
+    res = call("collect_results", id=out["id"], write_finish_flag=True)
+    assert Path(res["finish_flag_path"]).exists()
 
 
 def test_tool_errors_are_one_line(tmux_socket: str):

@@ -161,7 +161,7 @@ def test_history_is_stored_with_the_scan_state_and_merged_by_step():
         ranged = history.read_series(reg, "run-1", "loss", 10, 12)
         assert ranged.steps == [10, 11, 12]
         assert history.metric_names(reg, "run-1") == ["loss", "m", "nan"]
-        view = history.history_view(reg, "run-1", ["l*", "nope/*"], None, None, 200, restarts=1)
+        view = history.history_view(reg, ["run-1"], ["l*", "nope/*"], None, None, 200, restarts=1)
         assert [s.name for s in view.series] == ["loss"] and view.unmatched == ["nope/*"]
         assert view.available == ["loss", "m", "nan"] and "went back 1 time" in view.note
 
@@ -202,10 +202,18 @@ def test_conf_arguments_and_config_summaries(tmp_path: Path):
     assert out["total_steps"] == 200 and out["checkpoint_dir"] == "/w/ckpt/p/e"
     assert "ajet.project_name" in out["checkpoint_source"]
     default = runconfig.summarise(cand, {"ajet": {"trainer_common": {"total_training_steps": None}}})
-    assert "total_steps" not in default and default["checkpoint_dir"] == "/w/saved_checkpoints"
+    assert "total_steps" not in default and default["checkpoint_dir"] == "/w/saved_checkpoints/ajet_default_project"
     assert "c68c154f" in default["checkpoint_source"] and "other experiments" in default["checkpoint_note"]
+    # the experiment's own folder when the YAML names it, even without a project (AgentJet's default project)
+    named = runconfig.summarise(cand, {"ajet": {"experiment_name": "night_a"}})
+    assert named["checkpoint_dir"] == "/w/saved_checkpoints/ajet_default_project/night_a"
+    assert "project_name ajet_default_project" in named["checkpoint_source"] and "checkpoint_note" not in named
     verl = runconfig.summarise(cand, {"trainer": {"default_local_dir": "${trainer.x}/y", "total_training_steps": 7}})
-    assert verl["total_steps"] == 7 and "checkpoint_dir" not in verl  # an interpolation is not a path
+    assert verl["total_steps"] == 7 and "checkpoint_dir" not in verl  # an unresolved interpolation is not a path
+    dumped = {"trainer": {"default_local_dir": "${trainer.checkpoint_base_dir}/${trainer.project_name}/"
+                          "${trainer.experiment_name}", "checkpoint_base_dir": "/ck", "project_name": "p",
+                          "experiment_name": "e"}}
+    assert runconfig.summarise(cand, dumped)["checkpoint_dir"] == "/ck/p/e"  # a dump's interpolation, resolved
     assert runconfig.summarise(cand, {"trainer": {"default_local_dir": "/ck"}})["checkpoint_dir"] == "/ck"
 
 

@@ -125,7 +125,7 @@ def test_the_monitor_is_outside_the_run_and_never_outlives_a_stop(tmux_socket: s
     assert marked_pids(out["id"] + "/") == []
     doc = findings(out["id"])
     assert doc["ended"] and doc["roles"]["main"]["drained"]
-    assert [e["kind"] for e in doc["events"]][-2:] == ["process_ended", "ended"]
+    assert [e["kind"] for e in doc["events"]][-3:] == ["process_ended", "ended", "finished"]
     assert not libtmux.Server(socket_name=tmux_socket).has_session("ajet_mon")
 
 

@@ -81,9 +81,10 @@ def test_a_phase_moves_only_where_it_may_and_records_its_move_s_event():
     life.move(phases.BACKOFF, "ended", state="stopped")
     life.move(phases.ENDED)
     assert [e["kind"] for e in life.events] == ["first_step", "stalled", "progressed", "timed_out", "ended"]
+    assert [e["phase"] for e in life.events] == ["starting", "stalled", "running", "stopping", "backoff"]
     assert [e["kind"] for e in life.since(3)] == ["timed_out", "ended"] and phases.MOVES[phases.ENDED] == ()
-    assert set(phases.EVENTS) == {"first_step", "error", "process_ended", "action", "stalled", "progressed",
-                                  "timed_out", "ended"}
+    assert set(phases.EVENTS) == {"started", "first_step", "first_step_overdue", "error", "process_ended", "action",
+                                  "finished", "stalled", "progressed", "timed_out", "ended"}
 
 
 def _run(tmp_path: Path, policy: dict | None = None, previous: dict | None = None) -> Run:
@@ -110,6 +111,22 @@ def test_the_stall_watch_moves_the_run_to_stalled_and_back_recording_the_events(
     assert run.phase == phases.RUNNING and not watch.verdict["stalled"]
     assert [e["kind"] for e in run.life.events] == ["stalled", "progressed"]
     assert run.document(ended=False)["phase"] == "running"
+
+
+def test_a_first_step_and_an_error_read_in_one_chunk_are_recorded_in_the_log_s_order(tmp_path: Path):
+    """The happenings' order follows the events': a step line then an error in one read is first_step, then error;
+    an error printed before the first step line stays first."""
+    from skill_server.hosts.agent import scanner, watchers
+
+    oom = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 0)\n"
+    step = "step:1 - critic/score/mean:0.1 - training/global_step:1\n"
+    for text, order in ((step + oom, ["first_step", "error"]), (oom + step, ["error", "first_step"])):
+        folder = tmp_path / str(len(order) + text.index("step:"))
+        folder.mkdir()
+        run = _run(folder)
+        run.table = scanner.Table([{"name": "cuda_oom", "pattern": "CUDA out of memory"}])
+        watchers.LogTail(run, run.roles[0]).fold(run, text.encode(), 1.0, 1.0, False)
+        assert [e["kind"] for e in run.life.events] == order, text
 
 
 # ---- one derivation of how a run ended

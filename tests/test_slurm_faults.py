@@ -114,7 +114,7 @@ def test_a_monitor_killed_inside_the_job_is_replaced_there_and_its_policy_still_
     wait_for(lambda: record(rdir).get("state") == "CANCELLED", 60, "the job was not cancelled")
     job = int(record(rdir)["job_id"])
     lab.cluster.wait_job(job, {"CANCELLED"}, timeout=60)
-    assert any(e.get("action") == "stop" for e in told(events)), told(events)
+    assert "stopped" in kinds(events), told(events)
     seen = lab.status(run["id"], max_lines=0)
     assert seen["state"] == "stopped" and seen["scheduler"]["state"] == "CANCELLED", seen
     assert "was replaced (at " in seen["note"] and "by its supervisor): its process ended" in seen["note"], seen
@@ -136,7 +136,9 @@ def test_a_frozen_monitor_inside_the_job_is_replaced_there_and_its_policy_still_
 
 
 def test_a_requeued_job_is_queued_then_running_again_as_the_same_attempt(lab: Lab):
-    run = lab.launch("requeued", "echo started; sleep 300")
+    alerts = lab.work / "requeued_alerts.log"
+    run = lab.call("launch_experiment", name="requeued", command="echo started; sleep 300", workdir=str(lab.work),
+                   host="local", max_time_s=3600, slurm={}, policy={"notify_file": str(alerts)})
     lab.call("wait_experiment", id=run["id"], until="started", timeout_s=50)
     rdir = run_dir_of(lab, run["id"])
     job = int(record(rdir)["job_id"])
@@ -153,6 +155,10 @@ def test_a_requeued_job_is_queued_then_running_again_as_the_same_attempt(lab: La
     assert again["scheduler"]["state"] == "RUNNING" and again["processes"][0]["state"] == "running"
     assert "Slurm requeued job" in again["note"]
     assert (rdir / "requeued.1" / "main.exit").is_file()  # what the first start left, set aside
+    told = wait_for(lambda: [line for line in alerts.read_text().splitlines() if " restart: " in line], 30,
+                    "the requeue was not told")  # the one line a user reads: a restart of the same attempt
+    assert f"its Slurm job {job} was requeued: the processes started again (attempt 1, start 2)" in told[0], told
+    assert [line.split(" ")[2] for line in alerts.read_text().splitlines()] == ["started:", "restart:"]
     stopped = lab.call("stop_experiment", id=run["id"], grace_s=2)
     assert stopped["state"] == "stopped" and stopped["scheduler"]["state"] == "CANCELLED", stopped["summary"]
 

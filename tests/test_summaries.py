@@ -99,7 +99,7 @@ def test_the_experiment_tools_say_the_runs_state_and_the_next_call(tmux_socket: 
     assert waited["state"] == "succeeded"
     assert waited["summary"].startswith(f"Wait ended: the run ended. Run {exp_id} succeeded (exit code "
                                         f"{waited['exit_code']}) at step {waited['global_step']}")
-    assert waited["summary"].endswith(f"next: collect_results id={exp_id}.")
+    assert waited["summary"].endswith(f"next: collect_results id={exp_id} (results.md, plot, finish.flag).")
     status = ecall("experiment_status", id=exp_id)
     assert next(iter(status)) == "summary" and status["summary"] == status["experiments"][0]["summary"]
     assert status["experiments"][0]["summary"].startswith(f"Run {exp_id} succeeded")
@@ -111,7 +111,7 @@ def test_the_experiment_tools_say_the_runs_state_and_the_next_call(tmux_socket: 
     assert compared["summary"].startswith(f"Compared 1 run: {exp_id} leads on critic/score/mean")
     collected = ecall("collect_results", id=exp_id, plot=False)
     assert next(iter(collected)) == "summary" and one_line(collected["summary"])
-    assert collected["summary"].startswith(f"Wrote {collected['results_path']} (run {collected['state']}; "
+    assert collected["summary"].startswith(f"Wrote {collected['document_path']} (experiment {collected['state']}; "
                                            f"{len(collected['val_metrics'])} validation and "
                                            f"{len(collected['train_metrics'])} training metrics")
     stopped = ecall("stop_experiment", id=exp_id)

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from skill_server.experiments.store import open_registry
-from skill_server.hosts.agent import heartbeat, procs, rundir, supervisor
+from skill_server.hosts.agent import heartbeat, notifier, procs, rundir, supervisor
 from tests.conftest import REPO, cli_env, run_cli
 from tests.experiment_helpers import PY, call, marked_pids, pid_alive, status, tmux_socket, wait_until, workdir  # noqa: F401
 from tests.faults import FullDisk, ReadOnlyBind, clock_step_env, have_faketime, have_root_mounts
@@ -59,8 +59,18 @@ def pid_of(exp_id: str, beat: str = rundir.BEAT) -> int:
     return wait_until(lambda: (record := heartbeat.read(str(run_dir(exp_id) / beat))[0]) and record["pid"], timeout=20)
 
 
-def results(events: Path) -> list[str]:
-    return [e.get("result", "") for e in told(events) if e["event"] == "action"]
+def in_backoff(exp_id: str) -> bool:
+    """Whether the run's monitor document says it waits out a resume's backoff (read from the file: no tool call)."""
+    try:
+        doc = json.loads((run_dir(exp_id) / rundir.FINDINGS).read_text())
+    except (OSError, ValueError):
+        return False
+    return doc.get("phase") == "backoff" and bool(doc.get("pending_resume"))
+
+
+def relaunched(exp_id: str) -> bool:
+    """Whether the run's resume policy started its next attempt (the attempt's record is on disk)."""
+    return (run_dir(exp_id) / rundir.NEXT_ATTEMPT).is_file()
 
 
 def test_a_monitor_killed_with_nobody_calling_is_replaced_and_still_tells_and_ends_the_run(tmux_socket: str,
@@ -74,9 +84,9 @@ def test_a_monitor_killed_with_nobody_calling_is_replaced_and_still_tells_and_en
     os.kill(first, signal.SIGKILL)
     go.write_text("")  # an error after the monitor died
     # no tool call from here on: only the supervisor and the monitor it starts act
-    wait_until(lambda: "ended" in kinds(events), timeout=60, interval=0.2)
+    wait_until(lambda: "end" in kinds(events), timeout=60, interval=0.2)
     got = kinds(events)
-    assert "error" in got and "timed_out" in got, got
+    assert "failure" in got and "stopped" in got, got  # the error, then the max time, told by the new monitor
     assert not pid_alive(out["processes"][0]["pid"]) and not pid_alive(first)
     seen = status(out["id"], max_lines=0)
     assert seen["state"] == "timed_out", seen["summary"]
@@ -99,7 +109,7 @@ def test_a_frozen_monitor_past_the_max_time_is_replaced_and_the_run_ended(tmux_s
     finally:
         if pid_alive(frozen):
             os.kill(frozen, signal.SIGCONT)
-    wait_until(lambda: "ended" in kinds(events), timeout=30)
+    wait_until(lambda: "end" in kinds(events), timeout=30)
     seen = status(out["id"], max_lines=0)
     assert seen["state"] == "timed_out", seen["summary"]
     assert "the run's max time passed" in seen["note"] and "it had not ended the run" in seen["note"], seen["note"]
@@ -131,11 +141,13 @@ def test_a_monitor_killed_during_the_backoff_is_replaced_and_the_run_relaunched(
                command=f"{PY} {script} {ckpt} {starts} 50",
                policy={"on_error": "resume", "max_resumes": 1, "backoff_s": 6, "notify_command": f"cat >> {events}"})
     first = out["id"]
-    wait_until(lambda: "stopped; relaunching in 6 s" in results(events), timeout=30, interval=0.1)
+    wait_until(lambda: in_backoff(first), timeout=30, interval=0.1)
     os.kill(pid_of(first), signal.SIGKILL)
     # no tool call: the supervisor starts a monitor that takes up the backoff where it was
-    wait_until(lambda: f"relaunched as {first}.r2" in results(events), timeout=60, interval=0.2)
+    wait_until(lambda: relaunched(first), timeout=60, interval=0.2)
     assert starts.read_text() == "2"
+    wait_until(lambda: "restart" in kinds(events), timeout=10)
+    assert [e["next_id"] for e in told(events) if e["kind"] == "restart"] == [f"{first}.r2"], told(events)
     seen = status(first, max_lines=0)
     assert seen["next_attempt"] == f"{first}.r2" and "by its supervisor" in seen["note"], seen
     call("stop_experiment", id=first, grace_s=1)
@@ -155,7 +167,7 @@ def test_a_relaunch_a_full_disk_refused_is_said_failed_and_done_once_there_is_sp
                    policy={"on_error": "resume", "max_resumes": 1, "backoff_s": 3,
                            "notify_command": f"cat >> {events}"})
         first = out["id"]
-        wait_until(lambda: "stopped; relaunching in 3 s" in results(events), timeout=30, interval=0.05)
+        wait_until(lambda: in_backoff(first), timeout=30, interval=0.05)
         disk.fill()
         time.sleep(6)  # the backoff ends on a full disk; no tool call until the check
         waited = call("wait_experiment", id=first, timeout_s=5)
@@ -163,8 +175,10 @@ def test_a_relaunch_a_full_disk_refused_is_said_failed_and_done_once_there_is_sp
         assert "its resume could not be carried out (relaunch failed: the relaunch was refused: " in waited["summary"]
         assert "No space left on device" in waited["actions"][-1], waited["actions"]
         assert starts.read_text() == "1"
+        assert "failure" in kinds(events)  # told through a pipe, though the run's disk is full
+        assert any(e["kind"] == "failure" and e["signature"] == "relaunch_failed" for e in told(events)), told(events)
         disk.free()
-        wait_until(lambda: f"relaunched as {first}.r2" in results(events), timeout=60, interval=0.2)
+        wait_until(lambda: relaunched(first), timeout=60, interval=0.2)
         seen = status(first, max_lines=0)
         assert seen["next_attempt"] == f"{first}.r2"
         assert status(f"{first}.r2", max_lines=0)["state"] == "running"
@@ -195,19 +209,22 @@ def test_notifications_still_queued_when_the_run_ends_are_all_sent_by_a_slow_not
     script.write_text(HANGS)
     out = call("launch_experiment", name="slowtell", workdir=str(workdir), command=f"{PY} {script} nccl -",
                policy={"on_error": "stop", "on_end": "collect", "notify_command": f"sleep 3; cat >> {events}"})
-    # no tool call: five events 3 s each, four of them still queued when the run has ended (about 2 s in)
+    # no tool call: five happenings 3 s each, four of them still queued when the run has ended (about 2 s in)
     wait_until(lambda: ended_here(out["id"]), timeout=60, interval=0.2)
-    assert kinds(events) == ["first_step", "error", "action", "ended", "action"]
-    assert told(events)[-1]["action"] == "collect"
+    assert kinds(events) == ["started", "first_step", "failure", "stopped", "end"]
+    assert told(events)[-1]["state"] == "stopped"
     seen = status(out["id"], max_lines=0)
     assert seen["state"] == "stopped" and not [a for a in seen["actions"] if "-> notify" in a], seen["actions"]
 
 
 def test_notifications_a_killed_monitor_still_owed_are_sent_by_its_replacement(tmux_socket: str, workdir: Path):
-    script, events = workdir / "hang.py", workdir / "events.jsonl"
+    """The queue is part of ``monitor.json``: what the killed monitor had queued is sent by its replacement, and
+    the one it had started (which outlives it) is not sent again; the notify file got each line once."""
+    script, events, alerts = workdir / "hang.py", workdir / "events.jsonl", workdir / "alerts"
     script.write_text(HANGS)
     out = call("launch_experiment", name="owed", workdir=str(workdir), command=f"{PY} {script} nccl -",
-               policy={"on_error": "notify", "notify_command": f"sleep 6; cat >> {events}"})
+               policy={"on_error": "notify", "notify_command": f"sleep 6; cat >> {events}",
+                       "notify_file": str(alerts)})
     findings = run_dir(out["id"]) / rundir.FINDINGS
 
     def owed() -> int:
@@ -216,13 +233,15 @@ def test_notifications_a_killed_monitor_still_owed_are_sent_by_its_replacement(t
         except (OSError, ValueError):
             return 0
 
-    # the error and its notify action are handled and recorded, waiting behind first_step's notification (6 s)
+    # the first step and the failure are handled and recorded, waiting behind started's notification (6 s)
     wait_until(lambda: owed() == 2, timeout=20, interval=0.05)
     os.kill(pid_of(out["id"]), signal.SIGKILL)
     # no tool call: the supervisor's new monitor sends what the old one owed
     wait_until(lambda: len(told(events)) >= 3, timeout=40, interval=0.2)
     time.sleep(1)
-    assert kinds(events) == ["first_step", "error", "action"]
+    assert kinds(events) == ["started", "first_step", "failure"]
+    said = [line.split(" ", 1)[1].split(":")[0] for line in alerts.read_text().splitlines()]  # without the time
+    assert said == [f"{out['id']} started", f"{out['id']} first_step", f"{out['id']} failure"], said
     call("stop_experiment", id=out["id"], grace_s=1)
 
 
@@ -231,18 +250,18 @@ def test_a_hanging_notify_command_still_gets_the_end_and_what_it_never_got_is_re
     script, events = workdir / "hang.py", workdir / "events.jsonl"
     script.write_text(HANGS)
     hangs_but_on_the_end = (f"read -r line; printf '%s\\n' \"$line\" >> {events}; "
-                            "case \"$line\" in *'\"event\": \"ended\"'*) ;; *) exec sleep 60;; esac")
+                            "case \"$line\" in *'\"kind\": \"end\"'*) ;; *) exec sleep 60;; esac")
     out = call("launch_experiment", name="hangtell", workdir=str(workdir), command=f"{PY} {script} nccl -",
                policy={"on_error": "stop", "on_end": "collect", "notify_command": hangs_but_on_the_end})
     # no tool call: each notification hangs (killed at 10 s) while the rest queue up behind it
     wait_until(lambda: ended_here(out["id"]), timeout=80, interval=0.2)
-    got = kinds(events)  # what the command was given: the first ones in order, then the end before the rest
-    assert got[0] == "first_step" and got[-2:] == ["ended", "action"] and len(got) < 5, got
+    got = kinds(events)  # what the command was given: the first ones in order, then the end, not the rest
+    assert got[0] == "started" and got[-1] == "end" and len(got) < 5, got
     seen = status(out["id"], max_lines=0)
     line = next((a for a in seen["actions"] if "-> notify: not sent" in a), None)
     assert line is not None and line.endswith(f"-> notify: not sent ({5 - len(got)} so far): the notify command hung")
     never = line.split(" -> ")[0].split(" ", 1)[1].split(", ")
-    assert sorted(got + never) == sorted(["first_step", "error", "action", "ended", "action"]), (got, never)
+    assert sorted(got + never) == sorted(["started", "first_step", "failure", "stopped", "end"]), (got, never)
     assert any(f"-> notify: failed ({len(got) - 1} so far, {len(got) - 1} killed at the time bound): killed after"
                in a for a in seen["actions"]), seen["actions"]
 
@@ -254,11 +273,11 @@ def test_a_notify_command_that_floods_its_output_leaves_a_bounded_notify_log(tmu
     out = call("launch_experiment", name="floods", workdir=str(workdir), command=f"{PY} {script}",
                policy={"notify_command": floods})
     wait_until(lambda: ended_here(out["id"]), timeout=60, interval=0.2)  # no tool call
-    assert kinds(events) == ["first_step", "ended"]
+    assert kinds(events) == ["started", "first_step", "end"]
     log = run_dir(out["id"]) / rundir.NOTIFY_LOG
     text = log.read_bytes()
-    assert len(text) < 2 * (64 * 1024 + 100), len(text)  # 60 MB written: 64 KiB kept of each run
-    assert text.count(b"more bytes of output not kept]") == 2
+    assert len(text) < 3 * (notifier.OUTPUT_KEPT + 200), len(text)  # 90 MB written: 8 KiB kept of each run
+    assert text.count(b"more bytes of output not kept]") == 3
     assert not [a for a in status(out["id"], max_lines=0)["actions"] if "-> notify" in a]
 
 
@@ -269,7 +288,7 @@ def relaunched_at_once(workdir: Path, name: str) -> str:
     script.write_text(RESUMES_ONCE)
     out = call("launch_experiment", name=name, workdir=str(workdir), command=f"{PY} {script} {ckpt} {starts} 50",
                policy={"on_error": "resume", "max_resumes": 1, "backoff_s": 0, "notify_command": f"cat >> {events}"})
-    wait_until(lambda: f"relaunched as {out['id']}.r2" in results(events), timeout=40, interval=0.1)
+    wait_until(lambda: relaunched(out["id"]), timeout=40, interval=0.1)
     return out["id"]
 
 

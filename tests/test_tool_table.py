@@ -52,6 +52,38 @@ def test_listing_tools_imports_no_heavy_package():
     assert proc.stderr.strip() == "[]", proc.stderr
 
 
+#: The MCP server run as ``python -m skill_server`` does, telling on its way out which plot modules it imported.
+SERVER_TELLS_ITS_IMPORTS = (
+    "import atexit, runpy, sys\n"
+    "atexit.register(lambda: sys.stderr.write('PLOT MODULES %r\\n' % sorted(m for m in sys.modules\n"
+    "    if m.split('.')[0] in ('matplotlib', 'numpy', 'PIL'))))\n"
+    "runpy.run_module('skill_server', run_name='__main__')\n")
+
+
+def test_the_mcp_servers_start_up_imports_no_plotting():
+    """matplotlib is a plot's, imported when one is drawn: a server that starts, answers initialize and lists its
+    tools has not imported it (nor numpy, which it brings)."""
+    messages = [{"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "test", "version": "0"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"}, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}]
+    proc = subprocess.Popen([sys.executable, "-c", SERVER_TELLS_ITS_IMPORTS], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env=cli_env())
+    try:  # stdin stays open until the listing came back: a server at EOF may drop a request still under way
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write("".join(json.dumps(m) + "\n" for m in messages))
+        proc.stdin.flush()
+        replies = [json.loads(proc.stdout.readline()) for _ in range(2)]
+        proc.stdin.close()
+        proc.wait(timeout=120)
+        err = proc.stderr.read() if proc.stderr is not None else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert [r.get("id") for r in replies] == [1, 2] and replies[1]["result"]["tools"], err[-2000:]
+    assert "PLOT MODULES []" in err, err[-2000:]
+
+
 def test_tools_json_lists_schemas():
     proc = run_cli("tools", "--json")
     listing = json.loads(proc.stdout)

@@ -68,7 +68,7 @@ for step in range(first + 1, total + 1):
 
 
 def told(path: Path) -> list[dict]:
-    """The events the notify command received (it appends each JSON object it reads on stdin)."""
+    """The happenings the notify command received (it appends each JSON object it reads on stdin)."""
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -86,7 +86,7 @@ def acted(run: dict) -> list[tuple[str, str, str]]:
 
 
 def kinds(path: Path) -> list[str]:
-    return [e["event"] for e in told(path)]
+    return [e["kind"] for e in told(path)]
 
 
 def test_an_nccl_timeout_that_hangs_is_stopped_by_its_policy_and_the_results_collected(tmux_socket: str,
@@ -100,23 +100,26 @@ def test_an_nccl_timeout_that_hangs_is_stopped_by_its_policy_and_the_results_col
     wait_until(lambda: mark.exists() and not pid_alive(wrapper), timeout=30, interval=0.05)
     acted_s = time.time() - float(mark.read_text())
     assert acted_s < 10, acted_s  # the Ctrl-C and its grace included
-    wait_until(lambda: "ended" in kinds(events) and kinds(events).count("action") == 2, timeout=30)
+    wait_until(lambda: "end" in kinds(events), timeout=30)
     got = told(events)
-    assert [e["event"] for e in got] == ["first_step", "error", "action", "ended", "action"]
-    assert got[1]["signature"] == "nccl_error" and got[1]["exp_id"] == out["id"]
-    assert got[2]["trigger"] == "error:nccl_error" and got[2]["action"] == "stop" and got[2]["result"] == "stopped"
-    assert got[3]["state"] == "stopped" and got[4]["action"] == "collect"
-    results = Path(out["result_dir"]) / out["id"] / "results.md"
-    assert (Path(out["result_dir"]) / "finish.flag").is_file()
-    text = results.read_text()
-    assert "state: stopped" in text and "nccl_error" in text and "error:nccl_error -> stop (stopped)" in text
+    assert [e["kind"] for e in got] == ["started", "first_step", "failure", "stopped", "end"]
+    assert got[2]["signature"] == "nccl_error" and got[2]["exp_id"] == out["id"] and got[2]["policy"] == "stop"
+    assert (got[2]["experiment"], got[2]["attempt"], got[2]["severity"]) == (out["id"], 1, "error")
+    assert got[3]["trigger"] == "error:nccl_error" and got[3]["why"] == "stopped"
+    assert got[3]["text"] == "stopped for good: nccl_error (on_error); stopped"
+    document = Path(out["result_dir"]) / "results.md"
+    assert got[4]["state"] == "stopped" and got[4]["results"] == str(document) and got[4]["finish_flag"] is None
+    assert not (Path(out["result_dir"]) / "finish.flag").exists()  # it did not finish: no flag unless asked
+    text = document.read_text()
+    assert "state: **stopped**" in text and "nccl_error" in text and "error:nccl_error -> stop: stopped" in text
+    assert (Path(out["result_dir"]) / out["id"] / "results.md").read_text() == text.replace(f"]({out['id']}/", "](")
     seen = status(out["id"], max_lines=0)  # the first call since the launch
     assert seen["state"] == "stopped"
     assert [(t, a) for t, a, _ in acted(seen)] == [("error:nccl_error", "stop"), ("end:stopped", "collect")]
     assert seen["summary"].startswith(f"Run {out['id']} was stopped by its policy on error:nccl_error (stopped) "), \
         seen["summary"]
-    assert seen["summary"].endswith(f"; its monitor wrote {results} and finish.flag; collect_results id={out['id']} "
-                                    "gives the full page."), seen["summary"]
+    assert seen["summary"].endswith(f"; next: fix the cause (nccl_error: errors[0].hint says how) and launch it "
+                                    f"again; its monitor wrote {document} (no finish.flag)."), seen["summary"]
 
 
 def test_a_run_that_goes_silent_is_stalled_after_its_bound_then_stopped(tmux_socket: str, workdir: Path):
@@ -128,12 +131,12 @@ def test_a_run_that_goes_silent_is_stalled_after_its_bound_then_stopped(tmux_soc
     began = time.monotonic()
     wait_until(lambda: not pid_alive(wrapper), timeout=30, interval=0.05)
     assert time.monotonic() - began >= 2.0  # not before its bound: max(2 s, 5 x 0.2 s)
-    wait_until(lambda: "ended" in kinds(events), timeout=30)
-    got = {e["event"]: e for e in told(events)}
-    assert got["stalled"]["last_step"] == 3 and got["stalled"]["since"] == "step"
-    assert got["stalled"]["bound_s"] == 2.0 and got["stalled"]["quiet_s"] >= 2.0
-    assert got["action"]["trigger"] == "stall" and got["action"]["action"] == "stop"
-    assert "error" not in got
+    wait_until(lambda: "end" in kinds(events), timeout=30)
+    assert kinds(events) == ["started", "first_step", "stall", "stopped", "end"]  # the Ctrl-C's traceback: no failure
+    got = {e["kind"]: e for e in told(events)}
+    assert got["stall"]["last_step"] == 3 and got["stall"]["since"] == "step"
+    assert got["stall"]["bound_s"] == 2.0 and got["stall"]["quiet_s"] >= 2.0
+    assert got["stopped"]["trigger"] == "stall" and got["stopped"]["text"].startswith("stopped for good: it stalled")
     seen = status(out["id"], max_lines=0)
     assert seen["state"] == "stopped" and [t for t, _, _ in acted(seen)] == ["stall"]
 
@@ -147,8 +150,9 @@ def test_a_stalled_run_says_so_and_a_wait_until_stall_returns_on_it(tmux_socket:
     assert woke["reason"] == "stalled" and woke["state"] == "stalled"
     assert woke["global_step"] == 3 and woke["stall_bound_s"] == 2.0 and woke["quiet_s"] >= 2.0
     assert f"Run {out['id']} is stalled at step 3: no progress for " in woke["summary"]
-    assert "(bound 2 s); read its lines, stop_experiment if it hangs." in woke["summary"]
-    assert acted(woke) == [("stall", "notify", "no notify_command")]
+    assert (f"(bound 2 s); read its newest lines (experiment_status id={out['id']}), stop_experiment id={out['id']} if "
+            "it hangs.") in woke["summary"]
+    assert acted(woke) == [("stall", "notify", "no notify_command or notify_file")]
     assert pid_alive(out["processes"][0]["pid"])  # notify only: the run is left alone
     stopped = call("stop_experiment", id=out["id"], grace_s=1)
     assert stopped["state"] == "stopped"
@@ -157,7 +161,7 @@ def test_a_stalled_run_says_so_and_a_wait_until_stall_returns_on_it(tmux_socket:
 def test_the_notify_command_is_bounded_and_its_failures_are_recorded(tmux_socket: str, workdir: Path):
     script = workdir / "hang.py"
     script.write_text(HANGS)
-    hangs_on_the_first = 'read -r line; case "$line" in *first_step*) sleep 60;; esac; exit 7'
+    hangs_on_the_first = 'read -r line; case "$AJS_KIND" in first_step) sleep 60;; esac; exit 7'
     began = time.monotonic()
     out = call("launch_experiment", name="badnotify", workdir=str(workdir), command=f"{PY} {script} nccl -",
                policy={"on_error": "notify", "notify_command": hangs_on_the_first})
@@ -197,14 +201,14 @@ def test_on_a_node_the_policy_stops_the_hung_run_with_no_connection(remote):
                command=f"{NODE_PY} {script} nccl {mark}",
                policy={"on_error": "stop", "on_end": "collect", "notify_command": f"cat >> {events}"})
     close_masters()  # no connection, no tool call: only the node's own monitor acts
-    wait_until(lambda: "ended" in kinds(events) and kinds(events).count("action") == 2, timeout=40, interval=0.1)
+    wait_until(lambda: "end" in kinds(events), timeout=40, interval=0.1)
     got = told(events)
-    assert [e["event"] for e in got] == ["first_step", "error", "action", "ended", "action"]
-    stop_event = got[2]
-    assert stop_event["result"] == "stopped" and stop_event["host"] != ""
+    assert [e["kind"] for e in got] == ["started", "first_step", "failure", "stopped", "end"]
+    stop_event = got[3]
+    assert stop_event["why"] == "stopped" and stop_event["host"] != ""
     assert float(mark.read_text()) < time.time()
-    assert (Path(out["result_dir"]) / "finish.flag").is_file()
-    assert "nccl_error" in (Path(out["result_dir"]) / out["id"] / "results.md").read_text()
+    assert not (Path(out["result_dir"]) / "finish.flag").exists()
+    assert "nccl_error" in (Path(out["result_dir"]) / "results.md").read_text()
     seen = status(out["id"], max_lines=0)
     assert seen["state"] == "stopped" and [a for _, a, _ in acted(seen)] == ["stop", "collect"]
     assert not node_alive("node1", out["processes"][0]["pid"])
@@ -219,22 +223,22 @@ def test_a_transient_failure_is_resumed_twice_from_its_checkpoints_then_given_up
                        "notify_command": f"cat >> {events}"})
     first = out["id"]
     # no tool call from here on: three attempts fail, two are relaunched by the monitors alone
-    wait_until(lambda: any(e.get("action") == "collect" for e in told(events)), timeout=90, interval=0.2)
+    wait_until(lambda: "end" in kinds(events), timeout=90, interval=0.2)
     assert starts.read_text() == "3"
-    acts = [(e["exp_id"], e["action"], e["result"]) for e in told(events) if e["event"] == "action"]
-    assert acts[:3] == [
-        (first, "resume", "stopped; relaunching in 1 s"),
-        (first, "resume", f"relaunching as {first}.r2, continuing from global_step_2 ({ckpt}/global_step_2)"),
-        (first, "resume", f"relaunched as {first}.r2")]
-    assert acts[3:6] == [
-        (f"{first}.r2", "resume", "stopped; relaunching in 1 s"),
-        (f"{first}.r2", "resume", f"relaunching as {first}.r3, continuing from global_step_4 ({ckpt}/global_step_4)"),
-        (f"{first}.r2", "resume", f"relaunched as {first}.r3")]
-    assert acts[6:] == [(f"{first}.r3", "stop", "stopped; not resumed: gave up after 2 resumes"),
-                        (f"{first}.r3", "collect", f"results.md and finish.flag written in {out['result_dir']}")]
-    collected = (Path(out["result_dir"]) / f"{first}.r3" / "results.md").read_text()
-    assert "state: stopped" in collected and "last step 6" in collected and "gave up after 2 resumes" in collected
-    assert (Path(out["result_dir"]) / "finish.flag").is_file()
+    said = [(e["exp_id"], e["kind"]) for e in told(events)]  # one line per happening, a resume is one restart
+    assert said == [(first, "started"), (first, "first_step"), (first, "failure"), (first, "restart"),
+                    (f"{first}.r2", "first_step"), (f"{first}.r2", "failure"), (f"{first}.r2", "restart"),
+                    (f"{first}.r3", "first_step"), (f"{first}.r3", "failure"), (f"{first}.r3", "stopped"),
+                    (f"{first}.r3", "end")]
+    restarts = [(e["attempt"], e["next_id"], e["checkpoint"]) for e in told(events) if e["kind"] == "restart"]
+    assert restarts == [(2, f"{first}.r2", {"step": 2, "path": f"{ckpt}/global_step_2"}),
+                        (3, f"{first}.r3", {"step": 4, "path": f"{ckpt}/global_step_4"})]
+    assert told(events)[-2]["text"] == ("stopped for good: nccl_error (on_error); stopped; not resumed: gave up after "
+                                        "2 resumes")
+    collected = (Path(out["result_dir"]) / "results.md").read_text()
+    assert "state: **stopped** after 3 attempts" in collected and "last step 6" in collected
+    assert "gave up after 2 resumes" in collected
+    assert not (Path(out["result_dir"]) / "finish.flag").exists()
     listed = {e["id"]: e for e in call("experiment_status", max_lines=0)["experiments"]}  # the one call
     assert [listed[i]["state"] for i in (first, f"{first}.r2", f"{first}.r3")] == ["stopped"] * 3
     assert (listed[first]["previous_attempt"], listed[first]["next_attempt"]) == (None, f"{first}.r2")
@@ -276,15 +280,19 @@ def test_what_happened_overnight_is_one_call_on_the_id_the_user_knows(tmux_socke
     assert seen["summary"] == (
         f"Run {first} was stopped by its policy on error:nccl_error at step 2; resumed 2 times: .r2 (from "
         f"global_step_2) was stopped at step 4, .r3 (from global_step_4) was stopped by its policy on "
-        f"error:nccl_error (stopped; not resumed: gave up after 2 resumes) (exit code 130) at step 6; its monitor "
-        f"wrote {result_dir}/{first}.r3/results.md and finish.flag; collect_results id={first}.r3 gives the full "
-        "page."), seen["summary"]
+        f"error:nccl_error (stopped; not resumed: gave up after 2 resumes) (exit code 130) at step 6; next: fix the "
+        f"cause (nccl_error: errors[0].hint says how) and launch it again; its monitor wrote {result_dir}/results.md "
+        "(no finish.flag)."), seen["summary"]
+    assert seen["experiment"]["state"] == "stopped" and seen["alive"] is False
     listed = {e["id"]: e["summary"] for e in call("experiment_status", max_lines=0)["experiments"]}
     assert listed[f"{first}.r2"].endswith(f"; resumed as {first}.r3: experiment_status id={first}.r3."), listed
     collected = call("collect_results", id=first, plot=False)
-    cover = (f"these results cover attempt 1 of 3 ({first} (this one), {first}.r2, {first}.r3) only; its metrics "
-             f"continue in {first}.r2, {first}.r3 (collect_results id={first}.r3 for the newest)")
-    assert cover in collected["notes"] and collected["summary"].endswith(f" T{cover[1:]}."), collected["summary"]
+    cover = f"these results cover the 3 attempts of {first} ({first}, {first}.r2, {first}.r3), metrics merged by step"
+    assert cover in collected["notes"] and collected["summary"].startswith(
+        f"Wrote {result_dir}/results.md (experiment stopped; "), collected["summary"]
+    assert " over its 3 attempts" in collected["summary"] and collected["summary"].endswith(
+        "; no finish.flag: it was stopped, it did not finish; fix the cause and launch again, or "
+        "write_finish_flag=true to close it as it is."), collected["summary"]
 
 
 def test_a_blueprint_carries_the_policy_and_a_bad_one_is_named(tmux_socket: str, workdir: Path):
@@ -300,8 +308,8 @@ def test_a_blueprint_carries_the_policy_and_a_bad_one_is_named(tmux_socket: str,
     path = workdir / "blueprint.md"
     path.write_text(text + f"\n## [exp_policy]\n```json\n{policy}\n```\n")
     out = call("launch_experiment", blueprint=str(path), name="bppolicy")
-    wait_until(lambda: "ended" in kinds(events), timeout=30)
-    assert [e.get("action") for e in told(events) if e["event"] == "action"] == ["stop"]
+    wait_until(lambda: "end" in kinds(events), timeout=30)
+    assert [e["trigger"] for e in told(events) if e["kind"] == "stopped"] == ["error:nccl_error"]
     assert status(out["id"], max_lines=0)["state"] == "stopped"
     assert call("wait_experiment", id=out["id"], until="end", timeout_s=10)["reason"] == "exited"
     path.write_text(text + '\n## [exp_policy]\n{"on_eror": "stop"}\n')
@@ -332,17 +340,22 @@ def test_a_stop_during_the_backoff_cancels_the_resume(tmux_socket: str, workdir:
     script.write_text(RESUMES)
     out = call("launch_experiment", name="cancel", workdir=str(workdir), command=f"{PY} {script} {ckpt} {starts} 50",
                policy={"on_error": "resume", "backoff_s": 5, "notify_command": f"cat >> {events}"})
-    wait_until(lambda: any(e.get("action") == "resume" for e in told(events)), timeout=30)
+    wait_until(lambda: "failure" in kinds(events), timeout=30)
+    time.sleep(1)  # the stop before the backoff
     during = call("wait_experiment", id=out["id"], timeout_s=1)  # the backoff runs: the chain has not ended
     assert (during["reason"], during["next_wait_s"]) == ("timeout", 30), during["summary"]
     assert "its resume policy relaunches it (stopped; relaunching in 5 s)" in during["summary"]
     assert "collect_results" not in during["summary"]
+    whole = status(out["id"], max_lines=0)  # alive, checked: the relaunch its resume policy waits to make
+    assert whole["alive"] is True and whole["experiment"]["state"] == "relaunching", whole["experiment"]
+    assert f"{out['id']}: a relaunch its resume policy waits to make" in whole["experiment"]["still_running"]
     stopped = call("stop_experiment", id=out["id"], grace_s=1)
     assert stopped["state"] == "stopped"
     assert "the relaunch its resume policy had pending is cancelled" in stopped["summary"], stopped["summary"]
-    assert "relaunches it" not in stopped["summary"] and "collect_results" in stopped["summary"]
-    wait_until(lambda: any(e.get("result") == "cancelled: stop_experiment was called" for e in told(events)),
-               timeout=30)
+    assert "relaunches it" not in stopped["summary"] and "collect_results" not in stopped["summary"]
+    wait_until(lambda: "end" in kinds(events), timeout=30)
+    assert kinds(events)[-2:] == ["stopped", "end"]
+    assert told(events)[-2]["why"] == "cancelled: stop_experiment was called"
     assert starts.read_text() == "1" and status(out["id"], max_lines=0)["next_attempt"] is None
 
 
@@ -355,12 +368,12 @@ def test_on_a_node_a_transient_failure_is_resumed_with_no_connection(remote):
                policy={"on_error": "resume", "max_resumes": 1, "backoff_s": 0, "notify_command": f"cat >> {events}"})
     close_masters()  # no connection, no tool call: the node's monitors stop, relaunch and give up alone
     first = out["id"]
-    wait_until(lambda: any(e["event"] == "ended" and e["exp_id"] == f"{first}.r2" for e in told(events)), timeout=60)
-    results = [(e["exp_id"], e["result"]) for e in told(events) if e["event"] == "action"]
-    assert results == [(first, "stopped; relaunching in 0 s"),
-                       (first, f"relaunching as {first}.r2, continuing from global_step_2 ({ckpt}/global_step_2)"),
-                       (first, f"relaunched as {first}.r2"),
-                       (f"{first}.r2", "stopped; not resumed: gave up after 1 resume")]
+    wait_until(lambda: any(e["kind"] == "end" and e["exp_id"] == f"{first}.r2" for e in told(events)), timeout=60)
+    said = [(e["exp_id"], e["kind"], e["text"]) for e in told(events) if e["kind"] in ("restart", "stopped")]
+    assert said == [(first, "restart", f"attempt 2 of at most 2 relaunched as {first}.r2 after nccl_error (on_error), "
+                                       f"continuing from global_step_2 ({ckpt}/global_step_2)"),
+                    (f"{first}.r2", "stopped", "stopped for good: nccl_error (on_error); stopped; not resumed: gave up "
+                                               "after 1 resume")]
     listed = {e["id"]: e for e in call("experiment_status", max_lines=0)["experiments"]}
     assert listed[first]["next_attempt"] == f"{first}.r2" and listed[f"{first}.r2"]["previous_attempt"] == first
     assert listed[f"{first}.r2"]["state"] == "stopped" and listed[f"{first}.r2"]["global_step"] == 4
@@ -429,8 +442,9 @@ def test_a_run_that_crashes_by_itself_is_waiting_for_its_resume_not_ended(tmux_s
     script.write_text(CRASHES)
     out = call("launch_experiment", name="crashes", workdir=str(workdir), command=f"{PY} {script}",
                policy={"on_error": "resume", "backoff_s": 8, "notify_command": f"cat >> {events}"})
-    wait_until(lambda: any(e.get("action") == "resume" for e in told(events)), timeout=30)
-    during = call("wait_experiment", id=out["id"], timeout_s=1)
+    wait_until(lambda: "failure" in kinds(events), timeout=30)
+    during = wait_until(lambda: (w := call("wait_experiment", id=out["id"], timeout_s=1))["actions"] and w,
+                        timeout=10)
     assert [r for _, _, r in acted(during)][-1:] == ["stopped; relaunching in 8 s"], during["actions"]
     assert (during["reason"], during["next_wait_s"]) == ("timeout", 30), during["summary"]
     assert "its resume policy relaunches it" in during["summary"] and "collect_results" not in during["summary"]

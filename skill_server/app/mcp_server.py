@@ -467,15 +467,18 @@ class PromptSpec:
 RUN_BLUEPRINT = """Run the AgentJet experiment described by the blueprint {blueprint}.
 1. blueprint(action="validate", path=...) and fix every problem it reports before launching.
 2. check_config on the client script / YAML it names; fix errors (warnings: say why you keep them).
-3. launch_experiment(blueprint=...) returns at once with an id, the log path and the attach command.
+3. launch_experiment(blueprint=...) returns at once with an id, the log path and the attach command. For a
+   night away, its policy does the rest with no call (resume a transient failure from the newest checkpoint,
+   one line per happening in notify_file, on_end collect): references/monitoring.md.
 4. wait_experiment(id, until="first_step"): the first step (the first step:N line) must appear within
    the blueprint's first-step deadline (20 min by default). Then wait_experiment(id) repeatedly, sleeping as
    long as each result's next_wait_s says (its back-off: references/tools.md); never poll in a tight loop.
    For the log lines since a result, experiment_status(id, since=<its cursor>); wait takes since only with
    until="pattern".
 5. On an error signature, read its hint, fix the cause, record the attempt in the result directory, relaunch.
-6. When the run ends (or plateaus late in training), collect_results(id): it writes results.md, a metrics plot
-   and finish.flag. compare_experiments(ids=[...]) puts it next to earlier attempts.
+6. When the run ends (or plateaus late in training), collect_results(id), any attempt's id: it writes the
+   experiment's page (every attempt, a metrics plot), results.md beside finish.flag, and the flag once the
+   experiment finished. compare_experiments(ids=[...]) puts it next to earlier runs.
 """
 
 EXPLAIN_GAUGE = """Explain why overwatch's "Running Episodes" gauge sits where it does for the swarm server at {url}.

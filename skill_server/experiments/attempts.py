@@ -23,8 +23,9 @@ if TYPE_CHECKING:
 
 
 def _spec_of(previous: Row, host: str, record: AttemptRecord) -> RunSpec | None:
-    """The new attempt's spec: the previous one's, with this host's run directory, handle and wrappers replaced
-    by what the relaunch started (None: the record does not fit the previous attempt)."""
+    """The new attempt's spec: the previous one's, with this host's run directory, handle, wrappers and logs (each
+    attempt writes its own) replaced by what the relaunch started (None: the record does not fit the previous
+    attempt)."""
     launch: dict[str, Any] = dict(record.get("launch") or {})
     started = {p.get("role"): p for p in launch.get("procs") or [] if isinstance(p, dict)}
     where = previous.spec.hosts.get(host)
@@ -40,8 +41,9 @@ def _spec_of(previous: Row, host: str, record: AttemptRecord) -> RunSpec | None:
     hosts[host] = dataclasses.replace(where, run_dir=launch["run_dir"], handle=new)
     processes = tuple(dataclasses.replace(p, window_id=started[p.role].get("window_id"),
                                           pane_id=started[p.role].get("pane_id"), pid=started[p.role].get("pid"),
-                                          start=started[p.role].get("start")) if p.host == host else p
-                      for p in previous.spec.processes)
+                                          start=started[p.role].get("start"),
+                                          log_path=started[p.role].get("log_path") or p.log_path)  # its own log
+                      if p.host == host else p for p in previous.spec.processes)
     return dataclasses.replace(previous.spec, hosts=hosts, processes=processes)
 
 

@@ -44,8 +44,8 @@ OPTIONAL_SECTIONS = ("exp_policy",)
 #: The template's ``[exp_policy]``: left empty (no policy), with what it takes and an example to copy.
 POLICY_DESCRIPTION = (
     "Optional: what the run's monitor does alone while nobody watches, as launch_experiment's policy in one "
-    "JSON object after content: (references/monitoring.md), e.g. {\"on_error\": \"resume\", \"on_stall\": \"stop\", "
-    "\"on_end\": \"collect\", \"notify_command\": \"curl -fsS -m 8 --data-binary @- https://ntfy.sh/my-topic\"}; "
+    "JSON object after content: (references/monitoring.md), e.g. {\"on_error\": \"resume\", \"errors\": "
+    "[\"nccl_error\"], \"on_stall\": \"stop\", \"on_end\": \"collect\", \"notify_file\": \"alerts.log\"}; "
     "empty: no policy.")
 PATH_SECTIONS = ("exp_codebase_dir", "exp_venv_exe", "exp_yaml_path", "exp_result_dir")
 DEFAULT_MAX_TIME = "24 hours"

@@ -14,6 +14,10 @@ the host (``hosts.agent.points.keep``: per bucket of 16 consecutive points the f
 largest and first null value), so the registry stays bounded and plots, first/last values, spikes and
 the best value with its step survive. It is applied after every ``RETAIN_EVERY`` step lines of a run.
 
+An experiment a resume policy relaunched is several runs (its attempts, ``experiments.lineage``): read over its
+attempts (``read_lineage``, ``history_view`` with every attempt's id), a metric is merged by step as the host's
+rule says (``points.merge_attempts``): a later attempt's points replace the earlier ones' from its first step on.
+
 Reading returns chosen metrics (``fnmatch`` globs such as ``critic/score/*``) in a step range,
 downsampled to a caller's bound by buckets: consecutive points split into at most ``max_points``
 groups of equal size; each group gives its last step and value plus its minimum and maximum, so a
@@ -25,6 +29,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,6 +147,40 @@ def metric_names(reg: Registry, exp_id: str) -> list[str]:
                                            (exp_id,))]
 
 
+def names_of(reg: Registry, ids: Sequence[str]) -> list[str]:
+    """Every metric name any of these runs' step lines carried, sorted."""
+    found: set[str] = set()
+    for exp_id in ids:
+        found.update(metric_names(reg, exp_id))
+    return sorted(found)
+
+
+def first_steps(reg: Registry, ids: Sequence[str]) -> dict[str, int | None]:
+    """Each run's first step in its history (None: it has no point)."""
+    out: dict[str, int | None] = {}
+    for exp_id in ids:
+        row = reg.conn.execute("SELECT MIN(p.step) FROM metric_points p JOIN metric_series s ON s.id = p.series "
+                               "WHERE s.exp_id = ?", (exp_id,)).fetchone()
+        out[exp_id] = row[0] if row else None
+    return out
+
+
+def read_lineage(reg: Registry, ids: Sequence[str], name: str, from_step: int | None = None,
+                 to_step: int | None = None, starts: dict[str, int | None] | None = None) -> Series:
+    """One metric over an experiment's attempts (``ids``, first first), merged by step; ``starts``: each attempt's
+    first step when known (``first_steps``)."""
+    if len(ids) == 1:
+        return read_series(reg, ids[0], name, from_step, to_step)
+    firsts = starts if starts is not None else first_steps(reg, ids)
+    parts = []
+    for exp_id in ids:
+        series = read_series(reg, exp_id, name)
+        parts.append((firsts.get(exp_id), {name: dict(zip(series.steps, series.values))}))
+    merged = host_points.merge_attempts(parts).get(name, {})
+    steps = [s for s in merged if (from_step is None or s >= from_step) and (to_step is None or s <= to_step)]
+    return Series(name, steps, [merged[s] for s in steps])
+
+
 def match_names(names: list[str], patterns: list[str]) -> tuple[list[str], list[str]]:
     """(names matching any pattern, in pattern order then name order; patterns that matched nothing)."""
     chosen: list[str] = []
@@ -191,21 +230,26 @@ def downsample(series: Series, max_points: int) -> Downsampled:
     return out
 
 
-def history_view(reg: Registry, exp_id: str, patterns: list[str], from_step: int | None, to_step: int | None,
-                 max_points: int, restarts: int = 0) -> MetricsHistory:
-    """The ``metrics_history`` answer of ``experiment_status``: matched series, downsampled."""
-    names = metric_names(reg, exp_id)
+def history_view(reg: Registry, ids: Sequence[str], patterns: list[str], from_step: int | None,
+                 to_step: int | None, max_points: int, restarts: int = 0) -> MetricsHistory:
+    """The ``metrics_history`` answer of ``experiment_status``: matched series of a run (or of an experiment's
+    attempts, merged by step: ``read_lineage``), downsampled."""
+    names = names_of(reg, ids)
+    starts = first_steps(reg, ids) if len(ids) > 1 else None
     chosen, unmatched = match_names(names, patterns)
     notes = []
     if len(chosen) > MAX_SERIES_PER_READ:
         notes.append(f"{len(chosen)} metrics matched; the first {MAX_SERIES_PER_READ} are returned")
         chosen = chosen[:MAX_SERIES_PER_READ]
+    if len(ids) > 1:
+        notes.append(f"over the {len(ids)} attempts of {ids[0]}: a later attempt's points replace the earlier's "
+                     "from its first step on")
     if restarts:
         notes.append(f"the step counter went back {restarts} time(s) (resume or relaunch): for a step seen more "
                      "than once the newest line's value is kept")
     series = []
     for name in chosen:
-        d = downsample(read_series(reg, exp_id, name, from_step, to_step), max_points)
+        d = downsample(read_lineage(reg, ids, name, from_step, to_step, starts), max_points)
         series.append(MetricSeries(name=d.name, points=d.points, steps=d.steps, last=d.last, min=d.min, max=d.max))
     if not names:
         notes.append("no step line has been scanned for this run yet")

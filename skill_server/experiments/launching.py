@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import posixpath
 import re
 import secrets
 import sqlite3
@@ -212,6 +213,8 @@ class _Launch:
     first_step_s: int
     #: The run's policies for its monitors (``run_policy``); empty without one.
     policy: MonitorPolicy
+    #: The policy in force as the answers show it (every field, its default filled in); None without one.
+    shown_policy: dict[str, Any] | None
     backend: Backend
     #: Where the blueprint was read (``gpu1:/path`` for one on a host), or None.
     blueprint: str | None
@@ -255,9 +258,20 @@ def run_policy(policy: RunPolicy | None) -> MonitorPolicy:
         out["on_stall"] = policy.on_stall
     if policy.on_end is not None:
         out["on_end"] = policy.on_end
+    if policy.on_first_step_overdue is not None:
+        out["on_first_step_overdue"] = policy.on_first_step_overdue
     if policy.notify_command.strip():
         out["notify_command"] = policy.notify_command
+    if policy.notify_file.strip():
+        out["notify_file"] = policy.notify_file.strip()
     return out
+
+
+def _notify_file(path: str, workdir: str) -> str:
+    """The notify file as the host opens it: absolute or ``~/...``, a relative one in the run's workdir."""
+    if "\x00" in path:
+        raise ToolInputError("contains a NUL character", field="policy.notify_file")
+    return path if path.startswith(("/", "~")) else posixpath.normpath(posixpath.join(workdir, path))
 
 
 def _decide(inp: LaunchInput, deadline: Deadline) -> _Launch:
@@ -277,7 +291,12 @@ def _decide(inp: LaunchInput, deadline: Deadline) -> _Launch:
     first_step_s = _seconds(inp.first_step_timeout_s or defaults.get("first_step_timeout_s"), bp.DEFAULT_FIRST_STEP_S)
     if inp.first_step_pattern is not None:  # None: the first step:N line proves the first step
         compile_pattern(inp.first_step_pattern, "first_step_pattern")
-    policy = run_policy(inp.policy or defaults.get("policy"))
+    given: RunPolicy | None = inp.policy or defaults.get("policy")
+    policy = run_policy(given)
+    if "notify_file" in policy:
+        policy["notify_file"] = _notify_file(policy["notify_file"], workdir)
+    shown = None if given is None else dict(given.model_dump(mode="json"), notify_file=policy.get("notify_file", ""),
+                                            source="blueprint [exp_policy]" if inp.policy is None else "argument")
     if "max_resumes" in policy:
         if len({p.host for p in procs}) > 1:
             raise ToolInputError("resume relaunches a run on one host: give every process the experiment's host, "
@@ -287,7 +306,7 @@ def _decide(inp: LaunchInput, deadline: Deadline) -> _Launch:
     backend = backends.for_launch(inp, LaunchContext(elsewhere.host_field if elsewhere else None,
                                                      inp.require_free_gpus is not None, policy))
     return _Launch(inp, socket, main_host, session, exp_id, created, procs, workdir, python, result_dir,
-                   defaults.get("yaml_path"), max_time_s, first_step_s, policy, backend, defaults.get("source"))
+                   defaults.get("yaml_path"), max_time_s, first_step_s, policy, shown, backend, defaults.get("source"))
 
 
 def _check_previous(reg: Registry, socket: str, session: str, hosts: list[str], deadline: Deadline
@@ -349,7 +368,7 @@ def launch(inp: LaunchInput, deadline: Deadline | None = None) -> LaunchOutput:
         result_dir=spec.result_dir, attach=spec.attach, started_at=iso(d.created),
         processes=[ProcessInfo(role=p.role, host=p.host, state="running", exit_code=None, log_path=p.log_path,
                                pid=p.pid, attach=spec.attach_on(p.host)) for p in spec.processes],
-        max_time_s=d.max_time_s, first_step_timeout_s=d.first_step_s,
+        max_time_s=d.max_time_s, first_step_timeout_s=d.first_step_s, policy=d.shown_policy,
     )
     out.summary = sentences.launched(out)
     return out
@@ -418,7 +437,7 @@ def _spec(d: _Launch, plans: dict[str, LaunchPlan], places: dict[str, HostRecord
             log_path=resolved[(p.host, p.role)]["log_path"], wait_for_url=p.wait_for_url,
             window_id=ids[(p.host, p.role)].get("window_id"), pane_id=ids[(p.host, p.role)].get("pane_id"),
             pid=ids[(p.host, p.role)].get("pid"), start=ids[(p.host, p.role)].get("start")) for p in d.procs),
-        attach=places[d.procs[0].host].attach)
+        attach=places[d.procs[0].host].attach, policy=d.shown_policy)
 
 
 def _check_free_gpus(host: str, reply: Reply, required: float) -> None:

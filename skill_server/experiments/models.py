@@ -12,9 +12,9 @@ registry keeps calling it running, as it does ``queued``: a run whose scheduler'
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, StrictInt, StrictStr
+from pydantic import Field, PrivateAttr, StrictInt, StrictStr
 
 from skill_server.core.models import PositiveInt, ToolInput, ToolOutput
 from skill_server.experiments.backends.slurm import SlurmSpec
@@ -54,10 +54,10 @@ class RunPolicy(ToolInput):
     # Each description's first sentence is what the tool list publishes; the rest is references/tools.md's.
     on_error: PolicyAction | None = Field(
         default=None, description="On a matched error signature: notify, stop, or resume, which relaunches only after "
-        "a transient one such as nccl_error. Default null: errors are only reported (status, wait, notify_command). "
-        "resume stops the run, waits backoff_s and relaunches it from its newest global_step_N checkpoint, only after "
-        "a signature classified transient (NCCL errors and collective timeouts); any other matched signature is "
-        "stopped, never resumed.")
+        "a transient one such as nccl_error. Default null: errors are only reported (status, wait, the notify file "
+        "and command). resume stops the run, waits backoff_s and relaunches it from its newest global_step_N "
+        "checkpoint, only after a signature classified transient (NCCL errors and collective timeouts); any other "
+        "matched signature is stopped, never resumed.")
     errors: list[Annotated[StrictStr, Field(max_length=64)]] = Field(
         default=["error"], max_length=40, description="Signature ids or severities on_error acts on. The default "
         "[\"error\"] is every error-severity signature, never a warning; ids are in references/error-signatures.md, "
@@ -69,14 +69,24 @@ class RunPolicy(ToolInput):
         "step time); before the first step the first-step deadline governs, never the stall bound. resume relaunches "
         "from the newest checkpoint (a hang that prints no error line).")
     on_end: Literal["notify", "collect"] | None = Field(
-        default=None, description="At the run's end: notify, or collect. Default null. collect writes a short "
-        "results.md in <result_dir>/<id>/ and an empty finish.flag in <result_dir> on the main host (at the last "
-        "attempt's end when resumed); collect_results later writes the full page. Neither starts or stops anything.")
+        default=None, description="At the experiment's end: notify, or collect its results where its blueprint wants "
+        "them. Default null. collect writes results.md (every attempt, metrics merged by step) in <result_dir>/<id>/ "
+        "and beside finish.flag in <result_dir> on the main host, at the last attempt's end; finish.flag only when it "
+        "succeeded or timed out. Neither starts or stops anything.")
+    on_first_step_overdue: Literal["notify", "stop"] | None = Field(
+        default=None, description="When no first step comes by the first-step deadline: notify or stop. Default null: "
+        "it is only reported (status first_step_overdue, and a stall line to notify_file and notify_command). stop "
+        "ends a run stuck before step 1 that keeps logging, which on_stall never judges.")
+    notify_file: StrictStr = Field(
+        default="", max_length=4096, description="File on the run's host that gets one line per happening. Default "
+        "empty: none. Each line is '<UTC time> <run id> <kind>: <text>', appended at once, for started, first_step, "
+        "failure, stall, restart, stopped and end, in that order (references/monitoring.md); a warning is never a "
+        "failure. A relative path is in the run's workdir; it is created 0600 and never replaced.")
     notify_command: StrictStr = Field(
-        default="", max_length=4000, description="Shell command told each event. Default empty: nobody is told. It "
-        "runs with /bin/sh -c on the run's host with one event as one JSON line on stdin (first_step, error, "
-        "stalled, action, timed_out, ended), at most 10 s each, one at a time in order; a failure is counted in "
-        "actions, never retried, and never stops the run.")
+        default="", max_length=4000, description="Shell command told each happening. Default empty: nobody is told. "
+        "It runs with /bin/sh -c on the run's host with one happening as one JSON line on stdin (its kind, text and "
+        "fields; the same happenings as notify_file), at most 10 s each, one at a time in order; a failure is "
+        "counted in actions, never retried, and never stops the run.")
     stall_k: float = Field(
         default=5, ge=1, le=1000, description="Stall bound in median step times. The bound is max(stall_floor_s, "
         "stall_k x median step time): a run stepping every 4 min stalls after 20 min at the default 5.")
@@ -176,6 +186,9 @@ class LaunchOutput(ToolOutput):
     processes: list[ProcessInfo]
     max_time_s: int
     first_step_timeout_s: int
+    policy: dict[str, Any] | None = Field(default=None, description="The policy in force (every RunPolicy field, "
+                                          "defaults filled in; source: the argument or the blueprint's "
+                                          "[exp_policy]); null: none.")
 
 
 class ErrorHit(ToolOutput):
@@ -253,6 +266,54 @@ class MetricsHistory(ToolOutput):
     note: str | None = None
 
 
+class AttemptInfo(ToolOutput):
+    """One attempt of an experiment (a run a resume policy relaunched is its next attempt)."""
+
+    id: str
+    attempt: int
+    state: StatusState
+    exit_code: int | None
+    alive: bool | None = Field(description="Anything of this attempt still runs (its processes, its monitor, its "
+                               "pending relaunch), as checked now; null: its host could not be asked.")
+    first_step: int | None
+    last_step: int | None
+    resumed_from: str | None = Field(default=None, description="The checkpoint it continued from ('global_step_3 "
+                                     "(path)', or 'started over'); null for the first attempt.")
+    ended_by: str | None = Field(default=None, description="What ended it: its policy's action and why, its max time, "
+                                 "a stop, or its exit; null while it runs.")
+    log_path: str = Field(description="Its own log (each attempt writes its own).")
+
+
+class MetricOutcome(ToolOutput):
+    """A headline metric over every attempt, merged by step."""
+
+    name: str
+    points: int
+    final: float | None
+    final_step: int | None
+    best: float | None
+    best_step: int | None
+    direction: Literal["higher", "lower"] = Field(description="Which is better, assumed from the name.")
+    best_saved: bool | None = Field(default=None, description="Whether a global_step_N checkpoint of best_step exists "
+                                    "(null: the checkpoints could not be listed).")
+    nearest_checkpoint: int | None = Field(default=None, description="The saved step nearest best_step.")
+
+
+class ExperimentInfo(ToolOutput):
+    """The whole experiment an id belongs to: every attempt, its metrics merged by step, whether anything lives."""
+
+    id: str = Field(description="The experiment's first attempt (its lineage).")
+    state: str = Field(description="Its newest attempt's state, or 'relaunching' while a resume waits out its "
+                       "backoff.")
+    alive: bool | None = Field(description="Anything of it still runs: an attempt's processes, a monitor, a pending "
+                               "relaunch (checked on its hosts now); null: a host could not be asked.")
+    still_running: list[str] = Field(description="What of it still runs, each named.")
+    attempts: list[AttemptInfo]
+    metrics: list[MetricOutcome] = Field(description="Final and best of its headline metrics (reward, validation, "
+                                         "loss) over every attempt: a later attempt's points replace the earlier's "
+                                         "from its first step on.")
+
+
 class ExperimentStatus(ToolOutput):
     summary: str = Field(description="One line to quote: the run's state and what to do next.")
     id: str
@@ -290,8 +351,20 @@ class ExperimentStatus(ToolOutput):
                                           "hour and ETA, each with its source or the reason it is unknown.")
     checkpoints: CheckpointList | None = Field(default=None, description="global_step_N folders of the run "
                                                "(with id; checkpoints=false leaves them out).")
-    metrics_history: MetricsHistory | None = Field(default=None, description="When asked for (metrics_history).")
+    metrics_history: MetricsHistory | None = Field(default=None, description="When asked for (metrics_history); "
+                                                   "with id, over every attempt of its experiment, merged by step.")
     scheduler: dict[str, str] | None = Field(default=None, description="Its scheduler's words on its job.")
+    alive: bool | None = Field(default=None, description="Anything of its experiment still runs: any attempt's "
+                               "processes, a monitor, a pending relaunch, checked on the hosts in this call; null: a "
+                               "host could not be asked.")
+    policy: dict[str, Any] | None = Field(default=None, description="The policy in force (as launch_experiment "
+                                          "answered it); null: none.")
+    experiment: ExperimentInfo | None = Field(default=None, description="With id: the whole experiment it belongs to "
+                                              "(every attempt, merged metrics, alive).")
+    #: What of this run still runs (``observe.still_running``), for the experiment's answer; not shown.
+    _running: list[str] | None = PrivateAttr(default=None)
+    #: The first step its step lines showed, for its experiment's attempts; not shown.
+    _first_step: int | None = PrivateAttr(default=None)
 
 
 class RegistryProblem(ToolOutput):

@@ -202,6 +202,27 @@ def observe(reg: Registry, rows: list[Row], *, extra_reads: ExtraReads | None = 
     return views
 
 
+def still_running(view: View) -> list[str] | None:
+    """What of this run still runs, as its hosts said in this observation, each named: a process (alive, or a
+    survivor of a stop), its monitor (or, while none lives, its supervisor), a relaunch its resume policy waits to
+    make. The one place that says whether
+    something of a run lives (an experiment is alive when any attempt's list is not empty); None when nothing
+    found runs but a host could not be asked."""
+    out: list[str] = []
+    for p in view.procs:
+        if p.alive or p.state in ("running", "waiting"):
+            out.append(f"process {p.role} on {p.proc.host}")
+    reports = {p.proc.host: (p.monitor or {}).get("run") or {} for p in view.procs if p.monitor is not None}
+    out += [f"its monitor on {host}" for host, run in sorted(reports.items()) if run.get("alive")]
+    out += [f"its supervisor on {host} (it starts a new monitor)" for host, run in sorted(reports.items())
+            if run.get("supervised") and not run.get("alive") and not run.get("ended")]
+    if any(run.get("pending_resume") for run in reports.values()):
+        out.append("a relaunch its resume policy waits to make")
+    if not out and any(p.state == "unreachable" and not p.elsewhere for p in view.procs):
+        return None
+    return out
+
+
 def _attempts_after(procs: list[ProcView]) -> tuple[str, list[AttemptRecord]] | None:
     """(host, records) of the attempts a resume policy started after this run, as its monitor reported them."""
     for p in procs:

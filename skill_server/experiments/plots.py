@@ -30,6 +30,7 @@ from skill_server.core.models import ImageAttachment
 from skill_server.experiments import history
 from skill_server.experiments.models import MetricsHistory
 from skill_server.experiments.store import Registry, Row, state_dir
+from skill_server.hosts.agent import results as host_results
 
 INSTALL_HINT = ("plots need matplotlib, which is not installed in this interpreter: pip install "
                 "'agentjet-swarm-skill[plots]' (or pip install matplotlib) where the tools run")
@@ -41,10 +42,10 @@ MAX_RUNS = len(RUN_COLORS)
 PLOT_POINTS = 1000
 #: Points per series returned instead of a plot when matplotlib is missing.
 DATA_POINTS = 200
-#: Metrics plotted when the caller names none: the first of these (globs) that a run has.
-DEFAULT_METRICS = ("critic/score/mean", "critic/real_reward", "critic/rewards/mean", "critic/success_rate",
-                   "val-core/*", "actor/pg_loss", "actor/kl_loss", "actor/entropy", "response_length/mean")
-DEFAULT_PANELS = 4
+#: Metrics plotted when the caller names none: the first of these (globs) that a run has (a results page's headline
+#: metrics, ``hosts.agent.results.HEADLINE``).
+DEFAULT_METRICS = host_results.HEADLINE
+DEFAULT_PANELS = host_results.HEADLINE_COUNT
 _DRAW_LOCK = threading.Lock()
 #: Pictures kept for clients that drop image blocks: the newest this many stay.
 KEPT_MAX = 100
@@ -141,13 +142,7 @@ def available() -> bool:
 
 def default_metrics(names: list[str], limit: int = DEFAULT_PANELS) -> list[str]:
     """The first ``limit`` names (in ``DEFAULT_METRICS`` order) a run has; its first names if none match."""
-    chosen: list[str] = []
-    for pattern in DEFAULT_METRICS:
-        matched, _ = history.match_names(names, [pattern])
-        for name in matched[:1]:
-            if name not in chosen:
-                chosen.append(name)
-    return (chosen or names)[:limit]
+    return host_results.headline(names, limit)
 
 
 def run_labels(rows: list[Row]) -> list[str]:
@@ -157,20 +152,23 @@ def run_labels(rows: list[Row]) -> list[str]:
 
 
 def curves_from_history(reg: Registry, rows: list[Row], metrics: list[str],
-                        max_points: int = PLOT_POINTS) -> list[Curve]:
-    """One curve per run (labelled by ``run_labels``) and metric name, from the metric history (downsampled)."""
+                        max_points: int = PLOT_POINTS, attempts: dict[str, list[str]] | None = None) -> list[Curve]:
+    """One curve per run (labelled by ``run_labels``) and metric name, from the metric history (downsampled);
+    ``attempts``: a run's experiment's attempts, whose curve is theirs merged by step (``history.read_lineage``)."""
     curves = []
     for label, row in zip(run_labels(rows)[:MAX_RUNS], rows):
+        ids = (attempts or {}).get(row.id) or [row.id]
         for metric in metrics[:MAX_PANELS]:
-            d = history.downsample(history.read_series(reg, row.id, metric), max_points)
+            d = history.downsample(history.read_lineage(reg, ids, metric), max_points)
             if d.steps:
                 curves.append(Curve(label, metric, d.steps, d.last, d.min, d.max))
     return curves
 
 
-def plot_data(reg: Registry, exp_id: str, metrics: list[str]) -> MetricsHistory:
-    """The series a plot of the run would show, for answers made where matplotlib is missing."""
-    return history.history_view(reg, exp_id, metrics, None, None, DATA_POINTS)
+def plot_data(reg: Registry, ids: list[str], metrics: list[str]) -> MetricsHistory:
+    """The series a plot of the run (or of an experiment's attempts) would show, for answers made where matplotlib
+    is missing."""
+    return history.history_view(reg, ids, metrics, None, None, DATA_POINTS)
 
 
 def draw(curves: list[Curve], title: str, notes: list[str]) -> Picture | None:

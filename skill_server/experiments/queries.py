@@ -37,7 +37,7 @@ from skill_server.experiments.models import (
     RestartInfo,
     StatusState,
 )
-from skill_server.experiments.observe import View, observe
+from skill_server.experiments.observe import View, observe, still_running
 from skill_server.experiments.signatures import SIGNATURES_BY_NAME
 from skill_server.experiments.store import Registry, Row
 from skill_server.experiments.upkeep import HEAL, READ_ONLY, Upkeep
@@ -274,7 +274,7 @@ def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int,
     shown = shown_state(view)
     if shown == "queued":
         overdue = False  # still in its scheduler's queue: nothing could have printed a step yet
-    return ExperimentStatus(
+    out = ExperimentStatus(
         summary="", id=row.id, session=row.session, socket=row.socket, host=row.host, attach=row.spec.attach,
         state=cast("StatusState", shown if say_queued or shown != "queued" else view.state), exit_code=view.exit_code,
         started_at=row.started_at,
@@ -295,8 +295,12 @@ def status_fields(view: View, lines: list[str], cursor: list[int], skipped: int,
                    for p in view.procs],
         log_path=view.procs[0].log_path if view.procs else "", result_dir=row.spec.result_dir,
         note=view.note, progress=progress_info(view, config), checkpoints=checkpoints,
-        metrics_history=metrics_history, scheduler=scheduler,
+        metrics_history=metrics_history, scheduler=scheduler, policy=dict(row.spec.policy) if row.spec.policy else None,
     )
+    out._running = still_running(view)
+    out.alive = None if out._running is None else bool(out._running)
+    out._first_step = scan.first_step
+    return out
 
 
 def scheduler_word(view: View) -> dict[str, str] | None:
@@ -507,7 +511,7 @@ def _observe_with_lines(reg: Registry, rows: list[Row], since: str | None, max_l
         listing = _checkpoints(plan, view, deadline) if checkpoints else None
         wanted = None
         if history_request is not None:
-            wanted = history.history_view(reg, row.id, history_request.patterns, history_request.from_step,
+            wanted = history.history_view(reg, [row.id], history_request.patterns, history_request.from_step,
                                           history_request.to_step, history_request.max_points,
                                           restarts=len(view.scan.progress.restarts))
         out.append(status_fields(view, lines, new, skipped, config=plan.config, checkpoints=listing,

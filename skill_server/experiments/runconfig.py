@@ -8,14 +8,19 @@ read again only while something is still unknown, at most every ``RECHECK_S`` se
 
 Checkpoints: verl writes ``<default_local_dir>/global_step_N/``; AgentJet sets ``default_local_dir`` to
 ``<checkpoint_base_dir>/<project_name>/<experiment_name>`` (``ajet.trainer_common.checkpoint_base_dir``,
-relative to the trainer's working directory). When the YAML does not set the base, its default is read
-from the newest bundled AgentJet release's ``ajet_default.yaml`` and the source names that release.
+relative to the trainer's working directory), so the listing is the config's own experiment's, never another
+experiment's under the same base. When the YAML does not set the base or the project, their defaults are read
+from the newest bundled AgentJet release's ``ajet_default.yaml`` and the source names that release; an
+experiment_name left to AgentJet (``read_yaml_name``: it appends the launch time) lists the project's folder and
+says so. A dumped YAML's ``trainer.default_local_dir`` interpolation (``${trainer.checkpoint_base_dir}/...``) is
+resolved from the same YAML.
 """
 
 from __future__ import annotations
 
 import json
 import posixpath
+import re
 import shlex
 import time
 from dataclasses import dataclass
@@ -164,11 +169,61 @@ def _plain(value: Any) -> str | None:
 def agentjet_checkpoint_base() -> tuple[str | None, str]:
     """(the default checkpoint_base_dir, which AgentJet says so): the newest bundled release's default layer.
     Imported here, not at the top: only a YAML that leaves the base unset needs AgentJet's data."""
+    base, _, label = agentjet_checkpoint_defaults()
+    return base, label
+
+
+def agentjet_checkpoint_defaults() -> tuple[str | None, str | None, str]:
+    """(the default checkpoint_base_dir, the default project_name, which AgentJet says so): the newest bundled
+    release's default layer."""
     from skill_server.agentjet.release import newest_bundled
 
     release = newest_bundled()
     layer = release.config_file(AGENTJET_DEFAULT_LAYER)
-    return _plain(_get(layer.data if layer is not None else None, CHECKPOINT_BASE_KEY)), release.label
+    data = layer.data if layer is not None else None
+    return _plain(_get(data, CHECKPOINT_BASE_KEY)), _plain(_get(data, "ajet.project_name")), release.label
+
+
+#: The experiment_name AgentJet replaces at launch (with ``<yaml basename>_<time>``): not a folder's name.
+EXPERIMENT_SENTINEL = "read_yaml_name"
+_REFERENCE = re.compile(r"\$\{([A-Za-z0-9_.]+)\}")
+
+
+def _resolved(data: Any, value: Any) -> str | None:
+    """A path whose ``${a.b}`` references name plain values of the same YAML, with them filled in (None: not a
+    string, or a reference that does not resolve)."""
+    if not isinstance(value, str) or "\x00" in value:
+        return None
+    text = _REFERENCE.sub(lambda m: _plain(_get(data, m.group(1))) or "${?}", value)
+    return _plain(text)
+
+
+def _ajet_checkpoints(candidate: Candidate, data: Any, out: dict[str, Any]) -> tuple[str, str] | None:
+    """(directory, source) of an AgentJet YAML's checkpoints: ``<base>/<project>/<experiment>``, each part from the
+    YAML or AgentJet's defaults (None: no default base to fall back on)."""
+    base = _plain(_get(data, CHECKPOINT_BASE_KEY))
+    project = _plain(_get(data, "ajet.project_name"))
+    experiment = _plain(_get(data, "ajet.experiment_name"))
+    source = f"{CHECKPOINT_BASE_KEY} in {candidate.path}"
+    if base is None or project is None:
+        default_base, default_project, release = agentjet_checkpoint_defaults()
+        if base is None:
+            if default_base is None:
+                return None
+            base = default_base
+            source = f"the default checkpoint_base_dir of the bundled {release}; {candidate.path} does not set it"
+        if project is None and default_project is not None:
+            project = default_project
+            source += f"; project_name {project}, {release}'s default"
+    if project and experiment and experiment != EXPERIMENT_SENTINEL:
+        return posixpath.join(base, project, experiment), source + " / ajet.project_name / ajet.experiment_name"
+    if project:
+        out["checkpoint_note"] = (f"experiment_name is not set (AgentJet names it <yaml name>_<launch time>): every "
+                                  f"global_step_N folder of project {project} is listed, other experiments' included")
+        return posixpath.join(base, project), source + " / ajet.project_name"
+    out["checkpoint_note"] = ("project_name unknown: every global_step_N folder under the base directory is listed, "
+                              "other experiments' included")
+    return base, source
 
 
 def summarise(candidate: Candidate, data: Any) -> dict[str, Any]:
@@ -186,26 +241,14 @@ def summarise(candidate: Candidate, data: Any) -> dict[str, Any]:
     model = _plain(_get(data, "ajet.model.path"))
     if model is not None and model.startswith("/"):
         out["model_path"] = model  # a local model folder: its config.json gives the KV shape (model_read_op)
-    local_dir = _plain(_get(data, "trainer.default_local_dir"))
-    base = _plain(_get(data, CHECKPOINT_BASE_KEY))
-    project = _plain(_get(data, "ajet.project_name"))
-    experiment = _plain(_get(data, "ajet.experiment_name"))
+    local_dir = _resolved(data, _get(data, "trainer.default_local_dir"))
     if local_dir:
         directory, source = local_dir, f"trainer.default_local_dir in {candidate.path}"
     elif isinstance(_get(data, "ajet"), dict):
-        source = f"{CHECKPOINT_BASE_KEY} in {candidate.path}"
-        if base is None:
-            base, release = agentjet_checkpoint_base()
-            if base is None:
-                return out  # no default to fall back on: the directory stays unknown
-            source = f"the default checkpoint_base_dir of the bundled {release}; {candidate.path} does not set it"
-        if project and experiment:
-            directory = posixpath.join(base, project, experiment)
-            source += " / ajet.project_name / ajet.experiment_name"
-        else:
-            directory = base
-            out["checkpoint_note"] = ("project_name or experiment_name unknown: every global_step_N folder under "
-                                      "the base directory is listed, other experiments' included")
+        found = _ajet_checkpoints(candidate, data, out)
+        if found is None:
+            return out  # no default to fall back on: the directory stays unknown
+        directory, source = found
     else:
         return out
     if not directory.startswith(("/", "~")):

@@ -6,12 +6,12 @@ only the answer it summarises (so it never says more than the answer knows).
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from skill_server.experiments.models import ExperimentStatus, LaunchOutput, StopOutput
+    from skill_server.experiments.models import ExperimentInfo, ExperimentStatus, LaunchOutput, StopOutput
 
 MAX_SUMMARY = 600
 #: A run's state as the predicate of "Run X ...".
@@ -77,10 +77,20 @@ def _stopped_by(s: ExperimentStatus) -> str:
     return ""
 
 
+def _collected_by_monitor(s: ExperimentStatus) -> str | None:
+    """Where the run's monitor wrote its results (``on_end: collect``), or None."""
+    for _, action, result in acts(s):
+        if action == "collect" and " written" in result and not result.startswith("collect failed"):
+            return result.split(" written", 1)[0]
+    return None
+
+
 def _after_end(s: ExperimentStatus, cancelled: bool = False) -> str:
-    """The next call for an ended run: its next attempt when it was resumed; its relaunch when it is to come, or
-    failed (tried again); the results its monitor already collected (collect_results then gives the full page);
-    else collect_results. ``cancelled``: a stop just cancelled its pending relaunch."""
+    """The next call for an ended run, as an engineer would make it: its next attempt when it was resumed; its
+    relaunch when it is to come, or failed (tried again); the wrap-up of a run that finished (succeeded, or ran its
+    max time); for one that failed, was stopped or vanished, the cause to fix (its worst error's hint names it) or
+    its lines to read, never a wrap-up with finish.flag. ``cancelled``: a stop just cancelled its pending
+    relaunch."""
     if s.next_attempt:
         return f"resumed as {s.next_attempt}: experiment_status id={s.next_attempt}"
     resumes = [result for _, action, result in acts(s) if action == "resume"]
@@ -89,11 +99,18 @@ def _after_end(s: ExperimentStatus, cancelled: bool = False) -> str:
                 "is relaunched")
     if resumes and not cancelled and " relaunching" in resumes[-1]:  # the backoff runs: not the end of the chain
         return f"its resume policy relaunches it ({resumes[-1]}): wait_experiment id={s.id} follows it"
-    for _, action, result in acts(s):
-        if action == "collect" and result.startswith("results.md"):
-            return (f"its monitor wrote {s.result_dir.rstrip('/')}/{s.id}/results.md and finish.flag; "
-                    f"collect_results id={s.id} gives the full page")
-    return f"next: collect_results id={s.id}"
+    written = _collected_by_monitor(s)
+    if s.state in ("succeeded", "timed_out"):
+        if written:
+            return f"its monitor wrote {written} and finish.flag; collect_results id={s.id} adds the plot"
+        return f"next: collect_results id={s.id} (results.md, plot, finish.flag)"
+    kept = f"; its monitor wrote {written} (no finish.flag)" if written else ""
+    if s.state == "stopped" and not _stopped_by(s):
+        return f"stopped on request{kept}; launch it again when ready"
+    if s.errors:
+        return f"next: fix the cause ({s.errors[0].signature}: errors[0].hint says how) and launch it again{kept}"
+    return (f"next: read its last lines (experiment_status id={s.id} since=0) for the cause, fix it and launch it "
+            f"again{kept}")
 
 
 #: The checkpoint a resume continued from, as the relaunching attempt's action says it.
@@ -127,6 +144,20 @@ def attempts(chain: list[ExperimentStatus]) -> str:
     return _clip(f"{head}; resumed {n} time{'s' if n != 1 else ''}: " + ", ".join(later))
 
 
+def _hung(s: ExperimentStatus) -> str:
+    """What an engineer does about a run that may hang: read its newest lines, stop it if it hangs."""
+    return f"read its newest lines (experiment_status id={s.id}), stop_experiment id={s.id} if it hangs"
+
+
+def _while_running(s: ExperimentStatus) -> str:
+    """The next call for a running run: its error's fix, its overdue first step, or a wait."""
+    if s.errors and s.errors[0].severity == "error":
+        return f"{_hung(s)}, then fix the cause (errors[0].hint)"
+    if s.first_step_overdue:
+        return f"its first step is overdue: {_hung(s)}"
+    return f"next: wait_experiment id={s.id}" + (" until=first_step" if not s.first_step_seen else "")
+
+
 def run_state(s: ExperimentStatus, *, hints: bool = True) -> str:
     """experiment_status (each run): where it is, the worst error seen with its hint (not without ``hints``:
     a chain's line keeps its room for the next call), and the next call."""
@@ -136,27 +167,42 @@ def run_state(s: ExperimentStatus, *, hints: bool = True) -> str:
                      f"{s.scheduler.get('job_id')}, reason {s.scheduler.get('reason')}); next: wait_experiment "
                      f"id={s.id} until=started.")
     if s.state == "running":
-        nxt = ("; first step overdue: read its lines and errors, stop_experiment if it hangs" if s.first_step_overdue
-               else f"; next: wait_experiment id={s.id}" + (" until=first_step" if not s.first_step_seen else ""))
-        return _clip(f"{head} at {_step(s)}{_worst_error(s, hints)}{nxt}.")
+        return _clip(f"{head} at {_step(s)}{_worst_error(s, hints)}; {_while_running(s)}.")
     if s.state == "stalled":
         quiet = f": no progress for {int(s.quiet_s or 0)} s (bound {int(s.stall_bound_s or 0)} s)"
-        return _clip(f"{head} at {_step(s)}{quiet}{_worst_error(s, hints)}; read its lines, stop_experiment if it "
-                     "hangs.")
+        return _clip(f"{head} at {_step(s)}{quiet}{_worst_error(s, hints)}; {_hung(s)}.")
     code = f" (exit code {s.exit_code})" if s.exit_code is not None else ""
     if s.state in ("unreachable",):
         return _clip(f"{head}{code}: its host did not answer; check again later{_worst_error(s, hints)}.")
     nxt = _after_end(s) if s.state in ("succeeded", "failed", "stopped", "timed_out") \
-        else "its processes are gone without an exit code"
+        else (f"its processes are gone without an exit code: read its last lines (experiment_status id={s.id} "
+              "since=0), then launch it again")
     return _clip(f"{head}{_stopped_by(s)}{code} at {_step(s)}{_worst_error(s, hints)}; {nxt}.")
 
 
+def _policy_words(policy: dict[str, Any]) -> str:
+    """What the run's monitor does alone, from the policy in force (the launch answer's ``policy``)."""
+    acts = [f"{key} {policy[key]}" for key in ("on_error", "on_stall", "on_first_step_overdue") if policy.get(key)]
+    if "resume" in (policy.get("on_error"), policy.get("on_stall")):
+        acts.append(f"at most {policy.get('max_resumes')} resume{'s' if policy.get('max_resumes') != 1 else ''}")
+    if policy.get("on_end"):
+        acts.append(f"on_end {policy['on_end']}")
+    told = [where for where in (policy.get("notify_file"), "notify_command" if policy.get("notify_command") else "")
+            if where]
+    if told:
+        acts.append("a line per happening to " + " and ".join(told))
+    return ", ".join(acts)
+
+
 def launched(out: LaunchOutput) -> str:
-    """launch_experiment: what started where, and the call that watches it."""
+    """launch_experiment: what started where, what its monitor does alone (its policy), and the call that watches
+    it."""
     roles = ", ".join(p.role for p in out.processes)
+    alone = (f"; its monitor carries out its policy with no call ({_policy_words(out.policy)})" if out.policy
+             else "")
     return _clip(f"Launched run {out.id} (tmux session {out.session}) on {out.host}: {len(out.processes)} "
-                 f"process{'es' if len(out.processes) != 1 else ''} ({roles}); next: wait_experiment id={out.id} "
-                 "until=first_step.")
+                 f"process{'es' if len(out.processes) != 1 else ''} ({roles}){alone}; next: wait_experiment "
+                 f"id={out.id} until=first_step.")
 
 
 _WAIT_ENDS = {
@@ -179,6 +225,10 @@ def waited(s: ExperimentStatus, reason: str, next_wait_s: int, followed: str | N
         return _clip(f"Wait ended at once: run {s.id} is another machine's ({elsewhere[0]}); this machine cannot "
                      "see its processes, so waiting here cannot help.")
     moved = f" (run {followed} was resumed: this is its newest attempt)" if followed else ""
+    if reason == "stalled" and s.state == "running":  # quiet for the wait's own stall_s: about the hang, not a wait
+        quiet = f"no new {'step' if s.quiet_since == 'step' else 'output'} for {int(s.quiet_s or 0)} s"
+        return _clip(f"Wait ended{moved}: {quiet}. Run {s.id} is {s.state} at {_step(s)}{_worst_error(s)}; "
+                     f"{_hung(s)}.")
     return _clip(f"Wait ended{moved}: {_WAIT_ENDS.get(reason, reason)}. {run_state(s)}{again}")
 
 
@@ -215,14 +265,26 @@ def compared(leader: str | None, metric: str | None, value: float | None, runner
                  f"{'s' if n_differing != 1 else ''} differ.")
 
 
-def collected(results_path: str, state: str | None, n_val: int, n_train: int, n_errors: int,
-              plot_path: str | None, attempts: str | None = None) -> str:
-    """collect_results: what was written, how much it holds, and which attempts of a resumed run it covers."""
-    run = f"run {state}; " if state else ""
+def collected(document: str, state: str | None, n_val: int, n_train: int, n_errors: int, plot_path: str | None,
+              attempts: int, flagged: bool, whole: ExperimentInfo | None) -> str:
+    """collect_results: what was written, how much it holds (every attempt), finish.flag or why not, and the next
+    step."""
+    run = f"experiment {state}; " if state else ""
     plot = f"; plot {plot_path}" if plot_path else ""
     errors = f"; {n_errors} error signature{'s' if n_errors != 1 else ''}" if n_errors else ""
-    chain = f" {attempts[0].upper()}{attempts[1:]}." if attempts else ""
-    return _clip(f"Wrote {results_path} ({run}{n_val} validation and {n_train} training metrics{errors}{plot}).{chain}")
+    over = f" over its {attempts} attempts" if attempts > 1 else ""
+    head = f"Wrote {document} ({run}{n_val} validation and {n_train} training metrics{over}{errors}{plot})"
+    if flagged:
+        return _clip(f"{head} and finish.flag.")
+    if state in ("running", "stalled", "queued", "relaunching"):
+        nxt = (f"it still runs: results.md is interim, no finish.flag; wait_experiment id={whole.id}" if whole
+               else "it still runs: results.md is interim, no finish.flag")
+    elif state in ("succeeded", "timed_out") or state is None:
+        nxt = "no finish.flag (write_finish_flag=false)"
+    else:
+        nxt = (f"no finish.flag: it {_STATE_WORDS.get(state, state)}, it did not finish; fix the cause and launch "
+               "again, or write_finish_flag=true to close it as it is")
+    return _clip(f"{head}; {nxt}.")
 
 
 def listed(runs: list[ExperimentStatus], problems: int) -> str:

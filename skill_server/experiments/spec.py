@@ -120,6 +120,9 @@ class RunSpec:
     processes: tuple[ProcessRecord, ...]
     attach: str  # the first process's attach command
     ray_cluster: RayCluster | None = None
+    #: The policy in force as the launch resolved it (``launch_experiment``'s ``policy``, every field with its
+    #: default), None without one; the attempts a resume started carry it too.
+    policy: Mapping[str, Any] | None = None
     format: int | None = FORMAT
     legacy_run_dir: str | None = None  # format 1
     legacy_socket_path: str | None = None  # format 1
@@ -154,6 +157,7 @@ class RunSpec:
         if not isinstance(processes, list):
             raise TypeError("processes is not a list")
         ray = spec.get("ray_cluster")
+        policy = spec.get("policy")
         return cls(
             host=_text(spec, "host") or LOCAL, result_dir=_text(spec, "result_dir"), workdir=_text(spec, "workdir"),
             python=_maybe_text(spec, "python"), blueprint=_maybe_text(spec, "blueprint"),
@@ -163,7 +167,8 @@ class RunSpec:
             hosts={str(name): _host(_object(where, f"hosts.{name}"), session) for name, where in hosts.items()},
             processes=tuple(_process(_object(p, f"processes.{i}")) for i, p in enumerate(processes)),
             attach=_text(spec, "attach"), ray_cluster=None if ray is None else _ray(_object(ray, "ray_cluster")),
-            format=_maybe_int(spec, "format"), legacy_run_dir=_maybe_text(spec, "run_dir"),
+            policy=None if policy is None else dict(_object(policy, "policy")), format=_maybe_int(spec, "format"),
+            legacy_run_dir=_maybe_text(spec, "run_dir"),
             legacy_socket_path=_maybe_text(spec, "socket_path"))
 
     def to_json(self) -> dict[str, Any]:
@@ -183,6 +188,8 @@ class RunSpec:
             out["run_dir"] = self.legacy_run_dir
         if self.legacy_socket_path is not None:
             out["socket_path"] = self.legacy_socket_path
+        if self.policy is not None:
+            out["policy"] = dict(self.policy)
         if self.ray_cluster is not None:
             r = self.ray_cluster
             out["ray_cluster"] = {"head": r.head, "workers": list(r.workers), "port": r.port, "address": r.address,

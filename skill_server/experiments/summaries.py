@@ -19,11 +19,12 @@ from pydantic import Field
 
 from skill_server.core.jsonsafe import json_number
 from skill_server.core.models import ToolOutput
+from skill_server.hosts.agent import results as host_results
 
 MAX_DICT_LINE = 1024 * 1024
 PLATEAU_KEYS = ("mean_reward", "task_pass_rate")
 STEP_KEYS = ("training/global_step", "global_step", "step")  # how a metrics line may record its step
-LOWER_IS_BETTER_TOKENS = ("loss", "error", "timing", "time_per", "madness", "std", "clip_ratio", "grad_norm")
+LOWER_IS_BETTER_TOKENS = host_results.LOWER_IS_BETTER_TOKENS
 _NP_SCALAR = re.compile(r"\bnp\.\w+\(\s*([^()]*?)\s*\)")
 _BARE_NONFINITE = re.compile(r"(?<![\w'\".])(-?)(nan|inf|NaN|Infinity)(?![\w'\"])")
 
@@ -89,8 +90,8 @@ def metric_rows(text: str, truncated: bool) -> list[dict[str, float]]:
 
 
 def lower_is_better(key: str) -> bool:
-    """Whether a smaller value of this metric is better, assumed from its name."""
-    return any(token in key.lower() for token in LOWER_IS_BETTER_TOKENS)
+    """Whether a smaller value of this metric is better, assumed from its name (``hosts.agent.results``)."""
+    return host_results.lower_is_better(key)
 
 
 def _finite(values: list[float]) -> list[float]:

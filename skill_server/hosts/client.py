@@ -41,12 +41,15 @@ if TYPE_CHECKING:
         PingReply,
         ReadReply,
         ReclaimReply,
+        ResultsDoc,
         RunReply,
         RunRequest,
         StatReply,
         StopProc,
         StopReply,
         StopRequest,
+        WrapUpDone,
+        WrapUpRequest,
         WriteReply,
         WriteRequest,
     )
@@ -216,3 +219,12 @@ def reclaim_gpus(pids: Sequence[int], grace_s: float) -> Op[ReclaimReply]:
     """End those of ``pids`` that are GPU processes of the ssh user on the host (SIGTERM, ``grace_s``,
     SIGKILL), each pid reported."""
     return Op({"op": "reclaim_gpus", "pids": list(pids), "grace_s": grace_s})
+
+
+def wrap_up(result_dir: str, doc: ResultsDoc, *, png: bytes | None, flag: bool) -> Op[WrapUpDone]:
+    """Write an experiment's results page (and ``png`` beside it), the result directory's document (the page, or
+    an index of the experiments there) and, when ``flag``, finish.flag last (``agent.results.wrap_up``)."""
+    request: WrapUpRequest = {"op": "wrap_up", "result_dir": result_dir, "doc": doc, "flag": flag}
+    if png is not None:
+        request["png"] = base64.b64encode(png).decode("ascii")
+    return Op(request)

@@ -1,10 +1,10 @@
 """A run started again on this host: the one primitive a resume policy relaunches it with.
 
-``relaunch_here`` starts the same processes again as a new run (its own id, run directory, session and monitor):
-the launch request that started the run here (``rundir.LAUNCH_REQUEST``, kept by the launch op when the run has
-a resume policy) goes through the same ``launch`` op a controller sends, in a child agent process, with the new
-id. ``stop_started`` stops such a relaunch at once (a ``stop_experiment`` came while it started). (Stopping a run
-is its backend's: ``backend.Backend.stop``.)
+``relaunch_here`` starts the same processes again as a new run (its own id, run directory, session, monitor and
+logs: ``attempt_log``): the launch request that started the run here (``rundir.LAUNCH_REQUEST``, kept by the launch
+op when the run has a resume policy) goes through the same ``launch`` op a controller sends, in a child agent
+process, with the new id. ``stop_started`` stops such a relaunch at once (a ``stop_experiment`` came while it
+started). (Stopping a run is its backend's: ``backend.Backend.stop``.)
 """
 
 from __future__ import annotations
@@ -28,6 +28,19 @@ RELAUNCH_TIMEOUT_S = 120.0
 _AGENT = "import sys; sys.path.insert(0, sys.argv[1]); from ajs_agent import ops; sys.exit(ops.main(sys.argv[1:]))"
 
 
+def attempt_log(path: str, old_id: str, new_id: str, attempt: int) -> str:
+    """The log of a relaunched attempt, so that each attempt's output is its own: a log in the run's own folder
+    (``<old id>/...``, the default) moves to the new run's folder; any other log gets the attempt's suffix before
+    its extension (``train.log`` -> ``train.r2.log``)."""
+    head, sep, rest = path.partition("/")
+    if sep and head == old_id:
+        return new_id + "/" + rest
+    import re
+
+    root, ext = os.path.splitext(path)
+    return "%s.r%d%s" % (re.sub(r"\.r\d+$", "", root), attempt, ext)
+
+
 def relaunch_here(run_dir: str, new_id: str, policy: Mapping[str, Any]) -> LaunchStarted:
     """Start the processes the launch recorded in ``run_dir`` again as run ``new_id`` (same commands, workdirs,
     environment, logs and session name; ``policy`` replaces the monitor's policy), through the ``launch``
@@ -46,7 +59,10 @@ def relaunch_here(run_dir: str, new_id: str, policy: Mapping[str, Any]) -> Launc
         raise AgentError("cannot read the launch request %s: %s" % (LAUNCH_REQUEST, exc)) from None
     monitor = dict(req.get("monitor") or {})
     monitor["policy"] = dict(policy)
-    req.update(exp_id=new_id, dry_run=False, monitor=monitor)
+    old_id, attempt = str(req.get("exp_id") or ""), int(policy.get("attempt") or 2)
+    procs = [dict(p, log_path=attempt_log(str(p.get("log_path") or ""), old_id, new_id, attempt))
+             for p in req.get("procs") or [] if isinstance(p, dict)]
+    req.update(exp_id=new_id, dry_run=False, monitor=monitor, procs=procs)
     base = program.install_dir()
     if not os.path.isfile(os.path.join(base, program.PACKAGE, "ops.py")):
         raise AgentError("the host agent is not installed under %s" % base)

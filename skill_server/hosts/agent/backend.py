@@ -114,6 +114,11 @@ class Backend:
         """The id of the job this process runs in (None: not in one, or it is not known)."""
         return None
 
+    def requeued(self, rdir: str, codes: Mapping[str, int | None]) -> bool:
+        """Whether the run's processes, which just ended here with exit ``codes``, ended because the scheduler
+        requeued the run's job (it starts them again: their end is not the run's)."""
+        return False
+
     def cancel_own_job(self, handle: Mapping[str, Any], rdir: str) -> str:
         raise AgentError("a %s run is no job to cancel from inside" % self.kind)
 

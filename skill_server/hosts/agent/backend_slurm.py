@@ -210,6 +210,18 @@ class Slurm(Backend):
         found = os.environ.get("SLURM_JOB_ID") or handle.get("job_id") or slurm.job_of(rdir)
         return str(found) if found else None
 
+    def requeued(self, rdir: str, codes: Mapping[str, int | None]) -> bool:
+        """The batch script's SIGTERM trap records ``REQUEUED`` (Slurm's word); processes that ended by a signal
+        give it ``RECORD_WAIT_S`` to write it (a requeue signals the script and the processes at once)."""
+        import time
+
+        end = time.monotonic() + (slurm.RECORD_WAIT_S if any(c is None or c >= 128 for c in codes.values()) else 0)
+        while True:
+            state = (slurm.record(rdir) or {}).get("state")
+            if state != "RUNNING" or time.monotonic() >= end:
+                return state == "REQUEUED"
+            time.sleep(0.1)
+
     def cancel_own_job(self, handle: Mapping[str, Any], rdir: str) -> str:
         """Cancel the job this process runs in (``own_job``); its id. Raises ``AgentError`` with scancel's word when
         it refused (its exit code says nothing of a job it does not know, but this one runs)."""

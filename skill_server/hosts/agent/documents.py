@@ -2,7 +2,8 @@
 
 ``MonitorDocument`` is ``monitor.json`` (``runstate.Run.document``: each room writes its own part), ``MonitorReport``
 what an observation reports of it per process (``observer.report``), ``MonitorEvent`` one thing that happened
-(``phases``), ``AttemptRecord`` the record a resume policy leaves for the next attempt (``next_attempt.json``).
+(``phases``), ``AttemptRecord`` the record a resume policy leaves for the next attempt (``next_attempt.json``),
+``ResultsDoc`` an experiment's results as ``results.wrap_up`` renders them.
 ``protocol`` re-exports them: the server reads every shape the host gives it from there. Like ``protocol``,
 the types exist for type checkers only (stdlib only, Python 3.8: ``typing`` is never loaded at run time).
 """
@@ -89,16 +90,19 @@ if TYPE_CHECKING:
         error: str
 
     class NotifyLoss(TypedDict):
-        """Events the notify command was never given (``notifier.Notifier.lost``): when (run clock), which, why."""
+        """Happenings the notify command was never given (``notifier.Notifier.lost``; the notify file has them):
+        when (run clock), their kinds, why."""
 
         at: float
         events: list[str]
         why: str
 
     class NotifyTally(TypedDict, total=False):
-        """What became of the notify command's runs (``dropped``: events never given to it; ``lost``: the last
-        such loss)."""
+        """What became of the happenings told: lines written to the notify file, the notify command's runs (sent,
+        failed, killed at the time bound), how many it was never given (``dropped``; ``lost``: the last such loss),
+        and the last failure of either."""
 
+        written: int
         sent: int
         failed: int
         killed: int
@@ -136,6 +140,17 @@ if TYPE_CHECKING:
     class MonitorEvent(_EventRequired, total=False):
         """One thing that happened to the run (``phases.Lifecycle``); the keys beside ``kind`` depend on it."""
 
+        phase: str  # the phase it happened in (missing in events recorded before phases said it)
+        roles: list[str]  # started
+        first_step_s: float | None
+        deadline_s: float  # first_step_overdue
+        attempt: int  # a resume's relaunch: the new attempt, its id, the checkpoint it continues from
+        next_id: str
+        checkpoint: CheckpointRef | None
+        results: str | None  # finished: where the results document is, finish.flag, why nothing was written
+        finish_flag: str | None
+        collect_error: str | None
+        stopped_by: str | None
         role: str
         signature: str
         severity: str
@@ -172,6 +187,89 @@ if TYPE_CHECKING:
         checkpoint: CheckpointRef | None
         launch: Mapping[str, Any]  # the relaunch's launch reply (``protocol.LaunchStarted``)
 
+    class AttemptDoc(TypedDict, total=False):
+        """One attempt of an experiment on its results page: its state, steps, the checkpoint it continued from,
+        what ended it and its logs."""
+
+        id: str
+        attempt: int
+        state: str
+        exit_code: int | None
+        first_step: int | None
+        last_step: int | None
+        resumed_from: str | None
+        ended_by: str
+        logs: list[str]
+
+    class OutcomeDoc(TypedDict, total=False):
+        """A headline metric over the whole experiment: final and best value with their steps, which way is
+        better, whether the best step was saved as a checkpoint and the saved step nearest it."""
+
+        name: str
+        points: int
+        final: float | None
+        final_step: int | None
+        best: float | None
+        best_step: int | None
+        direction: str
+        best_saved: bool
+        nearest_checkpoint: int | None
+
+    class MetricRowDoc(TypedDict, total=False):
+        key: str
+        n: int
+        first: float | None
+        best: float | None
+        best_at: str
+        last: float | None
+        trend: str
+        plateau: bool | None
+
+    class TableDoc(TypedDict):
+        title: str
+        source: str
+        rows: list[MetricRowDoc]
+
+    class ErrorDoc(TypedDict, total=False):
+        signature: str
+        severity: str
+        count: int
+        line: str
+        fix: str
+
+    class ResultsDoc(TypedDict, total=False):
+        """An experiment's results (``results.render``): it is the first attempt's id; every list may be empty."""
+
+        id: str
+        state: str
+        written_by: str
+        written_at: str
+        host: str
+        started_at: str
+        elapsed_s: float
+        commands: list[str]
+        attempts: list[AttemptDoc]
+        outcomes: list[OutcomeDoc]
+        curve: dict[str, Any]  # one metric over steps: metric, steps, values
+        plot: str | None  # the picture's file name beside the page
+        tables: list[TableDoc]
+        last_metrics: dict[str, Any]
+        errors: list[ErrorDoc]
+        actions: list[str]
+        notes: list[str]
+
+    class WrapUpReply(TypedDict):
+        """What ``results.wrap_up`` wrote: the experiment's page, the result directory's document (None: a
+        results.md that is not ours is there, ``note`` says so), the plot, finish.flag, whether the document
+        is an index."""
+
+        page: str
+        document: str | None
+        plot: str | None
+        finish_flag: str | None
+        index: bool
+        note: str | None
+
     class MonitorDocument(TypedDict, total=False):
         """``monitor.json``: everything a run's monitor knows, written atomically as it goes (``runstate.Run``)."""
 
@@ -191,10 +289,11 @@ if TYPE_CHECKING:
         event_seq: int
         policy_seq: int
         stall: StallVerdict
+        first_step_overdue_at: float | None
         actions: list[ActionRecord]
         notify: NotifyTally
         pending_resume: PendingResume | None
-        notify_queue: list[dict[str, Any]]  # the events the notify command is still owed, oldest first
+        notify_queue: list[dict[str, Any]]  # the happenings the notify command is still owed, oldest first
         origin: dict[str, Any]  # the run clock's zero on the machine's boot clock: {"space", "uptime"}
         generation: int  # which start of the run's processes in its directory (a requeue starts them again)
 

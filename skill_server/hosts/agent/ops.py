@@ -4,7 +4,8 @@ A request is ``{"v": PROTOCOL_VERSION, "ops": [{"op": NAME, ...}, ...]}``; the r
 ``{"v": ..., "results": [...]}`` with one result per op, in order: ``{"ok": true, ...}`` or
 ``{"ok": false, "error": "one line", "field": ..., "kind": ...}``. An op never raises past
 :func:`handle`, so one bad op costs only its own result. Operations live in ``generic`` (ping, run,
-read, write, stat), ``runs`` (launch, discard, observe, stop), ``checkpoints`` and ``reclaim`` (reclaim_gpus).
+read, write, stat), ``runs`` (launch, discard, observe, stop), ``checkpoints``, ``reclaim`` (reclaim_gpus) and
+``results`` (wrap_up).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .files import AgentError
 from .generic import op_ping, op_read, op_run, op_stat, op_write
 from .protocol import PROTOCOL_VERSION, TYPE_CHECKING
 from .reclaim import op_reclaim_gpus
+from .results import op_wrap_up
 from .runs import op_discard, op_launch, op_observe, op_stop
 
 if TYPE_CHECKING:
@@ -32,7 +34,7 @@ MAX_REQUEST_BYTES = 64 * 1024 * 1024
 OPS: dict[str, Callable[[Mapping[str, object]], OpReply]] = {
     "ping": op_ping, "run": op_run, "read": op_read, "write": op_write, "stat": op_stat,
     "launch": op_launch, "discard": op_discard, "observe": op_observe, "stop": op_stop,
-    "checkpoints": op_checkpoints, "reclaim_gpus": op_reclaim_gpus}
+    "checkpoints": op_checkpoints, "reclaim_gpus": op_reclaim_gpus, "wrap_up": op_wrap_up}
 
 
 def _failure(error: str, field: str | None, kind: str) -> Failure:

@@ -27,7 +27,7 @@ from . import files
 from .protocol import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Sequence
+    from collections.abc import Iterable, Mapping, Sequence
     from typing import Any
 
     Point = dict[str, Any]  # {"seq": int, "step": int, "m": {name: float | int | None}}
@@ -215,6 +215,31 @@ def _read_all(path: str) -> tuple[dict[str, Any] | None, list[Point]]:
     if not isinstance(header, dict) or "generation" not in header:
         return None, []
     return header, [p for p in (_parse(x) for x in lines[1:-1]) if p is not None]
+
+
+def read_all(path: str) -> tuple[dict[str, Any] | None, list[Point]]:
+    """(header, points) of a points file, every point it holds; (None, []) when there is none."""
+    return _read_all(path)
+
+
+def merge_attempts(attempts: Sequence[tuple[int | None, Mapping[str, Mapping[int, Any]]]]
+                   ) -> dict[str, dict[int, Any]]:
+    """The metrics of an experiment's attempts (first attempt first; each its first step, and metric -> step ->
+    value) merged by step: a later attempt's points replace the earlier ones' from its first step on (it redid
+    those steps after resuming from a checkpoint before them); an attempt with no point replaces nothing."""
+    merged: dict[str, dict[int, Any]] = {}
+    cut: int | None = None  # the first step of the attempts after the one being merged
+    for first, series in reversed(list(attempts)):
+        for name, values in series.items():
+            mine = merged.setdefault(name, {})
+            for step, value in values.items():
+                if (cut is None or step < cut) and step not in mine:
+                    mine[step] = value
+        steps = [s for values in series.values() for s in values]
+        start = first if first is not None else (min(steps) if steps else None)
+        if start is not None:
+            cut = start if cut is None else min(cut, start)
+    return {name: dict(sorted(values.items())) for name, values in sorted(merged.items()) if values}
 
 
 def read_after(path: str, cursor: Sequence[int] | None, budget: int = READ_BUDGET

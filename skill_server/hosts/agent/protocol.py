@@ -84,6 +84,7 @@ if TYPE_CHECKING:
     # What a run's monitor writes on its host and an observation carries back (``documents``), re-exported: the
     # server reads every shape the host gives it from this module.
     from .documents import ActionRecord as ActionRecord
+    from .documents import AttemptDoc as AttemptDoc
     from .documents import AttemptRecord as AttemptRecord
     from .documents import CheckpointRef as CheckpointRef
     from .documents import ErrorHitDoc as ErrorHitDoc
@@ -93,12 +94,15 @@ if TYPE_CHECKING:
     from .documents import MonitorReport as MonitorReport
     from .documents import NotifyFailure as NotifyFailure
     from .documents import NotifyTally as NotifyTally
+    from .documents import OutcomeDoc as OutcomeDoc
     from .documents import PendingResume as PendingResume
     from .documents import ProgressDoc as ProgressDoc
     from .documents import Replacement as Replacement
+    from .documents import ResultsDoc as ResultsDoc
     from .documents import RoleFindings as RoleFindings
     from .documents import RunReport as RunReport
     from .documents import StallVerdict as StallVerdict
+    from .documents import WrapUpReply as WrapUpReply
 
     # ---- results
 
@@ -237,7 +241,9 @@ if TYPE_CHECKING:
         errors: list[str]
         on_stall: str
         on_end: str
+        on_first_step_overdue: str
         notify_command: str
+        notify_file: str  # absolute, or ``~/...`` (expanded on the host)
         stall_k: float
         stall_floor_s: int
         collect: bool
@@ -247,6 +253,8 @@ if TYPE_CHECKING:
         attempt: int  # 1: the launch; 2, 3...: its relaunches (``<lineage>.r2``...)
         lineage: str  # the first attempt's id
         previous: str  # the attempt this one resumes
+        resumed_from: CheckpointRef | None  # the checkpoint it continues from (None: it started over)
+        checkpoint_dirs: list[str]  # where the attempts before it saved checkpoints
 
     class MonitorConfig(_MonitorRequired, total=False):
         """What the run monitor needs from the server: the signature table, the run's first-step pattern, its
@@ -503,6 +511,20 @@ if TYPE_CHECKING:
         truncated: bool
         latest: int | None
 
+    # ---- wrap_up: an experiment's results page, the result directory's document, finish.flag (``results``)
+
+    class _WrapUpRequired(TypedDict):
+        op: Literal["wrap_up"]
+        result_dir: str
+        doc: ResultsDoc
+        flag: bool
+
+    class WrapUpRequest(_WrapUpRequired, total=False):
+        png: str  # base64: metrics.png beside the page
+
+    class WrapUpDone(Ok, WrapUpReply):
+        pass
+
     # ---- reclaim_gpus: end the GPU processes this user owns here
 
     class _ReclaimRequired(TypedDict):
@@ -530,9 +552,9 @@ if TYPE_CHECKING:
     # ---- the envelope
 
     OpRequest = (PingRequest | RunRequest | ReadRequest | WriteRequest | LaunchRequest | DiscardRequest | ObserveRequest
-                 | StopRequest | CheckpointsRequest | ReclaimRequest | StatRequest)
+                 | StopRequest | CheckpointsRequest | ReclaimRequest | StatRequest | WrapUpRequest)
     OpReply = (PingReply | RunReply | ReadReply | WriteReply | LaunchPlan | LaunchStarted | DiscardReply | ObserveReply
-               | StopReply | CheckpointsReply | ReclaimReply | StatReply)
+               | StopReply | CheckpointsReply | ReclaimReply | StatReply | WrapUpDone)
 
     class _EnvelopeRequired(TypedDict):
         v: int

@@ -18,6 +18,7 @@ import re
 import time
 
 from . import files, phases
+from .notifier import NOTIFY_TIMEOUT_S
 from .protocol import TYPE_CHECKING
 from .rundir import DISCARDED, NEXT_ATTEMPT, SPEC, STOP_REQUESTED, RunDir
 from .watchers import Watcher
@@ -35,6 +36,8 @@ LOOK_S = 0.5
 #: The waits before each try again of a relaunch that failed, and how long it is tried.
 RETRY_S = (30, 60, 120, 300, 600)
 GIVE_UP_S = 24 * 3600.0
+#: Longest a relaunch waits for this attempt's happenings to be told first.
+SETTLE_S = NOTIFY_TIMEOUT_S + 1.0
 
 
 class Resume(Watcher):
@@ -107,13 +110,18 @@ class Resume(Watcher):
         if not pending.get("tries"):
             where = ("continuing from global_step_%d (%s)" % (found["step"], found["path"]) if found
                      else "starting over: no global_step_N checkpoint found")
-            policy.record(run, trigger, "resume", "relaunching as %s, %s" % (new_id, where))
-            policy.tick(run, run.clock())  # told before it starts
+            policy.record(run, trigger, "resume", "relaunching as %s, %s" % (new_id, where), attempt=attempt,
+                          next_id=new_id, checkpoint=found)
+            policy.tick(run, run.clock())
+            if policy.notifier is not None:  # told before it starts: the new attempt's happenings come after these
+                run.beat(busy_s=SETTLE_S + 30)
+                policy.notifier.settle(run, SETTLE_S)
         run.beat(busy_s=actions.RELAUNCH_TIMEOUT_S + 30)
         _clear_leftover(files.run_dir(new_id))
         try:
-            started = actions.relaunch_here(run.dir, new_id, dict(policy.spec, attempt=attempt, previous=run.exp_id,
-                                                                  lineage=lineage))
+            started = actions.relaunch_here(run.dir, new_id, dict(
+                policy.spec, attempt=attempt, previous=run.exp_id, lineage=lineage, resumed_from=found,
+                checkpoint_dirs=sorted(checkpoint_dirs(run))))
         except files.AgentError as exc:
             return exc.message
         record: AttemptRecord = {"id": new_id, "attempt": attempt, "lineage": lineage, "previous": run.exp_id,
@@ -160,12 +168,10 @@ _CHECKPOINT_RE = re.compile(r"([^\s'\"=,()\[\]]*)global_step_(\d{1,15})\b")
 CHECKPOINT_TAIL_BYTES = 8 * 1024 * 1024
 
 
-def newest_checkpoint(run: Run) -> CheckpointRef | None:
-    """The newest ``global_step_N`` folder that exists, in the directories the run's logs name (the last
-    ``CHECKPOINT_TAIL_BYTES`` of each), found by the agent's checkpoint listing; None: the run starts over."""
-    from .checkpoints import op_checkpoints
-
-    folders = set()
+def checkpoint_dirs(run: Run) -> set[str]:
+    """The directories holding ``global_step_N`` folders that the run's logs name (the last ``CHECKPOINT_TAIL_BYTES``
+    of each), and those the attempts before it named (a resumed attempt may fail before it names any)."""
+    folders = {str(f) for f in run.spec.get("policy", {}).get("checkpoint_dirs") or [] if isinstance(f, str)}
     for role in run.roles:
         size = files.file_size(role.log_path) or 0
         try:
@@ -176,8 +182,16 @@ def newest_checkpoint(run: Run) -> CheckpointRef | None:
         for match in _CHECKPOINT_RE.finditer(data.decode("utf-8", "replace")):
             parent = match.group(1).rstrip("/") or "."
             folders.add(os.path.normpath(os.path.join(workdir, parent)))
+    return folders
+
+
+def newest_checkpoint(run: Run) -> CheckpointRef | None:
+    """The newest ``global_step_N`` folder that exists in ``checkpoint_dirs``, found by the agent's checkpoint
+    listing; None: the run starts over."""
+    from .checkpoints import op_checkpoints
+
     best: CheckpointRef | None = None
-    for folder in sorted(folders):
+    for folder in sorted(checkpoint_dirs(run)):
         if not os.path.isabs(folder) or not os.path.isdir(folder):
             continue
         try:

@@ -156,7 +156,9 @@ class Run:
         #: Which start of the run's processes in this directory this is (a scheduler's requeue starts them again).
         self.generation = int((restart or {}).get("generation") or 0)
         taken: Mapping[str, Any] = previous or {}
-        if restart is not None and int(taken.get("generation") or 0) != self.generation:
+        #: The processes were started again in this directory since the last document (a scheduler's requeue).
+        self.requeued = restart is not None and int(taken.get("generation") or 0) != self.generation
+        if restart is not None and self.requeued:
             taken = new_life(taken, restart)
         #: The document this monitor takes up (its rooms take up their parts from it).
         self.previous = taken
@@ -330,7 +332,8 @@ def _roles(spec: Mapping[str, Any], taken: Mapping[str, Any], offsets: Mapping[s
 
 
 #: What a monitor keeps of an earlier start of the run's processes (``new_life``).
-_KEPT_OVER_A_RESTART = ("format", "exp_id", "events", "event_seq", "policy_seq", "actions", "notify", "internal_errors")
+_KEPT_OVER_A_RESTART = ("format", "exp_id", "events", "event_seq", "policy_seq", "actions", "notify",
+                        "notify_queue", "internal_errors")
 
 
 def new_life(previous: Mapping[str, Any], restart: Mapping[str, Any]) -> dict[str, Any]:

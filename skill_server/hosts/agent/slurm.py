@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 #: sbatch's refusal (nothing was submitted).
 SCRIPT, JOB_ID, RECORD, OUTPUT, REFUSED = "job.sh", "job.id", "job.json", "job.out", "job.refused"
 #: Slurm's JobStates that are over (the rest are PENDING, RUNNING, CONFIGURING, COMPLETING, SUSPENDED, ...).
+#: How long a monitor in the job waits for the batch script to record why its processes were signalled.
+RECORD_WAIT_S = 3.0
 FINAL = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "BOOT_FAIL",
          "DEADLINE", "SPECIAL_EXIT", "REVOKED")
 QUEUED = ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SUSPENDED")

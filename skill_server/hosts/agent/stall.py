@@ -5,8 +5,9 @@ of its step lines, else the pace the monitor saw the steps arrive at). The clock
 line; a run that never printed a step line counts from the last growth of its logs, only when its policy has
 ``on_stall`` and once its first-step deadline has passed (before that the deadline governs; a silent Ray head
 is no stall). Entering ``stalled`` records the ``stalled`` event (the last step, for how long, the bound) once
-per quiet spell; moving on records ``progressed``. The verdict is the watch's own state (``stall`` in
-``monitor.json``). Stdlib only, Python 3.8.
+per quiet spell; moving on records ``progressed``. A run still without a first step when its first-step deadline
+passes records ``first_step_overdue`` once (what ``on_first_step_overdue`` acts on). The verdict is the watch's own
+state (``stall`` and ``first_step_overdue_at`` in ``monitor.json``). Stdlib only, Python 3.8.
 """
 
 from __future__ import annotations
@@ -91,10 +92,23 @@ class StallWatch(Watcher):
         super().__init__()
         #: The verdict (empty: no stall can be judged now).
         self.verdict: StallVerdict = dict(previous.get("stall") or {})  # type: ignore[assignment]
+        #: When (run clock) the first step was found overdue (None: not so far).
+        self.overdue_at: float | None = previous.get("first_step_overdue_at")
         run.parts.append(self)
 
     def to_json(self) -> dict[str, Any]:
-        return {"stall": self.verdict}
+        return {"stall": self.verdict, "first_step_overdue_at": self.overdue_at}
+
+    def overdue(self, run: Run, now: float) -> None:
+        """Record ``first_step_overdue`` once, when the deadline passed with no first step and a process lives."""
+        deadline = run.spec.get("first_step_s")
+        if (self.overdue_at is not None or not isinstance(deadline, (int, float)) or now < deadline
+                or run.phase not in (phases.STARTING, phases.STALLED) or all(r.ended for r in run.roles)
+                or any(r.found.first_step_seen for r in run.roles)):
+            return
+        self.overdue_at = round(now, 3)
+        grew = [r.found.grew_at for r in run.roles if r.found.grew_at is not None]
+        run.emit("first_step_overdue", deadline_s=deadline, quiet_s=round(now - (max(grew) if grew else 0.0), 1))
 
     def clear(self, run: Run) -> None:
         if self.verdict:
@@ -102,6 +116,7 @@ class StallWatch(Watcher):
             run.changed()
 
     def tick(self, run: Run, now: float) -> float | None:
+        self.overdue(run, now)
         found = quiet_from(run, now)
         was = self.verdict.get("stalled") is True
         if found is None:

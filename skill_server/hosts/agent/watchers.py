@@ -30,6 +30,7 @@ from .protocol import TYPE_CHECKING
 from .rundir import EXIT, PID, POINTS, SPEC, STOP_HERE
 
 if TYPE_CHECKING:
+    import re
     from collections.abc import Callable
 
     from .runstate import Role, Run
@@ -157,23 +158,43 @@ class LogTail(Watcher):
         seen, step = found.first_step_seen, found.global_step
         lines = findings.fold(found, text, run.table, run.first_step_re, role=self.role.name, now=now,
                               sample_steps=sample)
+        new_step = found.first_step_seen and not seen
+        new_errors = [name for name in found.errors if name not in before]
+        step_first = new_step and not _printed_before_the_step(
+            text, [str(found.errors[n].get("first_line") or "") for n in new_errors], run.first_step_re)
+        if step_first:  # the events in the log's order (the happenings' order follows them)
+            self.first_step(run, looked)
         for name, hit in found.errors.items():
-            if name not in before:
+            if name in new_errors:
                 hit["first_at"] = now
                 run.emit("error", role=self.role.name, signature=name, severity=run.severity.get(name, "error"),
                          line=hit.get("first_line", ""))
             if int(hit.get("count", 0)) != before.get(name):
                 hit["last_at"] = now
-        if found.first_step_seen and not seen:
-            found.first_step_not_before = looked
-            run.emit("first_step", role=self.role.name, step=found.first_step)
-            if run.phase == phases.STARTING:
-                run.move(phases.RUNNING)
+        if new_step and not step_first:
+            self.first_step(run, looked)
         if found.global_step != step:
             found.stepped_at = now
         if lines and self.points is not None:
             self.points.append((line.step, line.metrics) for line in lines)
             found.points = [self.points.seq, self.points.count, self.points.dropped]
+
+
+    def first_step(self, run: Run, looked: float) -> None:
+        found = self.role.found
+        found.first_step_not_before = looked
+        run.emit("first_step", role=self.role.name, step=found.first_step)
+        if run.phase == phases.STARTING:
+            run.move(phases.RUNNING)
+
+
+def _printed_before_the_step(text: str, error_lines: list[str], first_step_re: re.Pattern[str] | None) -> bool:
+    """Whether one of a chunk's new error lines comes before its first step line (else the step is told first)."""
+    found = first_step_re.search(text) if first_step_re is not None else None
+    step_at = found.start() if found is not None else text.find("step:")
+    if step_at < 0:
+        return True
+    return any(0 <= text.find(line.strip()) < step_at for line in error_lines if line.strip())
 
 
 class Processes(Watcher):

@@ -6,7 +6,14 @@ from pydantic import Field, StrictBool, StrictStr
 
 from skill_server.core.models import ImageAttachment, ToolInput, ToolOutput
 from skill_server.experiments import plots
-from skill_server.experiments.models import HOST_DESCRIPTION, ErrorHit, MetricPattern, MetricsHistory, RunKey
+from skill_server.experiments.models import (
+    HOST_DESCRIPTION,
+    ErrorHit,
+    ExperimentInfo,
+    MetricPattern,
+    MetricsHistory,
+    RunKey,
+)
 from skill_server.experiments.summaries import MetricSummary
 
 MAX_OVERLAYS = plots.MAX_RUNS - 1
@@ -25,7 +32,9 @@ class CollectInput(ToolInput):
                                              "ajet.trainer_common.train_print_to_markdown_file_path.")
     yaml_path: StrictStr | None = Field(default=None, max_length=4096,
                                         description="Training YAML on the host to read those two paths from.")
-    write_finish_flag: StrictBool | None = Field(default=None, description="Default true; only once the run ended.")
+    write_finish_flag: StrictBool | None = Field(default=None, description="finish.flag once the experiment ended. "
+                                                 "Default: only when it finished (succeeded or timed out); true also "
+                                                 "after a failure or a stop; never while it runs.")
     plot: StrictBool | None = Field(default=None, description="Draw metrics.png beside results.md (default true with "
                                     "id). The page embeds it; needs matplotlib, else the data is returned in "
                                     "plot_data.")
@@ -42,10 +51,17 @@ class CollectInput(ToolInput):
 class CollectOutput(ToolOutput):
     summary: str = Field(description="One line to quote: what was written, and what it holds.")
     host: str = Field(description="Where results.md and finish.flag were written ('local' or the ssh destination).")
-    results_path: str
+    results_path: str = Field(description="The experiment's own page, <result_dir>/<id>/results.md.")
+    document_path: str | None = Field(default=None, description="<result_dir>/results.md beside finish.flag: this "
+                                      "page, or an index when several experiments share result_dir (null: a "
+                                      "results.md there is not this skill's; notes say so).")
     finish_flag_path: str | None
-    state: str | None
+    state: str | None = Field(description="The experiment's state (its newest attempt's).")
     exit_code: int | None
+    alive: bool | None = Field(default=None, description="Anything of the experiment still runs (any attempt, a "
+                               "monitor, a pending relaunch), checked now.")
+    experiment: ExperimentInfo | None = Field(default=None, description="Every attempt and the merged metrics, as "
+                                              "experiment_status gives them.")
     val_markdown: str | None
     train_markdown: str | None
     val_metrics: list[MetricSummary]

@@ -1,17 +1,22 @@
-"""collect_results: summarise a run's metrics and log into results.md (with a plot), then finish.flag.
+"""collect_results: an experiment's results where its blueprint wants them: its page (every attempt, the metrics
+merged by step, a plot) and, once it finished, finish.flag.
+
+Any id of an experiment a resume policy relaunched answers for the whole experiment (``experiments.overview``):
+every attempt with the cause of its end and the checkpoint it continued from, the tables and the plot over every
+attempt merged by step, final and best with their steps, whether anything of it still runs (``alive``).
 
 Metrics come from AgentJet's markdown files (``val_print_to_markdown_file_path`` and
-``train_print_to_markdown_file_path``, dict lines parsed by ``summaries``); when a file is absent or has
-no lines, from the metric history of the run's ``step:N`` log lines (``history``: validation metrics are
-the ``val-*`` keys). The answer and results.md say which source each table came from.
+``train_print_to_markdown_file_path``, dict lines parsed by ``summaries``); when a file is absent, has no lines or
+holds other runs' lines too, from the metric history of the runs' ``step:N`` log lines (``history``: validation
+metrics are the ``val-*`` keys). The answer and the page say which source each table came from.
 
 Everything on the run's host happens on its main host, in at most three round trips: one reads the YAML
 candidates (only when a markdown path is not given; the paths come from them), one the metric files
-(regular files only, bounded: a FIFO or a device is refused, never read), one writes ``metrics.png``
-(when matplotlib is installed) and ``results.md`` into the run's own folder ``<result_dir>/<id>/`` (their
-documented job is to replace that run's previous ones, never another run's) and, once the run has ended, an
-empty ``finish.flag`` into ``<result_dir>`` itself (AgentJet's blueprint convention), all atomically and only
-over regular files.
+(regular files only, bounded: a FIFO or a device is refused, never read), one writes (the host agent's
+``wrap_up``, the renderer the run's monitor uses for ``on_end: collect`` too): ``metrics.png`` and the page in the
+experiment's own folder ``<result_dir>/<id>/``, then ``<result_dir>/results.md`` (the page, or an index when
+several experiments share the directory), then ``finish.flag`` (only when the experiment finished, succeeded or
+timed out, unless ``write_finish_flag`` says otherwise), all atomically and only over regular files.
 """
 
 from __future__ import annotations
@@ -21,26 +26,27 @@ import posixpath
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolFailure, ToolInputError
 from skill_server.core.safe_yaml import MAX_YAML_BYTES, parse_yaml_text
-from skill_server.experiments import history, lineage, plots, runconfig, sentences, upkeep
+from skill_server.experiments import history, overview, plots, runconfig, sentences, upkeep
 from skill_server.experiments.checks import host_path
-from skill_server.experiments.models import ErrorHit, ExperimentStatus, MetricsHistory
-from skill_server.experiments.observe import observe
-from skill_server.experiments.queries import find, find_any, status_fields
+from skill_server.experiments.models import ErrorHit, ExperimentInfo, ExperimentStatus, MetricsHistory
+from skill_server.experiments.queries import find, find_any
 from skill_server.experiments.spec import RunSpec
 from skill_server.experiments.store import Registry, Row, elsewhere_reason, launched_elsewhere, open_registry
 from skill_server.experiments.summaries import MetricSummary, metric_rows, summarise, summarise_series
 from skill_server.hosts import LOCAL, Host, client, expect, get_host, normalise
+from skill_server.hosts.agent import results as host_results
 from skill_server.tools.collect_results.models import CollectInput, CollectOutput
 
 if TYPE_CHECKING:
-    from skill_server.hosts.agent.protocol import ReadReply
+    from skill_server.hosts.agent.documents import MetricRowDoc
+    from skill_server.hosts.agent.protocol import AttemptDoc, ReadReply, ResultsDoc, WrapUpReply
 
 MAX_MARKDOWN_BYTES = 64 * 1024 * 1024
 #: Most metrics summarised from the history (verl prints 60-100 per step).
 MAX_SUMMARY_SERIES = 300
-PLOT_NAME = "metrics.png"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -110,20 +116,22 @@ class Table:
     steps: dict[str, list[int | None]] = field(default_factory=dict)
 
 
-def _history_tables(reg: Registry, exp_id: str) -> tuple[Table, Table]:
-    """(validation, training) series from the run's step lines, in step order."""
+def _history_tables(reg: Registry, ids: list[str]) -> tuple[Table, Table]:
+    """(validation, training) series from the step lines of a run (or of an experiment's attempts, merged by step),
+    in step order."""
     val, train = Table(), Table()
-    for name in history.metric_names(reg, exp_id)[:MAX_SUMMARY_SERIES]:
-        series = history.read_series(reg, exp_id, name)
+    starts = history.first_steps(reg, ids)
+    for name in history.names_of(reg, ids)[:MAX_SUMMARY_SERIES]:
+        series = history.read_lineage(reg, ids, name, starts=starts)
         table = val if is_validation_metric(name) else train
         table.values[name] = [math.nan if v is None else v for v in series.values]
         table.steps[name] = list(series.steps)
     return val, train
 
 
-def _plot_curves(reg: Registry, row: Row, overlays: list[Row], patterns: list[str] | None,
+def _plot_curves(reg: Registry, row: Row, ids: list[str], overlays: list[Row], patterns: list[str] | None,
                  notes: list[str]) -> tuple[list[plots.Curve], list[str]]:
-    names = history.metric_names(reg, row.id)
+    names = history.names_of(reg, ids)
     if patterns:
         metrics, unmatched = history.match_names(names, patterns)
         if unmatched:
@@ -131,7 +139,7 @@ def _plot_curves(reg: Registry, row: Row, overlays: list[Row], patterns: list[st
     else:
         metrics = plots.default_metrics(names)
     metrics = metrics[:plots.MAX_PANELS]
-    return plots.curves_from_history(reg, [row] + overlays, metrics), metrics
+    return plots.curves_from_history(reg, [row] + overlays, metrics, attempts={row.id: ids}), metrics
 
 
 # --------------------------------------------------------------------------------------------------
@@ -145,32 +153,45 @@ class _Run:
     row: Row | None = None
     overlays: list[Row] = field(default_factory=list)
     status: ExperimentStatus | None = None
+    #: Every attempt of its experiment (``overview``), and what they say together.
+    whole: overview.Whole | None = None
+    info: ExperimentInfo | None = None
     #: The metric history as (validation, training) series: the tables when no markdown file has lines.
     val_series: Table = field(default_factory=Table)
     train_series: Table = field(default_factory=Table)
     curves: list[plots.Curve] = field(default_factory=list)
     plot_data: MetricsHistory | None = None
-    #: Which attempt of a resumed run this is, and the others (``_attempts_note``).
-    attempts: str | None = None
+
+    @property
+    def attempts(self) -> list[ExperimentStatus]:
+        return self.whole.attempts if self.whole is not None else []
 
     @property
     def state(self) -> str | None:
-        return self.status.state if self.status is not None else None
+        """The experiment's state (its newest attempt's; 'relaunching' during a resume's backoff)."""
+        return self.info.state if self.info is not None else None
 
     @property
     def exit_code(self) -> int | None:
-        return self.status.exit_code if self.status is not None else None
+        return self.attempts[-1].exit_code if self.attempts else None
 
     @property
     def errors(self) -> list[ErrorHit]:
-        return self.status.errors if self.status is not None else []
+        """Each signature once, over every attempt (its lines counted in all)."""
+        seen: dict[str, ErrorHit] = {}
+        for attempt in self.attempts:
+            for e in attempt.errors:
+                known = seen.get(e.signature)
+                seen[e.signature] = e if known is None else known.model_copy(update={"count": known.count + e.count})
+        return list(seen.values())
 
     @property
     def log_paths(self) -> list[str]:
-        if self.status is None or self.row is None:
+        if self.row is None:
             return []
         host = self.row.host
-        return [p.log_path if p.host == host else f"{p.host}:{p.log_path}" for p in self.status.processes]
+        return [p.log_path if p.host == host else f"{p.host}:{p.log_path}" for a in self.attempts
+                for p in a.processes]
 
 
 def _check_arguments(inp: CollectInput) -> None:
@@ -183,35 +204,25 @@ def _check_arguments(inp: CollectInput) -> None:
             raise ToolInputError("plots are drawn from an experiment's metric history: give id too", field=name)
 
 
-def _attempts_note(reg: Registry, row: Row) -> str | None:
-    """Which attempt of a resumed run these results cover, and where its metrics went on (each attempt is its
-    own run: a resumed run's steps continue in the next one); None for a run that was never resumed."""
-    attempts = lineage.of(reg, row)
-    before, after = [a.id for a in attempts.before(row.id)], [a.id for a in attempts.after(row.id)]
-    if not before and not after:
-        return None
-    chain = ", ".join([*before, f"{row.id} (this one)", *after])
-    tail = (f"; its metrics continue in {', '.join(after)} (collect_results id={after[-1]} for the newest)"
-            if after else "")
-    return f"these results cover attempt {len(before) + 1} of {len(before) + 1 + len(after)} ({chain}) only{tail}"
-
-
 def _read_run(inp: CollectInput, exp_key: str, want_plot: bool, notes: list[str]) -> _Run:
-    """The run, its overlays, its status, its metric history and the curves to draw, in one registry session."""
+    """The experiment (every attempt), its overlays, its metric history and the curves to draw, in one registry
+    session."""
     with open_registry() as reg:
         upkeep.finish_interrupted_launches(reg)
-        row = find_any(reg, exp_key)
+        deadline = Deadline.call()
+        row = find_any(reg, exp_key, deadline)
         overlays = [find(reg, key, f"overlay_ids.{i}") for i, key in enumerate(inp.overlay_ids or [])]
-        view = observe(reg, [row], upkeep=upkeep.HEAL)[0]
-        row = reg.get(view.row.id) or view.row
-        status = status_fields(view, [], [0] * len(view.procs), 0, attempts=lineage.links(reg, [row])[row.id])
-        run = _Run(row, overlays, status, *_history_tables(reg, row.id), attempts=_attempts_note(reg, row))
-        if run.attempts:
-            notes.append(run.attempts)
+        whole = overview.observe_whole(reg, row, since=None, max_lines=0, checkpoints=True, deadline=deadline)
+        info = overview.summarise(reg, whole, whole.asked.checkpoints)
+        row = reg.get(whole.asked.id) or row
+        run = _Run(row, overlays, whole.asked, whole, info, *_history_tables(reg, whole.ids))
+        if len(whole.attempts) > 1:
+            notes.append(f"these results cover the {len(whole.attempts)} attempts of {info.id} "
+                         f"({', '.join(whole.ids)}), metrics merged by step")
         if want_plot:
-            run.curves, plot_metrics = _plot_curves(reg, row, overlays, inp.plot_metrics, notes)
+            run.curves, plot_metrics = _plot_curves(reg, row, whole.ids, overlays, inp.plot_metrics, notes)
             if run.curves and not plots.available():
-                run.plot_data = plots.plot_data(reg, row.id, plot_metrics)
+                run.plot_data = plots.plot_data(reg, whole.ids, plot_metrics)
     return run
 
 
@@ -292,21 +303,27 @@ def _holds_other_runs(label: str, rows: list[dict[str, float]], run: _Run) -> st
     steps = [r["training/global_step"] for r in rows if isinstance(r.get("training/global_step"), (int, float))]
     if any(b <= a for a, b in zip(steps, steps[1:])):
         return "its training/global_step starts again"
-    reached = run.status.global_step if run.status is not None else None
+    reached = run.attempts[-1].global_step if run.attempts else None
     if label == "training" and isinstance(reached, int) and len(rows) > reached:
         return f"{len(rows)} step lines, and this run reached step {reached}"
     return None
 
 
 def _finish_flag_wanted(inp: CollectInput, state: str | None, notes: list[str]) -> bool:
-    """finish.flag is written once the run has ended, unless the caller says not to; a note says why not."""
-    running = state in ("running", "stalled", "unreachable")
+    """finish.flag says the experiment is done: written unasked only once it finished (succeeded or timed out), with
+    ``write_finish_flag`` once it ended in any way, never while something of it runs; a note says why not."""
+    running = state in ("running", "queued", "stalled", "relaunching", "unreachable")
+    finished = state in host_results.FINISHED or state is None  # no experiment: the caller's own result_dir
     if inp.write_finish_flag is False:
         notes.append("finish.flag not written (write_finish_flag=false)")
     elif running:
-        why = "is still running" if state != "unreachable" else "cannot be asked about (host unreachable)"
+        why = ("cannot be asked about (host unreachable)" if state == "unreachable" else "is still running"
+               + ("" if state == "running" else f" ({state})"))
         notes.append(f"the experiment {why}: results.md is interim and finish.flag was not written")
-    return inp.write_finish_flag is not False and not running
+    elif not finished and inp.write_finish_flag is None:
+        notes.append(f"finish.flag not written: the experiment did not finish (it {state}); write_finish_flag=true "
+                     "writes it")
+    return not running and (inp.write_finish_flag is True or (inp.write_finish_flag is None and finished))
 
 
 def _picture(run: _Run, notes: list[str]) -> tuple[plots.Picture | None, str]:
@@ -320,23 +337,69 @@ def _picture(run: _Run, notes: list[str]) -> tuple[plots.Picture | None, str]:
     return plots.draw(run.curves, title, notes), title
 
 
-def run_folder(result_dir: str, row: Row | None) -> str:
-    """Where a run's results.md and metrics.png go: its own folder ``<result_dir>/<id>/``, so that no run's results
-    replace another's (runs started from one directory share result_dir); without a run, result_dir itself."""
-    return posixpath.join(result_dir, row.id) if row is not None else result_dir
+def _rows(metrics: list[MetricSummary]) -> list[MetricRowDoc]:
+    return [{"key": m.key, "n": m.n, "first": m.first, "best": m.best, "best_at": _best_at(m), "last": m.last,
+             "trend": m.trend, "plateau": m.plateau} for m in metrics]
 
 
-def _write(host: Host, result_dir: str, folder: str, text: str, picture: plots.Picture | None,
-           flag_wanted: bool) -> list[str]:
-    """Write metrics.png and results.md into ``folder`` and finish.flag (as wanted) into ``result_dir``, where
-    AgentJet's blueprint looks for it, in one round trip; their paths, in that order."""
-    writes = []
-    if picture is not None:
-        writes.append(client.write(posixpath.join(folder, PLOT_NAME), data=picture.png, replace=True))
-    writes.append(client.write(posixpath.join(folder, "results.md"), text=text, replace=True))
-    if flag_wanted:
-        writes.append(client.write(posixpath.join(result_dir, "finish.flag"), text="", replace=True))
-    return [expect(r, field="result_dir")["path"] for r in host.call(writes)]
+def _best_at(m: MetricSummary) -> str:
+    """'step 12', or 'point 3 of 8' when the source records no step."""
+    if m.best_step is not None:
+        return f"step {m.best_step}"
+    return f"point {m.best_point} of {m.n}" if m.best_point is not None else "-"
+
+
+def _attempt_docs(run: _Run) -> list[AttemptDoc]:
+    out: list[AttemptDoc] = []
+    for info, status in zip(run.info.attempts if run.info else [], run.attempts):
+        doc: AttemptDoc = {"id": info.id, "attempt": info.attempt, "state": info.state, "exit_code": info.exit_code,
+                           "first_step": info.first_step, "last_step": info.last_step,
+                           "ended_by": info.ended_by or "still running", "logs": [p.log_path for p in status.processes]}
+        if info.resumed_from is not None:
+            doc["resumed_from"] = info.resumed_from
+        out.append(doc)
+    return out
+
+
+def _document(run: _Run, spec: RunSpec | None, host: str, tables: dict[str, list[MetricSummary]],
+              sources: dict[str, str], notes: list[str]) -> ResultsDoc:
+    """What the page says (``hosts.agent.results.render`` renders it on the host)."""
+    doc: ResultsDoc = {
+        "id": run.info.id if run.info is not None else "results", "state": run.state or "-",
+        "written_by": "collect_results", "host": host,
+        "commands": [p.command for p in spec.processes] if spec else [],
+        "attempts": _attempt_docs(run),
+        "outcomes": [m.model_dump() for m in run.info.metrics] if run.info else [],  # type: ignore[misc]
+        "tables": [{"title": f"{label.capitalize()} metrics", "source": sources.get(label, "none"),
+                    "rows": _rows(tables[label])} for label in ("validation", "training")],
+        "last_metrics": dict(run.attempts[-1].last_metrics) if run.attempts else {},
+        "errors": [{"signature": e.signature, "severity": e.severity, "count": e.count, "line": e.line, "fix": e.hint}
+                   for e in run.errors],
+        "actions": [f"{a.id} {line}" for a in run.attempts for line in a.actions], "notes": list(notes)}
+    if run.attempts:
+        doc["started_at"] = run.attempts[0].started_at
+    if run.info is not None and run.info.metrics:
+        first = run.info.metrics[0].name
+        series = run.train_series if first in run.train_series.values else run.val_series
+        values = dict(zip(series.steps.get(first) or [], series.values.get(first) or []))
+        doc["curve"] = host_results.curve(first, {s: v for s, v in values.items() if s is not None})
+    return doc
+
+
+def _write(host: Host, result_dir: str, doc: ResultsDoc, picture: plots.Picture | None, flag: bool
+           ) -> WrapUpReply:
+    """The page, the result directory's document and finish.flag, in one round trip: for an experiment, the host
+    agent's ``wrap_up``; without one (result_dir and metric files only), ``results.md`` in result_dir itself."""
+    if doc["id"] != "results":
+        op = client.wrap_up(result_dir, doc, png=picture.png if picture else None, flag=flag)
+        return op.expect(host.call([op])[0], field="result_dir")
+    writes = [client.write(posixpath.join(result_dir, host_results.PAGE), text=host_results.render(doc),
+                           replace=True)]
+    if flag:
+        writes.append(client.write(posixpath.join(result_dir, host_results.FLAG), text="", replace=True))
+    paths = [expect(r, field="result_dir")["path"] for r in host.call(writes)]
+    return {"page": paths[0], "document": paths[0], "plot": None, "finish_flag": paths[1] if flag else None,
+            "index": False, "note": None}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -344,7 +407,8 @@ def _write(host: Host, result_dir: str, folder: str, text: str, picture: plots.P
 
 
 def collect_results(inp: CollectInput) -> CollectOutput:
-    """Locate the inputs, summarise, draw, render and write, in that order (the notes keep it)."""
+    """Locate the inputs, summarise, draw, gather the document and have the host write it, in that order (the notes
+    keep it)."""
     _check_arguments(inp)
     notes: list[str] = []
     spec: RunSpec | None = None
@@ -371,92 +435,24 @@ def collect_results(inp: CollectInput) -> CollectOutput:
     flag_wanted = _finish_flag_wanted(inp, run.state, notes)
     picture, title = _picture(run, notes) if want_plot else (None, "")
     errors, log_paths = run.errors, run.log_paths
-    folder = run_folder(result_dir, run.row)
-    text = _render(spec, run.status, host_name, folder, val_metrics, train_metrics,
-                   metrics_source, plateau, errors, log_paths, notes, PLOT_NAME if picture else None)
-    written = _write(host, result_dir, folder, text, picture, flag_wanted)
+    written = _write(host, result_dir, _document(run, spec, host_name, tables, metrics_source, notes), picture,
+                     flag_wanted)
+    if written["note"]:
+        notes.append(written["note"])
     image = None
     if picture is not None:
         assert run.row is not None  # a picture is drawn only for an experiment id
-        image = picture.attachment(title, bool(inp.image_data), path=written.pop(0), host=host_name,
+        image = picture.attachment(title, bool(inp.image_data), path=written["plot"], host=host_name,
                                    keep_as=plots.kept_name("metrics", [run.row.id]), notes=notes)
-    summary = sentences.collected(written[0], run.state, len(val_metrics), len(train_metrics), len(errors),
-                                  image.path if image is not None else None, run.attempts)
+    document = written["document"] or written["page"]
+    summary = sentences.collected(document, run.state, len(val_metrics), len(train_metrics), len(errors),
+                                  image.path if image is not None else None, len(run.attempts),
+                                  written["finish_flag"] is not None, run.info)
     return CollectOutput(
-        summary=summary,
-        host=host_name, results_path=written[0], finish_flag_path=written[1] if flag_wanted else None,
-        state=run.state, exit_code=run.exit_code,
+        summary=summary, host=host_name, results_path=written["page"], document_path=written["document"],
+        finish_flag_path=written["finish_flag"], state=run.state, exit_code=run.exit_code,
+        alive=run.info.alive if run.info is not None else None, experiment=run.info,
         val_markdown=val_md, train_markdown=train_md, val_metrics=val_metrics, train_metrics=train_metrics,
         metrics_source=metrics_source, plateau=plateau, errors=errors, log_paths=log_paths, plot=image,
         plot_data=run.plot_data, notes=notes,
     )
-
-
-def _fmt(value: float | None) -> str:
-    if value is None:
-        return "-"
-    if float(value).is_integer() and abs(value) < 1e15:
-        return str(int(value))
-    return f"{value:.6g}"
-
-
-def _table(metrics: list[MetricSummary]) -> list[str]:
-    if not metrics:
-        return ["(none)", ""]
-    out = ["| metric | n | first | best | last | trend | plateau | best at |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for m in metrics:
-        plateau = "-" if m.plateau is None else ("yes" if m.plateau else "no")
-        out.append(f"| {m.key} | {m.n} | {_fmt(m.first)} | {_fmt(m.best)} | {_fmt(m.last)} | {m.trend} | {plateau} "
-                   f"| {_best_at(m)} |")
-    return out + [""]
-
-
-def _best_at(m: MetricSummary) -> str:
-    """'step 12', or 'point 3 of 8' when the source records no step."""
-    if m.best_step is not None:
-        return f"step {m.best_step}"
-    return f"point {m.best_point} of {m.n}" if m.best_point is not None else "-"
-
-
-def _render(spec: RunSpec | None, status: ExperimentStatus | None, host: str, result_dir: str,
-            val_metrics: list[MetricSummary], train_metrics: list[MetricSummary],
-            sources: dict[str, str], plateau: dict[str, bool], errors: list[ErrorHit], log_paths: list[str],
-            notes: list[str], plot_name: str | None) -> str:
-    out = ["# Experiment results", ""]
-    if status is not None:
-        out += [
-            f"- experiment: `{status.id}` (tmux session `{status.session}`)",
-            f"- final state: **{status.state}**, exit code {status.exit_code}",
-            f"- started: {status.started_at}, elapsed {status.elapsed_s:.0f} s",
-            f"- first step seen: {status.first_step_seen} (overdue: {status.first_step_overdue}), "
-            f"last global step: {status.global_step}",
-        ]
-        commands = [p.command for p in spec.processes] if spec else []
-        out += [f"- command: `{c}`" for c in commands]
-    out += [f"- result dir: {result_dir}" + ("" if host == LOCAL else f" (on {host})")]
-    out += [f"- log: {p}" for p in log_paths]
-    out += [f"- {label} metrics from: {sources.get(label, 'none')}" for label in ("validation", "training")] + [""]
-    if plot_name:
-        out += ["## Metrics over steps", "", f"![metrics over steps]({plot_name})", ""]
-    if plateau:
-        out += ["## Plateau check", ""]
-        out += [f"- {key}: {'plateaued' if flat else 'still improving'}" for key, flat in plateau.items()]
-        out += [""]
-    out += ["## Validation metrics", "", f"Source: {sources.get('validation', 'none')}.", ""] + _table(val_metrics)
-    out += ["## Training metrics", "", f"Source: {sources.get('training', 'none')}.", ""] + _table(train_metrics)
-    if status is not None and status.last_metrics:
-        out += [f"## Last metric line in the log (step {status.global_step})", ""]
-        out += [f"- {k}: {_fmt(v)}" for k, v in list(status.last_metrics.items())[:40]] + [""]
-    out += ["## Errors seen in the log", ""]
-    if errors:
-        out += ["| signature | count | last line | fix |", "| --- | --- | --- | --- |"]
-        for e in errors:
-            line = e.line.replace("|", "\\|")[:200]
-            out.append(f"| {e.signature} | {e.count} | `{line}` | {e.hint} |")
-        out += [""]
-    else:
-        out += ["(none)", ""]
-    if notes:
-        out += ["## Notes", ""] + [f"- {n}" for n in notes] + [""]
-    return "\n".join(out)

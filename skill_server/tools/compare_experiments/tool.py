@@ -251,7 +251,7 @@ def compare_experiments(inp: CompareInput) -> CompareOutput:
             shown = metrics[:plots.MAX_PANELS]
             curves = plots.curves_from_history(reg, rows, shown)
             if curves and not plots.available():
-                plot_data = {r.id: plots.plot_data(reg, r.id, shown) for r in rows}
+                plot_data = {r.id: plots.plot_data(reg, [r.id], shown) for r in rows}
     leader = None
     if primary is not None:
         leader = _leader(rows, primary, {r.id: table[r.id][primary] for r in rows}, inp.higher_is_better, last_k)

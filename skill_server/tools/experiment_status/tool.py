@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from skill_server.core.deadline import Deadline
 from skill_server.core.errors import ToolInputError
-from skill_server.experiments import lineage, logs, sentences, upkeep
+from skill_server.experiments import history, logs, overview, sentences, upkeep
 from skill_server.experiments.models import DEFAULT_HISTORY_POINTS, ExperimentStatus, RegistryProblem
 from skill_server.experiments.queries import HistoryRequest, find_any, observe_with_lines
 from skill_server.experiments.store import DB_NAME, Registry, open_registry
@@ -39,20 +39,36 @@ def history_request(inp: StatusInput) -> HistoryRequest | None:
                           inp.history_points or DEFAULT_HISTORY_POINTS)
 
 
-def later_attempts(reg: Registry, first: ExperimentStatus, deadline: Deadline) -> list[ExperimentStatus]:
-    """The attempts after a resumed run (``first``: its status), each observed (no lines, no cursor moved),
-    oldest first: what happened overnight in the one call about the id the user knows."""
-    chain: list[ExperimentStatus] = []
-    last = reg.get(first.id)
-    seen = {first.id}
-    while last is not None and len(seen) < lineage.MAX_ATTEMPTS:
-        rows = [row for row in lineage.of(reg, last).after(last.id) if row.id not in seen]  # what it knows now
-        if not rows:
-            break
-        seen.update(row.id for row in rows)
-        chain += observe_with_lines(reg, rows, None, 0, deadline=deadline, upkeep=upkeep.HEAL)
-        last = reg.get(rows[-1].id)  # observing the last may have taken up more
-    return chain
+def _one(reg: Registry, inp: StatusInput, wanted: HistoryRequest | None, deadline: Deadline
+         ) -> tuple[list[ExperimentStatus], overview.Whole]:
+    """One experiment by any of its attempts' ids: that attempt's status (its lines, checkpoints), with the whole
+    experiment (``overview``: every attempt, merged metrics, alive) and the metric history over every attempt."""
+    row = find_any(reg, inp.id or "", deadline)
+    max_lines = logs.MAX_LINES if inp.max_lines is None else inp.max_lines
+    whole = overview.observe_whole(reg, row, since=inp.since, max_lines=max_lines,
+                                   checkpoints=inp.checkpoints is not False, deadline=deadline)
+    asked = whole.asked
+    asked.experiment = overview.summarise(reg, whole, asked.checkpoints)
+    asked.alive = asked.experiment.alive
+    if wanted is not None:
+        asked.metrics_history = history.history_view(reg, whole.ids, wanted.patterns, wanted.from_step,
+                                                     wanted.to_step, wanted.max_points,
+                                                     restarts=len(asked.progress.restarts) if asked.progress else 0)
+    return [asked], whole
+
+
+def _lineage_alive(reg: Registry, runs: list[ExperimentStatus]) -> None:
+    """A listing's ``alive``: anything of each run's experiment among the runs observed in this call."""
+    groups: dict[str, list[ExperimentStatus]] = {}
+    rows = {r.id: r for r in (reg.get(run.id) for run in runs) if r is not None}
+    for run in runs:
+        row = rows.get(run.id)
+        groups.setdefault(row.lineage or row.id if row is not None else run.id, []).append(run)
+    for group in groups.values():
+        found = [r._running for r in group]
+        alive = True if any(found) else None if any(f is None for f in found) else False
+        for run in group:
+            run.alive = alive
 
 
 def experiment_status(inp: StatusInput) -> StatusOutput:
@@ -66,8 +82,8 @@ def experiment_status(inp: StatusInput) -> StatusOutput:
     with open_registry(create=False) as reg:
         upkeep.finish_interrupted_launches(reg)
         if inp.id is not None:
-            rows = [find_any(reg, inp.id, deadline)]
-            max_lines = logs.MAX_LINES if inp.max_lines is None else inp.max_lines
+            runs, whole = _one(reg, inp, wanted, deadline)
+            place = reg.place
             total, more, next_offset = 1, 0, None
         else:
             offset, limit = inp.offset or 0, inp.limit or DEFAULT_LIMIT
@@ -77,16 +93,16 @@ def experiment_status(inp: StatusInput) -> StatusOutput:
             total = reg.count()
             more = max(0, total - offset - limit)
             next_offset = offset + limit if more else None
-        listing = inp.checkpoints if inp.checkpoints is not None else inp.id is not None
-        runs = observe_with_lines(reg, rows, inp.since, max_lines, checkpoints=listing, history_request=wanted,
-                                  deadline=deadline, follow_attempts=inp.id is None, upkeep=upkeep.HEAL)
-        chain = later_attempts(reg, runs[0], deadline) if inp.id is not None and runs else []
-        place = reg.place
+            runs = observe_with_lines(reg, rows, None, max_lines, checkpoints=bool(inp.checkpoints),
+                                      deadline=deadline, follow_attempts=True, upkeep=upkeep.HEAL)
+            _lineage_alive(reg, runs)
+            whole = None
+            place = reg.place
     registry = None if place is None else RegistryInfo(
         path=str(place.directory / DB_NAME), mode=place.mode, filesystem=place.filesystem, warning=place.warning)
     for run in runs:
         run.summary = sentences.run_state(run)
-    if chain:
-        runs[0].summary = sentences.attempts([runs[0], *chain])
+    if whole is not None and len(whole.attempts) > 1:
+        runs[0].summary = sentences.attempts(whole.attempts)
     return StatusOutput(summary=sentences.listed(runs, len(problems)), experiments=runs, problems=problems, total=total,
                         more=more, next_offset=next_offset, registry=registry)
