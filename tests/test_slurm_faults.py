@@ -129,7 +129,7 @@ def test_a_frozen_monitor_inside_the_job_is_replaced_there_and_its_policy_still_
     wait_for(lambda: record(rdir).get("state") == "CANCELLED", 60, "the job was not cancelled")
     why = json.loads((rdir / rundir.REPLACED).read_text())[-1]["why"]
     assert why.startswith("it gave no sign of life for "), why
-    assert any(e.get("action") == "stop" for e in told(events)), told(events)
+    assert "stopped" in kinds(events), told(events)
     seen = lab.status(run["id"], max_lines=0)
     assert seen["state"] == "stopped" and seen["scheduler"]["state"] == "CANCELLED", seen
     assert "by its supervisor): it gave no sign of life" in seen["note"], seen["note"]
