@@ -3,7 +3,10 @@ run monitor killed (kill -9), frozen (SIGSTOP) past the run's max time, or kille
 replaced by its supervisor with nobody calling; a relaunch that a full disk refused is said to have failed and is
 carried out once the space is back; a stop on the first id of a resumed run stops its later attempt; the restart
 throttle does not trust a caller's wall clock; an attempt's own id works before anything took it up; a stop in a
-read-only run directory is still a stop; two machines with one host identity do not judge each other's runs.
+read-only run directory is still a stop; two machines with one host identity do not judge each other's runs;
+the happenings still queued at a run's end reach a slow notify command (a hanging one still gets the ``end``, the
+rest recorded), a killed monitor's queued happenings are sent by its replacement, and a notify command that floods
+its output leaves a bounded ``notify.log``.
 
 Each fault test makes no tool call between the fault and its check (it reads the files the run's processes and
 notify command write); the status call after the check is what the user sees.
