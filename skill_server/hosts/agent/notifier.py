@@ -291,7 +291,7 @@ class Notifier:
                 time.sleep(0.05)
                 self.pump(run)
         finally:
-            self.flushing = False
+            self.flushing = self.hung = False  # a monitor that lives on (its job's cancel failed) tells all again
         log_path = run.files.file(NOTIFY_LOG)
         for child in self.children:  # cut short: it would outlive the monitor, unbounded
             child.kill()
