@@ -120,6 +120,14 @@ def test_typos_and_broken_groups():
     assert unknown["ajet.rolout"].values["closest"] == "ajet.rollout"
     assert unknown["ajet.rollout.multi_turn.max_steps"].values["access_error"] == "AttributeError"
     assert "['max_steps']" in unknown["ajet.rollout.multi_turn.max_steps"].fix
+    # the line that makes the script raise leads the errors (nothing after it runs), whatever its line number
+    errors = [f for f in r.findings if f.severity == "error"]
+    assert errors[0].key == "ajet.rollout.multi_turn.max_steps", [f.key for f in errors]
+    assert any(f.location and int(f.location.rsplit(":", 1)[1]) < int(errors[0].location.rsplit(":", 1)[1])
+               for f in errors[1:]), "the order must differ from the line order for this to test it"
+    # the sampling temperature the engine gets: the typo'd write reaches no key, so the base config's value holds
+    assert r.effective.temperature.key == "ajet.rollout.temperature"
+    assert (r.effective.temperature.value, r.effective.temperature.source) == (0.9, "default")  # ajet_default.yaml
     group = only(r, "kwarg-group-incomplete")
     # 18000 is what the config holds, but the given 4000 + 16000 would then fail the length check: raised to fit
     assert group.values["missing"] == ["max_model_len"] and "max_model_len=20000" in group.fix

@@ -22,6 +22,7 @@ KEYS: dict[str, str] = {
     "lora_load_format": "ajet.lora.load_format",
     "layered_summon": "ajet.lora.layered_summon",
     "lr": "ajet.trainer_common.optim.lr",
+    "temperature": "ajet.rollout.temperature",
     "enable_swarm_mode": "ajet.enable_swarm_mode",
     "enable_interchange_server": "ajet.enable_interchange_server",
     "max_inference_tracker_threads": "ajet.interchange_server.max_inference_tracker_threads",

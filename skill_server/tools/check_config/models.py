@@ -111,6 +111,7 @@ class Effective(SparseOutput):
     lora_load_format: EffectiveValue
     layered_summon: EffectiveValue
     lr: EffectiveValue
+    temperature: EffectiveValue  # the rollout's sampling temperature: an engine value users ask for
     enable_swarm_mode: EffectiveValue
     enable_interchange_server: EffectiveValue
     max_inference_tracker_threads: EffectiveValue | None = None

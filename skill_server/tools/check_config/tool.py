@@ -133,6 +133,7 @@ def _run_rules(ctx: LintContext, script: str | None) -> list[Finding]:
             for skipped in run.cause_skips:
                 if skipped.cause in rule.claims or (rule.id == REFUSAL_RULE and skipped.cause not in claimed):
                     ctx.skip(rule.id, skipped.reason)
-    findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], (f.locations[0].line or 0) if f.locations else 0,
-                                 f.rule, f.key or ""))
+    # Within a severity, a line that makes the script raise comes first: nothing after it runs.
+    findings.sort(key=lambda f: (SEVERITY_ORDER[f.severity], not (f.values and "access_error" in f.values),
+                                 (f.locations[0].line or 0) if f.locations else 0, f.rule, f.key or ""))
     return findings
