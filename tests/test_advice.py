@@ -54,7 +54,8 @@ def test_a_finished_run_is_wrapped_up_and_a_failed_or_stopped_one_is_fixed_never
                                                              "finish.flag).")
     collected = act("end:succeeded", "collect", "/r/results.md written; finish.flag written")
     assert sentences.run_state(status("succeeded", exit_code=0, actions=[collected])).endswith(
-        f"its monitor wrote /r/results.md and finish.flag; collect_results id={RUN} adds the plot.")
+        f"its monitor wrote /r/results.md and finish.flag: nothing is left to do (collect_results id={RUN} would "
+        "only add a plot).")
     failed = sentences.run_state(status("failed", exit_code=1, errors=[OOM]))
     assert failed.endswith("next: fix the cause (cuda_oom: errors[0].hint says how) and launch it again.")
     bare = sentences.run_state(status("failed", exit_code=1))

@@ -278,8 +278,9 @@ def test_what_happened_overnight_is_one_call_on_the_id_the_user_knows(tmux_socke
     assert (seen["id"], seen["state"], seen["next_attempt"]) == (first, "stopped", f"{first}.r2")
     result_dir = out["result_dir"].rstrip("/")
     assert seen["summary"] == (
-        f"Run {first} was stopped by its policy on error:nccl_error at step 2; resumed 2 times: .r2 (from "
-        f"global_step_2) was stopped at step 4, .r3 (from global_step_4) was stopped by its policy on "
+        f"Experiment {first} was stopped at step 6 over 3 attempts: attempt 1 was stopped by its policy on "
+        f"error:nccl_error at step 2; .r2 (from global_step_2) was stopped at step 4; .r3 (from global_step_4) was "
+        f"stopped by its policy on "
         f"error:nccl_error (stopped; not resumed: gave up after 2 resumes) (exit code 130) at step 6; next: fix the "
         f"cause (nccl_error: errors[0].hint says how) and launch it again; its monitor wrote {result_dir}/results.md "
         "(no finish.flag)."), seen["summary"]

@@ -102,7 +102,8 @@ def _after_end(s: ExperimentStatus, cancelled: bool = False) -> str:
     written = _collected_by_monitor(s)
     if s.state in ("succeeded", "timed_out"):
         if written:
-            return f"its monitor wrote {written} and finish.flag; collect_results id={s.id} adds the plot"
+            return (f"its monitor wrote {written} and finish.flag: nothing is left to do (collect_results id={s.id} "
+                    "would only add a plot)")
         return f"next: collect_results id={s.id} (results.md, plot, finish.flag)"
     kept = f"; its monitor wrote {written} (no finish.flag)" if written else ""
     if s.state == "stopped" and not _stopped_by(s):
@@ -135,13 +136,15 @@ def attempts(chain: list[ExperimentStatus]) -> str:
     def name(a: ExperimentStatus) -> str:
         return a.id[len(first.id):] if a.id.startswith(first.id + ".") else a.id
 
-    head = f"Run {first.id} {_STATE_WORDS.get(first.state, first.state)}{_stopped_by(first)} at {_step(first)}"
+    # The experiment's outcome first (what a morning reader asks), then each attempt in order.
+    lead = (f"Experiment {first.id} {_STATE_WORDS.get(newest.state, newest.state)} at {_step(newest)} over "
+            f"{len(chain)} attempts")
+    head = f"attempt 1 {_STATE_WORDS.get(first.state, first.state)}{_stopped_by(first)} at {_step(first)}"
     later = [f"{name(a)} {_resumed_from(p, a.id)} {_STATE_WORDS.get(a.state, a.state)} at {_step(a)}"
              for p, a in zip(chain[:-2], chain[1:-1])]
     last = run_state(newest, hints=False).removeprefix(f"Run {newest.id} ")
     later.append(f"{name(newest)} {_resumed_from(chain[-2], newest.id)} {last}")
-    n = len(chain) - 1
-    return _clip(f"{head}; resumed {n} time{'s' if n != 1 else ''}: " + ", ".join(later))
+    return _clip(f"{lead}: {head}; " + "; ".join(later))
 
 
 def _hung(s: ExperimentStatus) -> str:
