@@ -252,3 +252,17 @@ def test_a_first_plot_says_nothing_on_stderr_about_matplotlibs_font_cache(tmp_pa
     assert done.returncode == 0, done.stderr
     assert done.stderr == "findfont: a real warning\n"
     assert list((tmp_path / "mpl").glob("fontlist-*.json"))  # it was a first plot: the font list was built
+
+
+def test_a_thinned_curve_says_how_many_of_its_steps_the_table_shows():
+    """results.md's table of the first metric over the whole run keeps at most CURVE_ROWS steps: a reader who
+    sees steps missing is told they were thinned, not lost; a short run shows every step and no such line."""
+    from skill_server.hosts.agent import results
+
+    long = results.curve("critic/score/mean", {step: step / 10 for step in range(1, 3 * results.CURVE_ROWS + 1)})
+    page = results.render({"curve": long})
+    rows = [line for line in page.splitlines() if line.startswith("| ") and line[2].isdigit()]
+    assert len(rows) == results.CURVE_ROWS and rows[-1].startswith(f"| {3 * results.CURVE_ROWS} |")
+    assert f"{results.CURVE_ROWS} of its {3 * results.CURVE_ROWS} steps" in page
+    short = results.render({"curve": results.curve("m", {step: 1.0 for step in range(1, 6)})})
+    assert " of its " not in short and short.count("| 1 |") == 5

@@ -102,7 +102,7 @@ def curve(name: str, series: Mapping[int, Any], rows: int = CURVE_ROWS) -> dict[
     n = len(steps)
     buckets = min(rows, n)
     picked = [steps[(b + 1) * n // buckets - 1] for b in range(buckets)]
-    return {"metric": name, "steps": picked, "values": [_number(series[s]) for s in picked]}
+    return {"metric": name, "steps": picked, "values": [_number(series[s]) for s in picked], "of": n}
 
 
 def _finite(value: object) -> bool:
@@ -352,7 +352,11 @@ def _curve_table(doc: Mapping[str, Any], prefix: str) -> list[str]:
     if doc.get("plot"):
         out += ["## Metrics over steps", "", "![metrics over steps](%s%s)" % (prefix, doc["plot"]), ""]
     if c.get("steps"):
-        out += ["## %s over the whole run" % c.get("metric"), "", "| step | value |", "| --- | --- |"]
+        out += ["## %s over the whole run" % c.get("metric"), ""]
+        if int(c.get("of") or 0) > len(c["steps"]):  # say so: a reader would take missing steps for missing data
+            out += ["%d of its %d steps, each the last of an even stretch (every step: the metrics history)."
+                    % (len(c["steps"]), c["of"]), ""]
+        out += ["| step | value |", "| --- | --- |"]
         out += ["| %s | %s |" % (s, _fmt(v)) for s, v in zip(c["steps"], c.get("values") or [])] + [""]
     return out
 
