@@ -277,3 +277,17 @@ def test_a_fifo_given_to_a_tool_is_not_a_regular_file_and_nothing_hangs(tmp_path
                           timeout=60, check=False)
     assert time.monotonic() - started < 60
     assert proc.returncode == 1 and f"yaml: {fifo} is a FIFO (named pipe), not a regular file" in proc.stderr
+
+
+def test_a_missing_file_named_the_way_scp_names_a_host_s_file_says_the_tools_read_this_machine(tmp_path: Path):
+    """``gpu1:~/exp/exp.yaml`` given to a tool that reads local files (check_config, build_config, episode_cap):
+    the refusal says it is a file on that ssh host and how to bring it here; a plain missing file says no more."""
+    for given in ("gpu1:~/exp/exp.yaml", "gpu1:/srv/exp.yaml", "user@gpu-1.lab:/srv/e.yaml"):
+        with pytest.raises(ToolInputError) as err:
+            read_text_bounded(tmp_path / given, field="yaml", max_bytes=1024)
+        host = given.split(":", 1)[0]
+        assert f"ssh host {host!r}" in str(err.value) and f"scp {given} ." in str(err.value), str(err.value)
+        assert err.value.field == "yaml"
+    with pytest.raises(ToolInputError) as err:
+        read_text_bounded(tmp_path / "plain.yaml", field="yaml", max_bytes=1024)
+    assert "ssh host" not in str(err.value) and "file not found: " in str(err.value)

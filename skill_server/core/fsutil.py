@@ -289,6 +289,21 @@ def _fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+#: scp's ``host:/path`` or ``host:~/path``: what a user writes for a file on an ssh host.
+#: (After a caller made it absolute, it follows the working directory: ``/cwd/gpu1:/x.yaml``.)
+_ON_A_HOST = re.compile(r"(?:^|/)(([A-Za-z0-9_][A-Za-z0-9_.@-]*):[/~].*)$")
+
+
+def _remote_hint(given: str) -> str:
+    """For a missing file named the way scp names a file on a host: that this tool reads this machine's files."""
+    found = _ON_A_HOST.search(given)
+    if found is None:
+        return ""
+    remote, host = found.group(1), found.group(2)
+    return (f" ({remote!r} names a file on the ssh host {host!r}: this tool reads files on this machine only; "
+            f"copy it here, e.g. scp {remote} ., and pass the copy)")
+
+
 def read_text_bounded(path: str | Path, *, field: str, max_bytes: int, what: str = "",
                       encoding: str = "utf-8") -> tuple[Path, str]:
     """Read a user-named text file; returns its absolute path and the text.
@@ -304,7 +319,7 @@ def read_text_bounded(path: str | Path, *, field: str, max_bytes: int, what: str
     except (FileNotFoundError, NotADirectoryError):
         if os.path.islink(p):
             raise ToolInputError(f"{p} is a symbolic link to a file that does not exist", field=field) from None
-        raise ToolInputError(f"file not found: {p}", field=field) from None
+        raise ToolInputError(f"file not found: {p}" + _remote_hint(str(path)), field=field) from None
     except OSError as exc:
         raise ToolInputError(f"cannot read {p}: {exc.strerror or exc}", field=field) from None
     if not stat.S_ISREG(info.st_mode):
