@@ -222,6 +222,10 @@ def test_each_client_function_builds_the_request_the_agent_reads():
          {"op": "checkpoints", "path": "/c", "max_depth": 3, "max_entries": 20000, "limit": 50}),
         (client.reclaim_gpus([3, 4], 10.0), {"op": "reclaim_gpus", "pids": [3, 4], "grace_s": 10.0}),
         (client.stat(["/a", "~/b"]), {"op": "stat", "paths": ["/a", "~/b"]}),
+        (client.wrap_up("/r", {"id": "x-1"}, png=None, flag=False),
+         {"op": "wrap_up", "result_dir": "/r", "doc": {"id": "x-1"}, "flag": False}),
+        (client.wrap_up("/r", {"id": "x-1"}, png=b"\x89PNG", flag=True),
+         {"op": "wrap_up", "result_dir": "/r", "doc": {"id": "x-1"}, "flag": True, "png": "iVBORw=="}),
     ]
     for op, wire in cases:
         assert json.dumps(op.request) == json.dumps(wire)

@@ -30,7 +30,7 @@ from .protocol import STATE_DIR_ENV, state_dir
 #: The backends (``backend_<kind>``) come after everything they import; ``backend.kinds`` lists them from here.
 MODULES = ("protocol", "documents", "deadline", "files", "procs", "rundir", "outcome", "phases", "tmux", "request",
            "scanner", "findings", "points", "backend", "wrapper", "heartbeat", "runstate", "daemon", "watchers",
-           "stall", "notifier", "results", "actions", "checkpoints", "policy", "resume", "waker", "scheduler",
+           "stall", "notifier", "results", "actions", "checkpoints", "resume", "policy", "waker", "scheduler",
            "supervisor", "program", "monitor", "observer", "slurm", "backend_tmux", "backend_slurm", "generic",
            "runs", "reclaim", "ops")
 PACKAGE = "ajs_agent"
