@@ -124,7 +124,7 @@ class ProcessSpec(ToolInput):
 
 class LaunchInput(ToolInput):
     blueprint: StrictStr | None = Field(default=None, max_length=4096,
-                                        description="Blueprint file: 'gpu1:/abs/bp.md' runs on gpu1, a plain path is "
+                                        description="Blueprint file: 'gpu1:~/exp/bp.md' runs on gpu1, a plain path is "
                                         "on host. It is read, checked and launched there (relative paths in it "
                                         "resolve against its folder); 'local:/path' reads one here for a run on host, "
                                         "and a relative plain path here resolves against the server's working "
