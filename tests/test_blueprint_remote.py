@@ -66,13 +66,15 @@ def node_blueprint(sshd: LoopbackSshd, steps: int = 2) -> Path:
         "## [exp_codebase_dir]", "- content: code", "",
         "## [exp_venv_exe]", "- content: /usr/bin/python3", "",
         "## [exp_yaml_path]", "- content: exp.yaml", "",
-        "## [exp_launch_command]", f"- content: python3 {FAKE} --steps {steps} --delay 0.1 --conf exp.yaml", "",
+        "## [exp_launch_command]", f"- content: python3 {FAKE.name} --steps {steps} --delay 0.1 --conf exp.yaml", "",
         "## [exp_result_dir]", "- content: results", "",
         "## [exp_max_time]", "- content: 30 min; first step within 5 min", "",
         "## [exp_policy]", '- content: {"on_error": "resume", "errors": ["nccl_error"], "on_stall": "resume"}', "",
     ])
+    # the trainer too is the node's own copy: this checkout may be in this machine's /tmp, which the node cannot see
     on_node(sshd, 'mkdir -p "$1/code" && printf "ajet:\\n  experiment_name: night\\n" > "$1/code/exp.yaml" && '
-                  'printf "%s\\n" "$2" > "$1/blueprint.md"', str(top), text)
+                  'printf "%s\\n" "$2" > "$1/blueprint.md" && printf "%s" "$3" > "$1/code/$4"', str(top), text,
+            FAKE.read_text(), FAKE.name)
     assert not top.exists()  # on the node only
     return top / "blueprint.md"
 
