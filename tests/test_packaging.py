@@ -234,7 +234,7 @@ def test_quick_start_works_as_written_then_the_skill_installs_lean(node22, tmp_p
     venv = home / ".venvs" / "agentjet-swarm-skill"
     drew = subprocess.run([str(venv / "bin" / "python"), "-c", "from skill_server.experiments import plots; "
                            "print(plots.available())"], capture_output=True, text=True, env=env, timeout=120,
-                          check=False)
+                          check=False, cwd=home)  # not this checkout: -c puts the working folder first on sys.path
     assert drew.stdout.strip() == "True", drew.stderr[-2000:]  # the Quick start's venv draws the plots it promises
     created = files_under(checkout) - before
     assert not created, f"the Quick start left files in the checkout: {sorted(created)[:10]}"
