@@ -7,6 +7,7 @@ and the interrupted writer is a real process killed with SIGKILL in the middle o
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -282,11 +283,12 @@ def test_a_fifo_given_to_a_tool_is_not_a_regular_file_and_nothing_hangs(tmp_path
 def test_a_missing_file_named_the_way_scp_names_a_host_s_file_says_the_tools_read_this_machine(tmp_path: Path):
     """``gpu1:~/exp/exp.yaml`` given to a tool that reads local files (check_config, build_config, episode_cap):
     the refusal says it is a file on that ssh host and how to bring it here; a plain missing file says no more."""
-    for given in ("gpu1:~/exp/exp.yaml", "gpu1:/srv/exp.yaml", "user@gpu-1.lab:/srv/e.yaml"):
+    for given in ("gpu1:~/exp/exp.yaml", "gpu1:/srv/exp.yaml", "user@gpu-1.lab:/srv/e.yaml", "gpu1:/$(touch x)'"):
         with pytest.raises(ToolInputError) as err:
             read_text_bounded(tmp_path / given, field="yaml", max_bytes=1024)
         host = given.split(":", 1)[0]
-        assert f"ssh host {host!r}" in str(err.value) and f"scp {given} ." in str(err.value), str(err.value)
+        # the command to paste is quoted for a shell: a name with $( ) or quotes runs nothing here
+        assert f"ssh host {host!r}" in str(err.value) and f"scp {shlex.quote(given)} ." in str(err.value), err.value
         assert err.value.field == "yaml"
     with pytest.raises(ToolInputError) as err:
         read_text_bounded(tmp_path / "plain.yaml", field="yaml", max_bytes=1024)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import re
 import secrets
+import shlex
 import stat
 from pathlib import Path
 
@@ -301,7 +302,7 @@ def _remote_hint(given: str) -> str:
         return ""
     remote, host = found.group(1), found.group(2)
     return (f" ({remote!r} names a file on the ssh host {host!r}: this tool reads files on this machine only; "
-            f"copy it here, e.g. scp {remote} ., and pass the copy)")
+            f"copy it here, e.g. scp {shlex.quote(remote)} ., and pass the copy)")  # quoted: users paste it
 
 
 def read_text_bounded(path: str | Path, *, field: str, max_bytes: int, what: str = "",
